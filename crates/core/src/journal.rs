@@ -1,0 +1,194 @@
+//! The journal: an append-only list of `(position, name, value)` per run, and
+//! the replay cursor that makes a run a deterministic function over it.
+//!
+//! Every effect of a run goes through a checkpoint. [`Replay::next`] says
+//! whether the checkpoint is already in the journal (replay its value, do not
+//! run the effect) or is new (run the effect, then record it at the position
+//! returned). A journal entry whose name differs from the one asked for means
+//! the code changed under a running run: a non-determinism error.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ids::{RunId, ToolCallId};
+use crate::Error;
+
+/// The checkpoint names of SPEC §4; these strings are an external contract.
+pub mod names {
+    use super::*;
+
+    pub const INTAKE_ASK: &str = "intake:ask";
+    pub const INTAKE_ANSWERS: &str = "intake:answers";
+
+    pub fn model(n: u32) -> String {
+        format!("model:{n}")
+    }
+    pub fn persist_toolcall(call: &ToolCallId) -> String {
+        format!("persist:toolcall:{call}")
+    }
+    pub fn stream_elicitation(call: &ToolCallId) -> String {
+        format!("stream:elicitation:{call}")
+    }
+    pub fn tool(run: RunId, call: &ToolCallId) -> String {
+        format!("tool:{run}:{call}")
+    }
+    pub fn exec(call: &ToolCallId) -> String {
+        format!("exec:{call}")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    pub position: u32,
+    pub name: String,
+    pub value: Value,
+}
+
+/// What the journal says about the next checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayStep {
+    /// Already recorded: use this value, do not run the effect.
+    Replayed(Value),
+    /// New: run the effect and record its value at `position`.
+    Record { position: u32 },
+}
+
+/// A cursor over a run's journal as loaded at the start of a segment.
+#[derive(Debug, Clone, Default)]
+pub struct Replay {
+    entries: Vec<JournalEntry>,
+    cursor: usize,
+}
+
+impl Replay {
+    /// `entries` must be the run's whole journal in position order.
+    pub fn new(mut entries: Vec<JournalEntry>) -> Self {
+        entries.sort_by_key(|e| e.position);
+        Self { entries, cursor: 0 }
+    }
+
+    /// The position the next checkpoint occupies.
+    pub fn position(&self) -> u32 {
+        self.cursor as u32
+    }
+
+    /// True while checkpoints are still being read back rather than run.
+    pub fn is_replaying(&self) -> bool {
+        self.cursor < self.entries.len()
+    }
+
+    /// Asks for the checkpoint `name` at the next position.
+    pub fn next(&mut self, name: &str) -> Result<ReplayStep, Error> {
+        let position = self.position();
+        match self.entries.get(self.cursor) {
+            Some(entry) if entry.name == name => {
+                self.cursor += 1;
+                Ok(ReplayStep::Replayed(entry.value.clone()))
+            }
+            Some(entry) => Err(Error::NonDeterminism {
+                position,
+                expected: name.to_owned(),
+                found: entry.name.clone(),
+            }),
+            None => Ok(ReplayStep::Record { position }),
+        }
+    }
+
+    /// Records the value of a new checkpoint (after its effect ran and its
+    /// entry was committed), so the cursor moves past it.
+    pub fn recorded(&mut self, entry: JournalEntry) {
+        debug_assert_eq!(entry.position, self.position());
+        self.entries.push(entry);
+        self.cursor += 1;
+    }
+
+    /// Entries read so far, in order.
+    pub fn entries(&self) -> &[JournalEntry] {
+        &self.entries
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn entry(position: u32, name: &str, value: Value) -> JournalEntry {
+        JournalEntry {
+            position,
+            name: name.into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn names_are_the_spec_strings() {
+        let run: RunId = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".parse().unwrap();
+        let c1 = ToolCallId::from("c1");
+        assert_eq!(names::model(0), "model:0");
+        assert_eq!(names::persist_toolcall(&c1), "persist:toolcall:c1");
+        assert_eq!(names::stream_elicitation(&c1), "stream:elicitation:c1");
+        assert_eq!(
+            names::tool(run, &c1),
+            "tool:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:c1"
+        );
+        assert_eq!(names::exec(&c1), "exec:c1");
+        assert_eq!(names::INTAKE_ASK, "intake:ask");
+        assert_eq!(names::INTAKE_ANSWERS, "intake:answers");
+    }
+
+    #[test]
+    fn replays_recorded_values_then_asks_to_record() {
+        let mut replay = Replay::new(vec![
+            entry(1, "exec:c1", json!("ok")),
+            entry(0, "model:0", json!({"text": "hi"})),
+        ]);
+        assert!(replay.is_replaying());
+        assert_eq!(
+            replay.next("model:0"),
+            Ok(ReplayStep::Replayed(json!({"text": "hi"})))
+        );
+        assert_eq!(replay.next("exec:c1"), Ok(ReplayStep::Replayed(json!("ok"))));
+        assert!(!replay.is_replaying());
+        assert_eq!(replay.next("model:1"), Ok(ReplayStep::Record { position: 2 }));
+        // Asking again without recording is still position 2: nothing moved.
+        assert_eq!(replay.next("model:1"), Ok(ReplayStep::Record { position: 2 }));
+        replay.recorded(entry(2, "model:1", json!(null)));
+        assert_eq!(replay.position(), 3);
+    }
+
+    #[test]
+    fn a_different_name_at_a_recorded_position_is_non_determinism() {
+        let mut replay = Replay::new(vec![entry(0, "model:0", json!(1))]);
+        assert_eq!(
+            replay.next("intake:ask"),
+            Err(Error::NonDeterminism {
+                position: 0,
+                expected: "intake:ask".into(),
+                found: "model:0".into()
+            })
+        );
+    }
+
+    proptest! {
+        /// Replaying a journal with the names that wrote it returns every
+        /// value in order and then asks to record at the end.
+        #[test]
+        fn replay_returns_what_was_recorded(values in prop::collection::vec(any::<i64>(), 0..40)) {
+            let mut writer = Replay::new(vec![]);
+            for (i, v) in values.iter().enumerate() {
+                let name = names::model(i as u32);
+                match writer.next(&name).unwrap() {
+                    ReplayStep::Record { position } => writer.recorded(entry(position, &name, json!(v))),
+                    ReplayStep::Replayed(_) => prop_assert!(false, "nothing to replay yet"),
+                }
+            }
+            let mut reader = Replay::new(writer.entries().to_vec());
+            for (i, v) in values.iter().enumerate() {
+                prop_assert_eq!(reader.next(&names::model(i as u32)).unwrap(), ReplayStep::Replayed(json!(v)));
+            }
+            prop_assert_eq!(reader.next("model:x").unwrap(), ReplayStep::Record { position: values.len() as u32 });
+        }
+    }
+}

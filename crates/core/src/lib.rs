@@ -1,0 +1,22 @@
+//! The pure domain of agentenkit.
+//!
+//! Everything here is plain data and functions over it: ids, the states of
+//! runs, threads and tool calls with their transition tables, the journal and
+//! its replay cursor, the conversation types, and the wire form of queue
+//! messages. No IO, no async runtime: the IO crates (`store`, `queue`,
+//! `runtime`, `api`) carry out what this crate decides.
+
+pub mod conversation;
+pub mod error;
+pub mod event;
+pub mod ids;
+pub mod journal;
+pub mod queue_message;
+pub mod status;
+
+pub use error::{Error, Result};
+pub use event::EventType;
+pub use ids::{Owner, RunId, ThreadId, ToolCallId};
+pub use journal::{JournalEntry, Replay, ReplayStep};
+pub use queue_message::QueueMessage;
+pub use status::{RunStatus, ThreadStatus, ToolCallStatus, ToolKind};

@@ -1,0 +1,50 @@
+//! The wire form of queue messages (JSON bodies).
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::RunId;
+
+/// A message on the segment queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum QueueMessage {
+    /// "Advance run `run_id`". `seq` identifies the segment: a run accepts
+    /// only the segment it last enqueued, so a duplicate delivery is dropped.
+    #[serde(rename_all = "camelCase")]
+    Segment { run_id: RunId, seq: i64 },
+}
+
+impl QueueMessage {
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Serializing a plain enum of ids and integers cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+
+    pub fn run_id(&self) -> RunId {
+        match self {
+            QueueMessage::Segment { run_id, .. } => *run_id,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_wire_form() {
+        let run: RunId = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".parse().unwrap();
+        let msg = QueueMessage::Segment { run_id: run, seq: 3 };
+        let bytes = msg.to_bytes();
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"type":"segment","runId":"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","seq":3}"#
+        );
+        assert_eq!(QueueMessage::from_bytes(&bytes).unwrap(), msg);
+        assert!(QueueMessage::from_bytes(b"{\"type\":\"nope\"}").is_err());
+    }
+}
