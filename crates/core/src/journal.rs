@@ -149,11 +149,20 @@ mod tests {
             replay.next("model:0"),
             Ok(ReplayStep::Replayed(json!({"text": "hi"})))
         );
-        assert_eq!(replay.next("exec:c1"), Ok(ReplayStep::Replayed(json!("ok"))));
+        assert_eq!(
+            replay.next("exec:c1"),
+            Ok(ReplayStep::Replayed(json!("ok")))
+        );
         assert!(!replay.is_replaying());
-        assert_eq!(replay.next("model:1"), Ok(ReplayStep::Record { position: 2 }));
+        assert_eq!(
+            replay.next("model:1"),
+            Ok(ReplayStep::Record { position: 2 })
+        );
         // Asking again without recording is still position 2: nothing moved.
-        assert_eq!(replay.next("model:1"), Ok(ReplayStep::Record { position: 2 }));
+        assert_eq!(
+            replay.next("model:1"),
+            Ok(ReplayStep::Record { position: 2 })
+        );
         replay.recorded(entry(2, "model:1", json!(null)));
         assert_eq!(replay.position(), 3);
     }

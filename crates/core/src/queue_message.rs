@@ -38,7 +38,10 @@ mod tests {
     #[test]
     fn segment_wire_form() {
         let run: RunId = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".parse().unwrap();
-        let msg = QueueMessage::Segment { run_id: run, seq: 3 };
+        let msg = QueueMessage::Segment {
+            run_id: run,
+            seq: 3,
+        };
         let bytes = msg.to_bytes();
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),

@@ -82,12 +82,15 @@ impl RunStatus {
     /// Whether the table in this module's docs allows `self → to`.
     pub fn can_become(self, to: RunStatus) -> bool {
         use RunStatus::*;
-        match (self, to) {
-            (Queued, Running | Failed | Cancelled) => true,
-            (Running, Queued | Running | Waiting | Completed | Failed | Cancelled) => true,
-            (Waiting, Queued | Failed | Cancelled) => true,
-            _ => false,
-        }
+        matches!(
+            (self, to),
+            (Queued, Running | Failed | Cancelled)
+                | (
+                    Running,
+                    Queued | Running | Waiting | Completed | Failed | Cancelled
+                )
+                | (Waiting, Queued | Failed | Cancelled)
+        )
     }
 
     /// The states from which `to` may be reached, for `WHERE status = ANY($n)`
@@ -181,11 +184,11 @@ string_enum!(
 impl ToolCallStatus {
     pub fn can_become(self, to: ToolCallStatus) -> bool {
         use ToolCallStatus::*;
-        match (self, to) {
-            (Proposed, PendingApproval | Executed | Failed | Cancelled) => true,
-            (PendingApproval, Executed | Rejected | Expired | Cancelled) => true,
-            _ => false,
-        }
+        matches!(
+            (self, to),
+            (Proposed, PendingApproval | Executed | Failed | Cancelled)
+                | (PendingApproval, Executed | Rejected | Expired | Cancelled)
+        )
     }
 }
 
@@ -228,7 +231,10 @@ mod tests {
 
     #[test]
     fn sql_sources_match_the_table() {
-        assert_eq!(RunStatus::sources_of(RunStatus::Queued), ["running", "waiting"]);
+        assert_eq!(
+            RunStatus::sources_of(RunStatus::Queued),
+            ["running", "waiting"]
+        );
         assert_eq!(
             RunStatus::sources_of(RunStatus::Cancelled),
             ["queued", "running", "waiting"]
@@ -246,7 +252,11 @@ mod tests {
                     (false, 0) => Running,
                     (false, _) => WaitingForInput,
                 };
-                assert_eq!(ThreadStatus::derive(Some(run), open), expected, "{run} {open}");
+                assert_eq!(
+                    ThreadStatus::derive(Some(run), open),
+                    expected,
+                    "{run} {open}"
+                );
             }
         }
     }
@@ -266,7 +276,11 @@ mod tests {
         ];
         for &from in ToolCallStatus::ALL {
             for &to in ToolCallStatus::ALL {
-                assert_eq!(from.can_become(to), allowed.contains(&(from, to)), "{from} -> {to}");
+                assert_eq!(
+                    from.can_become(to),
+                    allowed.contains(&(from, to)),
+                    "{from} -> {to}"
+                );
             }
         }
     }

@@ -1,0 +1,65 @@
+//! The HTTP API of agentenkit (SPEC §9): JSON, camelCase, bearer keys.
+
+use std::sync::{Arc, OnceLock};
+
+use agentenkit_queue::QueueAdapter;
+use agentenkit_runtime::{Registry, Relay};
+use agentenkit_store::Store;
+use axum::extract::DefaultBodyLimit;
+use axum::Router;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+mod auth;
+mod error;
+mod extract;
+mod routes;
+
+pub use auth::{ApiKeys, ApiKeysError};
+pub use error::ApiError;
+
+/// Bodies above this are refused with 413.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub queue: Arc<dyn QueueAdapter>,
+    pub relay: Relay,
+    pub registry: Arc<Registry>,
+    pub keys: Arc<ApiKeys>,
+    pub metrics: Option<PrometheusHandle>,
+}
+
+impl AppState {
+    pub fn new(
+        store: Store,
+        queue: Arc<dyn QueueAdapter>,
+        registry: Arc<Registry>,
+        keys: ApiKeys,
+    ) -> Self {
+        Self {
+            relay: Relay::new(store.clone(), queue.clone()),
+            store,
+            queue,
+            registry,
+            keys: Arc::new(keys),
+            metrics: metrics_handle(),
+        }
+    }
+}
+
+/// The process-wide Prometheus recorder, installed on first use. `None`
+/// when another recorder was installed first.
+pub fn metrics_handle() -> Option<PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
+        .clone()
+}
+
+pub fn router(state: AppState) -> Router {
+    routes::router()
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}

@@ -1,0 +1,26 @@
+//! Routes, one module per resource.
+
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::AppState;
+
+mod health;
+mod runs;
+mod threads;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/threads", post(threads::create))
+        .route("/threads/{id}", get(threads::get))
+        .route(
+            "/threads/{id}/messages",
+            post(threads::post_message).get(threads::list_messages),
+        )
+        .route("/threads/{id}/events", get(threads::list_events))
+        .route("/runs/{id}", get(runs::get))
+        .route("/runs/{id}/journal", get(runs::journal))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+}

@@ -1,0 +1,99 @@
+//! agentenkit: migrate the database, run everything in one process, or
+//! watch a demo conversation.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use agentenkit::{
+    init_tracing, parse_duration, serve_api, shutdown_on_signal, AgentConfig, Connections,
+    KeyConfig, DEFAULT_LISTEN,
+};
+use agentenkit_api::AppState;
+use agentenkit_runtime::reaper::{reap_every, ReaperConfig};
+use agentenkit_runtime::{Relay, Worker, WorkerConfig};
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "A durable agent runtime whose runs can wait for a person"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Applies the database migrations (idempotent).
+    Migrate {
+        #[command(flatten)]
+        connections: Connections,
+    },
+    /// API, worker and reaper loop in one process.
+    Dev {
+        #[command(flatten)]
+        connections: Connections,
+        #[command(flatten)]
+        agents: AgentConfig,
+        #[command(flatten)]
+        keys: KeyConfig,
+        #[arg(long, env = "AGENTENKIT_LISTEN", default_value = DEFAULT_LISTEN)]
+        listen: SocketAddr,
+        /// How often the reaper pass runs.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        reap_every: Duration,
+    },
+    /// A scripted conversation end to end, printed as a transcript.
+    Demo {
+        #[command(flatten)]
+        connections: Connections,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    init_tracing();
+    match Cli::parse().command {
+        Command::Migrate { connections } => {
+            let applied = connections.store()?.migrate().await?;
+            println!("{}", serde_json::json!({ "applied": applied }));
+        }
+        Command::Dev {
+            connections,
+            agents,
+            keys,
+            listen,
+            reap_every: every,
+        } => {
+            let store = connections.store()?;
+            store.migrate().await?;
+            let queue = connections.queue().await?;
+            let registry = agents.load()?;
+            let shutdown = shutdown_on_signal();
+            let worker = Worker::new(
+                store.clone(),
+                queue.clone(),
+                registry.clone(),
+                WorkerConfig::default(),
+            );
+            let worker_shutdown = shutdown.clone();
+            let worker_task = tokio::spawn(async move { worker.run(worker_shutdown).await });
+            let reaper = tokio::spawn(reap_every(
+                store.clone(),
+                Relay::new(store.clone(), queue.clone()),
+                ReaperConfig::default(),
+                every,
+                shutdown.clone(),
+            ));
+            let state = AppState::new(store, queue, registry, keys.load()?);
+            let (addr, served) = serve_api(state, listen, shutdown).await?;
+            tracing::info!(%addr, queue = ?connections.queue, "agentenkit dev: API, worker and reaper running");
+            served.await?;
+            worker_task.await??;
+            reaper.await?;
+        }
+        Command::Demo { connections } => agentenkit::demo::run(connections).await?,
+    }
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! agentenkit-api: the HTTP API.
+
+use std::net::SocketAddr;
+
+use agentenkit::{
+    init_tracing, serve_api, shutdown_on_signal, AgentConfig, Connections, KeyConfig,
+    DEFAULT_LISTEN,
+};
+use agentenkit_api::AppState;
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(version, about = "Serves the agentenkit HTTP API")]
+struct Cli {
+    #[command(flatten)]
+    connections: Connections,
+    #[command(flatten)]
+    agents: AgentConfig,
+    #[command(flatten)]
+    keys: KeyConfig,
+    /// Address to listen on.
+    #[arg(long, env = "AGENTENKIT_LISTEN", default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    init_tracing();
+    let cli = Cli::parse();
+    let state = AppState::new(
+        cli.connections.store()?,
+        cli.connections.queue().await?,
+        cli.agents.load()?,
+        cli.keys.load()?,
+    );
+    let (addr, served) = serve_api(state, cli.listen, shutdown_on_signal()).await?;
+    tracing::info!(%addr, "API listening");
+    served.await?;
+    Ok(())
+}

@@ -1,0 +1,49 @@
+//! agentenkit-reaper: reclaims what the queue lost. Run it from cron with
+//! `--once`, or as a loop with `--every 30s`.
+
+use std::time::Duration;
+
+use agentenkit::{init_tracing, parse_duration, shutdown_on_signal, Connections};
+use agentenkit_runtime::reaper::{reap_every, reap_once, ReaperConfig};
+use agentenkit_runtime::Relay;
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(version, about = "Reclaims orphaned runs and unpublished messages")]
+struct Cli {
+    #[command(flatten)]
+    connections: Connections,
+    /// One pass, then exit (for cron).
+    #[arg(long, conflicts_with = "every")]
+    once: bool,
+    /// Run a pass this often until stopped.
+    #[arg(long, env = "AGENTENKIT_REAP_EVERY", value_parser = parse_duration)]
+    every: Option<Duration>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    init_tracing();
+    let cli = Cli::parse();
+    let store = cli.connections.store()?;
+    let queue = cli.connections.queue().await?;
+    let relay = Relay::new(store.clone(), queue);
+    let config = ReaperConfig::default();
+    match cli.every {
+        Some(every) if !cli.once => {
+            reap_every(store, relay, config, every, shutdown_on_signal()).await;
+        }
+        _ => {
+            let report = reap_once(&store, &relay, &config).await?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "expiredLeases": report.expired_leases,
+                    "stalledQueued": report.stalled_queued,
+                    "outboxPublished": report.outbox_published,
+                })
+            );
+        }
+    }
+    Ok(())
+}

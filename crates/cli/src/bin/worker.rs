@@ -1,0 +1,44 @@
+//! agentenkit-worker: consumes run segments from RabbitMQ and advances runs.
+
+use std::time::Duration;
+
+use agentenkit::{init_tracing, parse_duration, shutdown_on_signal, AgentConfig, Connections};
+use agentenkit_runtime::{Worker, WorkerConfig};
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(version, about = "Consumes run segments and advances runs")]
+struct Cli {
+    #[command(flatten)]
+    connections: Connections,
+    #[command(flatten)]
+    agents: AgentConfig,
+    /// Segments in flight at once.
+    #[arg(long, env = "AGENTENKIT_PREFETCH", default_value_t = 16)]
+    prefetch: u16,
+    /// How long a run's lease lasts without a commit.
+    #[arg(long, env = "AGENTENKIT_LEASE_TTL", default_value = "30s", value_parser = parse_duration)]
+    lease_ttl: Duration,
+    /// Failed attempts of a step before its run fails.
+    #[arg(long, env = "AGENTENKIT_MAX_ATTEMPTS", default_value_t = 3)]
+    max_attempts: u32,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    init_tracing();
+    let cli = Cli::parse();
+    let registry = cli.agents.load()?;
+    let store = cli.connections.store()?;
+    let queue = cli.connections.queue().await?;
+    let config = WorkerConfig {
+        prefetch: cli.prefetch,
+        lease_ttl: cli.lease_ttl,
+        max_attempts: cli.max_attempts,
+        ..WorkerConfig::default()
+    };
+    let worker = Worker::new(store, queue, registry, config);
+    tracing::info!("worker started");
+    worker.run(shutdown_on_signal()).await?;
+    Ok(())
+}

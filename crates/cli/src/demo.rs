@@ -1,0 +1,203 @@
+//! `agentenkit demo`: a scripted conversation end to end, printed as a
+//! transcript. Everything real: Postgres, the queue, the HTTP API, a worker,
+//! and an HTTP tool served on 127.0.0.1.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentenkit_api::{ApiKeys, AppState};
+use agentenkit_runtime::{
+    Agent, HttpTool, Registry, ScriptEntry, ScriptedModel, ToolSpec, Worker, WorkerConfig,
+};
+use anyhow::{bail, Context};
+use axum::routing::post;
+use axum::Json;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::{serve_api, Connections};
+
+const KEY: &str = "demo-key";
+
+pub async fn run(mut connections: Connections) -> anyhow::Result<()> {
+    connections.schema = Some(
+        connections
+            .schema
+            .unwrap_or_else(|| "agentenkit_demo".into()),
+    );
+    connections.queue_prefix = format!("{}-demo", connections.queue_prefix);
+    let store = connections.store()?;
+    store
+        .drop_schema()
+        .await
+        .context("is Postgres running? try `make services`")?;
+    store.migrate().await?;
+    let queue = connections.queue().await?;
+    let shutdown = CancellationToken::new();
+
+    let (tool_url, sent) = serve_email_tool(shutdown.clone()).await?;
+    let script = vec![
+        ScriptEntry {
+            text: None,
+            tool_calls: vec![agentenkit_core::conversation::ToolCallRequest {
+                id: "c1".into(),
+                name: "send_email".into(),
+                arguments: json!({ "to": "ada@example.com", "subject": "Minutes", "body": "Attached." }),
+            }],
+            error: None,
+        },
+        ScriptEntry {
+            text: Some("Done: the minutes are on their way to Ada.".into()),
+            tool_calls: vec![],
+            error: None,
+        },
+    ];
+    let registry = Registry::new()
+        .with_tool(Arc::new(HttpTool::new(
+            ToolSpec {
+                name: "send_email".into(),
+                description: "Sends an email".into(),
+                input_schema: json!({"type": "object", "required": ["to"], "properties": {"to": {"type": "string"}}}),
+            },
+            tool_url,
+            false,
+        )))?
+        .with_agent(
+            Agent::new("mailer", Arc::new(ScriptedModel::new(script)))
+                .system("You send email.")
+                .tool("send_email"),
+        );
+    let registry = Arc::new(registry);
+    let worker = Worker::new(
+        store.clone(),
+        queue.clone(),
+        registry.clone(),
+        WorkerConfig::default(),
+    );
+    let worker_shutdown = shutdown.clone();
+    let worker_task = tokio::spawn(async move { worker.run(worker_shutdown).await });
+    let state = AppState::new(
+        store.clone(),
+        queue.clone(),
+        registry,
+        ApiKeys::parse(&format!("demo:{KEY}"))?,
+    );
+    let (addr, _served) = serve_api(state, "127.0.0.1:0".parse()?, shutdown.clone()).await?;
+
+    let result = converse(addr).await;
+    shutdown.cancel();
+    let _ = worker_task.await;
+    queue.close().await;
+    println!(
+        "\nThe send_email endpoint was called {} time(s).",
+        sent.load(Ordering::SeqCst)
+    );
+    result
+}
+
+async fn converse(addr: SocketAddr) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let base = format!("http://{addr}");
+    let call = |req: reqwest::RequestBuilder| async move {
+        let response = req.bearer_auth(KEY).send().await?;
+        let status = response.status();
+        let body: Value = response.json().await?;
+        if !status.is_success() {
+            bail!("{status}: {body}");
+        }
+        anyhow::Ok(body)
+    };
+    let thread = call(
+        http.post(format!("{base}/threads"))
+            .json(&json!({"agent": "mailer"})),
+    )
+    .await?;
+    let thread_id = thread["id"].as_str().context("thread id")?.to_owned();
+    println!(
+        "POST /threads                 -> thread {thread_id} ({})",
+        thread["status"]
+    );
+    let content = "Send the minutes to Ada.";
+    let run = call(
+        http.post(format!("{base}/threads/{thread_id}/messages"))
+            .json(&json!({"content": content})),
+    )
+    .await?;
+    let run_id = run["runId"].as_str().context("run id")?.to_owned();
+    println!("POST /threads/{{id}}/messages   -> run {run_id}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let thread = call(http.get(format!("{base}/threads/{thread_id}"))).await?;
+        if thread["status"] == "IDLE" {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the run did not finish in 30 s (is a worker consuming?)");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("\nTranscript:");
+    let messages = call(http.get(format!("{base}/threads/{thread_id}/messages"))).await?;
+    for m in messages.as_array().into_iter().flatten() {
+        match m["role"].as_str() {
+            Some("user") => println!("  user:      {}", m["content"].as_str().unwrap_or_default()),
+            Some("assistant") => {
+                if let Some(text) = m["content"].as_str() {
+                    println!("  assistant: {text}");
+                }
+                for c in m["toolCalls"].as_array().into_iter().flatten() {
+                    println!(
+                        "  assistant: calls {}({})",
+                        c["name"].as_str().unwrap_or_default(),
+                        c["arguments"]
+                    );
+                }
+            }
+            Some("tool") => println!(
+                "  tool:      {} -> {}",
+                m["name"].as_str().unwrap_or_default(),
+                m["content"]
+            ),
+            _ => {}
+        }
+    }
+    let run = call(http.get(format!("{base}/runs/{run_id}"))).await?;
+    println!("\nRun {run_id}: {}", run["status"]);
+    let journal = call(http.get(format!("{base}/runs/{run_id}/journal"))).await?;
+    let names: Vec<&str> = journal
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    println!("Journal: {}", names.join(", "));
+    Ok(())
+}
+
+/// The demo's `send_email` endpoint: counts calls, answers a message id.
+async fn serve_email_tool(
+    shutdown: CancellationToken,
+) -> anyhow::Result<(String, Arc<AtomicUsize>)> {
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counter = sent.clone();
+    let app = axum::Router::new().route(
+        "/send",
+        post(move |Json(body): Json<Value>| {
+            let counter = counter.clone();
+            async move {
+                let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                Json(json!({ "sent": true, "messageId": format!("msg-{n}"), "to": body["arguments"]["to"] }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+    });
+    Ok((format!("http://{addr}/send"), sent))
+}

@@ -1,0 +1,236 @@
+//! What the binaries share: options, wiring of store, queue and registry,
+//! and serving the API. The integration tests use the same wiring.
+
+pub mod demo;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentenkit_api::{ApiKeys, AppState};
+use agentenkit_queue::memory::MemoryQueue;
+use agentenkit_queue::rabbit::RabbitQueue;
+use agentenkit_queue::{QueueAdapter, Topology};
+use agentenkit_runtime::Registry;
+use agentenkit_store::{Store, StoreConfig};
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use tokio_util::sync::CancellationToken;
+
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/agentenkit";
+pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_CONFIG: &str = "agentenkit.toml";
+
+/// Where the services are.
+#[derive(Debug, Clone, Args)]
+pub struct Connections {
+    /// Postgres connection URL.
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
+    pub database_url: String,
+    /// Postgres schema to work in (default: the server's search_path).
+    #[arg(long, env = "AGENTENKIT_SCHEMA")]
+    pub schema: Option<String>,
+    /// RabbitMQ URL.
+    #[arg(long, env = "AMQP_URL", default_value = DEFAULT_AMQP_URL)]
+    pub amqp_url: String,
+    /// Prefix of every queue and exchange name.
+    #[arg(long, env = "AGENTENKIT_QUEUE_PREFIX", default_value = "agentenkit")]
+    pub queue_prefix: String,
+    /// `rabbitmq` for a fleet; `memory` runs everything in one process.
+    #[arg(long, env = "AGENTENKIT_QUEUE", value_enum, default_value_t = QueueKind::Rabbitmq)]
+    pub queue: QueueKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QueueKind {
+    Rabbitmq,
+    Memory,
+}
+
+/// The agent file.
+#[derive(Debug, Clone, Args)]
+pub struct AgentConfig {
+    /// The agent file (TOML).
+    #[arg(long = "config", env = "AGENTENKIT_CONFIG", default_value = DEFAULT_CONFIG)]
+    pub path: PathBuf,
+}
+
+impl AgentConfig {
+    pub fn load(&self) -> anyhow::Result<Arc<Registry>> {
+        Ok(Arc::new(Registry::from_file(&self.path)?))
+    }
+}
+
+impl Connections {
+    pub fn store(&self) -> anyhow::Result<Store> {
+        let mut config = StoreConfig::new(&self.database_url);
+        config.schema = self.schema.clone();
+        Ok(Store::connect(&config)?)
+    }
+
+    pub async fn queue(&self) -> anyhow::Result<Arc<dyn QueueAdapter>> {
+        Ok(match self.queue {
+            QueueKind::Memory => Arc::new(MemoryQueue::new()),
+            QueueKind::Rabbitmq => {
+                let topology = Topology {
+                    prefix: self.queue_prefix.clone(),
+                    queue_expires: None,
+                };
+                Arc::new(
+                    RabbitQueue::connect(&self.amqp_url, topology)
+                        .await
+                        .with_context(|| {
+                            format!("connecting to RabbitMQ at {}", redact(&self.amqp_url))
+                        })?,
+                )
+            }
+        })
+    }
+}
+
+/// API keys from `AGENTENKIT_API_KEYS`.
+#[derive(Debug, Clone, Args)]
+pub struct KeyConfig {
+    /// `owner:key,owner2:key2`
+    #[arg(
+        long,
+        env = "AGENTENKIT_API_KEYS",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub api_keys: String,
+}
+
+impl KeyConfig {
+    pub fn load(&self) -> anyhow::Result<ApiKeys> {
+        let keys = ApiKeys::parse(&self.api_keys)?;
+        if keys.is_empty() {
+            tracing::warn!("AGENTENKIT_API_KEYS is empty: every request will be refused with 401");
+        }
+        Ok(keys)
+    }
+}
+
+/// Serves the API on `listen` until `shutdown`; returns the bound address
+/// through `bound` (port 0 picks a free port).
+pub async fn serve_api(
+    state: AppState,
+    listen: SocketAddr,
+    shutdown: CancellationToken,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let addr = listener.local_addr()?;
+    let app = agentenkit_api::router(state);
+    let handle = tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "API server stopped");
+        }
+    });
+    Ok((addr, handle))
+}
+
+/// Installs the tracing subscriber (binaries only): `RUST_LOG` filters,
+/// logs go to stderr so stdout stays data.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=off"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// A token cancelled on Ctrl-C or SIGTERM.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(term) => term,
+                    Err(_) => {
+                        let _ = ctrl_c.await;
+                        cancel.cancel();
+                        return;
+                    }
+                };
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        tracing::info!("shutting down");
+        cancel.cancel();
+    });
+    token
+}
+
+/// Parses `500ms`, `30s`, `5m`, `1h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 30s, 500ms, 5m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" | "" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!(
+            "invalid duration unit in {text:?}: use ms, s, m or h"
+        )),
+    }
+}
+
+/// The URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            let user = creds.split(':').next().unwrap_or("");
+            format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("amqp://guest:guest@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(redact("postgres://h/db"), "postgres://h/db");
+    }
+}

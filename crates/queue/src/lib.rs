@@ -1,0 +1,140 @@
+//! The queue port of agentenkit and its two adapters.
+//!
+//! [`QueueAdapter`] is what the runtime needs from a message broker: publish
+//! a message durably (now, or after a delay), and consume messages with
+//! manual acknowledgement. [`rabbit::RabbitQueue`] is the production adapter
+//! (RabbitMQ via lapin, no plugins); [`memory::MemoryQueue`] runs everything
+//! in one process for `agentenkit dev --queue memory` and unit tests.
+
+use std::time::Duration;
+
+use agentenkit_core::QueueMessage;
+use async_trait::async_trait;
+
+pub mod error;
+pub mod ladder;
+pub mod memory;
+pub mod rabbit;
+
+pub use error::{Error, Result};
+
+/// Names of everything a deployment declares on the broker. Tests use a
+/// unique prefix each, so they can run in parallel on one broker.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    /// `agentenkit` in production: queues are `agentenkit.segments`, ….
+    pub prefix: String,
+    /// When set, every queue is declared with `x-expires` (and every
+    /// exchange auto-delete) so that a test's topology vanishes once unused.
+    /// Never set in production: an idle delay queue would expire with the
+    /// messages waiting in it.
+    pub queue_expires: Option<Duration>,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Self {
+            prefix: "agentenkit".to_owned(),
+            queue_expires: None,
+        }
+    }
+}
+
+impl Topology {
+    /// The durable queue every segment message ends up on.
+    pub fn segments_queue(&self) -> String {
+        format!("{}.segments", self.prefix)
+    }
+
+    /// The exchange the delay ladder dead-letters into once a message's
+    /// delay has run out; it routes to [`Topology::segments_queue`].
+    pub fn delivery_exchange(&self) -> String {
+        format!("{}.delivery", self.prefix)
+    }
+
+    /// Name of both the queue and the exchange of delay level `level`
+    /// (zero-padded so that the levels sort in a broker's listing).
+    pub fn delay_level(&self, level: u8) -> String {
+        format!("{}.delay.{level:02}", self.prefix)
+    }
+}
+
+/// What the runtime needs from a broker.
+#[async_trait]
+pub trait QueueAdapter: Send + Sync + 'static {
+    /// Publishes `message` to the segment queue, persistent; returns once the
+    /// broker has confirmed it.
+    async fn publish(&self, message: &QueueMessage) -> Result<()>;
+
+    /// Publishes `message` so that it reaches the segment queue after
+    /// `delay` (millisecond resolution), surviving a broker restart.
+    async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()>;
+
+    /// Starts consuming the segment queue with at most `prefetch`
+    /// unacknowledged deliveries at once. Survives broker restarts: the
+    /// stream reconnects; deliveries of a lost channel are redelivered.
+    async fn consume(&self, prefetch: u16) -> Result<Deliveries>;
+
+    /// Ok when the broker is reachable (for `/readyz`).
+    async fn ready(&self) -> Result<()>;
+
+    /// Stops every consumer (their [`Deliveries`] end) and releases the
+    /// broker connection; later calls fail with [`Error::Closed`]. Settle
+    /// in-flight deliveries first: the broker redelivers unsettled ones.
+    async fn close(&self) {}
+}
+
+/// A stream of deliveries; ends when the adapter is closed.
+pub struct Deliveries {
+    receiver: tokio::sync::mpsc::Receiver<Delivery>,
+}
+
+impl Deliveries {
+    pub fn new(receiver: tokio::sync::mpsc::Receiver<Delivery>) -> Self {
+        Self { receiver }
+    }
+
+    pub async fn next(&mut self) -> Option<Delivery> {
+        self.receiver.recv().await
+    }
+}
+
+/// One delivered message; must be acked or nacked exactly once.
+pub struct Delivery {
+    /// The raw body: the consumer parses it, so a malformed message can be
+    /// logged and dropped rather than crash a consumer.
+    pub body: Vec<u8>,
+    /// True when the broker delivered this message before.
+    pub redelivered: bool,
+    acker: Box<dyn Acknowledge>,
+}
+
+impl Delivery {
+    pub fn new(body: Vec<u8>, redelivered: bool, acker: Box<dyn Acknowledge>) -> Self {
+        Self {
+            body,
+            redelivered,
+            acker,
+        }
+    }
+
+    pub fn message(&self) -> std::result::Result<QueueMessage, serde_json::Error> {
+        QueueMessage::from_bytes(&self.body)
+    }
+
+    pub async fn ack(self) -> Result<()> {
+        self.acker.ack().await
+    }
+
+    /// `requeue = true` hands the message back to the broker for redelivery.
+    pub async fn nack(self, requeue: bool) -> Result<()> {
+        self.acker.nack(requeue).await
+    }
+}
+
+/// How an adapter settles one delivery.
+#[async_trait]
+pub trait Acknowledge: Send + Sync {
+    async fn ack(self: Box<Self>) -> Result<()>;
+    async fn nack(self: Box<Self>, requeue: bool) -> Result<()>;
+}

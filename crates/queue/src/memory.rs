@@ -1,0 +1,385 @@
+//! An in-process [`QueueAdapter`] for `agentenkit dev --queue memory` and
+//! unit tests.
+//!
+//! One FIFO shared by every consumer of a handle (clones share it). It
+//! mirrors the RabbitMQ adapter where the runtime can tell the difference:
+//! `prefetch` bounds unsettled deliveries per consumer, `nack(requeue)` and
+//! a delivery dropped unsettled put the message back at the head with
+//! `redelivered = true`, and delays past [`ladder::MAX_DELAY_MS`] are
+//! refused. What it cannot mirror is durability: messages and pending
+//! delays live in memory and are lost with the process, which is fine for
+//! development (the outbox and the reaper recover runs from Postgres).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agentenkit_core::QueueMessage;
+use async_trait::async_trait;
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::{ladder, Acknowledge, Deliveries, Delivery, Error, QueueAdapter, Result};
+
+/// A message waiting on the in-memory queue.
+struct Queued {
+    body: Vec<u8>,
+    redelivered: bool,
+}
+
+struct Shared {
+    queue: Mutex<VecDeque<Queued>>,
+    /// Woken on every push; consumers re-check the queue.
+    pushed: Notify,
+    closed: CancellationToken,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Queued>> {
+        // A panic while holding this lock cannot leave the deque half
+        // updated (every critical section is one push or pop), so a
+        // poisoned lock is still usable.
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn push_back(&self, body: Vec<u8>) {
+        self.lock().push_back(Queued {
+            body,
+            redelivered: false,
+        });
+        self.pushed.notify_waiters();
+    }
+
+    /// Requeues at the head, as RabbitMQ puts a requeued message back near
+    /// its original position.
+    fn push_front(&self, body: Vec<u8>) {
+        self.lock().push_front(Queued {
+            body,
+            redelivered: true,
+        });
+        self.pushed.notify_waiters();
+    }
+
+    /// Waits for the next message.
+    async fn pop(&self) -> Queued {
+        loop {
+            let pushed = self.pushed.notified();
+            tokio::pin!(pushed);
+            // Register before looking, so a push between the look and the
+            // await still wakes us.
+            pushed.as_mut().enable();
+            if let Some(queued) = self.lock().pop_front() {
+                return queued;
+            }
+            pushed.await;
+        }
+    }
+}
+
+/// The in-process queue; clone the handle to share one queue.
+#[derive(Clone)]
+pub struct MemoryQueue {
+    shared: Arc<Shared>,
+}
+
+impl Default for MemoryQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for MemoryQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryQueue")
+            .field("queued", &self.len())
+            .field("closed", &self.shared.closed.is_cancelled())
+            .finish()
+    }
+}
+
+impl MemoryQueue {
+    pub fn new() -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(VecDeque::new()),
+                pushed: Notify::new(),
+                closed: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// Messages waiting to be delivered (not counting pending delays or
+    /// unsettled deliveries).
+    pub fn len(&self) -> usize {
+        self.shared.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.shared.closed.is_cancelled() {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl QueueAdapter for MemoryQueue {
+    async fn publish(&self, message: &QueueMessage) -> Result<()> {
+        self.check_open()?;
+        self.shared.push_back(message.to_bytes());
+        Ok(())
+    }
+
+    async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()> {
+        self.check_open()?;
+        let ms = ladder::delay_ms(delay)?;
+        if ms == 0 {
+            return self.publish(message).await;
+        }
+        let shared = Arc::clone(&self.shared);
+        let body = message.to_bytes();
+        let delay = Duration::from_millis(u64::from(ms));
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shared.closed.cancelled() => {}
+                () = tokio::time::sleep(delay) => shared.push_back(body),
+            }
+        });
+        Ok(())
+    }
+
+    async fn consume(&self, prefetch: u16) -> Result<Deliveries> {
+        self.check_open()?;
+        let slots = usize::from(prefetch.max(1));
+        let (sender, receiver) = mpsc::channel(slots);
+        let in_flight = Arc::new(Semaphore::new(slots));
+        tokio::spawn(forward(Arc::clone(&self.shared), in_flight, sender));
+        Ok(Deliveries::new(receiver))
+    }
+
+    async fn ready(&self) -> Result<()> {
+        self.check_open()
+    }
+
+    async fn close(&self) {
+        self.shared.closed.cancel();
+    }
+}
+
+/// One consumer: takes a prefetch slot, then a message, and hands it over;
+/// ends when the queue is closed or the [`Deliveries`] is dropped.
+async fn forward(shared: Arc<Shared>, in_flight: Arc<Semaphore>, sender: mpsc::Sender<Delivery>) {
+    loop {
+        let permit = tokio::select! {
+            () = shared.closed.cancelled() => return,
+            () = sender.closed() => return,
+            permit = Arc::clone(&in_flight).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+        };
+        // Reserve the channel slot before taking a message off the queue,
+        // so that a message is never taken and then lost to a dropped
+        // receiver.
+        let slot = tokio::select! {
+            () = shared.closed.cancelled() => return,
+            slot = sender.reserve() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+        };
+        let queued = tokio::select! {
+            () = shared.closed.cancelled() => return,
+            () = sender.closed() => return,
+            queued = shared.pop() => queued,
+        };
+        let acker = MemoryAcker {
+            shared: Arc::clone(&shared),
+            body: Some(queued.body.clone()),
+            _permit: permit,
+        };
+        slot.send(Delivery::new(
+            queued.body,
+            queued.redelivered,
+            Box::new(acker),
+        ));
+    }
+}
+
+/// Settles one in-memory delivery. Holding the consumer's prefetch permit
+/// is what bounds its unsettled deliveries.
+struct MemoryAcker {
+    shared: Arc<Shared>,
+    /// `Some` until settled; a delivery dropped unsettled is requeued, as
+    /// RabbitMQ requeues the unacked deliveries of a closed channel.
+    body: Option<Vec<u8>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+#[async_trait]
+impl Acknowledge for MemoryAcker {
+    async fn ack(mut self: Box<Self>) -> Result<()> {
+        self.body = None;
+        Ok(())
+    }
+
+    async fn nack(mut self: Box<Self>, requeue: bool) -> Result<()> {
+        if let Some(body) = self.body.take() {
+            if requeue {
+                self.shared.push_front(body);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MemoryAcker {
+    fn drop(&mut self) {
+        if let Some(body) = self.body.take() {
+            if !self.shared.closed.is_cancelled() {
+                self.shared.push_front(body);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agentenkit_core::RunId;
+    use tokio::time::{timeout, Instant};
+
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    fn segment(seq: i64) -> QueueMessage {
+        QueueMessage::Segment {
+            run_id: RunId::new(),
+            seq,
+        }
+    }
+
+    async fn next(deliveries: &mut Deliveries) -> Delivery {
+        timeout(WAIT, deliveries.next())
+            .await
+            .expect("a delivery in time")
+            .expect("the stream is open")
+    }
+
+    #[tokio::test]
+    async fn publish_consume_ack() {
+        let queue = MemoryQueue::new();
+        let (first, second) = (segment(1), segment(2));
+        queue.publish(&first).await.unwrap();
+        let mut deliveries = queue.consume(8).await.unwrap();
+        queue.publish(&second).await.unwrap();
+        let one = next(&mut deliveries).await;
+        assert_eq!(one.message().unwrap(), first);
+        assert!(!one.redelivered);
+        one.ack().await.unwrap();
+        let two = next(&mut deliveries).await;
+        assert_eq!(two.message().unwrap(), second);
+        two.ack().await.unwrap();
+        assert!(queue.is_empty());
+        queue.ready().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn nack_requeue_redelivers_and_nack_drop_discards() {
+        let queue = MemoryQueue::new();
+        let message = segment(1);
+        queue.publish(&message).await.unwrap();
+        let mut deliveries = queue.consume(1).await.unwrap();
+        next(&mut deliveries).await.nack(true).await.unwrap();
+        let again = next(&mut deliveries).await;
+        assert!(again.redelivered);
+        assert_eq!(again.message().unwrap(), message);
+        again.nack(false).await.unwrap();
+        let other = segment(2);
+        queue.publish(&other).await.unwrap();
+        let delivered = next(&mut deliveries).await;
+        assert_eq!(
+            delivered.message().unwrap(),
+            other,
+            "the nacked one is gone"
+        );
+    }
+
+    #[tokio::test]
+    async fn prefetch_bounds_unsettled_deliveries() {
+        let queue = MemoryQueue::new();
+        for seq in 0..3 {
+            queue.publish(&segment(seq)).await.unwrap();
+        }
+        let mut deliveries = queue.consume(2).await.unwrap();
+        let a = next(&mut deliveries).await;
+        let _b = next(&mut deliveries).await;
+        let blocked = timeout(Duration::from_millis(50), deliveries.next()).await;
+        assert!(blocked.is_err(), "a third delivery exceeds prefetch 2");
+        a.ack().await.unwrap();
+        next(&mut deliveries).await;
+    }
+
+    #[tokio::test]
+    async fn unsettled_delivery_of_a_dropped_consumer_goes_to_the_next() {
+        let queue = MemoryQueue::new();
+        let message = segment(1);
+        queue.publish(&message).await.unwrap();
+        let mut first = queue.consume(1).await.unwrap();
+        let delivery = next(&mut first).await;
+        drop(first);
+        drop(delivery);
+        let mut second = queue.consume(1).await.unwrap();
+        let again = next(&mut second).await;
+        assert!(again.redelivered);
+        assert_eq!(again.message().unwrap(), message);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_messages_arrive_in_delay_order_not_before_their_delay() {
+        let queue = MemoryQueue::new();
+        let (late, early) = (segment(1), segment(2));
+        let start = Instant::now();
+        queue
+            .publish_delayed(&late, Duration::from_millis(900))
+            .await
+            .unwrap();
+        queue
+            .publish_delayed(&early, Duration::from_millis(200))
+            .await
+            .unwrap();
+        let mut deliveries = queue.consume(8).await.unwrap();
+        let one = next(&mut deliveries).await;
+        assert_eq!(one.message().unwrap(), early);
+        assert!(start.elapsed() >= Duration::from_millis(200));
+        let two = next(&mut deliveries).await;
+        assert_eq!(two.message().unwrap(), late);
+        assert!(start.elapsed() >= Duration::from_millis(900));
+        assert!(matches!(
+            queue
+                .publish_delayed(&late, Duration::from_millis(ladder::MAX_DELAY_MS + 1))
+                .await,
+            Err(Error::DelayTooLong(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn close_ends_consumers_and_refuses_publishes() {
+        let queue = MemoryQueue::new();
+        let mut deliveries = queue.consume(1).await.unwrap();
+        queue.close().await;
+        let end = timeout(WAIT, deliveries.next()).await.unwrap();
+        assert!(end.is_none());
+        assert!(matches!(
+            queue.publish(&segment(1)).await,
+            Err(Error::Closed)
+        ));
+        assert!(matches!(queue.ready().await, Err(Error::Closed)));
+    }
+}

@@ -1,0 +1,542 @@
+//! The RabbitMQ adapter (lapin 4, no plugins).
+//!
+//! One connection per adapter, shared by one long-lived publishing channel
+//! (publisher confirms on) and one channel per consumer. Whoever connects
+//! first declares the topology: the durable segment queue and the delay
+//! ladder of [`ladder::plan`]; declaring is idempotent, so every process
+//! (and every reconnect) simply declares it again.
+//!
+//! Recovery is done here rather than with lapin's `enable_auto_recover`:
+//! a dead connection is noticed by its status or by a failed operation and
+//! replaced on next use (re-declaring the topology). A publish retries once
+//! on a fresh channel; a consumer reconnects with a doubling backoff. The
+//! broker requeues what a lost channel had not acked, so a consumer sees
+//! those messages again with `redelivered = true`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentenkit_core::QueueMessage;
+use async_trait::async_trait;
+use futures::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{
+    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
+};
+use tokio::sync::{mpsc, Mutex};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::ladder::{self, Target};
+use crate::{Acknowledge, Deliveries, Delivery, Error, QueueAdapter, Result, Topology};
+
+/// How long establishing a connection may take before it counts as failed.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A consumer's first wait before reconnecting; doubles up to the max.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// AMQP `reply-success`, for closing cleanly.
+const REPLY_SUCCESS: u16 = 200;
+
+/// The production [`QueueAdapter`]. Cheap to clone; clones share the
+/// connection.
+#[derive(Clone)]
+pub struct RabbitQueue {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RabbitQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the URL: it carries the password.
+        f.debug_struct("RabbitQueue")
+            .field("prefix", &self.inner.topology.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    url: String,
+    topology: Topology,
+    segments: ShortString,
+    entry_exchange: ShortString,
+    connection: Mutex<Option<Arc<Connection>>>,
+    publisher: Mutex<Option<Channel>>,
+    closed: CancellationToken,
+}
+
+impl RabbitQueue {
+    /// Connects to `amqp_url` and declares `topology`; fails when the broker
+    /// is unreachable or refuses the declarations (e.g. a queue of the same
+    /// name exists with other arguments).
+    pub async fn connect(amqp_url: &str, topology: Topology) -> Result<Self> {
+        let segments = short(topology.segments_queue())?;
+        let entry_exchange = short(ladder::plan(&topology).entry_exchange)?;
+        let queue = Self {
+            inner: Arc::new(Inner {
+                url: amqp_url.to_owned(),
+                topology,
+                segments,
+                entry_exchange,
+                connection: Mutex::new(None),
+                publisher: Mutex::new(None),
+                closed: CancellationToken::new(),
+            }),
+        };
+        queue.inner.connection().await?;
+        Ok(queue)
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.inner.topology
+    }
+}
+
+#[async_trait]
+impl QueueAdapter for RabbitQueue {
+    async fn publish(&self, message: &QueueMessage) -> Result<()> {
+        // The default exchange routes on the queue name.
+        let segments = self.inner.segments.clone();
+        self.inner
+            .publish(ShortString::default(), segments, &message.to_bytes())
+            .await
+    }
+
+    async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()> {
+        let ms = ladder::delay_ms(delay)?;
+        if ms == 0 {
+            return self.publish(message).await;
+        }
+        let key = short(ladder::routing_key(ms))?;
+        let entry = self.inner.entry_exchange.clone();
+        self.inner.publish(entry, key, &message.to_bytes()).await
+    }
+
+    async fn consume(&self, prefetch: u16) -> Result<Deliveries> {
+        // Connect now so that a broker that is down fails the call rather
+        // than a background task.
+        self.inner.connection().await?;
+        let prefetch = prefetch.max(1);
+        let (sender, receiver) = mpsc::channel(usize::from(prefetch));
+        tokio::spawn(consume_until_stopped(
+            Arc::clone(&self.inner),
+            prefetch,
+            sender,
+        ));
+        Ok(Deliveries::new(receiver))
+    }
+
+    async fn ready(&self) -> Result<()> {
+        self.inner.connection().await.map(|_| ())
+    }
+
+    async fn close(&self) {
+        self.inner.closed.cancel();
+        self.inner.publisher.lock().await.take();
+        let connection = self.inner.connection.lock().await.take();
+        if let Some(connection) = connection.filter(|c| c.status().connected()) {
+            if let Err(error) = connection.close(REPLY_SUCCESS, "closing".into()).await {
+                debug!(%error, "closing the broker connection");
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// The live connection, or a new one with the topology declared on it.
+    /// The lock makes concurrent callers share one reconnect.
+    async fn connection(&self) -> Result<Arc<Connection>> {
+        let mut current = self.connection.lock().await;
+        if self.closed.is_cancelled() {
+            return Err(Error::Closed);
+        }
+        if let Some(connection) = current.as_ref().filter(|c| c.status().connected()) {
+            return Ok(Arc::clone(connection));
+        }
+        let name = format!("agentenkit {}", self.topology.prefix);
+        let properties = ConnectionProperties::default().with_connection_name(name.into());
+        let connection =
+            tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(&self.url, properties))
+                .await
+                .map_err(|_| Error::Connection("timed out connecting to the broker".into()))?
+                .map_err(|e| Error::Connection(e.to_string()))?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| Error::Connection(e.to_string()))?;
+        declare(&channel, &self.topology).await?;
+        // Dropping the last handle of the channel closes it.
+        drop(channel);
+        info!(prefix = %self.topology.prefix, "connected to the broker, topology declared");
+        let connection = Arc::new(connection);
+        *current = Some(Arc::clone(&connection));
+        Ok(connection)
+    }
+
+    /// The publishing channel, reopened (on a fresh connection if need be)
+    /// when the last one died.
+    async fn publisher(&self) -> Result<Channel> {
+        let mut current = self.publisher.lock().await;
+        if let Some(channel) = current.as_ref().filter(|c| c.status().connected()) {
+            return Ok(channel.clone());
+        }
+        let channel = self
+            .connection()
+            .await?
+            .create_channel()
+            .await
+            .map_err(|e| Error::Connection(e.to_string()))?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| Error::Broker(e.to_string()))?;
+        *current = Some(channel.clone());
+        Ok(channel)
+    }
+
+    /// Forgets `failed` so that the next publish opens a new channel (on a
+    /// new connection when the old one is down: see [`Inner::connection`]).
+    async fn discard_publisher(&self, failed: &Channel) {
+        let mut current = self.publisher.lock().await;
+        if current.as_ref().is_some_and(|c| c.id() == failed.id()) {
+            *current = None;
+        }
+    }
+
+    /// Publishes and awaits the confirm; retries once on a fresh channel
+    /// when the channel or connection failed, since the caller (an outbox
+    /// drain) would otherwise leave the row for the reaper. A retry may
+    /// duplicate a message whose confirm was lost: consumers are idempotent.
+    async fn publish(&self, exchange: ShortString, key: ShortString, body: &[u8]) -> Result<()> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if self.closed.is_cancelled() {
+                return Err(Error::Closed);
+            }
+            let channel = self.publisher().await?;
+            let failure = match publish_once(&channel, &exchange, &key, body).await {
+                Ok(()) => return Ok(()),
+                Err(PublishFailure::Refused(reason)) => return Err(Error::NotConfirmed(reason)),
+                Err(failure) => failure,
+            };
+            self.discard_publisher(&channel).await;
+            if attempt >= 2 {
+                return Err(failure.into());
+            }
+            warn!(error = %failure, exchange = %exchange, "publish failed; retrying on a fresh channel");
+        }
+    }
+}
+
+/// Why one publish attempt failed.
+#[derive(Debug)]
+enum PublishFailure {
+    /// The broker answered no (nack, or unroutable): retrying will not help.
+    Refused(String),
+    /// The message never left: the channel or connection is down.
+    Send(lapin::Error),
+    /// The channel died before the confirm came: the outcome is unknown.
+    Confirm(lapin::Error),
+}
+
+impl std::fmt::Display for PublishFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Refused(reason) => write!(f, "refused: {reason}"),
+            Self::Send(error) => write!(f, "send failed: {error}"),
+            Self::Confirm(error) => write!(f, "confirm lost: {error}"),
+        }
+    }
+}
+
+impl From<PublishFailure> for Error {
+    fn from(failure: PublishFailure) -> Self {
+        match failure {
+            PublishFailure::Refused(reason) => Error::NotConfirmed(reason),
+            PublishFailure::Send(error) => Error::Connection(error.to_string()),
+            PublishFailure::Confirm(error) => Error::NotConfirmed(error.to_string()),
+        }
+    }
+}
+
+async fn publish_once(
+    channel: &Channel,
+    exchange: &ShortString,
+    key: &ShortString,
+    body: &[u8],
+) -> std::result::Result<(), PublishFailure> {
+    let properties = BasicProperties::default()
+        .with_delivery_mode(2) // persistent
+        .with_content_type("application/json".into());
+    // `mandatory`: a message no queue takes comes back (and is an error)
+    // instead of being confirmed and silently dropped.
+    let options = BasicPublishOptions {
+        mandatory: true,
+        ..BasicPublishOptions::default()
+    };
+    let confirm = channel
+        .basic_publish(exchange.clone(), key.clone(), options, body, properties)
+        .await
+        .map_err(PublishFailure::Send)?;
+    match confirm.await.map_err(PublishFailure::Confirm)? {
+        Confirmation::Ack(None) => Ok(()),
+        Confirmation::Ack(Some(returned)) => Err(PublishFailure::Refused(format!(
+            "unroutable: {} {}",
+            returned.reply_code, returned.reply_text
+        ))),
+        Confirmation::Nack(_) => Err(PublishFailure::Refused("nacked by the broker".into())),
+        Confirmation::NotRequested => Err(PublishFailure::Refused(
+            "publisher confirms are not enabled on the channel".into(),
+        )),
+    }
+}
+
+/// Declares the segment queue and the whole delay ladder.
+async fn declare(channel: &Channel, topology: &Topology) -> Result<()> {
+    let plan = ladder::plan(topology);
+    let exchange_options = ExchangeDeclareOptions {
+        durable: true,
+        // With expiring queues (tests), let the exchanges go too: each is
+        // deleted once the last queue or exchange bound from it is gone.
+        auto_delete: topology.queue_expires.is_some(),
+        ..ExchangeDeclareOptions::default()
+    };
+    let queue_options = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    for exchange in &plan.exchanges {
+        channel
+            .exchange_declare(
+                short(exchange.as_str())?,
+                ExchangeKind::Topic,
+                exchange_options,
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| broker("declaring exchange", exchange, e))?;
+    }
+    let segments = topology.segments_queue();
+    channel
+        .queue_declare(
+            short(segments.as_str())?,
+            queue_options,
+            queue_arguments(topology),
+        )
+        .await
+        .map_err(|e| broker("declaring queue", &segments, e))?;
+    for queue in &plan.delay_queues {
+        let mut arguments = queue_arguments(topology);
+        arguments.insert("x-message-ttl".into(), amqp_int(queue.ttl_ms));
+        arguments.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString(queue.dead_letter_exchange.clone().into()),
+        );
+        channel
+            .queue_declare(short(queue.name.as_str())?, queue_options, arguments)
+            .await
+            .map_err(|e| broker("declaring queue", &queue.name, e))?;
+    }
+    for binding in &plan.bindings {
+        let source = short(binding.source.as_str())?;
+        let pattern = short(binding.pattern.as_str())?;
+        let bound = match &binding.target {
+            Target::Queue(queue) => {
+                channel
+                    .queue_bind(
+                        short(queue.as_str())?,
+                        source,
+                        pattern,
+                        QueueBindOptions::default(),
+                        FieldTable::default(),
+                    )
+                    .await
+            }
+            Target::Exchange(exchange) => {
+                channel
+                    .exchange_bind(
+                        short(exchange.as_str())?,
+                        source,
+                        pattern,
+                        ExchangeBindOptions::default(),
+                        FieldTable::default(),
+                    )
+                    .await
+            }
+        };
+        bound.map_err(|e| broker("binding", &binding.source, e))?;
+    }
+    Ok(())
+}
+
+fn queue_arguments(topology: &Topology) -> FieldTable {
+    let mut arguments = FieldTable::default();
+    if let Some(expires) = topology.queue_expires {
+        let ms = u64::try_from(expires.as_millis()).unwrap_or(u64::MAX);
+        arguments.insert("x-expires".into(), amqp_int(ms.max(1)));
+    }
+    arguments
+}
+
+fn amqp_int(value: u64) -> AMQPValue {
+    AMQPValue::LongLongInt(i64::try_from(value).unwrap_or(i64::MAX))
+}
+
+/// AMQP names are at most 255 bytes; a long prefix fails here rather
+/// than panicking inside lapin's `From<String>`.
+fn short(name: impl Into<String>) -> Result<ShortString> {
+    let name = name.into();
+    ShortString::try_new(name.clone())
+        .map_err(|_| Error::Broker(format!("name longer than 255 bytes: {name}")))
+}
+
+fn broker(doing: &str, name: &str, error: lapin::Error) -> Error {
+    Error::Broker(format!("{doing} {name}: {error}"))
+}
+
+/// Why a consumer's channel stopped.
+enum Stopped {
+    /// The adapter was closed or the [`Deliveries`] dropped: stop for good.
+    Asked,
+    /// The channel or connection failed: reconnect.
+    Lost(Error),
+}
+
+/// The task behind one [`Deliveries`]: consume, and reconnect with backoff
+/// whenever the channel is lost.
+async fn consume_until_stopped(inner: Arc<Inner>, prefetch: u16, sender: mpsc::Sender<Delivery>) {
+    let mut backoff = BACKOFF_MIN;
+    let mut redeclare = false;
+    loop {
+        match consume_channel(&inner, prefetch, &sender, redeclare, &mut backoff).await {
+            Stopped::Asked => return,
+            Stopped::Lost(error) => {
+                warn!(%error, prefix = %inner.topology.prefix, ?backoff, "consumer lost its channel; reconnecting");
+            }
+        }
+        tokio::select! {
+            () = inner.closed.cancelled() => return,
+            () = sender.closed() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+        // Whatever cancelled the consumer may have deleted part of the
+        // topology (a queue deleted by hand, or expired in tests).
+        redeclare = true;
+    }
+}
+
+async fn consume_channel(
+    inner: &Inner,
+    prefetch: u16,
+    sender: &mpsc::Sender<Delivery>,
+    redeclare: bool,
+    backoff: &mut Duration,
+) -> Stopped {
+    let channel = match open_consumer_channel(inner, prefetch, redeclare).await {
+        Ok(channel) => channel,
+        Err(Error::Closed) => return Stopped::Asked,
+        Err(error) => return Stopped::Lost(error),
+    };
+    let mut consumer = match channel
+        .basic_consume(
+            inner.segments.clone(),
+            // Empty: the broker picks a unique tag.
+            ShortString::default(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+    {
+        Ok(consumer) => consumer,
+        Err(error) => return Stopped::Lost(Error::Broker(error.to_string())),
+    };
+    *backoff = BACKOFF_MIN;
+    debug!(prefix = %inner.topology.prefix, prefetch, "consuming");
+    // On return the consumer is cancelled and our handle of the channel
+    // dropped; the channel closes (and the broker requeues what it holds
+    // unacked) once every delivery handed out is settled or dropped, so a
+    // worker that stops consuming can still ack its in-flight work.
+    loop {
+        let next = tokio::select! {
+            () = inner.closed.cancelled() => return Stopped::Asked,
+            () = sender.closed() => return Stopped::Asked,
+            next = consumer.next() => next,
+        };
+        let delivery = match next {
+            Some(Ok(delivery)) => delivery,
+            Some(Err(error)) => return Stopped::Lost(Error::Broker(error.to_string())),
+            None => {
+                return Stopped::Lost(Error::Broker("the broker cancelled the consumer".into()))
+            }
+        };
+        let acker = RabbitAcker {
+            acker: delivery.acker,
+            _channel: channel.clone(),
+        };
+        let delivery = Delivery::new(delivery.data, delivery.redelivered, Box::new(acker));
+        tokio::select! {
+            () = inner.closed.cancelled() => return Stopped::Asked,
+            sent = sender.send(delivery) => if sent.is_err() {
+                return Stopped::Asked;
+            },
+        }
+    }
+}
+
+async fn open_consumer_channel(inner: &Inner, prefetch: u16, redeclare: bool) -> Result<Channel> {
+    let channel = inner
+        .connection()
+        .await?
+        .create_channel()
+        .await
+        .map_err(|e| Error::Connection(e.to_string()))?;
+    if redeclare {
+        declare(&channel, &inner.topology).await?;
+    }
+    channel
+        .basic_qos(prefetch, BasicQosOptions::default())
+        .await
+        .map_err(|e| Error::Broker(e.to_string()))?;
+    Ok(channel)
+}
+
+/// Settles one RabbitMQ delivery. Holds a handle of its channel so that
+/// the channel stays open until the delivery is settled, even after the
+/// consumer stopped.
+struct RabbitAcker {
+    acker: lapin::Acker,
+    _channel: Channel,
+}
+
+#[async_trait]
+impl Acknowledge for RabbitAcker {
+    async fn ack(self: Box<Self>) -> Result<()> {
+        settled(self.acker.ack(BasicAckOptions::default()).await)
+    }
+
+    async fn nack(self: Box<Self>, requeue: bool) -> Result<()> {
+        let options = BasicNackOptions {
+            requeue,
+            ..BasicNackOptions::default()
+        };
+        settled(self.acker.nack(options).await)
+    }
+}
+
+fn settled(outcome: lapin::Result<bool>) -> Result<()> {
+    match outcome {
+        Ok(true) => Ok(()),
+        // lapin answers false when the channel is gone (or the delivery
+        // was settled already); the broker redelivers the message.
+        Ok(false) => Err(Error::Broker(
+            "the delivery's channel is closed; the broker will redeliver it".into(),
+        )),
+        Err(error) => Err(Error::Broker(error.to_string())),
+    }
+}

@@ -1,0 +1,204 @@
+//! Agents and the registry a worker resolves them from.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::config::{AgentFile, ModelDef, ToolDef, DEFAULT_HITL_TTL_MS};
+use crate::model::{Model, ScriptedModel};
+use crate::tool::{HttpTool, RegisteredTool, Tool, ToolSpec};
+use crate::{Error, Result};
+
+/// An agent: a model, a system prompt and the tools it may call.
+#[derive(Clone)]
+pub struct Agent {
+    pub name: String,
+    pub system: String,
+    pub model: Arc<dyn Model>,
+    pub tools: Vec<String>,
+    pub subagents: Vec<String>,
+    pub hitl_ttl_ms: u64,
+}
+
+impl Agent {
+    pub fn new(name: impl Into<String>, model: Arc<dyn Model>) -> Self {
+        Self {
+            name: name.into(),
+            system: String::new(),
+            model,
+            tools: vec![],
+            subagents: vec![],
+            hitl_ttl_ms: DEFAULT_HITL_TTL_MS,
+        }
+    }
+
+    pub fn system(mut self, system: impl Into<String>) -> Self {
+        self.system = system.into();
+        self
+    }
+
+    pub fn tool(mut self, name: impl Into<String>) -> Self {
+        self.tools.push(name.into());
+        self
+    }
+
+    pub fn hitl_ttl_ms(mut self, ttl_ms: u64) -> Self {
+        self.hitl_ttl_ms = ttl_ms;
+        self
+    }
+}
+
+/// Every agent and tool a deployment knows, by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    agents: HashMap<String, Arc<Agent>>,
+    tools: HashMap<String, RegisteredTool>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads an agent file (SPEC §10).
+    pub fn from_file(path: &Path) -> Result<Registry> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::AgentFile {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_toml(&text).map_err(|e| match e {
+            Error::Config(message) => Error::AgentFile {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    pub fn from_toml(text: &str) -> Result<Registry> {
+        let file = AgentFile::parse(text).map_err(Error::Config)?;
+        let mut registry = Registry::new();
+        for (name, def) in file.tools {
+            let tool: Arc<dyn Tool> = match def {
+                ToolDef::Http {
+                    url,
+                    description,
+                    requires_confirmation,
+                    input_schema,
+                } => Arc::new(HttpTool::new(
+                    ToolSpec {
+                        name: name.clone(),
+                        description,
+                        input_schema,
+                    },
+                    url,
+                    requires_confirmation,
+                )),
+            };
+            registry = registry.with_tool(tool)?;
+        }
+        for (name, def) in file.agents {
+            let model: Arc<dyn Model> = match def.model {
+                ModelDef::Scripted { script } => Arc::new(ScriptedModel::new(script)),
+            };
+            let mut agent = Agent::new(name, model).system(def.system);
+            agent.tools = def.tools;
+            agent.subagents = def.subagents;
+            agent.hitl_ttl_ms = def.hitl_ttl_ms.unwrap_or(DEFAULT_HITL_TTL_MS);
+            registry = registry.with_agent(agent);
+        }
+        registry.check()?;
+        Ok(registry)
+    }
+
+    pub fn with_tool(mut self, tool: Arc<dyn Tool>) -> Result<Self> {
+        let registered = RegisteredTool::new(tool).map_err(Error::Config)?;
+        self.tools.insert(registered.spec.name.clone(), registered);
+        Ok(self)
+    }
+
+    pub fn with_agent(mut self, agent: Agent) -> Self {
+        self.agents.insert(agent.name.clone(), Arc::new(agent));
+        self
+    }
+
+    /// Every name an agent refers to must exist.
+    pub fn check(&self) -> Result<()> {
+        for agent in self.agents.values() {
+            for tool in &agent.tools {
+                if !self.tools.contains_key(tool) {
+                    return Err(Error::Config(format!(
+                        "agent {:?} names unknown tool {tool:?}",
+                        agent.name
+                    )));
+                }
+            }
+            for sub in &agent.subagents {
+                if !self.agents.contains_key(sub) {
+                    return Err(Error::Config(format!(
+                        "agent {:?} names unknown sub-agent {sub:?}",
+                        agent.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn agent(&self, name: &str) -> Option<&Arc<Agent>> {
+        self.agents.get(name)
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&RegisteredTool> {
+        self.tools.get(name)
+    }
+
+    pub fn agent_names(&self) -> impl Iterator<Item = &str> {
+        self.agents.keys().map(String::as_str)
+    }
+
+    /// The tools `agent` offers its model, in its declared order.
+    pub fn tool_specs(&self, agent: &Agent) -> Vec<ToolSpec> {
+        agent
+            .tools
+            .iter()
+            .filter_map(|name| self.tools.get(name))
+            .map(|t| t.spec.clone())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dangling_names_are_configuration_errors() {
+        let err = Registry::from_toml(
+            "[agents.a]\ntools = [\"nope\"]\nmodel = { provider = \"scripted\", script = [] }\n",
+        )
+        .err()
+        .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "invalid agent configuration: agent \"a\" names unknown tool \"nope\""
+        );
+        let err = Registry::from_toml(
+            "[agents.a]\nsubagents = [\"b\"]\nmodel = { provider = \"scripted\", script = [] }\n",
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("unknown sub-agent"));
+    }
+
+    #[test]
+    fn agent_defaults() {
+        let r =
+            Registry::from_toml("[agents.a]\nmodel = { provider = \"scripted\", script = [] }\n")
+                .unwrap();
+        let a = r.agent("a").unwrap();
+        assert_eq!(a.hitl_ttl_ms, 900_000);
+        assert!(r.tool_specs(a).is_empty());
+        assert!(r.agent("b").is_none());
+    }
+}

@@ -1,0 +1,117 @@
+//! The agent file (SPEC §10): agents and their tools in TOML.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::model::ScriptEntry;
+
+/// The default TTL of a park: 15 minutes.
+pub const DEFAULT_HITL_TTL_MS: u64 = 900_000;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentFile {
+    #[serde(default)]
+    pub agents: BTreeMap<String, AgentDef>,
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolDef>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentDef {
+    #[serde(default)]
+    pub system: String,
+    #[serde(default)]
+    pub hitl_ttl_ms: Option<u64>,
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub ask: bool,
+    #[serde(default)]
+    pub subagents: Vec<String>,
+    pub model: ModelDef,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "provider", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ModelDef {
+    Scripted { script: Vec<ScriptEntry> },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ToolDef {
+    Http {
+        url: String,
+        #[serde(default)]
+        description: String,
+        #[serde(default)]
+        requires_confirmation: bool,
+        #[serde(default = "any_object")]
+        input_schema: Value,
+    },
+}
+
+fn any_object() -> Value {
+    serde_json::json!({ "type": "object" })
+}
+
+impl AgentFile {
+    pub fn parse(text: &str) -> Result<AgentFile, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC_EXAMPLE: &str = r#"
+[agents.mailer]
+system = "You send email."
+hitl_ttl_ms = 900000
+tools = ["send_email"]
+ask = false
+subagents = []
+model = { provider = "scripted", script = [
+  { tool_calls = [ { id = "c1", name = "send_email", arguments = { to = "a@b.c", subject = "hi", body = "x" } } ] },
+  { text = "Done." },
+] }
+
+[tools.send_email]
+type = "http"
+url = "http://127.0.0.1:9999/send"
+requires_confirmation = true
+input_schema = { type = "object", required = ["to"], properties = { to = { type = "string" } } }
+"#;
+
+    #[test]
+    fn parses_the_spec_example() {
+        let file = AgentFile::parse(SPEC_EXAMPLE).unwrap();
+        let mailer = &file.agents["mailer"];
+        assert_eq!(mailer.tools, ["send_email"]);
+        let ModelDef::Scripted { script } = &mailer.model;
+        assert_eq!(script.len(), 2);
+        assert_eq!(script[0].tool_calls[0].id.as_str(), "c1");
+        assert_eq!(script[1].text.as_deref(), Some("Done."));
+        let ToolDef::Http {
+            requires_confirmation,
+            ..
+        } = &file.tools["send_email"];
+        assert!(requires_confirmation);
+    }
+
+    #[test]
+    fn unknown_keys_and_providers_are_errors_that_say_where() {
+        let err = AgentFile::parse("[agents.a]\nmodel = { provider = \"nope\" }\n").unwrap_err();
+        assert!(err.contains("nope"), "{err}");
+        let err = AgentFile::parse(
+            "[agents.a]\nsystme = \"x\"\nmodel = { provider = \"scripted\", script = [] }\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("systme"), "{err}");
+    }
+}

@@ -1,0 +1,20 @@
+use thiserror::Error;
+
+/// Errors of the runtime's public API (configuration, registry, start-up).
+/// Errors inside a segment are [`crate::worker::SegmentError`]: they decide
+/// what happens to the run, not to the caller.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("agent file {path}: {message}")]
+    AgentFile { path: String, message: String },
+    #[error("invalid agent configuration: {0}")]
+    Config(String),
+    #[error("unknown agent {0:?}")]
+    UnknownAgent(String),
+    #[error(transparent)]
+    Store(#[from] agentenkit_store::Error),
+    #[error(transparent)]
+    Queue(#[from] agentenkit_queue::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

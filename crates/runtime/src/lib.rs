@@ -1,0 +1,21 @@
+//! The runtime of agentenkit: agents, tools and models; the agent loop as a
+//! deterministic function over the journal; the worker that consumes
+//! segments; the outbox relay; and the reaper's reclaim pass.
+
+pub mod agent;
+pub mod agent_loop;
+pub mod config;
+pub mod error;
+pub mod metrics;
+pub mod model;
+pub mod reaper;
+pub mod relay;
+pub mod tool;
+pub mod worker;
+
+pub use agent::{Agent, Registry};
+pub use error::{Error, Result};
+pub use model::{Model, ModelError, ModelRequest, ScriptEntry, ScriptedModel};
+pub use relay::Relay;
+pub use tool::{HttpTool, Tool, ToolContext, ToolError, ToolSpec};
+pub use worker::{Worker, WorkerConfig};

@@ -1,0 +1,10 @@
+//! Metric names, defined once. The binaries install the exporter.
+
+pub const SEGMENTS: &str = "agentenkit_segments_total";
+pub const SEGMENT_SECONDS: &str = "agentenkit_segment_duration_seconds";
+pub const MODEL_CALLS: &str = "agentenkit_model_calls_total";
+pub const TOOL_EXECUTIONS: &str = "agentenkit_tool_executions_total";
+pub const RUNS_FINISHED: &str = "agentenkit_runs_finished_total";
+pub const RECLAIMS: &str = "agentenkit_reclaims_total";
+pub const OUTBOX_PUBLISHED: &str = "agentenkit_outbox_published_total";
+pub const OUTBOX_PUBLISH_FAILURES: &str = "agentenkit_outbox_publish_failures_total";

@@ -1,0 +1,234 @@
+//! Tools: what a model can call.
+//!
+//! A [`Tool`] is a Rust value; [`HttpTool`] is the tool of an agent file's
+//! `type = "http"`. Arguments are validated against the tool's input schema
+//! before anything runs; a mismatch is a tool failure the model sees.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentenkit_core::{RunId, ThreadId, ToolCallId};
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::{json, Value};
+use thiserror::Error;
+
+/// What the model is told about a tool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+/// A person's (or an outside system's) answer to a parked call, as the
+/// resumed tool sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Approval {
+    pub approved: bool,
+    pub payload: Option<Value>,
+}
+
+/// What a tool knows about the call it is executing.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    pub run_id: RunId,
+    pub thread_id: ThreadId,
+    pub tool_call_id: ToolCallId,
+    pub approval: Option<Approval>,
+}
+
+impl ToolContext {
+    /// `Some` when the call was parked and answered.
+    pub fn approval(&self) -> Option<&Approval> {
+        self.approval.as_ref()
+    }
+
+    /// `<runId>:<callId>`: the same on every retry of this call, for the
+    /// effects a tool makes elsewhere.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}:{}", self.run_id, self.tool_call_id)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ToolError {
+    /// The tool ran and failed: the model sees the message and decides.
+    #[error("{0}")]
+    Failed(String),
+    /// The tool could not run now (its service is down): the step fails and
+    /// is retried; after the last attempt the run fails.
+    #[error("tool unavailable: {0}")]
+    Transient(String),
+}
+
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn spec(&self) -> ToolSpec;
+
+    /// True when a person must approve each call before it runs.
+    fn requires_confirmation(&self) -> bool {
+        false
+    }
+
+    async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError>;
+}
+
+/// A tool with its compiled input schema.
+#[derive(Clone)]
+pub struct RegisteredTool {
+    pub tool: Arc<dyn Tool>,
+    pub spec: ToolSpec,
+    validator: Arc<jsonschema::Validator>,
+}
+
+impl RegisteredTool {
+    pub fn new(tool: Arc<dyn Tool>) -> Result<Self, String> {
+        let spec = tool.spec();
+        let validator = jsonschema::validator_for(&spec.input_schema)
+            .map_err(|e| format!("tool {}: invalid input_schema: {e}", spec.name))?;
+        Ok(Self {
+            tool,
+            spec,
+            validator: Arc::new(validator),
+        })
+    }
+
+    /// The schema issues of `arguments`, each `{path, message}`; empty when
+    /// they are valid.
+    pub fn validate(&self, arguments: &Value) -> Vec<Value> {
+        self.validator
+            .iter_errors(arguments)
+            .map(|e| json!({ "path": e.instance_path().to_string(), "message": e.to_string() }))
+            .collect()
+    }
+}
+
+/// A tool served over HTTP: POSTs `{arguments, approval, idempotencyKey}`
+/// to `url`; the JSON answer is the result. A 4xx answer is a failure the
+/// model sees; a 5xx or an unreachable endpoint is transient.
+pub struct HttpTool {
+    spec: ToolSpec,
+    url: String,
+    requires_confirmation: bool,
+    client: reqwest::Client,
+}
+
+impl HttpTool {
+    pub fn new(spec: ToolSpec, url: impl Into<String>, requires_confirmation: bool) -> Self {
+        Self {
+            spec,
+            url: url.into(),
+            requires_confirmation,
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap_or_default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for HttpTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn requires_confirmation(&self) -> bool {
+        self.requires_confirmation
+    }
+
+    async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        let approval = ctx
+            .approval()
+            .map(|a| json!({ "approved": a.approved, "payload": a.payload }));
+        let body = json!({
+            "arguments": arguments,
+            "approval": approval,
+            "idempotencyKey": ctx.idempotency_key(),
+        });
+        let response = self
+            .client
+            .post(&self.url)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| ToolError::Transient(format!("{}: {e}", self.url)))?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| ToolError::Transient(format!("{}: {e}", self.url)))?;
+        if status.is_server_error() {
+            return Err(ToolError::Transient(format!("{}: HTTP {status}", self.url)));
+        }
+        if !status.is_success() {
+            return Err(ToolError::Failed(format!("HTTP {status}: {text}")));
+        }
+        serde_json::from_str(&text)
+            .map_err(|e| ToolError::Failed(format!("the tool answered invalid JSON: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Echo;
+
+    #[async_trait]
+    impl Tool for Echo {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: "echo".into(),
+                description: "echoes".into(),
+                input_schema: json!({"type": "object", "required": ["to"], "properties": {"to": {"type": "string"}}}),
+            }
+        }
+        async fn execute(&self, arguments: Value, _ctx: &ToolContext) -> Result<Value, ToolError> {
+            Ok(arguments)
+        }
+    }
+
+    #[test]
+    fn validation_reports_path_and_message() {
+        let tool = RegisteredTool::new(Arc::new(Echo)).unwrap();
+        assert!(tool.validate(&json!({"to": "a"})).is_empty());
+        let issues = tool.validate(&json!({"to": 5}));
+        assert_eq!(issues.len(), 1);
+        assert_eq!(issues[0]["path"], "/to");
+        assert!(issues[0]["message"].as_str().unwrap().contains("string"));
+        assert_eq!(tool.validate(&json!({})).len(), 1);
+    }
+
+    #[test]
+    fn an_invalid_schema_is_refused_at_registration() {
+        struct Bad;
+        #[async_trait]
+        impl Tool for Bad {
+            fn spec(&self) -> ToolSpec {
+                ToolSpec {
+                    name: "bad".into(),
+                    description: String::new(),
+                    input_schema: json!({"type": 12}),
+                }
+            }
+            async fn execute(&self, _: Value, _: &ToolContext) -> Result<Value, ToolError> {
+                Ok(Value::Null)
+            }
+        }
+        assert!(RegisteredTool::new(Arc::new(Bad)).is_err());
+    }
+
+    #[test]
+    fn idempotency_key_is_run_and_call() {
+        let ctx = ToolContext {
+            run_id: RunId::new(),
+            thread_id: ThreadId::new(),
+            tool_call_id: "c1".into(),
+            approval: None,
+        };
+        assert_eq!(ctx.idempotency_key(), format!("{}:c1", ctx.run_id));
+    }
+}

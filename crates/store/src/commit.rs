@@ -1,0 +1,259 @@
+//! The one write path of a worker: a list of changes applied in one
+//! transaction, fenced by the worker's lease.
+
+use agentenkit_core::conversation::{Message, Usage};
+use agentenkit_core::{
+    EventType, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
+};
+use deadpool_postgres::Transaction;
+use serde_json::Value;
+
+use crate::outbox::{self, OutboxRow};
+use crate::runs::Lease;
+use crate::{Error, Result, Store};
+
+/// One row-level change made by a worker on the run it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// A new journal entry (the checkpoint just ran).
+    Journal {
+        position: u32,
+        name: String,
+        value: Value,
+    },
+    /// A message appended to the thread's conversation.
+    Message(Message),
+    /// An event on the thread's stream.
+    Event { event_type: EventType, data: Value },
+    /// Token usage of one model call.
+    Usage { model_call: u32, usage: Usage },
+    /// A tool call as the model proposed it, with its resolved kind.
+    ProposeToolCall {
+        id: ToolCallId,
+        name: String,
+        arguments: Value,
+        kind: ToolKind,
+    },
+    /// A proposed tool call ran (or failed).
+    SettleToolCall {
+        id: ToolCallId,
+        status: ToolCallStatus,
+        result: Value,
+    },
+    /// A message to publish once this commit is durable.
+    Outbox {
+        message: QueueMessage,
+        delay_ms: u64,
+    },
+    /// The run ends; the lease is released.
+    FinishRun {
+        status: RunStatus,
+        output: Option<String>,
+        error: Option<String>,
+    },
+    /// One attempt of the segment failed; counted so that a crash loop also
+    /// ends.
+    RecordFailure { error: String },
+}
+
+impl Store {
+    /// Applies `changes` in one transaction if `lease` still holds the run,
+    /// extending the lease. Returns the outbox rows written, for the caller
+    /// to publish. `Error::LeaseLost` when the lease ran out or was taken.
+    pub async fn commit(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        fence(&tx, lease).await?;
+        let mut outbox = Vec::new();
+        for change in changes {
+            if let Some(row) = apply(&tx, lease.run_id, lease.thread_id, change).await? {
+                outbox.push(row);
+            }
+        }
+        tx.commit().await?;
+        Ok(outbox)
+    }
+}
+
+/// Extends the lease if it is still this worker's; the row lock taken here
+/// also orders concurrent writers of the same run.
+async fn fence(tx: &Transaction<'_>, lease: &Lease) -> Result<()> {
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE runs SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
+             WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now()",
+        )
+        .await?;
+    let n = tx
+        .execute(
+            &stmt,
+            &[&lease.run_id.0, &lease.token, &(lease.ttl_ms as f64)],
+        )
+        .await?;
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(Error::LeaseLost {
+            run_id: lease.run_id.to_string(),
+        })
+    }
+}
+
+pub(crate) async fn insert_event(
+    tx: &Transaction<'_>,
+    thread: ThreadId,
+    run: Option<RunId>,
+    event_type: EventType,
+    data: &Value,
+) -> Result<i64> {
+    let stmt = tx
+        .prepare_cached(
+            "INSERT INTO events (thread_id, run_id, type, data) VALUES ($1, $2, $3, $4) RETURNING id",
+        )
+        .await?;
+    let row = tx
+        .query_one(
+            &stmt,
+            &[&thread.0, &run.map(|r| r.0), &event_type.as_str(), data],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+pub(crate) async fn insert_message(
+    tx: &Transaction<'_>,
+    thread: ThreadId,
+    run: RunId,
+    message: &Message,
+) -> Result<()> {
+    let stmt = tx
+        .prepare_cached("INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)")
+        .await?;
+    let body = serde_json::to_value(message)?;
+    tx.execute(&stmt, &[&thread.0, &run.0, &body]).await?;
+    Ok(())
+}
+
+async fn apply(
+    tx: &Transaction<'_>,
+    run: RunId,
+    thread: ThreadId,
+    change: &Change,
+) -> Result<Option<OutboxRow>> {
+    match change {
+        Change::Journal {
+            position,
+            name,
+            value,
+        } => {
+            let stmt = tx
+                .prepare_cached(
+                    "INSERT INTO journal (run_id, position, name, value) VALUES ($1, $2, $3, $4)",
+                )
+                .await?;
+            tx.execute(&stmt, &[&run.0, &(*position as i32), name, value])
+                .await?;
+        }
+        Change::Message(message) => insert_message(tx, thread, run, message).await?,
+        Change::Event { event_type, data } => {
+            insert_event(tx, thread, Some(run), *event_type, data).await?;
+        }
+        Change::Usage { model_call, usage } => {
+            let stmt = tx
+                .prepare_cached(
+                    "INSERT INTO usage (run_id, model_call, input_tokens, output_tokens) VALUES ($1, $2, $3, $4)",
+                )
+                .await?;
+            tx.execute(
+                &stmt,
+                &[
+                    &run.0,
+                    &(*model_call as i32),
+                    &(usage.input_tokens as i64),
+                    &(usage.output_tokens as i64),
+                ],
+            )
+            .await?;
+        }
+        Change::ProposeToolCall {
+            id,
+            name,
+            arguments,
+            kind,
+        } => {
+            let stmt = tx
+                .prepare_cached(
+                    "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, kind, tool_type, status)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, 'proposed')",
+                )
+                .await?;
+            tx.execute(
+                &stmt,
+                &[
+                    &run.0,
+                    &id.as_str(),
+                    &thread.0,
+                    name,
+                    arguments,
+                    &kind.as_str(),
+                    &kind.tool_type(),
+                ],
+            )
+            .await?;
+        }
+        Change::SettleToolCall { id, status, result } => {
+            let sources: Vec<&str> = ToolCallStatus::ALL
+                .iter()
+                .filter(|from| from.can_become(*status))
+                .map(|from| from.as_str())
+                .collect();
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE tool_calls SET status = $3, result = $4
+                     WHERE run_id = $1 AND id = $2 AND status = ANY($5)",
+                )
+                .await?;
+            let n = tx
+                .execute(
+                    &stmt,
+                    &[&run.0, &id.as_str(), &status.as_str(), result, &sources],
+                )
+                .await?;
+            if n != 1 {
+                return Err(Error::Corrupt(format!(
+                    "tool call {id} of run {run} cannot become {status}"
+                )));
+            }
+        }
+        Change::Outbox { message, delay_ms } => {
+            return Ok(Some(outbox::insert(tx, message, *delay_ms).await?));
+        }
+        Change::FinishRun {
+            status,
+            output,
+            error,
+        } => {
+            let sources = RunStatus::sources_of(*status);
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE runs SET status = $2, output = $3, error = $4, finished_at = now(),
+                            updated_at = now(), lease_owner = NULL, lease_expires_at = NULL
+                     WHERE id = $1 AND status = ANY($5)",
+                )
+                .await?;
+            let n = tx
+                .execute(&stmt, &[&run.0, &status.as_str(), output, error, &sources])
+                .await?;
+            if n != 1 {
+                return Err(Error::Corrupt(format!("run {run} cannot become {status}")));
+            }
+        }
+        Change::RecordFailure { error } => {
+            let stmt = tx
+                .prepare_cached("UPDATE runs SET attempts = attempts + 1, error = $2 WHERE id = $1")
+                .await?;
+            tx.execute(&stmt, &[&run.0, error]).await?;
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,139 @@
+//! The Postgres store of agentenkit: the only source of truth.
+//!
+//! Every state change is one transaction. Workers write through
+//! [`Store::commit`], which applies a list of [`Change`]s fenced by the
+//! worker's [`Lease`]: a worker whose lease ran out changes nothing.
+//! Messages that must follow a commit are written to the outbox in that same
+//! transaction and returned, so the caller publishes them right after.
+
+use std::str::FromStr;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+mod commit;
+mod error;
+mod migrate;
+mod outbox;
+mod reclaim;
+mod runs;
+mod threads;
+mod views;
+
+pub use commit::Change;
+pub use error::{Error, Result};
+pub use outbox::OutboxRow;
+pub use reclaim::Reclaimed;
+pub use runs::{Lease, LeaseAttempt, RunContext};
+pub use threads::StartedRun;
+pub use views::{EventView, MessageView, PendingInput, RunView, ThreadView, UsageView};
+
+/// How to reach the database.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub database_url: String,
+    /// The schema to use (through `search_path`); `None` uses the server's
+    /// default (`public`). Tests use one schema each.
+    pub schema: Option<String>,
+    pub max_connections: usize,
+}
+
+impl StoreConfig {
+    pub fn new(database_url: impl Into<String>) -> Self {
+        Self {
+            database_url: database_url.into(),
+            schema: None,
+            max_connections: 16,
+        }
+    }
+}
+
+/// A handle on the store; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    schema: Option<String>,
+}
+
+impl Store {
+    /// Builds the pool; connections open lazily, so this does not fail when
+    /// the server is down (`ready` tells).
+    pub fn connect(config: &StoreConfig) -> Result<Store> {
+        let mut pg = tokio_postgres::Config::from_str(&config.database_url)
+            .map_err(|e| Error::Config(format!("invalid database url: {e}")))?;
+        if let Some(schema) = &config.schema {
+            if !is_plain_identifier(schema) {
+                return Err(Error::Config(format!("invalid schema name {schema:?}")));
+            }
+            pg.options(format!("-c search_path={schema}"));
+        }
+        pg.application_name("agentenkit");
+        let manager = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.max_connections.max(1))
+            .build()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        Ok(Store {
+            pool,
+            schema: config.schema.clone(),
+        })
+    }
+
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// Ok when the database answers.
+    pub async fn ready(&self) -> Result<()> {
+        let client = self.client().await?;
+        client.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+
+    /// The schema this store works in, if not the default.
+    pub fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+
+    /// Drops this store's schema and everything in it (tests only clean up
+    /// with this; production never calls it).
+    pub async fn drop_schema(&self) -> Result<()> {
+        if let Some(schema) = &self.schema {
+            let client = self.client().await?;
+            client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+fn is_plain_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        assert!(is_plain_identifier("t_0190abc"));
+        assert!(!is_plain_identifier(""));
+        assert!(!is_plain_identifier("1abc"));
+        assert!(!is_plain_identifier("a;drop"));
+        assert!(!is_plain_identifier("Public"));
+    }
+}

@@ -1,0 +1,96 @@
+//! The outbox: messages written in the commit they must follow.
+
+use agentenkit_core::QueueMessage;
+use deadpool_postgres::Transaction;
+
+use crate::{Result, Store};
+
+/// One message to publish after its commit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub message: QueueMessage,
+    /// Publish so that it is delivered this many ms from now (0: at once).
+    pub delay_ms: u64,
+}
+
+pub(crate) async fn insert(
+    tx: &Transaction<'_>,
+    message: &QueueMessage,
+    delay_ms: u64,
+) -> Result<OutboxRow> {
+    let stmt = tx
+        .prepare_cached("INSERT INTO outbox (message, delay_ms) VALUES ($1, $2) RETURNING id")
+        .await?;
+    let body = serde_json::to_value(message)?;
+    let row = tx.query_one(&stmt, &[&body, &(delay_ms as i64)]).await?;
+    Ok(OutboxRow {
+        id: row.get(0),
+        message: message.clone(),
+        delay_ms,
+    })
+}
+
+impl Store {
+    /// Deletes rows once their messages are published.
+    pub async fn delete_outbox(&self, ids: &[i64]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached("DELETE FROM outbox WHERE id = ANY($1)")
+            .await?;
+        client.execute(&stmt, &[&ids]).await?;
+        Ok(())
+    }
+
+    /// Claims up to `limit` rows older than `older_than_ms` that nobody
+    /// published (the committing process died, or its publish failed). A
+    /// claim lasts `claim_ms`, so two reapers never publish the same row at
+    /// once; a reaper that dies mid-publish leaves rows for the next one.
+    pub async fn claim_stale_outbox(
+        &self,
+        older_than_ms: u64,
+        claim_ms: u64,
+        limit: i64,
+    ) -> Result<Vec<OutboxRow>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "UPDATE outbox o SET claimed_until = now() + $2 * interval '1 millisecond'
+                 FROM (SELECT id FROM outbox
+                       WHERE created_at < now() - $1 * interval '1 millisecond'
+                         AND (claimed_until IS NULL OR claimed_until < now())
+                       ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) stale
+                 WHERE o.id = stale.id
+                 RETURNING o.id, o.message, o.delay_ms, o.created_at",
+            )
+            .await?;
+        let rows = client
+            .query(
+                &stmt,
+                &[&(older_than_ms as f64), &(claim_ms as f64), &limit],
+            )
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: i64 = row.get(0);
+            let body: serde_json::Value = row.get(1);
+            let delay_ms: i64 = row.get(2);
+            match serde_json::from_value::<QueueMessage>(body) {
+                Ok(message) => out.push(OutboxRow {
+                    id,
+                    message,
+                    delay_ms: delay_ms.max(0) as u64,
+                }),
+                Err(e) => {
+                    // A row no code version can publish: keep it out of the
+                    // way of the others, but say so.
+                    tracing::error!(outbox_id = id, error = %e, "unreadable outbox row skipped");
+                }
+            }
+        }
+        Ok(out)
+    }
+}

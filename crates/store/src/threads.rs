@@ -1,0 +1,295 @@
+//! Threads: creation, reads, and starting a turn.
+
+use agentenkit_core::conversation::Message;
+use agentenkit_core::{EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ThreadStatus};
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::commit::{insert_event, insert_message};
+use crate::outbox::{self, OutboxRow};
+use crate::views::{EventView, MessageView, PendingInput, ThreadView};
+use crate::{Error, Result, Store};
+
+/// A turn that was started: its run, and the segment to publish.
+#[derive(Debug, Clone)]
+pub struct StartedRun {
+    pub run_id: RunId,
+    pub outbox: Vec<OutboxRow>,
+}
+
+/// Open requests: pending rows of a run in the thread's current run tree
+/// that is still active. Rows of earlier runs are never open.
+const PENDING_INPUTS: &str = "
+    SELECT tc.id, tc.run_id, tc.thread_id, tc.name, tc.arguments, tc.kind, tc.reason,
+           r.name, r.depth, tc.expires_at, tc.payload
+    FROM tool_calls tc
+    JOIN runs r ON r.id = tc.run_id
+    JOIN threads t ON t.id = tc.thread_id
+    WHERE tc.status = 'pending_approval'
+      AND r.root_run_id = t.current_run_id
+      AND r.status IN ('queued', 'running', 'waiting')";
+
+impl Store {
+    pub async fn create_thread(
+        &self,
+        owner: &Owner,
+        agent: &str,
+        metadata: &Value,
+    ) -> Result<ThreadView> {
+        let client = self.client().await?;
+        let id = ThreadId::new();
+        let stmt = client
+            .prepare_cached(
+                "INSERT INTO threads (id, owner, agent, metadata) VALUES ($1, $2, $3, $4) RETURNING created_at",
+            )
+            .await?;
+        let row = client
+            .query_one(&stmt, &[&id.0, &owner.as_str(), &agent, metadata])
+            .await?;
+        Ok(ThreadView {
+            id,
+            agent: agent.to_owned(),
+            status: ThreadStatus::Idle,
+            current_run_id: None,
+            metadata: metadata.clone(),
+            pending_inputs: vec![],
+            created_at: row.get(0),
+        })
+    }
+
+    /// The thread with its derived status and open requests.
+    pub async fn get_thread(&self, thread: ThreadId, owner: &Owner) -> Result<ThreadView> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT t.agent, t.current_run_id, r.status, t.metadata, t.created_at
+                 FROM threads t LEFT JOIN runs r ON r.id = t.current_run_id
+                 WHERE t.id = $1 AND t.owner = $2",
+            )
+            .await?;
+        let row = client
+            .query_opt(&stmt, &[&thread.0, &owner.as_str()])
+            .await?
+            .ok_or_else(|| not_found(thread))?;
+        let run_status: Option<RunStatus> =
+            row.get::<_, Option<&str>>(2).map(str::parse).transpose()?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "{PENDING_INPUTS} AND tc.thread_id = $1 ORDER BY tc.created_at, tc.id"
+            ))
+            .await?;
+        let pending_inputs = client
+            .query(&stmt, &[&thread.0])
+            .await?
+            .iter()
+            .map(pending_input)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ThreadView {
+            id: thread,
+            agent: row.get(0),
+            status: ThreadStatus::derive(run_status, pending_inputs.len()),
+            current_run_id: row.get::<_, Option<Uuid>>(1).map(RunId),
+            metadata: row.get(3),
+            pending_inputs,
+            created_at: row.get(4),
+        })
+    }
+
+    /// Every open request of the owner's threads.
+    pub async fn inbox(&self, owner: &Owner) -> Result<Vec<PendingInput>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "{PENDING_INPUTS} AND t.owner = $1 ORDER BY tc.created_at, tc.id"
+            ))
+            .await?;
+        client
+            .query(&stmt, &[&owner.as_str()])
+            .await?
+            .iter()
+            .map(pending_input)
+            .collect()
+    }
+
+    /// Starts a turn: a queued run, the user's message, `RUN_STARTED` and
+    /// the first segment in the outbox, in one transaction. The thread row is
+    /// locked so two concurrent turns cannot both start.
+    pub async fn start_run(
+        &self,
+        thread: ThreadId,
+        owner: &Owner,
+        content: &str,
+    ) -> Result<StartedRun> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let stmt = tx
+            .prepare_cached(
+                "SELECT t.agent, t.current_run_id, r.status
+                 FROM threads t LEFT JOIN runs r ON r.id = t.current_run_id
+                 WHERE t.id = $1 AND t.owner = $2
+                 FOR UPDATE OF t",
+            )
+            .await?;
+        let row = tx
+            .query_opt(&stmt, &[&thread.0, &owner.as_str()])
+            .await?
+            .ok_or_else(|| not_found(thread))?;
+        let agent: String = row.get(0);
+        if let (Some(current), Some(status)) =
+            (row.get::<_, Option<Uuid>>(1), row.get::<_, Option<&str>>(2))
+        {
+            if status.parse::<RunStatus>()?.is_active() {
+                return Err(Error::RunActive {
+                    thread_id: thread.to_string(),
+                    run_id: current.to_string(),
+                });
+            }
+        }
+        let run = RunId::new();
+        let stmt = tx
+            .prepare_cached(
+                "INSERT INTO runs (id, thread_id, root_run_id, name, depth, status, segment_seq)
+                 VALUES ($1, $2, $1, $3, 0, 'queued', 1)",
+            )
+            .await?;
+        tx.execute(&stmt, &[&run.0, &thread.0, &agent]).await?;
+        let stmt = tx
+            .prepare_cached("UPDATE threads SET current_run_id = $2 WHERE id = $1")
+            .await?;
+        tx.execute(&stmt, &[&thread.0, &run.0]).await?;
+        insert_message(
+            &tx,
+            thread,
+            run,
+            &Message::User {
+                content: content.to_owned(),
+            },
+        )
+        .await?;
+        insert_event(
+            &tx,
+            thread,
+            Some(run),
+            EventType::RunStarted,
+            &json!({ "runId": run, "runName": agent, "depth": 0 }),
+        )
+        .await?;
+        let segment = outbox::insert(
+            &tx,
+            &QueueMessage::Segment {
+                run_id: run,
+                seq: 1,
+            },
+            0,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(StartedRun {
+            run_id: run,
+            outbox: vec![segment],
+        })
+    }
+
+    /// The conversation, tool calls and results included, oldest first.
+    pub async fn list_messages(&self, thread: ThreadId, owner: &Owner) -> Result<Vec<MessageView>> {
+        let client = self.client().await?;
+        self.check_owner(&client, thread, owner).await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT id, run_id, body, created_at FROM messages WHERE thread_id = $1 ORDER BY id",
+            )
+            .await?;
+        Ok(client
+            .query(&stmt, &[&thread.0])
+            .await?
+            .into_iter()
+            .map(|r| MessageView {
+                id: r.get(0),
+                run_id: RunId(r.get(1)),
+                body: r.get(2),
+                created_at: r.get(3),
+            })
+            .collect())
+    }
+
+    /// Events with an id above `after`, oldest first, at most `limit`.
+    pub async fn list_events(
+        &self,
+        thread: ThreadId,
+        owner: &Owner,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<EventView>> {
+        let client = self.client().await?;
+        self.check_owner(&client, thread, owner).await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT id, run_id, type, data, created_at FROM events
+                 WHERE thread_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+            )
+            .await?;
+        client
+            .query(&stmt, &[&thread.0, &after, &limit])
+            .await?
+            .into_iter()
+            .map(|r| {
+                Ok(EventView {
+                    id: r.get(0),
+                    thread_id: thread,
+                    run_id: r.get::<_, Option<Uuid>>(1).map(RunId),
+                    event_type: r.get::<_, &str>(2).parse()?,
+                    data: r.get(3),
+                    created_at: r.get(4),
+                })
+            })
+            .collect()
+    }
+
+    async fn check_owner(
+        &self,
+        client: &deadpool_postgres::Object,
+        thread: ThreadId,
+        owner: &Owner,
+    ) -> Result<()> {
+        let stmt = client
+            .prepare_cached("SELECT 1 FROM threads WHERE id = $1 AND owner = $2")
+            .await?;
+        client
+            .query_opt(&stmt, &[&thread.0, &owner.as_str()])
+            .await?
+            .map(|_| ())
+            .ok_or_else(|| not_found(thread))
+    }
+}
+
+fn not_found(thread: ThreadId) -> Error {
+    Error::NotFound {
+        what: "thread",
+        id: thread.to_string(),
+    }
+}
+
+fn pending_input(row: &Row) -> Result<PendingInput> {
+    let kind = row.get::<_, &str>(5).parse()?;
+    let expires_at: Option<DateTime<Utc>> = row.get(9);
+    let payload: Option<Value> = row.get(10);
+    Ok(PendingInput {
+        tool_call_id: row.get(0),
+        run_id: RunId(row.get(1)),
+        thread_id: ThreadId(row.get(2)),
+        tool_name: row.get(3),
+        arguments: row.get(4),
+        kind,
+        reason: row.get(6),
+        run_name: row.get(7),
+        depth: row.get(8),
+        expires_at,
+        request: if kind == agentenkit_core::ToolKind::Ask {
+            payload
+        } else {
+            None
+        },
+    })
+}

@@ -1,0 +1,84 @@
+//! What the store returns to readers (the API): plain serializable rows.
+
+use agentenkit_core::{EventType, RunId, RunStatus, ThreadId, ThreadStatus, ToolKind};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadView {
+    pub id: ThreadId,
+    pub agent: String,
+    pub status: ThreadStatus,
+    pub current_run_id: Option<RunId>,
+    pub metadata: Value,
+    pub pending_inputs: Vec<PendingInput>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An open request: a tool call waiting for a person or an outside system.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingInput {
+    pub tool_call_id: String,
+    pub run_id: RunId,
+    pub thread_id: ThreadId,
+    pub tool_name: String,
+    pub arguments: Value,
+    pub kind: ToolKind,
+    pub reason: Option<String>,
+    pub run_name: String,
+    pub depth: i32,
+    pub expires_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageView {
+    pub id: i64,
+    pub run_id: RunId,
+    #[serde(flatten)]
+    pub body: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    pub id: i64,
+    pub thread_id: ThreadId,
+    pub run_id: Option<RunId>,
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    pub data: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunView {
+    pub id: RunId,
+    pub thread_id: ThreadId,
+    pub status: RunStatus,
+    pub name: String,
+    pub depth: i32,
+    pub parent_run_id: Option<RunId>,
+    pub parent_tool_call_id: Option<String>,
+    pub attempts: i32,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub usage: Vec<UsageView>,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageView {
+    pub model_call: i32,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+}
