@@ -124,12 +124,13 @@ impl Store {
     ) -> Result<StartedRun> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
+        // Lock the thread first, then read its current run in a separate
+        // statement: a join under FOR UPDATE would re-check only the locked
+        // row after waiting and see the run as of the statement's start,
+        // letting two concurrent turns both pass.
         let stmt = tx
             .prepare_cached(
-                "SELECT t.agent, t.current_run_id, r.status
-                 FROM threads t LEFT JOIN runs r ON r.id = t.current_run_id
-                 WHERE t.id = $1 AND t.owner = $2
-                 FOR UPDATE OF t",
+                "SELECT agent, current_run_id FROM threads WHERE id = $1 AND owner = $2 FOR UPDATE",
             )
             .await?;
         let row = tx
@@ -137,9 +138,11 @@ impl Store {
             .await?
             .ok_or_else(|| not_found(thread))?;
         let agent: String = row.get(0);
-        if let (Some(current), Some(status)) =
-            (row.get::<_, Option<Uuid>>(1), row.get::<_, Option<&str>>(2))
-        {
+        if let Some(current) = row.get::<_, Option<Uuid>>(1) {
+            let stmt = tx
+                .prepare_cached("SELECT status FROM runs WHERE id = $1")
+                .await?;
+            let status: String = tx.query_one(&stmt, &[&current]).await?.get(0);
             if status.parse::<RunStatus>()?.is_active() {
                 return Err(Error::RunActive {
                     thread_id: thread.to_string(),

@@ -1,0 +1,209 @@
+//! Every route refuses bad input with a clear error and changes nothing.
+
+use agentenkit_tests::*;
+use axum::http::StatusCode;
+use serde_json::{json, Value};
+
+async fn started() -> (TestEnv, String, String) {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    // No worker: the run stays queued, so the thread is busy.
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    (env, thread_id, run_id)
+}
+
+fn assert_error(status: StatusCode, body: &Value, expected: StatusCode, code: &str) {
+    assert_eq!(status, expected, "{body}");
+    assert_eq!(body["error"], code, "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn requests_without_a_valid_key_are_401() {
+    let (env, thread_id, run_id) = started().await;
+    for (method, path) in [
+        ("POST", "/threads".to_owned()),
+        ("GET", format!("/threads/{thread_id}")),
+        ("POST", format!("/threads/{thread_id}/messages")),
+        ("GET", format!("/threads/{thread_id}/messages")),
+        ("GET", format!("/threads/{thread_id}/events")),
+        ("GET", format!("/runs/{run_id}")),
+        ("GET", format!("/runs/{run_id}/journal")),
+    ] {
+        for key in [None, Some("wrong-key")] {
+            let (status, body) = env
+                .call(
+                    method,
+                    &path,
+                    key,
+                    Some(json!({"agent": "agent", "content": "x"})),
+                )
+                .await;
+            assert_error(status, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
+        }
+    }
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn another_owners_ids_are_404_and_unchanged() {
+    let (env, thread_id, run_id) = started().await;
+    for (method, path, body) in [
+        ("GET", format!("/threads/{thread_id}"), None),
+        (
+            "POST",
+            format!("/threads/{thread_id}/messages"),
+            Some(json!({"content": "hijack"})),
+        ),
+        ("GET", format!("/threads/{thread_id}/messages"), None),
+        ("GET", format!("/threads/{thread_id}/events"), None),
+        ("GET", format!("/runs/{run_id}"), None),
+        ("GET", format!("/runs/{run_id}/journal"), None),
+        ("GET", format!("/threads/{}", uuid::Uuid::now_v7()), None),
+        ("GET", "/threads/not-a-uuid".to_owned(), None),
+        ("GET", "/runs/not-a-uuid".to_owned(), None),
+    ] {
+        let (status, answer) = env.call(method, &path, Some(BOB), body).await;
+        assert_error(status, &answer, StatusCode::NOT_FOUND, "NotFound");
+        assert!(
+            !answer.to_string().contains("alice"),
+            "nothing about the owner leaks"
+        );
+    }
+    let messages = env.get(&format!("/threads/{thread_id}/messages")).await;
+    assert_eq!(
+        messages.as_array().unwrap().len(),
+        1,
+        "bob's message was not recorded"
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_400_oversized_413_unknown_agent_422() {
+    let (env, thread_id, _) = started().await;
+    let raw = |path: &str, body: &'static str| {
+        env.http
+            .post(env.url(path))
+            .bearer_auth(ALICE)
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    let (status, body) = env.send(raw("/threads", "{not json")).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (status, body) = env.send(raw("/threads", "{}")).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    assert!(
+        body["message"].as_str().unwrap().contains("agent"),
+        "says what is missing: {body}"
+    );
+    let (status, body) = env.send(raw("/threads", r#"{"agent": 7}"#)).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (status, body) = env
+        .send(raw("/threads", r#"{"agent": "agent", "metadata": [1]}"#))
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (status, body) = env
+        .call(
+            "POST",
+            "/threads",
+            Some(ALICE),
+            Some(json!({"agent": "nobody"})),
+        )
+        .await;
+    assert_error(
+        status,
+        &body,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "UnknownAgent",
+    );
+
+    let path = format!("/threads/{thread_id}/messages");
+    let (status, body) = env.send(raw(&path, "[")).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (status, body) = env
+        .call("POST", &path, Some(ALICE), Some(json!({"content": "  "})))
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let huge = json!({ "content": "x".repeat(1024 * 1024 + 1) });
+    let (status, body) = env.call("POST", &path, Some(ALICE), Some(huge)).await;
+    assert_error(
+        status,
+        &body,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "PayloadTooLarge",
+    );
+    let (status, body) = env
+        .call(
+            "GET",
+            &format!("/threads/{thread_id}/events?after=abc"),
+            Some(ALICE),
+            None,
+        )
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+
+    // Nothing above changed anything: one message, one run, one event.
+    let messages = env.get(&path).await;
+    assert_eq!(messages.as_array().unwrap().len(), 1);
+    assert_eq!(env.event_types(&thread_id).await, ["RUN_STARTED"]);
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_message_to_a_busy_thread_is_409_and_starts_nothing() {
+    let (env, thread_id, run_id) = started().await;
+    let (status, body) = env
+        .call(
+            "POST",
+            &format!("/threads/{thread_id}/messages"),
+            Some(ALICE),
+            Some(json!({"content": "again"})),
+        )
+        .await;
+    assert_error(status, &body, StatusCode::CONFLICT, "RunActive");
+    let thread = env.get(&format!("/threads/{thread_id}")).await;
+    assert_eq!(thread["currentRunId"], run_id.as_str());
+    assert_eq!(thread["status"], "RUNNING");
+    assert_eq!(env.event_types(&thread_id).await, ["RUN_STARTED"]);
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn concurrent_turns_on_one_thread_start_exactly_one_run() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let thread = env.post("/threads", json!({"agent": "agent"})).await;
+    let path = format!("/threads/{}/messages", thread["id"].as_str().unwrap());
+    let calls = (0..10).map(|i| {
+        env.call(
+            "POST",
+            &path,
+            Some(ALICE),
+            Some(json!({"content": format!("m{i}")})),
+        )
+    });
+    let statuses: Vec<StatusCode> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| **s == StatusCode::ACCEPTED)
+            .count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| **s == StatusCode::CONFLICT)
+            .count(),
+        9,
+        "{statuses:?}"
+    );
+    env.finish().await;
+}

@@ -1,0 +1,128 @@
+use std::time::Duration;
+
+use agentenkit_core::{QueueMessage, RunId};
+use agentenkit_store::{Change, LeaseAttempt};
+use agentenkit_tests::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn a_worker_that_dies_after_exec_is_journaled_never_runs_the_tool_twice() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    let doomed = env.spawn_crashing_worker("exec:c1");
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    assert!(doomed.died().await.is_err(), "the crash point fired");
+    assert_eq!(tool.calls(), 1);
+    assert_eq!(
+        env.journal_names(&run_id).await,
+        ["model:0", "persist:toolcall:c1", "exec:c1"]
+    );
+    assert_eq!(
+        env.get(&format!("/threads/{thread_id}")).await["status"],
+        "RUNNING"
+    );
+
+    // The broker redelivers the unacked segment; the next worker waits out
+    // the dead worker's lease, then replays the journal.
+    let rescuer = env.spawn_worker();
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "completed");
+    assert_eq!(tool.calls(), 1, "the tool ran once");
+    assert_eq!(
+        env.journal_names(&run_id).await,
+        ["model:0", "persist:toolcall:c1", "exec:c1", "model:1"]
+    );
+    let messages = env.get(&format!("/threads/{thread_id}/messages")).await;
+    assert_eq!(
+        messages.as_array().unwrap().len(),
+        4,
+        "no message written twice: {messages}"
+    );
+    rescuer.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn the_same_segment_delivered_twice_is_processed_once() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    let segment = QueueMessage::Segment {
+        run_id: run_id.parse().unwrap(),
+        seq: 1,
+    };
+    env.queue.publish(&segment).await.unwrap();
+    env.queue.publish(&segment).await.unwrap();
+    // Two workers race for three copies of the same segment.
+    let a = env.spawn_worker();
+    let b = env.spawn_worker();
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    // A segment published after the duplicates is handled after them: once
+    // its run is done, every copy has been delivered.
+    let (_, sentinel) = env.start_turn("agent", "sentinel").await;
+    env.wait_run_finished(&sentinel).await;
+    // And a late copy now is stale.
+    env.queue.publish(&segment).await.unwrap();
+    let (_, sentinel2) = env.start_turn("agent", "sentinel 2").await;
+    env.wait_run_finished(&sentinel2).await;
+
+    assert_eq!(tool.calls(), 3, "once for the run, once per sentinel");
+    assert_eq!(env.journal_names(&run_id).await.len(), 4);
+    let completed = env
+        .event_types(&thread_id)
+        .await
+        .into_iter()
+        .filter(|t| t == "RUN_COMPLETED")
+        .count();
+    assert_eq!(completed, 1);
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_lease_that_ran_out_refuses_the_old_workers_commit() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let (_, run_id) = env.start_turn("agent", "go").await;
+    let run: RunId = run_id.parse().unwrap();
+
+    let LeaseAttempt::Acquired(old) = env.store.acquire_lease(run, 1, 300).await.unwrap() else {
+        panic!("the first lease is free");
+    };
+    // While it holds, nobody else gets the run.
+    assert!(matches!(
+        env.store.acquire_lease(run, 1, 300).await.unwrap(),
+        LeaseAttempt::Held { .. }
+    ));
+    // A commit inside the lease is accepted (and extends it) ...
+    env.store.commit(&old.lease, &[]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // ... but once it ran out, another worker takes the run and the old
+    // worker's writes are refused, all of them.
+    let LeaseAttempt::Acquired(new) = env.store.acquire_lease(run, 1, 5_000).await.unwrap() else {
+        panic!("an expired lease can be taken");
+    };
+    assert!(new.lease.token > old.lease.token);
+    let late = [Change::Journal {
+        position: 0,
+        name: "model:0".into(),
+        value: json!("late"),
+    }];
+    let refused = env.store.commit(&old.lease, &late).await.unwrap_err();
+    assert!(
+        matches!(refused, agentenkit_store::Error::LeaseLost { .. }),
+        "{refused}"
+    );
+    assert!(
+        env.journal_names(&run_id).await.is_empty(),
+        "the late write changed nothing"
+    );
+    env.store.commit(&new.lease, &late).await.unwrap();
+    assert_eq!(env.journal_names(&run_id).await, ["model:0"]);
+    // A segment other than the run's current one is stale.
+    assert!(matches!(
+        env.store.acquire_lease(run, 7, 300).await.unwrap(),
+        LeaseAttempt::Stale
+    ));
+    env.finish().await;
+}

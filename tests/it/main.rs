@@ -1,0 +1,7 @@
+//! Integration tests: real Postgres and RabbitMQ, one schema and one set of
+//! queue names per test, so they run in parallel.
+
+mod bad_input;
+mod crash;
+mod reaper;
+mod turn;

@@ -1,0 +1,96 @@
+use agentenkit_core::{Owner, RunId, ThreadId};
+use agentenkit_runtime::reaper::{reap_once, ReaperConfig};
+use agentenkit_store::LeaseAttempt;
+use agentenkit_tests::*;
+use serde_json::json;
+
+fn eager() -> ReaperConfig {
+    ReaperConfig {
+        stalled_after: std::time::Duration::from_secs(60),
+        outbox_stale_after: std::time::Duration::ZERO,
+        batch: 2,
+    }
+}
+
+#[tokio::test]
+async fn the_reaper_publishes_what_a_dead_committer_left_in_the_outbox() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    let owner = Owner("alice".into());
+    let mut runs = Vec::new();
+    // Three turns started as an API process would, which then died before
+    // publishing: the segments are only in the outbox.
+    for _ in 0..3 {
+        let thread = env
+            .store
+            .create_thread(&owner, "agent", &json!({}))
+            .await
+            .unwrap();
+        runs.push(
+            env.store
+                .start_run(thread.id, &owner, "go")
+                .await
+                .unwrap()
+                .run_id,
+        );
+    }
+    let worker = env.spawn_worker();
+    let report = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+    assert_eq!(
+        report.outbox_published, 3,
+        "batches of 2 until done: {report:?}"
+    );
+    for run in &runs {
+        assert_eq!(
+            env.wait_run_finished(&run.to_string()).await["status"],
+            "completed"
+        );
+    }
+    // Nothing left: a second pass finds no work.
+    let again = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+    assert_eq!(again.outbox_published, 0);
+    assert_eq!(tool.calls(), 3);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn the_reaper_re_enqueues_a_run_whose_worker_died_with_its_message_gone() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    let owner = Owner("alice".into());
+    let thread = env
+        .store
+        .create_thread(&owner, "agent", &json!({}))
+        .await
+        .unwrap();
+    let started = env.store.start_run(thread.id, &owner, "go").await.unwrap();
+    let run: RunId = started.run_id;
+    // A worker took the run (its message was acked and is gone) and died.
+    let LeaseAttempt::Acquired(_) = env.store.acquire_lease(run, 1, 1).await.unwrap() else {
+        panic!("lease");
+    };
+    env.store
+        .delete_outbox(&started.outbox.iter().map(|r| r.id).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let worker = env.spawn_worker();
+    let report = eventually(
+        "the lease runs out and the reaper re-enqueues the run",
+        || async {
+            let report = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+            (report.expired_leases == 1).then_some(report)
+        },
+    )
+    .await;
+    assert_eq!(report.stalled_queued, 0);
+    assert_eq!(
+        env.wait_run_finished(&run.to_string()).await["status"],
+        "completed"
+    );
+    let thread_id: ThreadId = thread.id;
+    env.wait_status(&thread_id.to_string(), "IDLE").await;
+    assert_eq!(tool.calls(), 1);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -1,0 +1,194 @@
+use agentenkit_tests::*;
+use axum::http::StatusCode;
+use serde_json::json;
+
+#[tokio::test]
+async fn a_turn_runs_end_to_end_through_the_queue() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    let worker = env.spawn_worker();
+
+    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
+    let thread = env.wait_status(&thread_id, "IDLE").await;
+    assert_eq!(thread["currentRunId"], run_id.as_str());
+    assert_eq!(thread["pendingInputs"], json!([]));
+
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "completed");
+    assert_eq!(run["output"], "Done.");
+    assert_eq!(
+        run["usage"].as_array().unwrap().len(),
+        2,
+        "one usage row per model call"
+    );
+
+    assert_eq!(
+        env.journal_names(&run_id).await,
+        ["model:0", "persist:toolcall:c1", "exec:c1", "model:1"]
+    );
+    let journal = env.get(&format!("/runs/{run_id}/journal")).await;
+    assert_eq!(journal[1]["value"]["kind"], "function");
+    assert_eq!(journal[2]["value"], json!({ "ok": true, "n": 1 }));
+
+    assert_eq!(tool.calls(), 1);
+    let body = &tool.bodies()[0];
+    assert_eq!(body["arguments"], json!({ "to": "a@b.c" }));
+    assert_eq!(body["approval"], json!(null));
+    assert_eq!(body["idempotencyKey"], format!("{run_id}:c1"));
+
+    let messages = env.get(&format!("/threads/{thread_id}/messages")).await;
+    let roles: Vec<_> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
+    assert_eq!(messages[0]["content"], "send it");
+    assert_eq!(messages[1]["toolCalls"][0]["id"], "c1");
+    assert_eq!(messages[2]["toolCallId"], "c1");
+    assert_eq!(messages[2]["content"], json!({ "ok": true, "n": 1 }));
+    assert_eq!(messages[3]["content"], "Done.");
+
+    assert_eq!(
+        env.event_types(&thread_id).await,
+        [
+            "RUN_STARTED",
+            "MESSAGE",
+            "TOOL_CALL",
+            "TOOL_RESULT",
+            "MESSAGE",
+            "RUN_COMPLETED"
+        ]
+    );
+    let events = env
+        .get(&format!("/threads/{thread_id}/events?after=3"))
+        .await;
+    assert_eq!(
+        events.as_array().unwrap().len(),
+        3,
+        "after=N pages by event id"
+    );
+
+    // The thread is idle again: a second turn starts, sees the first in its
+    // history, and runs the script from model:0 again for its own run.
+    let (status, second) = env
+        .call(
+            "POST",
+            &format!("/threads/{thread_id}/messages"),
+            Some(ALICE),
+            Some(json!({"content": "again"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let second = second["runId"].as_str().unwrap().to_owned();
+    assert_eq!(env.wait_run_finished(&second).await["status"], "completed");
+    assert_eq!(tool.calls(), 2);
+
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn arguments_that_fail_the_schema_are_a_tool_failure_the_model_sees() {
+    let tool = ToolServer::ok().await;
+    let script = r#"
+      { tool_calls = [ { id = "c1", name = "tool", arguments = { to = 5 } } ] },
+      { text = "I could not." },
+    "#;
+    let env = TestEnv::start(registry(script, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(tool.calls(), 0, "nothing runs with invalid arguments");
+    let messages = env.get(&format!("/threads/{thread_id}/messages")).await;
+    let result = &messages[2]["content"];
+    assert_eq!(result["error"], "invalid arguments");
+    assert_eq!(result["issues"][0]["path"], "/to");
+    let events = env.get(&format!("/threads/{thread_id}/events")).await;
+    let tool_result = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "TOOL_RESULT")
+        .unwrap();
+    assert_eq!(tool_result["data"]["status"], "failed");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_a_failure_the_model_sees() {
+    let tool = ToolServer::ok().await;
+    let script = r#"
+      { tool_calls = [ { id = "c1", name = "rm_rf", arguments = {} } ] },
+      { text = "ok" },
+    "#;
+    let env = TestEnv::start(registry(script, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    let messages = env.get(&format!("/threads/{thread_id}/messages")).await;
+    assert_eq!(messages[2]["content"]["error"], "unknown tool \"rm_rf\"");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_failing_model_is_retried_then_the_run_fails_with_its_error() {
+    let env = TestEnv::start(registry(
+        r#"{ error = "the model is down" }"#,
+        "http://127.0.0.1:9/",
+    ))
+    .await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "failed");
+    assert_eq!(run["attempts"], 3);
+    assert!(
+        run["error"].as_str().unwrap().contains("the model is down"),
+        "{run}"
+    );
+    assert_eq!(
+        env.event_types(&thread_id).await,
+        ["RUN_STARTED", "RUN_FAILED"]
+    );
+    let events = env.get(&format!("/threads/{thread_id}/events")).await;
+    assert!(events[1]["data"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("the model is down"));
+    assert_eq!(env.journal_names(&run_id).await, Vec::<String>::new());
+    // A failed run frees the thread.
+    env.wait_status(&thread_id, "IDLE").await;
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn an_unavailable_tool_is_retried_and_its_output_journaled_once() {
+    let tool = ToolServer::start(|n, _| {
+        if n == 1 {
+            (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": "busy" }))
+        } else {
+            (StatusCode::OK, json!({ "sent": n }))
+        }
+    })
+    .await;
+    let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (_, run_id) = env.start_turn("agent", "go").await;
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "completed");
+    assert_eq!(run["attempts"], 1, "one failed attempt recorded");
+    assert_eq!(tool.calls(), 2);
+    assert_eq!(
+        env.journal_names(&run_id).await,
+        ["model:0", "persist:toolcall:c1", "exec:c1", "model:1"]
+    );
+    let journal = env.get(&format!("/runs/{run_id}/journal")).await;
+    assert_eq!(journal[2]["value"], json!({ "sent": 2 }));
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

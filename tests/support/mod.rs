@@ -1,0 +1,360 @@
+//! The integration-test harness: each test gets its own Postgres schema and
+//! its own RabbitMQ names, an API on 127.0.0.1:0, workers it can start and
+//! kill, and HTTP tool endpoints that count their calls.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentenkit_api::{ApiKeys, AppState};
+use agentenkit_queue::rabbit::RabbitQueue;
+use agentenkit_queue::{QueueAdapter, Topology};
+use agentenkit_runtime::agent_loop::CrashPoint;
+use agentenkit_runtime::worker::WorkerError;
+use agentenkit_runtime::{Registry, Relay, Worker, WorkerConfig};
+use agentenkit_store::{Store, StoreConfig};
+use axum::http::StatusCode;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const ALICE: &str = "alice-key";
+pub const BOB: &str = "bob-key";
+
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/agentenkit_test".into())
+}
+
+pub fn amqp_url() -> String {
+    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// Worker settings for tests: short leases so a dead worker's run comes
+/// back quickly, short backoff.
+pub fn test_worker_config() -> WorkerConfig {
+    WorkerConfig {
+        lease_ttl: Duration::from_secs(2),
+        max_attempts: 3,
+        retry_backoff: Duration::from_millis(50),
+        prefetch: 8,
+        shutdown_grace: Duration::from_secs(5),
+    }
+}
+
+pub struct TestEnv {
+    pub store: Store,
+    pub queue: Arc<dyn QueueAdapter>,
+    pub registry: Arc<Registry>,
+    pub relay: Relay,
+    pub api: SocketAddr,
+    pub http: reqwest::Client,
+    pub worker_config: WorkerConfig,
+    shutdown: CancellationToken,
+}
+
+impl TestEnv {
+    pub async fn start(registry: Registry) -> TestEnv {
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        let mut config = StoreConfig::new(database_url());
+        config.schema = Some(format!("t_{id}"));
+        config.max_connections = 8;
+        let store = Store::connect(&config).expect("store config");
+        store
+            .migrate()
+            .await
+            .expect("migrate (is Postgres up? `make services`)");
+        let topology = Topology {
+            prefix: format!("test.{id}"),
+            queue_expires: Some(Duration::from_secs(60)),
+        };
+        let queue: Arc<dyn QueueAdapter> = Arc::new(
+            RabbitQueue::connect(&amqp_url(), topology)
+                .await
+                .expect("RabbitMQ (is it up? `make services`)"),
+        );
+        let registry = Arc::new(registry);
+        let keys = ApiKeys::parse(&format!("alice:{ALICE},bob:{BOB}")).expect("keys");
+        let state = AppState::new(store.clone(), queue.clone(), registry.clone(), keys);
+        let shutdown = CancellationToken::new();
+        let (api, _) = agentenkit::serve_api(
+            state,
+            "127.0.0.1:0".parse().expect("addr"),
+            shutdown.clone(),
+        )
+        .await
+        .expect("serve api");
+        TestEnv {
+            relay: Relay::new(store.clone(), queue.clone()),
+            store,
+            queue,
+            registry,
+            api,
+            http: reqwest::Client::new(),
+            worker_config: test_worker_config(),
+            shutdown,
+        }
+    }
+
+    pub fn worker(&self) -> Worker {
+        Worker::new(
+            self.store.clone(),
+            self.queue.clone(),
+            self.registry.clone(),
+            self.worker_config.clone(),
+        )
+    }
+
+    /// Starts a worker; it stops when the env finishes or its handle is
+    /// stopped.
+    pub fn spawn_worker(&self) -> WorkerHandle {
+        self.spawn(self.worker())
+    }
+
+    /// Starts a worker that dies right after the checkpoint `name`.
+    pub fn spawn_crashing_worker(&self, name: &'static str) -> WorkerHandle {
+        let crash: CrashPoint = Arc::new(move |checkpoint: &str| checkpoint == name);
+        self.spawn(self.worker().with_crash_point(crash))
+    }
+
+    fn spawn(&self, worker: Worker) -> WorkerHandle {
+        let stop = self.shutdown.child_token();
+        let token = stop.clone();
+        let task = tokio::spawn(async move { worker.run(token).await });
+        WorkerHandle { stop, task }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.api, path)
+    }
+
+    /// A request with `key` (None: no Authorization header); returns the
+    /// status and the JSON body (Null when the body is not JSON).
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = self.http.request(method, self.url(path));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        self.send(request).await
+    }
+
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> (StatusCode, Value) {
+        let response = request.send().await.expect("request");
+        let status = StatusCode::from_u16(response.status().as_u16()).expect("status");
+        let text = response.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        let (status, body) = self.call("GET", path, Some(ALICE), None).await;
+        assert!(status.is_success(), "GET {path}: {status} {body}");
+        body
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Value {
+        let (status, answer) = self.call("POST", path, Some(ALICE), Some(body)).await;
+        assert!(status.is_success(), "POST {path}: {status} {answer}");
+        answer
+    }
+
+    /// Creates a thread of `agent` for alice and starts a turn; returns
+    /// (thread id, run id).
+    pub async fn start_turn(&self, agent: &str, content: &str) -> (String, String) {
+        let thread = self
+            .post("/threads", serde_json::json!({ "agent": agent }))
+            .await;
+        let thread_id = thread["id"].as_str().expect("thread id").to_owned();
+        let run = self
+            .post(
+                &format!("/threads/{thread_id}/messages"),
+                serde_json::json!({ "content": content }),
+            )
+            .await;
+        (thread_id, run["runId"].as_str().expect("run id").to_owned())
+    }
+
+    /// Waits until the thread has the status (bounded).
+    pub async fn wait_status(&self, thread_id: &str, status: &str) -> Value {
+        let path = format!("/threads/{thread_id}");
+        eventually(&format!("thread {thread_id} becomes {status}"), || async {
+            let thread = self.get(&path).await;
+            (thread["status"] == status).then_some(thread)
+        })
+        .await
+    }
+
+    /// Waits until the run is in a terminal state and returns it.
+    pub async fn wait_run_finished(&self, run_id: &str) -> Value {
+        let path = format!("/runs/{run_id}");
+        eventually(&format!("run {run_id} finishes"), || async {
+            let run = self.get(&path).await;
+            matches!(
+                run["status"].as_str(),
+                Some("completed" | "failed" | "cancelled")
+            )
+            .then_some(run)
+        })
+        .await
+    }
+
+    pub async fn journal_names(&self, run_id: &str) -> Vec<String> {
+        self.get(&format!("/runs/{run_id}/journal"))
+            .await
+            .as_array()
+            .expect("journal")
+            .iter()
+            .map(|e| e["name"].as_str().expect("name").to_owned())
+            .collect()
+    }
+
+    pub async fn event_types(&self, thread_id: &str) -> Vec<String> {
+        self.get(&format!("/threads/{thread_id}/events"))
+            .await
+            .as_array()
+            .expect("events")
+            .iter()
+            .map(|e| e["type"].as_str().expect("type").to_owned())
+            .collect()
+    }
+
+    /// Stops everything and drops the test's schema.
+    pub async fn finish(self) {
+        self.shutdown.cancel();
+        self.queue.close().await;
+        self.store.drop_schema().await.expect("drop schema");
+    }
+}
+
+pub struct WorkerHandle {
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), WorkerError>>,
+}
+
+impl WorkerHandle {
+    pub async fn stop(self) -> Result<(), WorkerError> {
+        self.stop.cancel();
+        self.task.await.expect("worker task")
+    }
+
+    /// Waits for the worker to end by itself (a crash point fired).
+    pub async fn died(self) -> Result<(), WorkerError> {
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("the worker should have died")
+            .expect("worker task")
+    }
+}
+
+/// Polls `check` every 25 ms until it returns Some, for at most 20 s.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+type Behavior = dyn Fn(usize, &Value) -> (StatusCode, Value) + Send + Sync;
+
+/// An HTTP tool endpoint on 127.0.0.1 that records every call.
+pub struct ToolServer {
+    pub url: String,
+    calls: Arc<AtomicUsize>,
+    bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+impl ToolServer {
+    /// Answers every call with `{"ok": true, "n": <call number>}`.
+    pub async fn ok() -> ToolServer {
+        Self::start(|n, _| (StatusCode::OK, serde_json::json!({ "ok": true, "n": n }))).await
+    }
+
+    /// `behavior(n, body)` answers the n-th call (1-based).
+    pub async fn start(
+        behavior: impl Fn(usize, &Value) -> (StatusCode, Value) + Send + Sync + 'static,
+    ) -> ToolServer {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let behavior: Arc<Behavior> = Arc::new(behavior);
+        let (c, b) = (calls.clone(), bodies.clone());
+        let app = axum::Router::new().route(
+            "/tool",
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let (calls, bodies, behavior) = (c.clone(), b.clone(), behavior.clone());
+                async move {
+                    let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                    bodies.lock().expect("bodies").push(body.clone());
+                    let (status, answer) = behavior(n, &body);
+                    (status, axum::Json(answer))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        ToolServer {
+            url: format!("http://{addr}/tool"),
+            calls,
+            bodies,
+        }
+    }
+
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    pub fn bodies(&self) -> Vec<Value> {
+        self.bodies.lock().expect("bodies").clone()
+    }
+}
+
+/// An agent file with one agent `agent` whose scripted model plays
+/// `script` (TOML array items), and one http tool `tool` at `url`.
+pub fn registry(script: &str, url: &str) -> Registry {
+    Registry::from_toml(&format!(
+        r#"
+[agents.agent]
+system = "test agent"
+tools = ["tool"]
+model = {{ provider = "scripted", script = [ {script} ] }}
+
+[tools.tool]
+type = "http"
+url = "{url}"
+input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ type = "string" }} }} }}
+"#
+    ))
+    .expect("test registry")
+}
+
+/// The usual script: call `tool` as c1, then answer "Done.".
+pub const CALL_THEN_DONE: &str = r#"
+  { tool_calls = [ { id = "c1", name = "tool", arguments = { to = "a@b.c" } } ] },
+  { text = "Done." },
+"#;
