@@ -1,6 +1,7 @@
 //! Integration tests: real Postgres and RabbitMQ, one schema and one set of
 //! queue names per test, so they run in parallel.
 
+mod approvals;
 mod bad_input;
 mod crash;
 mod reaper;

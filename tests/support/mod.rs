@@ -115,7 +115,16 @@ impl TestEnv {
 
     /// Starts a worker that dies right after the checkpoint `name`.
     pub fn spawn_crashing_worker(&self, name: &'static str) -> WorkerHandle {
-        let crash: CrashPoint = Arc::new(move |checkpoint: &str| checkpoint == name);
+        self.spawn_crashing_worker_when(move |checkpoint| checkpoint == name)
+    }
+
+    /// Starts a worker that dies right after the first checkpoint for
+    /// which `when` is true.
+    pub fn spawn_crashing_worker_when(
+        &self,
+        when: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> WorkerHandle {
+        let crash: CrashPoint = Arc::new(when);
         self.spawn(self.worker().with_crash_point(crash))
     }
 
@@ -219,6 +228,22 @@ impl TestEnv {
             .collect()
     }
 
+    /// Waits until the thread waits for input; returns its pending inputs.
+    pub async fn wait_pending(&self, thread_id: &str, count: usize) -> Vec<Value> {
+        let thread = self.wait_status(thread_id, "WAITING_FOR_INPUT").await;
+        let pending = thread["pendingInputs"]
+            .as_array()
+            .expect("pendingInputs")
+            .clone();
+        assert_eq!(pending.len(), count, "{thread}");
+        pending
+    }
+
+    /// POSTs a reply as `key`; returns the status and body.
+    pub async fn reply(&self, path: &str, key: &str, body: Value) -> (StatusCode, Value) {
+        self.call("POST", path, Some(key), Some(body)).await
+    }
+
     pub async fn event_types(&self, thread_id: &str) -> Vec<String> {
         self.get(&format!("/threads/{thread_id}/events"))
             .await
@@ -295,6 +320,14 @@ impl ToolServer {
     pub async fn start(
         behavior: impl Fn(usize, &Value) -> (StatusCode, Value) + Send + Sync + 'static,
     ) -> ToolServer {
+        Self::start_with_delay(Duration::ZERO, behavior).await
+    }
+
+    /// Like `start`, answering each call only after `delay`.
+    pub async fn start_with_delay(
+        delay: Duration,
+        behavior: impl Fn(usize, &Value) -> (StatusCode, Value) + Send + Sync + 'static,
+    ) -> ToolServer {
         let calls = Arc::new(AtomicUsize::new(0));
         let bodies = Arc::new(Mutex::new(Vec::new()));
         let behavior: Arc<Behavior> = Arc::new(behavior);
@@ -307,6 +340,7 @@ impl ToolServer {
                     let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
                     bodies.lock().expect("bodies").push(body.clone());
                     let (status, answer) = behavior(n, &body);
+                    tokio::time::sleep(delay).await;
                     (status, axum::Json(answer))
                 }
             }),
@@ -337,6 +371,15 @@ impl ToolServer {
 /// An agent file with one agent `agent` whose scripted model plays
 /// `script` (TOML array items), and one http tool `tool` at `url`.
 pub fn registry(script: &str, url: &str) -> Registry {
+    registry_with(script, url, false)
+}
+
+/// Like `registry`, with `tool` marked as requiring confirmation.
+pub fn approval_registry(script: &str, url: &str) -> Registry {
+    registry_with(script, url, true)
+}
+
+fn registry_with(script: &str, url: &str, requires_confirmation: bool) -> Registry {
     Registry::from_toml(&format!(
         r#"
 [agents.agent]
@@ -347,6 +390,7 @@ model = {{ provider = "scripted", script = [ {script} ] }}
 [tools.tool]
 type = "http"
 url = "{url}"
+requires_confirmation = {requires_confirmation}
 input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ type = "string" }} }} }}
 "#
     ))

@@ -94,6 +94,21 @@ impl Replay {
         }
     }
 
+    /// True when the next entry is `name` (a replay); false when there is
+    /// no next entry; a non-determinism error when the next entry is
+    /// another checkpoint.
+    pub fn is_next(&self, name: &str) -> Result<bool, Error> {
+        match self.entries.get(self.cursor) {
+            Some(entry) if entry.name == name => Ok(true),
+            Some(entry) => Err(Error::NonDeterminism {
+                position: self.position(),
+                expected: name.to_owned(),
+                found: entry.name.clone(),
+            }),
+            None => Ok(false),
+        }
+    }
+
     /// Records the value of a new checkpoint (after its effect ran and its
     /// entry was committed), so the cursor moves past it.
     pub fn recorded(&mut self, entry: JournalEntry) {

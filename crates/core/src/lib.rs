@@ -12,6 +12,7 @@ pub mod event;
 pub mod ids;
 pub mod journal;
 pub mod queue_message;
+pub mod reply;
 pub mod status;
 
 pub use error::{Error, Result};

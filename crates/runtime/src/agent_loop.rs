@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use agentenkit_core::conversation::{Message, ModelResponse, ToolCallRequest};
 use agentenkit_core::journal::names;
+use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
-    EventType, JournalEntry, Replay, ReplayStep, ToolCallId, ToolCallStatus, ToolKind,
+    EventType, JournalEntry, Replay, ReplayStep, RunId, ToolCallId, ToolCallStatus, ToolKind,
 };
 use agentenkit_store::{Change, Lease, RunContext, Store};
 use serde::de::DeserializeOwned;
@@ -22,7 +23,7 @@ use tracing::Instrument;
 use crate::agent::{Agent, Registry};
 use crate::model::ModelRequest;
 use crate::relay::Relay;
-use crate::tool::{ToolContext, ToolError};
+use crate::tool::{Approval, ToolContext, ToolError};
 use crate::worker::SegmentError;
 
 /// A run makes at most this many model calls: a model that never stops
@@ -36,7 +37,15 @@ pub type CrashPoint = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// How a segment of a run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    Completed { output: Option<String> },
+    Completed {
+        output: Option<String>,
+    },
+    /// The step finished with calls that wait for an answer; `to_park` are
+    /// the ones not parked yet (a resumed run whose rows are still open
+    /// parks nothing new).
+    Park {
+        to_park: Vec<PersistedToolCall>,
+    },
 }
 
 /// The value journaled under `persist:toolcall:<callId>`: the row as
@@ -75,6 +84,25 @@ impl<'a> Checkpointer<'a> {
             replay: Replay::new(journal),
             crash,
         }
+    }
+
+    /// True when the next checkpoint is `name` and already recorded.
+    pub fn is_recorded(&self, name: &str) -> Result<bool, SegmentError> {
+        self.replay
+            .is_next(name)
+            .map_err(|e| SegmentError::Permanent(e.to_string()))
+    }
+
+    /// The status of a call that waits behind another (not journaled).
+    async fn store_status(
+        &self,
+        run: RunId,
+        call: &ToolCallId,
+    ) -> Result<ToolCallStatus, SegmentError> {
+        Ok(match self.store.tool_call_reply(run, call).await? {
+            Ok(reply) => reply.status,
+            Err(status) => status,
+        })
     }
 
     /// Starts reading the journal from the top again (a retried attempt).
@@ -175,17 +203,18 @@ pub async fn run_turn(
                 output: response.text,
             });
         }
+        // Function tools run at once; calls that need an answer wait until
+        // every call of the step is handled, so a park is written only for
+        // a step that finished.
+        let mut waiting = Vec::new();
         for call in &response.tool_calls {
             let persisted = persist_tool_call(cp, agent, registry, run_id, call).await?;
             match persisted.kind {
                 ToolKind::Function => {
-                    let result = execute(cp, agent, registry, ctx, &persisted).await?;
-                    conversation.push(Message::Tool {
-                        tool_call_id: persisted.id.clone(),
-                        name: persisted.name.clone(),
-                        content: result,
-                    });
+                    let result = execute(cp, agent, registry, ctx, &persisted, None).await?;
+                    conversation.push(tool_message(&persisted, result));
                 }
+                ToolKind::Approval => waiting.push(persisted),
                 other => {
                     return Err(SegmentError::Permanent(format!(
                         "tool call {} has kind {other}, which this worker cannot run",
@@ -193,6 +222,40 @@ pub async fn run_turn(
                     )))
                 }
             }
+        }
+        let mut unsettled: Vec<(PersistedToolCall, ToolCallStatus)> = Vec::new();
+        for call in waiting {
+            if !unsettled.is_empty() {
+                // Replies are journaled in call order: once one waits, every
+                // later one waits with it.
+                let status = cp.store_status(run_id, &call.id).await?;
+                unsettled.push((call, status));
+                continue;
+            }
+            match await_reply(cp, run_id, &call).await? {
+                Err(status) => unsettled.push((call, status)),
+                Ok(reply) => {
+                    let result = match reply.denial() {
+                        Some(denial) => denial,
+                        None => {
+                            let approval = Approval {
+                                approved: true,
+                                payload: reply.payload.clone(),
+                            };
+                            execute(cp, agent, registry, ctx, &call, Some(approval)).await?
+                        }
+                    };
+                    conversation.push(tool_message(&call, result));
+                }
+            }
+        }
+        if !unsettled.is_empty() {
+            let to_park = unsettled
+                .into_iter()
+                .filter(|(_, status)| *status == ToolCallStatus::Proposed)
+                .map(|(call, _)| call)
+                .collect();
+            return Ok(Outcome::Park { to_park });
         }
     }
     Err(SegmentError::Permanent(format!(
@@ -204,13 +267,13 @@ pub async fn run_turn(
 /// back from the journal, never from the registry of this process.
 async fn persist_tool_call(
     cp: &mut Checkpointer<'_>,
-    _agent: &Agent,
-    _registry: &Registry,
-    run_id: agentenkit_core::RunId,
+    agent: &Agent,
+    registry: &Registry,
+    run_id: RunId,
     call: &ToolCallRequest,
 ) -> Result<PersistedToolCall, SegmentError> {
     cp.checkpoint(names::persist_toolcall(&call.id), || async {
-        let kind = ToolKind::Function;
+        let kind = resolve_kind(agent, registry, &call.name);
         let persisted = PersistedToolCall {
             id: call.id.clone(),
             name: call.name.clone(),
@@ -249,40 +312,36 @@ async fn execute(
     registry: &Registry,
     ctx: &RunContext,
     call: &PersistedToolCall,
+    approval: Option<Approval>,
 ) -> Result<Value, SegmentError> {
     let span = tracing::info_span!("tool", tool_call_id = %call.id, tool = %call.name);
     let run_id = ctx.lease.run_id;
     cp.checkpoint(names::exec(&call.id), || {
         async {
-            let (result, status) = match invoke(agent, registry, ctx, call).await {
+            let answered = approval.is_some();
+            let (result, status) = match invoke(agent, registry, ctx, call, approval).await {
                 Invocation::Done(value) => (value, ToolCallStatus::Executed),
                 Invocation::Failed(value) => (value, ToolCallStatus::Failed),
                 Invocation::Unavailable(message) => return Err(SegmentError::Retry(message)),
             };
             ::metrics::counter!(crate::metrics::TOOL_EXECUTIONS, "status" => status.as_str())
                 .increment(1);
-            let changes = vec![
+            // An answered row is already settled by its answer; only the
+            // result is added.
+            let settle = if answered {
+                Change::RecordToolResult {
+                    id: call.id.clone(),
+                    result: result.clone(),
+                }
+            } else {
                 Change::SettleToolCall {
                     id: call.id.clone(),
                     status,
                     result: result.clone(),
-                },
-                Change::Message(Message::Tool {
-                    tool_call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    content: result.clone(),
-                }),
-                Change::Event {
-                    event_type: EventType::ToolResult,
-                    data: json!({
-                        "runId": run_id,
-                        "toolCallId": call.id,
-                        "toolName": call.name,
-                        "status": status,
-                        "result": result,
-                    }),
-                },
-            ];
+                }
+            };
+            let mut changes = vec![settle];
+            changes.extend(result_changes(run_id, call, status, &result));
             Ok((result, changes))
         }
         .instrument(span)
@@ -305,6 +364,7 @@ async fn invoke(
     registry: &Registry,
     ctx: &RunContext,
     call: &PersistedToolCall,
+    approval: Option<Approval>,
 ) -> Invocation {
     let offered = agent.tools.iter().any(|t| t == &call.name);
     let Some(tool) = registry.tool(&call.name).filter(|_| offered) else {
@@ -318,11 +378,83 @@ async fn invoke(
         run_id: ctx.lease.run_id,
         thread_id: ctx.lease.thread_id,
         tool_call_id: call.id.clone(),
-        approval: None,
+        approval,
     };
     match tool.tool.execute(call.arguments.clone(), &tool_ctx).await {
         Ok(value) => Invocation::Done(value),
         Err(ToolError::Failed(message)) => Invocation::Failed(json!({ "error": message })),
         Err(ToolError::Transient(message)) => Invocation::Unavailable(message),
     }
+}
+
+/// The kind of a call, decided once when it is persisted.
+fn resolve_kind(agent: &Agent, registry: &Registry, name: &str) -> ToolKind {
+    let offered = agent.tools.iter().any(|t| t == name);
+    match registry.tool(name) {
+        Some(tool) if offered && tool.tool.requires_confirmation() => ToolKind::Approval,
+        _ => ToolKind::Function,
+    }
+}
+
+fn tool_message(call: &PersistedToolCall, content: Value) -> Message {
+    Message::Tool {
+        tool_call_id: call.id.clone(),
+        name: call.name.clone(),
+        content,
+    }
+}
+
+/// The reply to a parked call (`tool:<runId>:<callId>`): from the journal,
+/// or from its settled row; `Err(status)` while it waits.
+async fn await_reply(
+    cp: &mut Checkpointer<'_>,
+    run_id: RunId,
+    call: &PersistedToolCall,
+) -> Result<Result<SettledReply, ToolCallStatus>, SegmentError> {
+    let name = names::tool(run_id, &call.id);
+    let settled = if cp.is_recorded(&name)? {
+        None
+    } else {
+        match cp.store.tool_call_reply(run_id, &call.id).await? {
+            Err(status) => return Ok(Err(status)),
+            Ok(reply) => Some(reply),
+        }
+    };
+    let reply: SettledReply = cp
+        .checkpoint(name, || async move {
+            // The effect runs only when the entry is not recorded, and then
+            // the settled row was just read.
+            let reply = settled.ok_or_else(|| {
+                SegmentError::Permanent("the reply of a recorded call was read again".into())
+            })?;
+            let changes = match reply.denial() {
+                Some(denial) => result_changes(run_id, call, reply.status, &denial),
+                None => vec![],
+            };
+            Ok((reply, changes))
+        })
+        .await?;
+    Ok(Ok(reply))
+}
+
+/// The conversation message and event of a call's result.
+fn result_changes(
+    run_id: RunId,
+    call: &PersistedToolCall,
+    status: ToolCallStatus,
+    result: &Value,
+) -> Vec<Change> {
+    vec![
+        Change::Message(tool_message(call, result.clone())),
+        Change::Event {
+            event_type: EventType::ToolResult,
+            data: json!({
+                "runId": run_id,
+                "toolCallId": call.id,
+                "toolName": call.name,
+                "status": status,
+                "result": result,
+            }),
+        },
+    ]
 }

@@ -8,3 +8,5 @@ pub const RUNS_FINISHED: &str = "agentenkit_runs_finished_total";
 pub const RECLAIMS: &str = "agentenkit_reclaims_total";
 pub const OUTBOX_PUBLISHED: &str = "agentenkit_outbox_published_total";
 pub const OUTBOX_PUBLISH_FAILURES: &str = "agentenkit_outbox_publish_failures_total";
+pub const PARKS: &str = "agentenkit_parks_total";
+pub const ANSWERS: &str = "agentenkit_answers_total";

@@ -12,6 +12,7 @@ use std::time::Duration;
 use agentenkit_core::{EventType, QueueMessage, RunId, RunStatus};
 use agentenkit_queue::{Delivery, QueueAdapter};
 use agentenkit_store::{Change, Lease, LeaseAttempt, RunContext, Store};
+use chrono::SubsecRound;
 use serde_json::json;
 use thiserror::Error;
 use tokio::task::JoinSet;
@@ -19,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::agent::Registry;
-use crate::agent_loop::{run_turn, Checkpointer, CrashPoint, Outcome};
+use crate::agent_loop::{run_turn, Checkpointer, CrashPoint, Outcome, PersistedToolCall};
 use crate::metrics;
 use crate::relay::Relay;
 
@@ -239,6 +240,7 @@ impl Worker {
                 self.finish(&ctx.lease, RunStatus::Completed, output, None)
                     .await
             }
+            Ok(Outcome::Park { to_park }) => self.park(&ctx, to_park).await,
             Err(SegmentError::Permanent(error)) | Err(SegmentError::Retry(error)) => {
                 tracing::warn!(%error, "run failed");
                 self.finish(&ctx.lease, RunStatus::Failed, None, Some(error))
@@ -355,6 +357,54 @@ impl Worker {
                 other => return other,
             }
         }
+    }
+
+    /// Writes the park of a finished step in one transaction: the calls
+    /// become open requests with their expiry, one `INPUT_REQUIRED` each,
+    /// the run waits and its lease is released. A stop that committed first
+    /// took the lease: the park changes nothing.
+    async fn park(
+        &self,
+        ctx: &RunContext,
+        to_park: Vec<PersistedToolCall>,
+    ) -> Result<(), SegmentError> {
+        let ttl_ms = self
+            .inner
+            .registry
+            .agent(&ctx.name)
+            .map_or(crate::config::DEFAULT_HITL_TTL_MS, |a| a.hitl_ttl_ms);
+        // Postgres keeps microseconds: the event must say what the row says.
+        let expires_at =
+            (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64)).trunc_subsecs(6);
+        let mut changes = Vec::with_capacity(to_park.len() * 2 + 1);
+        for call in &to_park {
+            let reason = "approval";
+            changes.push(Change::ParkToolCall {
+                id: call.id.clone(),
+                reason: reason.to_owned(),
+                expires_at: Some(expires_at),
+            });
+            changes.push(Change::Event {
+                event_type: EventType::InputRequired,
+                data: json!({
+                    "toolCallId": call.id,
+                    "runId": ctx.lease.run_id,
+                    "toolName": call.name,
+                    "arguments": call.arguments,
+                    "kind": call.kind,
+                    "reason": reason,
+                    "runName": ctx.name,
+                    "depth": ctx.depth,
+                    "expiresAt": expires_at,
+                }),
+            });
+        }
+        changes.push(Change::WaitRun);
+        let outbox = self.inner.store.commit(&ctx.lease, &changes).await?;
+        self.inner.relay.publish(&outbox).await;
+        ::metrics::counter!(metrics::PARKS).increment(to_park.len() as u64);
+        tracing::info!(parked = to_park.len(), "run waits for input");
+        Ok(())
     }
 
     async fn finish(

@@ -5,6 +5,7 @@ use agentenkit_core::conversation::{Message, Usage};
 use agentenkit_core::{
     EventType, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
+use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
 
@@ -45,6 +46,17 @@ pub enum Change {
         message: QueueMessage,
         delay_ms: u64,
     },
+    /// A proposed call parks: it becomes an open request.
+    ParkToolCall {
+        id: ToolCallId,
+        reason: String,
+        expires_at: Option<DateTime<Utc>>,
+    },
+    /// The result a settled (answered) call finally had, without changing
+    /// its status.
+    RecordToolResult { id: ToolCallId, result: Value },
+    /// The run waits for its open requests; the lease is released.
+    WaitRun,
     /// The run ends; the lease is released.
     FinishRun {
         status: RunStatus,
@@ -81,7 +93,7 @@ async fn fence(tx: &Transaction<'_>, lease: &Lease) -> Result<()> {
     let stmt = tx
         .prepare_cached(
             "UPDATE runs SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
-             WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now()",
+             WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'",
         )
         .await?;
     let n = tx
@@ -227,6 +239,44 @@ async fn apply(
         }
         Change::Outbox { message, delay_ms } => {
             return Ok(Some(outbox::insert(tx, message, *delay_ms).await?));
+        }
+        Change::ParkToolCall {
+            id,
+            reason,
+            expires_at,
+        } => {
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE tool_calls SET status = 'pending_approval', reason = $3, expires_at = $4
+                     WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
+                )
+                .await?;
+            let n = tx
+                .execute(&stmt, &[&run.0, &id.as_str(), reason, expires_at])
+                .await?;
+            if n != 1 {
+                return Err(Error::Corrupt(format!(
+                    "tool call {id} of run {run} is not proposed and cannot park"
+                )));
+            }
+        }
+        Change::RecordToolResult { id, result } => {
+            let stmt = tx
+                .prepare_cached("UPDATE tool_calls SET result = $3 WHERE run_id = $1 AND id = $2")
+                .await?;
+            tx.execute(&stmt, &[&run.0, &id.as_str(), result]).await?;
+        }
+        Change::WaitRun => {
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE runs SET status = 'waiting', updated_at = now(),
+                            lease_owner = NULL, lease_expires_at = NULL
+                     WHERE id = $1 AND status = 'running'",
+                )
+                .await?;
+            if tx.execute(&stmt, &[&run.0]).await? != 1 {
+                return Err(Error::Corrupt(format!("run {run} cannot wait")));
+            }
         }
         Change::FinishRun {
             status,

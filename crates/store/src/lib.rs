@@ -11,6 +11,7 @@ use std::str::FromStr;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
+mod answer;
 mod commit;
 mod error;
 mod migrate;
@@ -20,6 +21,7 @@ mod runs;
 mod threads;
 mod views;
 
+pub use answer::{AnswerTarget, Answered, ReplyTarget};
 pub use commit::Change;
 pub use error::{Error, Result};
 pub use outbox::OutboxRow;

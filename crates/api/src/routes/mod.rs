@@ -5,6 +5,7 @@ use axum::Router;
 
 use crate::AppState;
 
+mod answers;
 mod health;
 mod runs;
 mod threads;
@@ -18,8 +19,13 @@ pub fn router() -> Router<AppState> {
             post(threads::post_message).get(threads::list_messages),
         )
         .route("/threads/{id}/events", get(threads::list_events))
+        .route("/threads/{id}/stop", post(threads::stop))
         .route("/runs/{id}", get(runs::get))
         .route("/runs/{id}/journal", get(runs::journal))
+        .route("/agent/tool-call/approve", post(answers::approve))
+        .route("/agent/tool-call/reject", post(answers::reject))
+        .route("/agent/hitl/respond", post(answers::respond))
+        .route("/agent/inbox", get(answers::inbox))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

@@ -121,3 +121,14 @@ pub async fn list_events(
             .await?,
     ))
 }
+
+/// Stops the thread's current run tree.
+pub async fn stop(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let thread: ThreadId = parse_id(&id, "thread")?;
+    let stopped = state.store.stop_thread(thread, &owner).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({ "stopped": stopped }))))
+}

@@ -1,0 +1,91 @@
+# agentenkit — everyday commands. `make` (or `make help`) lists them.
+#
+# Services: PostgreSQL and RabbitMQ on 127.0.0.1 by default; point DATABASE_URL / AMQP_URL
+# elsewhere to use other servers (then nothing is started or installed locally).
+#   DATABASE_URL       used by migrate and demo     (default .../agentenkit)
+#   TEST_DATABASE_URL  given to the tests as DATABASE_URL (default .../agentenkit_test,
+#                      or DATABASE_URL when that is set in the environment)
+#   AMQP_URL           used by everything           (default amqp://guest:guest@127.0.0.1:5672/%2f)
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.NOTPARALLEL:
+MAKEFLAGS += --no-print-directory
+
+CARGO ?= cargo
+
+ifeq ($(origin DATABASE_URL),undefined)
+DATABASE_URL := postgres://postgres@127.0.0.1:5432/agentenkit
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agentenkit_test
+else
+TEST_DATABASE_URL ?= $(DATABASE_URL)
+endif
+AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/%2f
+export DATABASE_URL TEST_DATABASE_URL AMQP_URL
+
+PEERS_RUN ?= $(CURDIR)/../shared/peers/run.sh
+
+.PHONY: help services build migrate demo fmt-check clippy test bench bench-peers clean-test-schemas
+
+help: ## list the targets
+	@echo "agentenkit — make targets:"
+	@grep -E '^[a-z][a-zA-Z_-]*:.*## ' $(firstword $(MAKEFILE_LIST)) | \
+	  awk 'BEGIN { FS = ":.*## " } { printf "  %-20s %s\n", $$1, $$2 }'
+	@echo "Services: DATABASE_URL=$(DATABASE_URL)"
+	@echo "          TEST_DATABASE_URL=$(TEST_DATABASE_URL)"
+	@echo "          AMQP_URL=$(AMQP_URL)"
+
+services: ## make PostgreSQL and RabbitMQ available (start, or install as root on Debian) and create the databases
+	@bash scripts/services.sh
+
+build: ## build every crate, binaries and tests
+	$(CARGO) build --workspace --all-targets
+
+migrate: services ## apply the migrations to DATABASE_URL
+	$(CARGO) run -q --bin agentenkit -- migrate
+
+demo: services build ## a scripted conversation end to end, printed as a transcript
+	$(CARGO) run -q --bin agentenkit -- demo
+
+fmt-check: ## rustfmt, check only
+	$(CARGO) fmt --all -- --check
+
+clippy: ## clippy on everything, warnings are errors
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test: services fmt-check clippy ## services, fmt-check, clippy, then every test against real Postgres and RabbitMQ
+	@export DATABASE_URL="$$TEST_DATABASE_URL"; rc=0; \
+	if $(CARGO) nextest --version >/dev/null 2>&1; then \
+	  echo "+ cargo test --workspace --doc"; \
+	  $(CARGO) test --workspace --doc --no-fail-fast -q || rc=$$?; \
+	  echo "+ DATABASE_URL=$$DATABASE_URL cargo nextest run --workspace --no-fail-fast"; \
+	  $(CARGO) nextest run --workspace --no-fail-fast --no-tests=fail || rc=$$?; \
+	else \
+	  echo "+ DATABASE_URL=$$DATABASE_URL cargo test --workspace --no-fail-fast"; \
+	  $(CARGO) test --workspace --no-fail-fast || rc=$$?; \
+	fi; \
+	exit $$rc
+
+bench: ## the agentenkit benchmark (release build)
+	@if ! $(CARGO) metadata --no-deps --format-version 1 2>/dev/null | grep -q '"name":"agentenkit-bench"'; then \
+	  echo "make bench: no bench binary yet (no target named agentenkit-bench in the workspace)" >&2; \
+	  exit 1; \
+	fi
+	@bash scripts/services.sh
+	$(CARGO) run --release -q --bin agentenkit-bench
+
+bench-peers: bench ## the bench, then the peer benchmark (LangGraph, DBOS, raw Postgres/RabbitMQ) if present
+	@if [ -f "$(PEERS_RUN)" ]; then \
+	  bash "$(PEERS_RUN)"; \
+	else \
+	  echo "make bench-peers: the peer benchmark is absent ($(PEERS_RUN) not found)" >&2; \
+	fi
+
+clean-test-schemas: ## drop the t_* schemas that tests left in the test database
+	@n=$$(psql "$$TEST_DATABASE_URL" -X -qAt -v ON_ERROR_STOP=1 \
+	    -c "select count(*) from pg_namespace where nspname like 't\_%'"); \
+	echo "dropping $$n test schemas in $$TEST_DATABASE_URL"; \
+	PGOPTIONS='-c client_min_messages=warning' psql "$$TEST_DATABASE_URL" -X -qAt -v ON_ERROR_STOP=1 <<< \
+	  "select format('drop schema if exists %I cascade', nspname) from pg_namespace where nspname like 't\_%' \gexec" \
+	  >/dev/null

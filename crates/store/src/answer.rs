@@ -1,0 +1,348 @@
+//! Answers to open requests, and stopping a thread's run tree.
+//!
+//! An answer is one transaction: the run row is locked (so answers to
+//! sibling requests settle one after another and exactly one of them sees
+//! the last request close), the row is settled by one conditional update
+//! (first answer wins), `INPUT_RESOLVED` is written, and when no request of
+//! the run is left open the resume segment goes into the outbox.
+
+use agentenkit_core::reply::{refusal, SettledReply, Verdict};
+use agentenkit_core::{
+    EventType, Owner, QueueMessage, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
+};
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Transaction;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::commit::insert_event;
+use crate::outbox::{self, OutboxRow};
+use crate::{Error, Result, Store};
+
+/// How a reply names the request it answers.
+#[derive(Debug, Clone, Copy)]
+pub enum AnswerTarget {
+    /// `approve`/`reject`/`answer`/`skip`: by run and call id.
+    Run(RunId),
+    /// `respond`: by thread and call id (the open one of the current run
+    /// tree when call ids repeat across turns).
+    Thread(ThreadId),
+}
+
+/// What became of a reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    pub delivered: bool,
+    pub error: Option<String>,
+    /// The resume segment, when this reply closed the run's last request.
+    pub outbox: Vec<OutboxRow>,
+}
+
+impl Answered {
+    fn refused(reason: &str) -> Self {
+        Answered {
+            delivered: false,
+            error: Some(reason.to_owned()),
+            outbox: vec![],
+        }
+    }
+}
+
+/// The open-or-not row a reply is addressed to.
+#[derive(Debug, Clone)]
+pub struct ReplyTarget {
+    pub run_id: RunId,
+    pub thread_id: ThreadId,
+    pub status: ToolCallStatus,
+    pub kind: ToolKind,
+    pub tool_name: String,
+    pub current: bool,
+    pub arguments: Value,
+}
+
+impl Store {
+    /// Settles an open request with `verdict` on behalf of `owner`.
+    /// `NotFound` when the owner has no such call, or it has not parked yet
+    /// (an answer can never arrive for a call the history does not have).
+    pub async fn answer(
+        &self,
+        owner: &Owner,
+        target: AnswerTarget,
+        call: &ToolCallId,
+        verdict: &Verdict,
+    ) -> Result<Answered> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let row = locate(&tx, owner, target, call).await?;
+        // Serialize replies to the requests of one run.
+        let stmt = tx
+            .prepare_cached("SELECT status FROM runs WHERE id = $1 FOR UPDATE")
+            .await?;
+        tx.query_one(&stmt, &[&row.run_id.0]).await?;
+        let row = locate(&tx, owner, AnswerTarget::Run(row.run_id), call).await?;
+        if let Some(reason) = refusal(row.status, row.current) {
+            return Ok(Answered::refused(reason));
+        }
+        let status = verdict.status();
+        let (payload, result, reason) = match verdict {
+            Verdict::Approve { payload } => (payload.clone(), None, None),
+            Verdict::Reject { reason } => {
+                let reply = SettledReply {
+                    status,
+                    approved: false,
+                    payload: None,
+                    reason: reason.clone(),
+                    answered_by: None,
+                    answered_at: None,
+                };
+                (None, reply.denial(), reason.clone())
+            }
+        };
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE tool_calls SET status = $3, payload = $4, result = $5,
+                        answered_by = $6, answered_at = now()
+                 WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'
+                 RETURNING answered_at",
+            )
+            .await?;
+        let Some(updated) = tx
+            .query_opt(
+                &stmt,
+                &[
+                    &row.run_id.0,
+                    &call.as_str(),
+                    &status.as_str(),
+                    &payload,
+                    &result,
+                    &owner.as_str(),
+                ],
+            )
+            .await?
+        else {
+            return Ok(Answered::refused("This request was already answered"));
+        };
+        let answered_at: DateTime<Utc> = updated.get(0);
+        let reply = SettledReply {
+            status,
+            approved: matches!(verdict, Verdict::Approve { .. }),
+            payload,
+            reason,
+            answered_by: Some(owner.to_string()),
+            answered_at: Some(answered_at),
+        };
+        let outbox = settle(&tx, &row, call, &reply).await?;
+        tx.commit().await?;
+        Ok(Answered {
+            delivered: true,
+            error: None,
+            outbox,
+        })
+    }
+
+    /// The row a reply would address, for checks that come before settling
+    /// (the kind of wait, the stored question set).
+    pub async fn reply_target(
+        &self,
+        owner: &Owner,
+        target: AnswerTarget,
+        call: &ToolCallId,
+    ) -> Result<ReplyTarget> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let row = locate(&tx, owner, target, call).await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    /// The settled reply of a call, or its status while it is not settled.
+    pub async fn tool_call_reply(
+        &self,
+        run: RunId,
+        call: &ToolCallId,
+    ) -> Result<std::result::Result<SettledReply, ToolCallStatus>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT status, payload, result, answered_by, answered_at
+                 FROM tool_calls WHERE run_id = $1 AND id = $2",
+            )
+            .await?;
+        let row = client
+            .query_opt(&stmt, &[&run.0, &call.as_str()])
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: "tool call",
+                id: call.to_string(),
+            })?;
+        let status: ToolCallStatus = row.get::<_, &str>(0).parse()?;
+        match status {
+            ToolCallStatus::Proposed | ToolCallStatus::PendingApproval => Ok(Err(status)),
+            _ => {
+                let result: Option<Value> = row.get(2);
+                Ok(Ok(SettledReply {
+                    status,
+                    approved: status == ToolCallStatus::Executed,
+                    payload: row.get(1),
+                    reason: result
+                        .as_ref()
+                        .and_then(|r| r.get("reason"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    answered_by: row.get(3),
+                    answered_at: row.get(4),
+                }))
+            }
+        }
+    }
+
+    /// Stops the thread's current run tree: every active run of it is
+    /// cancelled, its open requests with it, in one transaction. A worker
+    /// still advancing the run loses its lease and commits nothing more.
+    /// Returns the runs stopped (none when the thread was idle).
+    pub async fn stop_thread(&self, thread: ThreadId, owner: &Owner) -> Result<Vec<RunId>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let stmt = tx
+            .prepare_cached(
+                "SELECT current_run_id FROM threads WHERE id = $1 AND owner = $2 FOR UPDATE",
+            )
+            .await?;
+        let current: Option<Uuid> = tx
+            .query_opt(&stmt, &[&thread.0, &owner.as_str()])
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: "thread",
+                id: thread.to_string(),
+            })?
+            .get(0);
+        let Some(current) = current else {
+            return Ok(vec![]);
+        };
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE runs SET status = 'cancelled', finished_at = now(), updated_at = now(),
+                        lease_owner = NULL, lease_expires_at = NULL, error = 'stopped'
+                 WHERE root_run_id = $1 AND status IN ('queued', 'running', 'waiting')
+                 RETURNING id",
+            )
+            .await?;
+        let stopped: Vec<Uuid> = tx
+            .query(&stmt, &[&current])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE tool_calls SET status = 'cancelled'
+                 WHERE run_id = ANY($1) AND status IN ('proposed', 'pending_approval')",
+            )
+            .await?;
+        tx.execute(&stmt, &[&stopped]).await?;
+        for run in &stopped {
+            insert_event(
+                &tx,
+                thread,
+                Some(RunId(*run)),
+                EventType::RunCancelled,
+                &json!({ "runId": run, "reason": "stopped" }),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(stopped.into_iter().map(RunId).collect())
+    }
+}
+
+/// Finds the addressed row among the owner's calls, preferring the one in
+/// the thread's current run tree.
+async fn locate(
+    tx: &Transaction<'_>,
+    owner: &Owner,
+    target: AnswerTarget,
+    call: &ToolCallId,
+) -> Result<ReplyTarget> {
+    let (run, thread) = match target {
+        AnswerTarget::Run(run) => (Some(run.0), None),
+        AnswerTarget::Thread(thread) => (None, Some(thread.0)),
+    };
+    let stmt = tx
+        .prepare_cached(
+            "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments,
+                    (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current
+             FROM tool_calls tc
+             JOIN runs r ON r.id = tc.run_id
+             JOIN threads t ON t.id = tc.thread_id
+             WHERE tc.id = $1 AND t.owner = $2
+               AND (tc.run_id = $3 OR tc.thread_id = $4)
+               AND tc.status <> 'proposed'
+             ORDER BY current DESC, tc.created_at DESC
+             LIMIT 1",
+        )
+        .await?;
+    let row = tx
+        .query_opt(&stmt, &[&call.as_str(), &owner.as_str(), &run, &thread])
+        .await?
+        .ok_or_else(|| Error::NotFound {
+            what: "tool call",
+            id: call.to_string(),
+        })?;
+    Ok(ReplyTarget {
+        run_id: RunId(row.get(0)),
+        thread_id: ThreadId(row.get(1)),
+        status: row.get::<_, &str>(2).parse()?,
+        kind: row.get::<_, &str>(3).parse()?,
+        tool_name: row.get(4),
+        arguments: row.get(5),
+        current: row.get(6),
+    })
+}
+
+/// After a row settled: `INPUT_RESOLVED`, and the resume segment when it was
+/// the run's last open request. Shared by answers and expiry.
+pub(crate) async fn settle(
+    tx: &Transaction<'_>,
+    row: &ReplyTarget,
+    call: &ToolCallId,
+    reply: &SettledReply,
+) -> Result<Vec<OutboxRow>> {
+    let mut data = serde_json::to_value(reply)?;
+    if let Value::Object(map) = &mut data {
+        map.insert("runId".into(), json!(row.run_id));
+        map.insert("toolCallId".into(), json!(call));
+        map.insert("toolName".into(), json!(row.tool_name));
+    }
+    insert_event(
+        tx,
+        row.thread_id,
+        Some(row.run_id),
+        EventType::InputResolved,
+        &data,
+    )
+    .await?;
+    let stmt = tx
+        .prepare_cached(
+            "SELECT count(*) FROM tool_calls WHERE run_id = $1 AND status = 'pending_approval'",
+        )
+        .await?;
+    let open: i64 = tx.query_one(&stmt, &[&row.run_id.0]).await?.get(0);
+    if open > 0 {
+        return Ok(vec![]);
+    }
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE runs SET status = 'queued', segment_seq = segment_seq + 1, updated_at = now()
+             WHERE id = $1 AND status = 'waiting'
+             RETURNING segment_seq",
+        )
+        .await?;
+    let Some(resumed) = tx.query_opt(&stmt, &[&row.run_id.0]).await? else {
+        return Ok(vec![]);
+    };
+    let segment = QueueMessage::Segment {
+        run_id: row.run_id,
+        seq: resumed.get(0),
+    };
+    Ok(vec![outbox::insert(tx, &segment, 0).await?])
+}
