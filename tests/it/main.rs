@@ -4,5 +4,6 @@
 mod approvals;
 mod bad_input;
 mod crash;
+mod golden;
 mod reaper;
 mod turn;
