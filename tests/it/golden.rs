@@ -10,7 +10,9 @@ use agentenkit_tests::*;
 use serde_json::{json, Value};
 
 fn golden_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("golden")
+        .join(name)
 }
 
 /// Replaces what differs on every run (the run id, the answer time).
@@ -27,7 +29,13 @@ fn normalize(journal: &Value, run_id: &str) -> String {
 
 #[tokio::test]
 async fn the_journal_of_a_plain_approval_turn_is_pinned() {
-    let tool = ToolServer::start(|_, _| (axum::http::StatusCode::OK, json!({ "sent": true, "id": "m-1" }))).await;
+    let tool = ToolServer::start(|_, _| {
+        (
+            axum::http::StatusCode::OK,
+            json!({ "sent": true, "id": "m-1" }),
+        )
+    })
+    .await;
     let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
     let worker = env.spawn_worker();
     let (thread_id, run_id) = env.start_turn("agent", "send the golden mail").await;
@@ -50,7 +58,10 @@ async fn the_journal_of_a_plain_approval_turn_is_pinned() {
     }
     let expected = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
-    assert_eq!(actual, expected, "the journal of a plain approval turn changed");
+    assert_eq!(
+        actual, expected,
+        "the journal of a plain approval turn changed"
+    );
     worker.stop().await.unwrap();
     env.finish().await;
 }

@@ -6,4 +6,5 @@ mod bad_input;
 mod crash;
 mod golden;
 mod reaper;
+mod stream;
 mod turn;

@@ -1,6 +1,7 @@
 //! The HTTP API of agentenkit (SPEC §9): JSON, camelCase, bearer keys.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use agentenkit_queue::QueueAdapter;
 use agentenkit_runtime::{Registry, Relay};
@@ -12,6 +13,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 mod auth;
 mod error;
 mod extract;
+mod hub;
 mod routes;
 
 pub use auth::{ApiKeys, ApiKeysError};
@@ -29,6 +31,10 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     pub keys: Arc<ApiKeys>,
     pub metrics: Option<PrometheusHandle>,
+    pub hub: Arc<hub::EventHub>,
+    /// A stream re-reads its thread this often even without a wake-up, in
+    /// case a notification was missed (listener reconnecting, lagging).
+    pub stream_reread: Duration,
 }
 
 impl AppState {
@@ -40,6 +46,8 @@ impl AppState {
     ) -> Self {
         Self {
             relay: Relay::new(store.clone(), queue.clone()),
+            hub: Arc::new(hub::EventHub::new(store.clone())),
+            stream_reread: Duration::from_secs(5),
             store,
             queue,
             registry,

@@ -14,6 +14,7 @@ use tokio_postgres::NoTls;
 mod answer;
 mod commit;
 mod error;
+mod listen;
 mod migrate;
 mod outbox;
 mod reclaim;
@@ -54,6 +55,7 @@ impl StoreConfig {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    pg: tokio_postgres::Config,
     schema: Option<String>,
 }
 
@@ -71,7 +73,7 @@ impl Store {
         }
         pg.application_name("agentenkit");
         let manager = Manager::from_config(
-            pg,
+            pg.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -83,6 +85,7 @@ impl Store {
             .map_err(|e| Error::Config(e.to_string()))?;
         Ok(Store {
             pool,
+            pg,
             schema: config.schema.clone(),
         })
     }

@@ -5,8 +5,14 @@ use crate::{Error, Result, Store};
 
 /// `(version, name, sql)`, in order. Embedded at build time so a binary
 /// migrates without the source tree beside it.
-const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "init", include_str!("../../../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "init", include_str!("../../../migrations/0001_init.sql")),
+    (
+        2,
+        "event_notify",
+        include_str!("../../../migrations/0002_event_notify.sql"),
+    ),
+];
 
 /// An arbitrary constant: migrations of one database take this advisory lock
 /// so two processes starting at once do not both apply a version.
@@ -59,5 +65,27 @@ impl Store {
             applied.push(version);
         }
         Ok(applied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file added to `migrations/` but not to the list would never run.
+    #[test]
+    fn every_migration_file_is_embedded_in_order() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .expect("migrations dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".sql"))
+            .collect();
+        files.sort();
+        let embedded: Vec<String> = MIGRATIONS
+            .iter()
+            .map(|(version, name, _)| format!("{version:04}_{name}.sql"))
+            .collect();
+        assert_eq!(files, embedded);
     }
 }

@@ -8,6 +8,7 @@ use crate::AppState;
 mod answers;
 mod health;
 mod runs;
+mod stream;
 mod threads;
 
 pub fn router() -> Router<AppState> {
@@ -20,6 +21,7 @@ pub fn router() -> Router<AppState> {
         )
         .route("/threads/{id}/events", get(threads::list_events))
         .route("/threads/{id}/stop", post(threads::stop))
+        .route("/threads/{id}/stream", get(stream::stream))
         .route("/runs/{id}", get(runs::get))
         .route("/runs/{id}/journal", get(runs::journal))
         .route("/agent/tool-call/approve", post(answers::approve))

@@ -1,1 +1,454 @@
-fn main() {}
+//! `agentenkit-bench`: N runs parked for approval, then approved, at each
+//! concurrency; prints cycles/s, latencies, Postgres commits per cycle and
+//! bytes per parked thread, beside a raw INSERT baseline measured in the same
+//! run and the peers' figures (LangGraph, DBOS) when their results exist.
+//!
+//! Everything is real: Postgres (a fresh `bench_<uuid>` schema, dropped at
+//! the end), RabbitMQ (a unique `bench.<uuid>` prefix whose queues expire),
+//! one in-process worker. The approved tool is an in-process function.
+
+#[path = "../bench/mod.rs"]
+mod bench;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentenkit::{redact, QueueKind, DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL};
+use agentenkit_core::reply::Verdict;
+use agentenkit_core::{Owner, QueueMessage, RunId, ToolCallId};
+use agentenkit_queue::memory::MemoryQueue;
+use agentenkit_queue::rabbit::RabbitQueue;
+use agentenkit_queue::{QueueAdapter, Topology};
+use agentenkit_runtime::{Relay, Worker, WorkerConfig};
+use agentenkit_store::{AnswerTarget, OutboxRow, Store, StoreConfig};
+use anyhow::{bail, Context};
+use bench::hub::{self, HookedQueue, Hub, Key};
+use bench::meter::{self, Meter, ProcSample};
+use bench::report::{self, ConfigResult, Params};
+use clap::Parser;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// How long a client waits for a run to park, resume or complete.
+const WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentenkit-bench",
+    about = "Benchmark: runs parked for approval, approved, resumed, completed"
+)]
+struct Args {
+    /// Parked-then-approved runs per concurrency.
+    #[arg(long, env = "BENCH_N", default_value_t = 2000)]
+    n: usize,
+    /// Full cycles before each configuration's measurement (excluded).
+    #[arg(long, env = "BENCH_WARMUP", default_value_t = 50)]
+    warmup: usize,
+    /// Client tasks, one configuration each (comma-separated).
+    #[arg(
+        long,
+        env = "BENCH_CONCURRENCY",
+        default_value = "1,8",
+        value_delimiter = ','
+    )]
+    concurrency: Vec<usize>,
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
+    database_url: String,
+    #[arg(long, env = "AMQP_URL", default_value = DEFAULT_AMQP_URL)]
+    amqp_url: String,
+    #[arg(long, env = "BENCH_QUEUE", value_enum, default_value_t = QueueKind::Rabbitmq)]
+    queue: QueueKind,
+    /// Seconds of the raw INSERT baseline, per client count.
+    #[arg(long, env = "BENCH_BASELINE_SECS", default_value_t = 3.0)]
+    baseline_secs: f64,
+    /// Idle seconds before reading Postgres counters (PG 15 backends flush
+    /// them within 10 s of going idle).
+    #[arg(long, env = "BENCH_STATS_FLUSH_SECS", default_value_t = 10.5)]
+    stats_flush_secs: f64,
+    /// Connections of the store's pool (clients and worker share it).
+    #[arg(long, env = "BENCH_POOL_SIZE", default_value_t = 16)]
+    pool_size: usize,
+    /// Where the peers' RESULTS*.md are.
+    #[arg(long, env = "PEERS_DIR", default_value = "../shared/peers")]
+    peers_dir: PathBuf,
+    /// Also write the figures as JSON (default path when given no value).
+    #[arg(long, env = "BENCH_JSON", num_args = 0..=1, default_missing_value = "target/agentenkit-bench.json")]
+    json: Option<PathBuf>,
+    /// Keep the bench schema (for inspection) instead of dropping it.
+    #[arg(long)]
+    keep_schema: bool,
+}
+
+/// What the client tasks share.
+struct Ctx {
+    store: Store,
+    relay: Relay,
+    hub: Arc<Hub>,
+    owner: Owner,
+    content: String,
+}
+
+#[derive(Clone, Copy)]
+struct Parked {
+    run: RunId,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,lapin=off"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if args.n == 0 || args.concurrency.is_empty() || args.concurrency.contains(&0) {
+        bail!("--n and every --concurrency must be at least 1");
+    }
+    let started = Instant::now();
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    let schema = format!("bench_{id}");
+    let mut meter = Meter::connect(&args.database_url, &schema).await?;
+    let others = meter.client_backends().await?;
+    if others > 0 {
+        eprintln!(
+            "warning: {others} other client session(s) on database {}: their commits count in ours",
+            meter.dbname()
+        );
+    }
+    let mut config = StoreConfig::new(&args.database_url);
+    config.schema = Some(schema.clone());
+    config.max_connections = args.pool_size;
+    let store = Store::connect(&config)?;
+    store
+        .migrate()
+        .await
+        .context("migrating the bench schema")?;
+
+    let hub = Arc::new(Hub::default());
+    let (inner, queue_label): (Arc<dyn QueueAdapter>, String) = match args.queue {
+        QueueKind::Memory => (Arc::new(MemoryQueue::new()), "memory (in-process)".into()),
+        QueueKind::Rabbitmq => {
+            let topology = Topology {
+                prefix: format!("bench.{id}"),
+                queue_expires: Some(Duration::from_secs(60)),
+            };
+            let queue = RabbitQueue::connect(&args.amqp_url, topology)
+                .await
+                .with_context(|| format!("connecting to RabbitMQ at {}", redact(&args.amqp_url)))?;
+            (
+                Arc::new(queue),
+                "RabbitMQ (lapin adapter, classic durable queue, publisher confirms)".into(),
+            )
+        }
+    };
+    let queue: Arc<dyn QueueAdapter> = Arc::new(HookedQueue::new(inner, hub.clone()));
+    let max_c = args.concurrency.iter().copied().max().unwrap_or(1);
+    let prefetch = u16::try_from((max_c * 2).max(16)).unwrap_or(u16::MAX);
+    let worker = Worker::new(
+        store.clone(),
+        queue.clone(),
+        Arc::new(hub::registry(hub.clone())?),
+        WorkerConfig {
+            prefetch,
+            shutdown_grace: Duration::from_secs(5),
+            ..WorkerConfig::default()
+        },
+    );
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    let worker_task = tokio::spawn(async move { worker.run(token).await });
+    let ctx = Arc::new(Ctx {
+        relay: Relay::new(store.clone(), queue.clone()),
+        store: store.clone(),
+        hub,
+        owner: Owner("bench".into()),
+        content: hub::body_text(),
+    });
+
+    let outcome = run(
+        &args,
+        &ctx,
+        &mut meter,
+        &schema,
+        queue_label,
+        prefetch,
+        started,
+    )
+    .await;
+
+    shutdown.cancel();
+    match worker_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("worker: {e}"),
+        Err(e) => eprintln!("worker task: {e}"),
+    }
+    queue.close().await;
+    if args.keep_schema {
+        eprintln!("kept schema {schema}");
+    } else if let Err(e) = store.drop_schema().await {
+        eprintln!("could not drop schema {schema}: {e}");
+    }
+    outcome
+}
+
+async fn run(
+    args: &Args,
+    ctx: &Arc<Ctx>,
+    meter: &mut Meter,
+    schema: &str,
+    queue: String,
+    prefetch: u16,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let postgres = format!(
+        "{} (synchronous_commit {}, shared_buffers {}, wal_sync_method {})",
+        meter.show("server_version").await?,
+        meter.show("synchronous_commit").await?,
+        meter.show("shared_buffers").await?,
+        meter.show("wal_sync_method").await?,
+    );
+    eprintln!("agentenkit-bench: schema {schema}, PostgreSQL {postgres}; queue {queue}");
+
+    // The physical baseline, outside every measured interval.
+    let probe = format!("{schema}.pg_insert_probe");
+    let admin = meter::connect(meter.target()).await?;
+    admin.batch_execute(&format!(
+        "CREATE TABLE {probe} (id bigserial PRIMARY KEY, payload text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+    )).await?;
+    let mut baselines = Vec::new();
+    for &c in &args.concurrency {
+        admin.batch_execute(&format!("TRUNCATE {probe}")).await?;
+        let b = meter::insert_baseline(meter.target(), &probe, c, args.baseline_secs).await?;
+        eprintln!("baseline INSERT c={c}: {:.1} commits/s", b.commits_per_s);
+        baselines.push(b);
+    }
+    admin.batch_execute(&format!("DROP TABLE {probe}")).await?;
+    drop(admin);
+
+    let mut results = Vec::new();
+    for &c in &args.concurrency {
+        results.push(run_config(args, ctx, meter, c).await?);
+    }
+
+    let params = Params {
+        n: args.n,
+        warmup: args.warmup,
+        queue,
+        postgres,
+        pool_size: args.pool_size,
+        prefetch,
+        baseline_secs: args.baseline_secs,
+        stats_flush_secs: args.stats_flush_secs,
+    };
+    let peers = bench::peers::find(&args.peers_dir).and_then(|p| bench::peers::load(&p));
+    report::print_markdown(
+        &params,
+        &results,
+        &baselines,
+        peers.as_ref(),
+        started.elapsed(),
+    );
+    if let Some(path) = &args.json {
+        let value = report::to_json(&params, &results, &baselines, peers.as_ref());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, serde_json::to_vec_pretty(&value)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// One configuration: fresh tables, warm-up, then phase A (park N) and
+/// phase B (approve N), with a snapshot before, between and after.
+async fn run_config(
+    args: &Args,
+    ctx: &Arc<Ctx>,
+    meter: &mut Meter,
+    c: usize,
+) -> anyhow::Result<ConfigResult> {
+    let n = args.n;
+    let flush = Duration::from_secs_f64(args.stats_flush_secs);
+    meter.truncate_all().await?;
+    if args.warmup > 0 {
+        let (warm, _, _) = park_phase(ctx, args.warmup, c).await?;
+        resume_phase(ctx, &warm, c).await?;
+    }
+    let nacks0 = ctx.hub.nacks();
+    tokio::time::sleep(flush).await;
+    let a0 = meter.snapshot().await?;
+    eprintln!("c={c}: phase A (park {n})");
+    let p0 = ProcSample::now();
+    let (parked, park, wall_park) = park_phase(ctx, n, c).await?;
+    let p1 = ProcSample::now();
+    tokio::time::sleep(flush).await;
+    let a1 = meter.snapshot().await?;
+    if a1.runs("waiting") != n as i64 {
+        bail!(
+            "c={c}: after phase A {n} runs should wait, found {:?}",
+            a1.runs_by_status
+        );
+    }
+    eprintln!("c={c}: phase B (approve {n})");
+    let p2 = ProcSample::now();
+    let (resumed, completed, wall_resume) = resume_phase(ctx, &parked, c).await?;
+    let p3 = ProcSample::now();
+    tokio::time::sleep(flush).await;
+    let b1 = meter.snapshot().await?;
+    let done = (n + args.warmup) as i64;
+    if b1.runs("completed") != done || b1.runs_by_status.len() != 1 {
+        bail!(
+            "c={c}: after phase B {done} runs should be completed, found {:?}",
+            b1.runs_by_status
+        );
+    }
+    let (cpu_a, busy_a) = p0.usage(&p1);
+    let (cpu_b, busy_b) = p2.usage(&p3);
+    let mut bytes_per_table_parked = std::collections::BTreeMap::new();
+    for (table, after) in &a1.bytes_per_table {
+        let before = a0.bytes_per_table.get(table).copied().unwrap_or(0);
+        bytes_per_table_parked.insert(table.clone(), (after - before) as f64 / n as f64);
+    }
+    Ok(ConfigResult {
+        concurrency: c,
+        n,
+        wall_park,
+        wall_resume,
+        park,
+        resumed,
+        completed,
+        cpu_ms: cpu_a + cpu_b,
+        busy_pct: (busy_a + busy_b) / 2.0,
+        park_delta: meter::delta(&a0, &a1, n),
+        resume_delta: meter::delta(&a1, &b1, n),
+        cycle_delta: meter::delta(&a0, &b1, n),
+        rss_per_parked: (p1.rss - p0.rss) as f64 / n as f64,
+        bytes_per_table_parked,
+        nacks: ctx.hub.nacks() - nacks0,
+    })
+}
+
+/// The segment a commit wrote to the outbox.
+fn segment_seq(outbox: &[OutboxRow], run: RunId) -> anyhow::Result<i64> {
+    outbox
+        .iter()
+        .find_map(|row| match row.message {
+            QueueMessage::Segment { run_id, seq } if run_id == run => Some(seq),
+            _ => None,
+        })
+        .with_context(|| format!("no segment of run {run} in the outbox"))
+}
+
+/// Runs `per_item(i)` for i in 0..n on `c` tasks (task w takes w, w+c, …);
+/// returns the results in item order and the wall time.
+async fn fan_out<T, F, Fut>(n: usize, c: usize, per_item: F) -> anyhow::Result<(Vec<T>, Duration)>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<T>> + Send,
+{
+    let per_item = Arc::new(per_item);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..c)
+        .map(|w| {
+            let per_item = per_item.clone();
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                for i in (w..n).step_by(c) {
+                    out.push((i, per_item(i).await?));
+                }
+                anyhow::Ok(out)
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(n);
+    for task in tasks {
+        all.extend(task.await.context("client task")??);
+    }
+    let wall = start.elapsed();
+    all.sort_by_key(|(i, _)| *i);
+    Ok((all.into_iter().map(|(_, t)| t).collect(), wall))
+}
+
+/// Phase A: create a thread, start a turn, publish; parked when the worker
+/// acks the first segment. Latency: create_thread call → that ack.
+async fn park_phase(
+    ctx: &Arc<Ctx>,
+    n: usize,
+    c: usize,
+) -> anyhow::Result<(Vec<Parked>, Vec<Duration>, Duration)> {
+    let ctx = ctx.clone();
+    let (items, wall) = fan_out(n, c, move |_| {
+        let ctx = ctx.clone();
+        async move {
+            let t0 = Instant::now();
+            let thread = ctx
+                .store
+                .create_thread(&ctx.owner, "mailer", &json!({}))
+                .await?;
+            let started = ctx
+                .store
+                .start_run(thread.id, &ctx.owner, &ctx.content)
+                .await?;
+            ctx.relay.publish(&started.outbox).await;
+            let seq = segment_seq(&started.outbox, started.run_id)?;
+            let parked_at = ctx.hub.wait(Key::Acked(started.run_id, seq), WAIT).await?;
+            anyhow::Ok((
+                Parked {
+                    run: started.run_id,
+                },
+                parked_at.saturating_duration_since(t0),
+            ))
+        }
+    })
+    .await?;
+    let (parked, mut latencies): (Vec<_>, Vec<_>) = items.into_iter().unzip();
+    latencies.sort();
+    Ok((parked, latencies, wall))
+}
+
+/// Phase B: approve each parked call and publish the resume segment.
+/// Latencies: answer call → tool ran, answer call → last segment acked.
+async fn resume_phase(
+    ctx: &Arc<Ctx>,
+    parked: &[Parked],
+    c: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, Duration)> {
+    let ctx = ctx.clone();
+    let parked: Arc<Vec<Parked>> = Arc::new(parked.to_vec());
+    let (items, wall) = fan_out(parked.len(), c, move |i| {
+        let ctx = ctx.clone();
+        let run = parked[i].run;
+        async move {
+            let t0 = Instant::now();
+            let answered = ctx
+                .store
+                .answer(
+                    &ctx.owner,
+                    AnswerTarget::Run(run),
+                    &ToolCallId::from("c1"),
+                    &Verdict::Approve { payload: None },
+                )
+                .await?;
+            if !answered.delivered {
+                bail!("answer to run {run} refused: {:?}", answered.error);
+            }
+            ctx.relay.publish(&answered.outbox).await;
+            let seq = segment_seq(&answered.outbox, run)?;
+            let executed = ctx.hub.wait(Key::Executed(run), WAIT).await?;
+            let completed = ctx.hub.wait(Key::Acked(run, seq), WAIT).await?;
+            anyhow::Ok((
+                executed.saturating_duration_since(t0),
+                completed.saturating_duration_since(t0),
+            ))
+        }
+    })
+    .await?;
+    let (mut resumed, mut completed): (Vec<_>, Vec<_>) = items.into_iter().unzip();
+    resumed.sort();
+    completed.sort();
+    Ok((resumed, completed, wall))
+}

@@ -1,0 +1,126 @@
+//! `GET /threads/{id}/stream`: Server-Sent Events, `id:` = event id,
+//! resuming after `Last-Event-ID` (or `?after=`).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use agentenkit_core::{Owner, ThreadId};
+use agentenkit_store::EventView;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use serde::Deserialize;
+use tokio::sync::broadcast;
+
+use crate::auth::Caller;
+use crate::extract::parse_id;
+use crate::{ApiError, AppState};
+
+const PAGE: i64 = 500;
+
+#[derive(Deserialize)]
+pub struct StreamQuery {
+    after: Option<i64>,
+}
+
+pub async fn stream(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<StreamQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let thread: ThreadId = parse_id(&id, "thread")?;
+    // Ownership first: another owner's thread is a 404, not an empty stream.
+    state.store.get_thread(thread, &owner).await?;
+    let after = match headers.get("last-event-id").map(|v| v.to_str()) {
+        Some(Ok(text)) => text.trim().parse::<i64>().map_err(|_| {
+            ApiError::BadRequest(format!("Last-Event-ID must be an event id, not {text:?}"))
+        })?,
+        Some(Err(_)) => return Err(ApiError::BadRequest("Last-Event-ID is not text".into())),
+        None => query.after.unwrap_or(0),
+    };
+    // Subscribe before the first read, so no event falls between the two.
+    let wake = state.hub.subscribe().await;
+    let cursor = Cursor {
+        state,
+        owner,
+        thread,
+        after,
+        buffered: VecDeque::new(),
+        wake,
+    };
+    let events = futures::stream::unfold(cursor, |mut cursor| async move {
+        let event = cursor.next().await?;
+        Some((Ok(event), cursor))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+struct Cursor {
+    state: AppState,
+    owner: Owner,
+    thread: ThreadId,
+    after: i64,
+    buffered: VecDeque<EventView>,
+    wake: broadcast::Receiver<ThreadId>,
+}
+
+impl Cursor {
+    /// The next event, waiting for one if need be; `None` ends the stream
+    /// (the thread is gone or the store failed: the client reconnects).
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(view) = self.buffered.pop_front() {
+                self.after = view.id;
+                let data = serde_json::to_string(&view).ok()?;
+                return Some(
+                    Event::default()
+                        .id(view.id.to_string())
+                        .event(view.event_type.as_str())
+                        .data(data),
+                );
+            }
+            match self
+                .state
+                .store
+                .list_events(self.thread, &self.owner, self.after, PAGE)
+                .await
+            {
+                Ok(events) if !events.is_empty() => {
+                    self.buffered.extend(events);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(thread_id = %self.thread, error = %e, "event stream ends");
+                    return None;
+                }
+            }
+            self.wait().await;
+        }
+    }
+
+    /// Until this thread has news, or the re-read timer fires.
+    async fn wait(&mut self) {
+        let deadline = tokio::time::sleep(self.state.stream_reread);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                woke = self.wake.recv() => match woke {
+                    Ok(thread) if thread == self.thread => return,
+                    Ok(_) => {}
+                    // Missed wake-ups: re-read to be sure.
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Err(broadcast::error::RecvError::Closed) => {
+                        deadline.as_mut().await;
+                        return;
+                    }
+                },
+            }
+        }
+    }
+}

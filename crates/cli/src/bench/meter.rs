@@ -1,0 +1,380 @@
+//! Postgres and process meters, with the peers' definitions (pgmeter.py):
+//!
+//! * commits = `pg_stat_database.xact_commit` delta of the database (read-only
+//!   transactions count too), minus the meter's own commits and minus one
+//!   start-up transaction per new session (`pg_stat_database.sessions`);
+//! * bytes = growth of `pg_total_relation_size` (heap + indexes + TOAST) of
+//!   the bench schema's tables;
+//! * counters are read from a connection to database `postgres`, so reading
+//!   them adds nothing to the measured database.
+//!
+//! A backend publishes its counters lazily (PostgreSQL 15: when it goes idle
+//! at most once a second, else after 10 s idle, or at exit). The bench keeps
+//! its pool open (re-preparing statements on new connections would add
+//! commits), so callers wait `stats_flush` of idleness before a snapshot.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
+
+pub async fn connect(config: &Config) -> anyhow::Result<Client> {
+    let (client, connection) = config
+        .connect(NoTls)
+        .await
+        .context("connecting to Postgres (is it running? `make services`)")?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "meter connection ended");
+        }
+    });
+    Ok(client)
+}
+
+/// The rows of one simple query, as text cells.
+pub async fn rows(client: &Client, sql: &str) -> anyhow::Result<Vec<Vec<String>>> {
+    Ok(client
+        .simple_query(sql)
+        .await
+        .with_context(|| format!("query {sql:?}"))?
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).unwrap_or_default().to_owned())
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect())
+}
+
+async fn cell(client: &Client, sql: &str) -> anyhow::Result<String> {
+    rows(client, sql)
+        .await?
+        .into_iter()
+        .next()
+        .and_then(|r| r.into_iter().next())
+        .with_context(|| format!("no row from {sql:?}"))
+}
+
+fn int(text: &str) -> anyhow::Result<i64> {
+    text.parse()
+        .with_context(|| format!("not an integer: {text:?}"))
+}
+
+pub struct Meter {
+    admin: Client,
+    target: Config,
+    dbname: String,
+    schema: String,
+    /// Commits the meter made in the measured database so far.
+    self_commits: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub xact_commit: i64,
+    pub sessions: i64,
+    pub wal_bytes: i64,
+    pub wal_syncs: i64,
+    /// The meter's own commits in the database before this reading.
+    pub self_commits: i64,
+    pub bytes: i64,
+    pub bytes_per_table: BTreeMap<String, i64>,
+    pub runs_by_status: BTreeMap<String, i64>,
+}
+
+impl Snapshot {
+    pub fn runs(&self, status: &str) -> i64 {
+        self.runs_by_status.get(status).copied().unwrap_or(0)
+    }
+}
+
+/// Per-item deltas between two snapshots.
+pub struct Delta {
+    pub commits: f64,
+    pub raw_commits: i64,
+    pub sessions: i64,
+    pub wal_bytes: f64,
+    pub wal_syncs: f64,
+    pub bytes: f64,
+}
+
+pub fn delta(a: &Snapshot, b: &Snapshot, n: usize) -> Delta {
+    let n = n.max(1) as f64;
+    let raw = b.xact_commit - a.xact_commit;
+    let sessions = b.sessions - a.sessions;
+    let own = b.self_commits - a.self_commits;
+    Delta {
+        commits: (raw - sessions - own) as f64 / n,
+        raw_commits: raw,
+        sessions,
+        wal_bytes: (b.wal_bytes - a.wal_bytes) as f64 / n,
+        wal_syncs: (b.wal_syncs - a.wal_syncs) as f64 / n,
+        bytes: (b.bytes - a.bytes) as f64 / n,
+    }
+}
+
+impl Meter {
+    pub async fn connect(database_url: &str, schema: &str) -> anyhow::Result<Meter> {
+        let mut target = Config::from_str(database_url).context("invalid database url")?;
+        let dbname = match (target.get_dbname(), target.get_user()) {
+            (Some(db), _) | (None, Some(db)) => db.to_owned(),
+            (None, None) => bail!("the database url names no database"),
+        };
+        target.application_name("agentenkit-bench-meter");
+        let mut admin = target.clone();
+        admin.dbname("postgres");
+        Ok(Meter {
+            admin: connect(&admin).await?,
+            target,
+            dbname,
+            schema: schema.to_owned(),
+            self_commits: 0,
+        })
+    }
+
+    pub fn dbname(&self) -> &str {
+        &self.dbname
+    }
+
+    pub fn target(&self) -> &Config {
+        &self.target
+    }
+
+    /// `SHOW name` on the server.
+    pub async fn show(&self, name: &str) -> anyhow::Result<String> {
+        cell(&self.admin, &format!("SHOW {name}")).await
+    }
+
+    /// Client backends connected to the measured database (ours included).
+    pub async fn client_backends(&self) -> anyhow::Result<i64> {
+        int(&cell(
+            &self.admin,
+            &format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND backend_type = 'client backend'",
+                self.dbname.replace('\'', "''")
+            ),
+        )
+        .await?)
+    }
+
+    /// Empties every table of the schema (not `schema_migrations`), then
+    /// vacuums them: each configuration starts from fresh tables. Runs
+    /// outside any measured interval.
+    pub async fn truncate_all(&self) -> anyhow::Result<()> {
+        let client = connect(&self.target).await?;
+        let tables = rows(
+            &client,
+            &format!(
+                "SELECT tablename FROM pg_tables WHERE schemaname = '{}' AND tablename <> 'schema_migrations'",
+                self.schema
+            ),
+        )
+        .await?;
+        let names: Vec<String> = tables
+            .into_iter()
+            .filter_map(|r| r.into_iter().next())
+            .map(|t| format!("{}.\"{}\"", self.schema, t.replace('"', "\"\"")))
+            .collect();
+        if names.is_empty() {
+            return Ok(());
+        }
+        client
+            .batch_execute(&format!("TRUNCATE {}", names.join(", ")))
+            .await?;
+        for name in &names {
+            client
+                .batch_execute(&format!("VACUUM ANALYZE {name}"))
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub async fn snapshot(&mut self) -> anyhow::Result<Snapshot> {
+        self.admin
+            .batch_execute("SELECT pg_stat_clear_snapshot()")
+            .await?;
+        let counters = rows(
+            &self.admin,
+            &format!(
+                "SELECT d.xact_commit, d.sessions,
+                        pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint, w.wal_sync
+                 FROM pg_stat_database d, pg_stat_wal w WHERE d.datname = '{}'",
+                self.dbname.replace('\'', "''")
+            ),
+        )
+        .await?;
+        let [xact, sessions, wal, syncs] = counters
+            .first()
+            .map(Vec::as_slice)
+            .context("pg_stat_database has no row for the database")?
+        else {
+            bail!("unexpected pg_stat_database row");
+        };
+        let (xact, sessions, wal, syncs) = (int(xact)?, int(sessions)?, int(wal)?, int(syncs)?);
+        let self_commits = self.self_commits;
+        // One statement on a fresh connection: one commit (counted into the
+        // next interval) and one session start-up (removed via `sessions`).
+        let client = connect(&self.target).await?;
+        self.self_commits += 1;
+        let s = &self.schema;
+        let row = rows(
+            &client,
+            &format!(
+                "SELECT (SELECT coalesce(string_agg(c.relname || '=' || pg_total_relation_size(c.oid), ','), '')
+                         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                         WHERE n.nspname = '{s}' AND c.relkind = 'r'),
+                        (SELECT coalesce(string_agg(status || '=' || n, ','), '')
+                         FROM (SELECT status, count(*) AS n FROM {s}.runs GROUP BY status) r)"
+            ),
+        )
+        .await?;
+        let (sizes, statuses) = match row.first().map(Vec::as_slice) {
+            Some([sizes, statuses]) => (pairs(sizes)?, pairs(statuses)?),
+            _ => bail!("unexpected size row"),
+        };
+        Ok(Snapshot {
+            xact_commit: xact,
+            sessions,
+            wal_bytes: wal,
+            wal_syncs: syncs,
+            self_commits,
+            bytes: sizes.values().sum(),
+            bytes_per_table: sizes,
+            runs_by_status: statuses,
+        })
+    }
+}
+
+fn pairs(text: &str) -> anyhow::Result<BTreeMap<String, i64>> {
+    text.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').context("name=value")?;
+            Ok((k.to_owned(), int(v)?))
+        })
+        .collect()
+}
+
+/// Process and machine counters from /proc.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcSample {
+    pub at: Instant,
+    pub rss: i64,
+    /// utime + stime of the whole process, in clock ticks (USER_HZ = 100).
+    pub cpu_ticks: i64,
+    pub machine_total: i64,
+    pub machine_idle: i64,
+}
+
+impl ProcSample {
+    pub fn now() -> ProcSample {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let rss = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<i64>().ok())
+            .map_or(0, |kb| kb * 1024);
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // Fields after the command name (which may hold spaces): state is
+        // field 3, utime 14, stime 15.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<i64> = after
+            .split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect();
+        let cpu_ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+        let machine = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let cpu: Vec<i64> = machine
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().unwrap_or(0))
+            .collect();
+        ProcSample {
+            at: Instant::now(),
+            rss,
+            cpu_ticks,
+            machine_total: cpu.iter().sum(),
+            machine_idle: cpu.get(3).copied().unwrap_or(0) + cpu.get(4).copied().unwrap_or(0),
+        }
+    }
+
+    /// (process CPU ms, machine busy %) from `self` to `later`.
+    pub fn usage(&self, later: &ProcSample) -> (f64, f64) {
+        let cpu_ms = (later.cpu_ticks - self.cpu_ticks) as f64 * 10.0;
+        let total = (later.machine_total - self.machine_total) as f64;
+        let idle = (later.machine_idle - self.machine_idle) as f64;
+        let busy = if total > 0.0 {
+            100.0 * (total - idle) / total
+        } else {
+            f64::NAN
+        };
+        (cpu_ms, busy)
+    }
+}
+
+/// Nearest-rank percentile of durations, in ms.
+pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1].as_secs_f64() * 1000.0
+}
+
+/// The physical baseline: one single-row INSERT per transaction (like the
+/// peers' pgbench script), `clients` connections, for `secs`.
+pub struct Baseline {
+    pub clients: usize,
+    pub commits_per_s: f64,
+    pub latency_ms: f64,
+    pub transactions: u64,
+}
+
+pub async fn insert_baseline(
+    target: &Config,
+    table: &str,
+    clients: usize,
+    secs: f64,
+) -> anyhow::Result<Baseline> {
+    let sql = format!("INSERT INTO {table} (payload) VALUES (repeat('x', 300))");
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let client = connect(target).await?;
+        let stmt = client.prepare(&sql).await?;
+        conns.push((client, stmt));
+    }
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(secs);
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|(client, stmt)| {
+            tokio::spawn(async move {
+                let mut done = 0u64;
+                while Instant::now() < deadline {
+                    client.execute(&stmt, &[]).await?;
+                    done += 1;
+                }
+                anyhow::Ok(done)
+            })
+        })
+        .collect();
+    let mut transactions = 0;
+    for task in tasks {
+        transactions += task.await.context("baseline task")??;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    Ok(Baseline {
+        clients,
+        commits_per_s: transactions as f64 / elapsed,
+        latency_ms: elapsed * 1000.0 * clients as f64 / transactions.max(1) as f64,
+        transactions,
+    })
+}

@@ -1,0 +1,6 @@
+//! Modules of the `agentenkit-bench` binary (see `src/bin/bench.rs`).
+
+pub mod hub;
+pub mod meter;
+pub mod peers;
+pub mod report;

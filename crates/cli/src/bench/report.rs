@@ -1,0 +1,269 @@
+//! The figures of one configuration, and how they are printed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::meter::{percentile_ms, Baseline, Delta};
+use super::peers::{self, Peers};
+
+pub struct ConfigResult {
+    pub concurrency: usize,
+    pub n: usize,
+    pub wall_park: Duration,
+    pub wall_resume: Duration,
+    pub park: Vec<Duration>,
+    pub resumed: Vec<Duration>,
+    pub completed: Vec<Duration>,
+    pub cpu_ms: f64,
+    pub busy_pct: f64,
+    pub park_delta: Delta,
+    pub resume_delta: Delta,
+    pub cycle_delta: Delta,
+    pub rss_per_parked: f64,
+    pub bytes_per_table_parked: BTreeMap<String, f64>,
+    pub nacks: u64,
+}
+
+impl ConfigResult {
+    pub fn parks_per_s(&self) -> f64 {
+        self.n as f64 / self.wall_park.as_secs_f64()
+    }
+    pub fn resumes_per_s(&self) -> f64 {
+        self.n as f64 / self.wall_resume.as_secs_f64()
+    }
+    pub fn cycles_per_s(&self) -> f64 {
+        self.n as f64 / (self.wall_park + self.wall_resume).as_secs_f64()
+    }
+    pub fn commits_per_s(&self) -> f64 {
+        self.cycle_delta.commits * self.cycles_per_s()
+    }
+}
+
+pub struct Params {
+    pub n: usize,
+    pub warmup: usize,
+    pub queue: String,
+    pub postgres: String,
+    pub pool_size: usize,
+    pub prefetch: u16,
+    pub baseline_secs: f64,
+    pub stats_flush_secs: f64,
+}
+
+fn p50_99(d: &[Duration]) -> String {
+    format!(
+        "{:.2} / {:.2}",
+        percentile_ms(d, 50.0),
+        percentile_ms(d, 99.0)
+    )
+}
+
+/// `1234.5` -> "1,234.5" (`decimals` digits).
+pub fn fmt(v: f64, decimals: usize) -> String {
+    if !v.is_finite() {
+        return "n/a".into();
+    }
+    let text = format!("{:.*}", decimals, v.abs());
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let mut out = String::new();
+    for (i, ch) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    let sign = if v < 0.0 { "-" } else { "" };
+    if frac.is_empty() {
+        format!("{sign}{out}")
+    } else {
+        format!("{sign}{out}.{frac}")
+    }
+}
+
+fn baseline_at(baselines: &[Baseline], c: usize) -> Option<&Baseline> {
+    baselines.iter().find(|b| b.clients == c)
+}
+
+pub fn print_markdown(
+    params: &Params,
+    results: &[ConfigResult],
+    baselines: &[Baseline],
+    peers: Option<&Peers>,
+    total: Duration,
+) {
+    println!("# agentenkit-bench: park → approve → resume → complete\n");
+    println!(
+        "Parameters: N={} parked runs per configuration (+{} warm-up cycles excluded), concurrency {}; \
+         one in-process worker (prefetch {}), store pool {} connections; queue: {}; PostgreSQL {}. \
+         Baseline: single-row INSERT per transaction from tokio-postgres, {} s per client count. \
+         Counters read after {} s idle (stats flush). Whole bench: {:.0} s.\n",
+        params.n,
+        params.warmup,
+        results.iter().map(|r| r.concurrency.to_string()).collect::<Vec<_>>().join(","),
+        params.prefetch,
+        params.pool_size,
+        params.queue,
+        params.postgres,
+        params.baseline_secs,
+        params.stats_flush_secs,
+        total.as_secs_f64()
+    );
+    println!("| config | parks/s | resumes/s | full cycles/s | park p50 / p99 ms | respond→resumed p50 / p99 ms | respond→completed p50 / p99 ms | process CPU ms/cycle | machine busy % | bytes/parked | bytes/completed | commits/cycle (park+resume) | WAL bytes/cycle | PG commits/s reached | INSERT baseline commits/s (same c) | reached / baseline | RSS bytes/parked |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in results {
+        let base = baseline_at(baselines, r.concurrency);
+        println!(
+            "| agentenkit c={} (N={}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}+{}) | {} | {} | {} | {} | {} |",
+            r.concurrency,
+            r.n,
+            fmt(r.parks_per_s(), 1),
+            fmt(r.resumes_per_s(), 1),
+            fmt(r.cycles_per_s(), 1),
+            p50_99(&r.park),
+            p50_99(&r.resumed),
+            p50_99(&r.completed),
+            fmt(r.cpu_ms / r.n as f64, 2),
+            fmt(r.busy_pct, 0),
+            fmt(r.park_delta.bytes, 0),
+            fmt(r.cycle_delta.bytes, 0),
+            fmt(r.cycle_delta.commits, 2),
+            fmt(r.park_delta.commits, 2),
+            fmt(r.resume_delta.commits, 2),
+            fmt(r.cycle_delta.wal_bytes, 0),
+            fmt(r.commits_per_s(), 0),
+            base.map_or("n/a".into(), |b| fmt(b.commits_per_s, 1)),
+            base.map_or("n/a".into(), |b| format!("{:.2}", r.commits_per_s() / b.commits_per_s)),
+            fmt(r.rss_per_parked, 0),
+        );
+    }
+    println!("\nNotes: commits = pg_stat_database.xact_commit delta / N (read-only transactions count too), minus the meter's own and one start-up commit per new session; \
+              process CPU is the bench process, which holds the clients *and* the worker; latencies are nearest-rank over N; \
+              'resumed' = the approved tool ran, 'completed' = the worker acked the run's last segment (the peers' resume latency ends at completion).");
+    for r in results {
+        if r.nacks > 0 || r.cycle_delta.sessions > 2 {
+            println!(
+                "c={}: {} segments handed back (nack), {} new Postgres sessions during the measured phases (their statement prepares count as commits).",
+                r.concurrency, r.nacks, r.cycle_delta.sessions
+            );
+        }
+    }
+
+    let Some(peers) = peers else {
+        println!("\nNo peer results found (../shared/peers/RESULTS*.md): no peer ratios.");
+        return;
+    };
+    println!(
+        "\n## Against the peers\n\nPeer figures from {} (run {}): measured in an earlier run, not in this one, \
+         unless `make bench-peers` just re-ran them. 'normalized' divides each side by the INSERT baseline of its own run \
+         (ours: tokio-postgres loop above; peers: pgbench) before taking the ratio.\n",
+        peers.path.display(),
+        peers.run.as_deref().unwrap_or("date unknown")
+    );
+    println!("| c | agentenkit full cycles/s | peer config | peer full cycles/s | ratio agentenkit/peer | normalized ratio | peer commits/cycle | peer bytes/parked | peer resume p50 ms |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in results {
+        for config in peers::compared(r.concurrency) {
+            let Some(theirs) = peers.figure(config, "full cycles/s") else {
+                println!(
+                    "| {} | {} | {config} | n/a | n/a | n/a | n/a | n/a | n/a |",
+                    r.concurrency,
+                    fmt(r.cycles_per_s(), 1)
+                );
+                continue;
+            };
+            let normalized = match (
+                baseline_at(baselines, r.concurrency),
+                peers.pgbench.get(&r.concurrency),
+            ) {
+                (Some(ours), Some(pgbench)) => format!(
+                    "{:.2}",
+                    (r.cycles_per_s() / ours.commits_per_s) / (theirs / pgbench)
+                ),
+                _ => "n/a".into(),
+            };
+            let other = |column: &str, d: usize| {
+                peers
+                    .figure(config, column)
+                    .map_or("n/a".into(), |v| fmt(v, d))
+            };
+            println!(
+                "| {} | {} | {config} | {} | {:.2} | {normalized} | {} | {} | {} |",
+                r.concurrency,
+                fmt(r.cycles_per_s(), 1),
+                fmt(theirs, 1),
+                r.cycles_per_s() / theirs,
+                other("commits/cycle (park+resume)", 2),
+                other("bytes/parked", 0),
+                other("resume p50 / p99 ms", 2),
+            );
+        }
+    }
+    let pgb: Vec<String> = baselines
+        .iter()
+        .map(|b| {
+            let theirs = peers.pgbench.get(&b.clients);
+            format!(
+                "c={}: ours {} commits/s, peers' pgbench {}",
+                b.clients,
+                fmt(b.commits_per_s, 1),
+                theirs.map_or("n/a".into(), |t| fmt(*t, 1))
+            )
+        })
+        .collect();
+    println!(
+        "\nINSERT baselines (synchronous_commit on): {}.",
+        pgb.join("; ")
+    );
+}
+
+fn delta_json(d: &Delta) -> Value {
+    json!({
+        "commits": d.commits, "raw_commits": d.raw_commits, "new_sessions": d.sessions,
+        "wal_bytes": d.wal_bytes, "wal_fsyncs": d.wal_syncs, "bytes": d.bytes,
+    })
+}
+
+fn lat_json(d: &[Duration]) -> Value {
+    let mean = d.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / d.len().max(1) as f64;
+    json!({
+        "p50_ms": percentile_ms(d, 50.0), "p99_ms": percentile_ms(d, 99.0),
+        "mean_ms": mean, "max_ms": percentile_ms(d, 100.0),
+    })
+}
+
+pub fn to_json(
+    params: &Params,
+    results: &[ConfigResult],
+    baselines: &[Baseline],
+    peers: Option<&Peers>,
+) -> Value {
+    json!({
+        "system": "agentenkit",
+        "params": {
+            "n": params.n, "warmup": params.warmup, "queue": params.queue,
+            "postgres": params.postgres, "pool_size": params.pool_size, "prefetch": params.prefetch,
+            "baseline_secs": params.baseline_secs, "stats_flush_secs": params.stats_flush_secs,
+        },
+        "baselines": baselines.iter().map(|b| json!({
+            "clients": b.clients, "commits_per_s": b.commits_per_s,
+            "latency_avg_ms": b.latency_ms, "transactions": b.transactions,
+        })).collect::<Vec<_>>(),
+        "results": results.iter().map(|r| json!({
+            "concurrency": r.concurrency, "n": r.n,
+            "wall_s": {"park": r.wall_park.as_secs_f64(), "resume": r.wall_resume.as_secs_f64()},
+            "park_per_s": r.parks_per_s(), "resume_per_s": r.resumes_per_s(), "cycle_per_s": r.cycles_per_s(),
+            "park_latency": lat_json(&r.park),
+            "respond_to_resumed_latency": lat_json(&r.resumed),
+            "respond_to_completed_latency": lat_json(&r.completed),
+            "process_cpu_ms_per_cycle": r.cpu_ms / r.n as f64, "machine_busy_pct": r.busy_pct,
+            "park": delta_json(&r.park_delta), "resume": delta_json(&r.resume_delta),
+            "cycle": delta_json(&r.cycle_delta),
+            "bytes_per_parked_by_table": r.bytes_per_table_parked,
+            "pg_commits_per_s_reached": r.commits_per_s(),
+            "rss_bytes_per_parked": r.rss_per_parked, "nacks": r.nacks,
+        })).collect::<Vec<_>>(),
+        "peers_file": peers.map(|p| p.path.display().to_string()),
+    })
+}

@@ -1,0 +1,138 @@
+use std::time::Duration;
+
+use agentenkit_tests::*;
+use axum::http::StatusCode;
+use serde_json::{json, Value};
+
+/// One SSE frame: (id, event, data).
+type Frame = (i64, String, Value);
+
+struct SseReader {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl SseReader {
+    async fn open(env: &TestEnv, thread_id: &str, last_event_id: Option<i64>) -> SseReader {
+        let mut request = env
+            .http
+            .get(env.url(&format!("/threads/{thread_id}/stream")))
+            .bearer_auth(ALICE);
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        SseReader {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next frame with an id (keep-alive comments are skipped).
+    async fn next(&mut self) -> Frame {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut id, mut event, mut data) = (None, String::new(), String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        event = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim());
+                    }
+                }
+                if let Some(id) = id {
+                    return (id, event, serde_json::from_str(&data).unwrap());
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(20), self.response.chunk())
+                .await
+                .expect("an event within 20 s")
+                .unwrap()
+                .expect("the stream is open");
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    async fn until(&mut self, event: &str) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        loop {
+            let frame = self.next().await;
+            let done = frame.1 == event;
+            frames.push(frame);
+            if done {
+                return frames;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_stream_carries_events_live_and_resumes_from_last_event_id() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let thread = env.post("/threads", json!({ "agent": "agent" })).await;
+    let thread_id = thread["id"].as_str().unwrap().to_owned();
+    let mut stream = SseReader::open(&env, &thread_id, None).await;
+
+    let run = env
+        .post(
+            &format!("/threads/{thread_id}/messages"),
+            json!({ "content": "go" }),
+        )
+        .await;
+    let run_id = run["runId"].as_str().unwrap().to_owned();
+    let parked = stream.until("INPUT_REQUIRED").await;
+    let types: Vec<_> = parked.iter().map(|f| f.1.as_str()).collect();
+    assert_eq!(
+        types,
+        ["RUN_STARTED", "MESSAGE", "TOOL_CALL", "INPUT_REQUIRED"]
+    );
+    let required = &parked[3];
+    assert_eq!(required.2["data"]["toolCallId"], "c1");
+    assert_eq!(required.2["runId"], run_id.as_str());
+    assert!(parked.windows(2).all(|w| w[0].0 < w[1].0), "ids increase");
+
+    env.reply(
+        "/agent/tool-call/approve",
+        ALICE,
+        json!({ "runId": run_id, "toolCallId": "c1" }),
+    )
+    .await;
+    let rest = stream.until("RUN_COMPLETED").await;
+    let types: Vec<_> = rest.iter().map(|f| f.1.as_str()).collect();
+    assert_eq!(
+        types,
+        ["INPUT_RESOLVED", "TOOL_RESULT", "MESSAGE", "RUN_COMPLETED"]
+    );
+
+    // A reconnect after INPUT_REQUIRED gets exactly what came after it.
+    let mut resumed = SseReader::open(&env, &thread_id, Some(required.0)).await;
+    let again = resumed.until("RUN_COMPLETED").await;
+    assert_eq!(
+        again.iter().map(|f| f.0).collect::<Vec<_>>(),
+        rest.iter().map(|f| f.0).collect::<Vec<_>>()
+    );
+
+    let (status, _) = env
+        .call(
+            "GET",
+            &format!("/threads/{thread_id}/stream"),
+            Some(BOB),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = env
+        .call("GET", &format!("/threads/{thread_id}/stream"), None, None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
