@@ -5,6 +5,7 @@ mod approvals;
 mod bad_input;
 mod crash;
 mod golden;
+mod parked;
 mod reaper;
 mod stream;
 mod turn;

@@ -405,3 +405,11 @@ pub const CALL_THEN_DONE: &str = r#"
   { tool_calls = [ { id = "c1", name = "tool", arguments = { to = "a@b.c" } } ] },
   { text = "Done." },
 "#;
+
+/// Resident memory of this process, in bytes (Linux).
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * 4096)
+}

@@ -108,6 +108,8 @@ struct Inner {
     relay: Relay,
     config: WorkerConfig,
     crash: Option<CrashPoint>,
+    /// Segments being handled right now, across this worker's clones.
+    busy: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Worker {
@@ -126,6 +128,7 @@ impl Worker {
                 relay,
                 config,
                 crash: None,
+                busy: Arc::default(),
             }),
         }
     }
@@ -143,6 +146,7 @@ impl Worker {
                 relay: inner.relay.clone(),
                 config: inner.config.clone(),
                 crash: Some(crash),
+                busy: Arc::default(),
             }),
         }
     }
@@ -185,7 +189,14 @@ impl Worker {
         Ok(())
     }
 
+    /// Segments this worker is handling now. A parked run is not one of
+    /// them: waiting holds no worker.
+    pub fn busy(&self) -> usize {
+        self.inner.busy.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     async fn process(&self, delivery: Delivery) -> Disposition {
+        let _busy = Busy::enter(&self.inner.busy);
         let started = std::time::Instant::now();
         let disposition = match delivery.message() {
             Ok(QueueMessage::Segment { run_id, seq }) => {
@@ -442,6 +453,22 @@ impl Worker {
         self.inner.relay.publish(&outbox).await;
         ::metrics::counter!(metrics::RUNS_FINISHED, "status" => status.as_str()).increment(1);
         Ok(())
+    }
+}
+
+/// Counts a segment in flight for as long as it lives.
+struct Busy<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Busy<'a> {
+    fn enter(counter: &'a std::sync::atomic::AtomicUsize) -> Self {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Busy(counter)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -122,6 +122,18 @@ impl Store {
         })))
     }
 
+    /// How many runs a worker holds a live lease on right now.
+    pub async fn leases_held(&self) -> Result<i64> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM runs WHERE lease_expires_at > now() AND status = 'running'",
+                &[],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
     /// A run as its owner sees it, with its usage rows.
     pub async fn get_run(&self, run: RunId, owner: &Owner) -> Result<RunView> {
         let client = self.client().await?;
