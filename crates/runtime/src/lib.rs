@@ -6,6 +6,7 @@ pub mod agent;
 pub mod agent_loop;
 pub mod config;
 pub mod error;
+pub mod inline;
 pub mod metrics;
 pub mod model;
 pub mod reaper;

@@ -44,6 +44,19 @@ enum Command {
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         reap_every: Duration,
     },
+    /// Talk to an agent on the terminal; approvals are asked here.
+    Chat {
+        #[command(flatten)]
+        connections: Connections,
+        #[command(flatten)]
+        agents: AgentConfig,
+        /// The agent to talk to.
+        #[arg(long)]
+        agent: String,
+        /// The owner of the thread (as an API key's owner would be).
+        #[arg(long, env = "AGENTENKIT_OWNER", default_value = "local")]
+        owner: String,
+    },
     /// A scripted conversation end to end, printed as a transcript.
     Demo {
         #[command(flatten)]
@@ -93,6 +106,12 @@ async fn main() -> anyhow::Result<()> {
             worker_task.await??;
             reaper.await?;
         }
+        Command::Chat {
+            connections,
+            agents,
+            agent,
+            owner,
+        } => agentenkit::chat::run(connections, agents, agent, owner).await?,
         Command::Demo { connections } => agentenkit::demo::run(connections).await?,
     }
     Ok(())

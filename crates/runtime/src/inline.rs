@@ -1,0 +1,149 @@
+//! The inline runner: runs turns in this process (in-process queue, one
+//! worker) and hands each open request to host hooks, for embedding and the
+//! terminal chat. The durable parts are the same as a fleet's: Postgres
+//! holds everything, so a turn interrupted here can be answered elsewhere.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentenkit_core::reply::Verdict;
+use agentenkit_core::{Owner, RunId, ThreadId, ThreadStatus, ToolCallId};
+use agentenkit_queue::memory::MemoryQueue;
+use agentenkit_queue::QueueAdapter;
+use agentenkit_store::{AnswerTarget, PendingInput, RunView, Store};
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Error, Registry, Relay, Result, Worker, WorkerConfig};
+
+/// What the host does when a run waits for a person.
+#[async_trait]
+pub trait Hooks: Send + Sync {
+    /// A verdict on an approval (or a job's park).
+    async fn await_approval(&self, input: &PendingInput) -> Verdict;
+
+    /// Answers to a question set; `None` when the host cannot render
+    /// questions, and the runner then asks `await_approval` instead
+    /// (approve = the pre-picked answers, reject = skipped).
+    async fn await_answers(&self, _input: &PendingInput) -> Option<Value> {
+        None
+    }
+}
+
+pub struct InlineRunner {
+    store: Store,
+    relay: Relay,
+    owner: Owner,
+    shutdown: CancellationToken,
+    worker: tokio::task::JoinHandle<()>,
+}
+
+impl InlineRunner {
+    /// Starts a worker on an in-process queue. Runs left queued by an
+    /// earlier process are picked up by a reaper pass, not by this one.
+    pub fn start(store: Store, registry: Arc<Registry>, owner: Owner) -> InlineRunner {
+        let queue: Arc<dyn QueueAdapter> = Arc::new(MemoryQueue::new());
+        let worker = Worker::new(
+            store.clone(),
+            queue.clone(),
+            registry,
+            WorkerConfig::default(),
+        );
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        let worker = tokio::spawn(async move {
+            if let Err(e) = worker.run(token).await {
+                tracing::error!(error = %e, "inline worker stopped");
+            }
+        });
+        InlineRunner {
+            relay: Relay::new(store.clone(), queue),
+            store,
+            owner,
+            shutdown,
+            worker,
+        }
+    }
+
+    pub async fn create_thread(&self, agent: &str) -> Result<ThreadId> {
+        Ok(self
+            .store
+            .create_thread(&self.owner, agent, &serde_json::json!({}))
+            .await?
+            .id)
+    }
+
+    /// Runs one turn to its end, asking `hooks` for every open request.
+    pub async fn run_turn(
+        &self,
+        thread: ThreadId,
+        content: &str,
+        hooks: &dyn Hooks,
+    ) -> Result<RunView> {
+        let started = self.store.start_run(thread, &self.owner, content).await?;
+        self.relay.publish(&started.outbox).await;
+        let mut wake = self.store.listen_events().await.ok();
+        loop {
+            let view = self.store.get_thread(thread, &self.owner).await?;
+            match view.status {
+                ThreadStatus::Idle => {
+                    return Ok(self.store.get_run(started.run_id, &self.owner).await?)
+                }
+                ThreadStatus::WaitingForInput => {
+                    for input in &view.pending_inputs {
+                        let verdict = hooks.await_approval(input).await;
+                        self.answer(input, verdict).await?;
+                    }
+                    continue;
+                }
+                ThreadStatus::Running => {}
+            }
+            // Wait for news of this thread (or re-read after a while).
+            let news = async {
+                match wake.as_mut() {
+                    Some(rx) => {
+                        while let Some(t) = rx.recv().await {
+                            if t == thread {
+                                return;
+                            }
+                        }
+                        std::future::pending::<()>().await
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_millis(500), news).await;
+        }
+    }
+
+    async fn answer(&self, input: &PendingInput, verdict: Verdict) -> Result<()> {
+        let call = ToolCallId(input.tool_call_id.clone());
+        let run: RunId = input.run_id;
+        let answered = self
+            .store
+            .answer(&self.owner, AnswerTarget::Run(run), &call, &verdict)
+            .await?;
+        self.relay.publish(&answered.outbox).await;
+        if let Some(error) = answered.error {
+            tracing::info!(tool_call_id = %call, %error, "reply not delivered");
+        }
+        Ok(())
+    }
+
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Stops the worker (in-flight segments get its shutdown grace).
+    pub async fn shutdown(self) -> Result<()> {
+        self.shutdown.cancel();
+        self.worker
+            .await
+            .map_err(|e| Error::Config(format!("inline worker panicked: {e}")))
+    }
+}
