@@ -52,7 +52,11 @@ async fn a_thousand_parked_threads_hold_no_worker() {
     let (rss_after, tasks_after) = (rss_bytes(), metrics.num_alive_tasks());
 
     assert_eq!(worker.busy(), 0, "no segment in flight while threads wait");
-    assert_eq!(env.store.leases_held().await.unwrap(), 0, "no run holds a lease");
+    assert_eq!(
+        env.store.leases_held().await.unwrap(),
+        0,
+        "no run holds a lease"
+    );
     assert!(
         tasks_after <= tasks_before + 8,
         "tasks grew with parked threads: {tasks_before} -> {tasks_after}"
@@ -62,12 +66,20 @@ async fn a_thousand_parked_threads_hold_no_worker() {
         "parked {THREADS} threads: rss {rss_before} -> {rss_after} bytes ({per_thread} B per parked thread), tasks {tasks_before} -> {tasks_after}"
     );
     // Generous: allocator and connection-pool noise, not a leak per thread.
-    assert!(per_thread < 16 * 1024, "{per_thread} bytes per parked thread");
+    assert!(
+        per_thread < 16 * 1024,
+        "{per_thread} bytes per parked thread"
+    );
     assert_eq!(tool.calls(), 0);
 
     // And they all still resume.
     let (thread_id, run_id) = &started[0];
-    env.reply("/agent/tool-call/approve", ALICE, json!({ "runId": run_id, "toolCallId": "c1" })).await;
+    env.reply(
+        "/agent/tool-call/approve",
+        ALICE,
+        json!({ "runId": run_id, "toolCallId": "c1" }),
+    )
+    .await;
     env.wait_status(thread_id, "IDLE").await;
     handle.1.cancel();
     handle.0.await.unwrap().unwrap();
