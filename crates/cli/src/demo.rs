@@ -62,7 +62,7 @@ pub async fn run(mut connections: Connections) -> anyhow::Result<()> {
                 input_schema: json!({"type": "object", "required": ["to"], "properties": {"to": {"type": "string"}}}),
             },
             tool_url,
-            false,
+            true,
         )))?
         .with_agent(
             Agent::new("mailer", Arc::new(ScriptedModel::new(script)))
@@ -127,17 +127,22 @@ async fn converse(addr: SocketAddr) -> anyhow::Result<()> {
     .await?;
     let run_id = run["runId"].as_str().context("run id")?.to_owned();
     println!("POST /threads/{{id}}/messages   -> run {run_id}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let thread = call(http.get(format!("{base}/threads/{thread_id}"))).await?;
-        if thread["status"] == "IDLE" {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("the run did not finish in 30 s (is a worker consuming?)");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let thread = wait_for_status(&http, &base, &thread_id, "WAITING_FOR_INPUT").await?;
+    let input = &thread["pendingInputs"][0];
+    println!(
+        "GET  /threads/{{id}}            -> WAITING_FOR_INPUT: {} wants {}({}), reason {}, expires {}",
+        input["runName"], input["toolName"], input["arguments"], input["reason"], input["expiresAt"]
+    );
+    println!("     (the run is parked: no worker, no lock, no process holds it)");
+    let tool_call_id = input["toolCallId"].clone();
+    let answer = call(
+        http.post(format!("{base}/agent/tool-call/approve"))
+            .json(&json!({ "runId": run_id, "toolCallId": tool_call_id })),
+    )
+    .await?;
+    println!("POST /agent/tool-call/approve -> {answer}");
+    wait_for_status(&http, &base, &thread_id, "IDLE").await?;
+    println!("GET  /threads/{{id}}            -> IDLE");
     println!("\nTranscript:");
     let messages = call(http.get(format!("{base}/threads/{thread_id}/messages"))).await?;
     for m in messages.as_array().into_iter().flatten() {
@@ -174,6 +179,31 @@ async fn converse(addr: SocketAddr) -> anyhow::Result<()> {
         .collect();
     println!("Journal: {}", names.join(", "));
     Ok(())
+}
+
+async fn wait_for_status(
+    http: &reqwest::Client,
+    base: &str,
+    thread_id: &str,
+    status: &str,
+) -> anyhow::Result<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let thread: Value = http
+            .get(format!("{base}/threads/{thread_id}"))
+            .bearer_auth(KEY)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if thread["status"] == status {
+            return Ok(thread);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the thread did not become {status} in 30 s (is a worker consuming?)");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The demo's `send_email` endpoint: counts calls, answers a message id.
