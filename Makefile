@@ -59,11 +59,13 @@ test: services fmt-check clippy ## services, fmt-check, clippy, then every test 
 	if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  echo "+ cargo test --workspace --doc"; \
 	  $(CARGO) test --workspace --doc --no-fail-fast -q || rc=$$?; \
+	  echo "+ cargo nextest run --workspace --run-ignored only --test-threads 1   # tests that restart the broker, alone"; \
+	  $(CARGO) nextest run --workspace --run-ignored only --test-threads 1 --no-fail-fast --no-tests=pass || rc=$$?; \
 	  echo "+ DATABASE_URL=$$DATABASE_URL cargo nextest run --workspace --no-fail-fast"; \
 	  $(CARGO) nextest run --workspace --no-fail-fast --no-tests=fail || rc=$$?; \
 	else \
 	  echo "+ DATABASE_URL=$$DATABASE_URL cargo test --workspace --no-fail-fast"; \
-	  $(CARGO) test --workspace --no-fail-fast || rc=$$?; \
+	  $(CARGO) test --workspace --no-fail-fast -- --include-ignored --test-threads 1 || rc=$$?; \
 	fi; \
 	exit $$rc
 

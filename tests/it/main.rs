@@ -4,6 +4,8 @@
 mod approvals;
 mod bad_input;
 mod crash;
+mod disruptive;
+mod expiry;
 mod golden;
 mod parked;
 mod reaper;

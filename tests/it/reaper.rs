@@ -9,6 +9,7 @@ fn eager() -> ReaperConfig {
         stalled_after: std::time::Duration::from_secs(60),
         outbox_stale_after: std::time::Duration::ZERO,
         batch: 2,
+        ..ReaperConfig::default()
     }
 }
 

@@ -52,6 +52,7 @@ pub struct TestEnv {
     pub api: SocketAddr,
     pub http: reqwest::Client,
     pub worker_config: WorkerConfig,
+    pub topology: Topology,
     shutdown: CancellationToken,
 }
 
@@ -71,7 +72,7 @@ impl TestEnv {
             queue_expires: Some(Duration::from_secs(60)),
         };
         let queue: Arc<dyn QueueAdapter> = Arc::new(
-            RabbitQueue::connect(&amqp_url(), topology)
+            RabbitQueue::connect(&amqp_url(), topology.clone())
                 .await
                 .expect("RabbitMQ (is it up? `make services`)"),
         );
@@ -97,6 +98,7 @@ impl TestEnv {
             api,
             http: reqwest::Client::new(),
             worker_config: test_worker_config(),
+            topology,
             shutdown,
         }
     }
@@ -257,6 +259,43 @@ impl TestEnv {
             .collect()
     }
 
+    /// Runs SQL in the test's schema (to stage what production code would
+    /// not do: rows from before a feature, clocks moved).
+    pub async fn sql(&self, statements: &str) {
+        let schema = self.store.schema().expect("test schema");
+        let (client, connection) = tokio_postgres::connect(
+            &format!(
+                "{} options='-c search_path={schema}'",
+                pg_conninfo(&database_url())
+            ),
+            tokio_postgres::NoTls,
+        )
+        .await
+        .expect("connect");
+        tokio::spawn(connection);
+        client.batch_execute(statements).await.expect("sql");
+    }
+
+    /// Empties every queue of the delay ladder, as if the broker lost the
+    /// delayed messages.
+    pub async fn purge_delayed_messages(&self) {
+        let connection =
+            lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+                .await
+                .expect("amqp");
+        let channel = connection.create_channel().await.expect("channel");
+        for level in 0..agentenkit_queue::ladder::LEVELS {
+            let queue = self.topology.delay_level(level);
+            channel
+                .queue_purge(
+                    queue.as_str().into(),
+                    lapin::options::QueuePurgeOptions::default(),
+                )
+                .await
+                .expect("purge");
+        }
+    }
+
     /// Stops everything and drops the test's schema.
     pub async fn finish(self) {
         self.shutdown.cancel();
@@ -383,10 +422,25 @@ pub fn approval_registry(script: &str, url: &str) -> Registry {
 }
 
 fn registry_with(script: &str, url: &str, requires_confirmation: bool) -> Registry {
+    registry_with_ttl(script, url, requires_confirmation, 900_000)
+}
+
+/// An approval registry whose agent's requests expire after `ttl_ms`.
+pub fn approval_registry_ttl(script: &str, url: &str, ttl_ms: u64) -> Registry {
+    registry_with_ttl(script, url, true, ttl_ms)
+}
+
+fn registry_with_ttl(
+    script: &str,
+    url: &str,
+    requires_confirmation: bool,
+    ttl_ms: u64,
+) -> Registry {
     Registry::from_toml(&format!(
         r#"
 [agents.agent]
 system = "test agent"
+hitl_ttl_ms = {ttl_ms}
 tools = ["tool"]
 model = {{ provider = "scripted", script = [ {script} ] }}
 
@@ -416,4 +470,20 @@ pub fn rss_bytes() -> u64 {
                 .and_then(|p| p.parse::<u64>().ok())
         })
         .map_or(0, |pages| pages * 4096)
+}
+
+/// A `postgres://` URL as a key=value conninfo (so options can be added).
+fn pg_conninfo(url: &str) -> String {
+    let rest = url
+        .trim_start_matches("postgres://")
+        .trim_start_matches("postgresql://");
+    let (auth, hostpart) = rest.rsplit_once('@').unwrap_or(("postgres", rest));
+    let (user, password) = auth.split_once(':').unwrap_or((auth, ""));
+    let (hostport, db) = hostpart.split_once('/').unwrap_or((hostpart, "postgres"));
+    let (host, port) = hostport.split_once(':').unwrap_or((hostport, "5432"));
+    let mut info = format!("host={host} port={port} user={user} dbname={db}");
+    if !password.is_empty() {
+        info.push_str(&format!(" password={password}"));
+    }
+    info
 }

@@ -71,3 +71,17 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
+
+/// `reclaimIfOrphaned` for what a client is about to look at: overdue
+/// requests expire now rather than at the next reaper pass. One indexed
+/// query when there is nothing to do; a failure only logs (the reaper
+/// will get to it).
+pub(crate) async fn reclaim_on_connect(state: &AppState, scope: agentenkit_store::Scope) {
+    let config = agentenkit_runtime::reaper::ReaperConfig::default();
+    if let Err(e) =
+        agentenkit_runtime::reaper::reclaim_requests(&state.store, &state.relay, &config, &scope)
+            .await
+    {
+        tracing::warn!(error = %e, ?scope, "reclaim on connect failed");
+    }
+}

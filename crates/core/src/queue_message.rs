@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::RunId;
+use crate::ids::{RunId, ToolCallId};
 
 /// A message on the segment queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,6 +12,14 @@ pub enum QueueMessage {
     /// only the segment it last enqueued, so a duplicate delivery is dropped.
     #[serde(rename_all = "camelCase")]
     Segment { run_id: RunId, seq: i64 },
+    /// "Expire this request if it is still open and due". Delivered through
+    /// the delay ladder at the request's `expires_at`; an early delivery
+    /// re-schedules itself, a late one after an answer is dropped.
+    #[serde(rename_all = "camelCase")]
+    Expiry {
+        run_id: RunId,
+        tool_call_id: ToolCallId,
+    },
 }
 
 impl QueueMessage {
@@ -26,7 +34,7 @@ impl QueueMessage {
 
     pub fn run_id(&self) -> RunId {
         match self {
-            QueueMessage::Segment { run_id, .. } => *run_id,
+            QueueMessage::Segment { run_id, .. } | QueueMessage::Expiry { run_id, .. } => *run_id,
         }
     }
 }
@@ -49,5 +57,14 @@ mod tests {
         );
         assert_eq!(QueueMessage::from_bytes(&bytes).unwrap(), msg);
         assert!(QueueMessage::from_bytes(b"{\"type\":\"nope\"}").is_err());
+        let expiry = QueueMessage::Expiry {
+            run_id: run,
+            tool_call_id: "c1".into(),
+        };
+        assert_eq!(
+            std::str::from_utf8(&expiry.to_bytes()).unwrap(),
+            r#"{"type":"expiry","runId":"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","toolCallId":"c1"}"#
+        );
+        assert_eq!(expiry.run_id(), run);
     }
 }

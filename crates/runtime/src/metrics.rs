@@ -10,3 +10,5 @@ pub const OUTBOX_PUBLISHED: &str = "agentenkit_outbox_published_total";
 pub const OUTBOX_PUBLISH_FAILURES: &str = "agentenkit_outbox_publish_failures_total";
 pub const PARKS: &str = "agentenkit_parks_total";
 pub const ANSWERS: &str = "agentenkit_answers_total";
+pub const EXPIRIES: &str = "agentenkit_expiries_total";
+pub const EXPIRIES_RESCHEDULED: &str = "agentenkit_expiries_rescheduled_total";

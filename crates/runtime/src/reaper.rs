@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use agentenkit_store::Store;
+use agentenkit_store::{Expiry, Scope, Store};
 
 use crate::metrics;
 use crate::relay::Relay;
@@ -18,6 +18,9 @@ pub struct ReaperConfig {
     pub outbox_stale_after: Duration,
     /// Rows handled per query; a pass repeats until a batch comes back short.
     pub batch: i64,
+    /// The expiry given to an open approval that has none (parked before
+    /// the expiry timer existed).
+    pub default_ttl: Duration,
 }
 
 impl Default for ReaperConfig {
@@ -26,6 +29,7 @@ impl Default for ReaperConfig {
             stalled_after: Duration::from_secs(60),
             outbox_stale_after: Duration::from_secs(10),
             batch: 500,
+            default_ttl: Duration::from_millis(crate::config::DEFAULT_HITL_TTL_MS),
         }
     }
 }
@@ -33,14 +37,58 @@ impl Default for ReaperConfig {
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReapReport {
+    pub expired_requests: usize,
+    pub scheduled_expiries: usize,
     pub expired_leases: usize,
     pub stalled_queued: usize,
     pub outbox_published: usize,
 }
 
+/// `reclaimIfOrphaned` for the requests in `scope`: expires what is
+/// overdue (its expiry message was lost, or its adapter ignored the delay)
+/// and gives an expiry to open approvals that have none. What the API runs
+/// for one thread on every stream or inbox connect.
+pub async fn reclaim_requests(
+    store: &Store,
+    relay: &Relay,
+    config: &ReaperConfig,
+    scope: &Scope,
+) -> Result<ReapReport> {
+    let mut report = ReapReport::default();
+    loop {
+        let overdue = store.overdue_requests(scope, config.batch).await?;
+        for (run, call) in &overdue {
+            if let Expiry::Expired { outbox } = store.expire(*run, call).await? {
+                report.expired_requests += 1;
+                tracing::info!(run_id = %run, tool_call_id = %call, "expired an overdue request");
+                relay.publish(&outbox).await;
+            }
+        }
+        if (overdue.len() as i64) < config.batch {
+            break;
+        }
+    }
+    ::metrics::counter!(metrics::RECLAIMS, "cause" => "overdue_request")
+        .increment(report.expired_requests as u64);
+    ::metrics::counter!(metrics::EXPIRIES).increment(report.expired_requests as u64);
+    loop {
+        let scheduled = store
+            .schedule_missing_expiries(scope, config.default_ttl.as_millis() as u64, config.batch)
+            .await?;
+        report.scheduled_expiries += scheduled.len();
+        relay.publish(&scheduled).await;
+        if (scheduled.len() as i64) < config.batch {
+            break;
+        }
+    }
+    ::metrics::counter!(metrics::RECLAIMS, "cause" => "missing_expiry")
+        .increment(report.scheduled_expiries as u64);
+    Ok(report)
+}
+
 /// One reclaim pass over all threads.
 pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> Result<ReapReport> {
-    let mut report = ReapReport::default();
+    let mut report = reclaim_requests(store, relay, config, &Scope::All).await?;
     loop {
         let reclaimed = store
             .reclaim_stuck_runs(config.stalled_after.as_millis() as u64, config.batch)

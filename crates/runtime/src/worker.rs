@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agentenkit_core::{EventType, QueueMessage, RunId, RunStatus};
 use agentenkit_queue::{Delivery, QueueAdapter};
-use agentenkit_store::{Change, Lease, LeaseAttempt, RunContext, Store};
+use agentenkit_store::{Change, Expiry, Lease, LeaseAttempt, RunContext, Store};
 use chrono::SubsecRound;
 use serde_json::json;
 use thiserror::Error;
@@ -203,6 +203,14 @@ impl Worker {
                 let span = tracing::info_span!("segment", run_id = %run_id, seq, thread_id = tracing::field::Empty);
                 self.segment(run_id, seq).instrument(span).await
             }
+            Ok(QueueMessage::Expiry {
+                run_id,
+                tool_call_id,
+            }) => {
+                let span =
+                    tracing::info_span!("expiry", run_id = %run_id, tool_call_id = %tool_call_id);
+                self.expiry(run_id, tool_call_id).instrument(span).await
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "unreadable message dropped");
                 Disposition::Ack
@@ -282,6 +290,33 @@ impl Worker {
         };
         ::metrics::counter!(metrics::SEGMENTS, "outcome" => label).increment(1);
         disposition
+    }
+
+    /// An expiry message: expires the request if it is still open and due;
+    /// an early delivery is re-scheduled for the remainder, never applied.
+    async fn expiry(&self, run_id: RunId, call: agentenkit_core::ToolCallId) -> Disposition {
+        match self.inner.store.expire(run_id, &call).await {
+            Ok(Expiry::Expired { outbox }) => {
+                ::metrics::counter!(metrics::EXPIRIES).increment(1);
+                tracing::info!("request expired");
+                self.inner.relay.publish(&outbox).await;
+                Disposition::Ack
+            }
+            Ok(Expiry::NotDue {
+                remaining_ms,
+                outbox,
+            }) => {
+                ::metrics::counter!(metrics::EXPIRIES_RESCHEDULED).increment(1);
+                tracing::info!(remaining_ms, "expiry arrived early; re-scheduled");
+                self.inner.relay.publish(&outbox).await;
+                Disposition::Ack
+            }
+            Ok(Expiry::Gone) => Disposition::Ack,
+            Err(e) => {
+                tracing::warn!(error = %e, "expiry failed; handed back");
+                Disposition::Requeue
+            }
+        }
     }
 
     /// Takes the lease. When another worker holds it (a redelivery after a
@@ -408,6 +443,15 @@ impl Worker {
                     "depth": ctx.depth,
                     "expiresAt": expires_at,
                 }),
+            });
+        }
+        for call in &to_park {
+            changes.push(Change::Outbox {
+                message: QueueMessage::Expiry {
+                    run_id: ctx.lease.run_id,
+                    tool_call_id: call.id.clone(),
+                },
+                delay_ms: ttl_ms,
             });
         }
         changes.push(Change::WaitRun);

@@ -64,7 +64,8 @@ impl Store {
                          AND (claimed_until IS NULL OR claimed_until < now())
                        ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) stale
                  WHERE o.id = stale.id
-                 RETURNING o.id, o.message, o.delay_ms, o.created_at",
+                 RETURNING o.id, o.message,
+                           GREATEST(0, o.delay_ms - (extract(epoch FROM now() - o.created_at) * 1000)::bigint)",
             )
             .await?;
         let rows = client

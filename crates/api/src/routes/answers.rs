@@ -133,5 +133,6 @@ pub async fn inbox(
     State(state): State<AppState>,
     Caller(owner): Caller,
 ) -> Result<Json<Vec<PendingInput>>, ApiError> {
+    crate::reclaim_on_connect(&state, agentenkit_store::Scope::Owner(owner.clone())).await;
     Ok(Json(state.store.inbox(&owner).await?))
 }

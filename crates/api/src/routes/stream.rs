@@ -35,6 +35,7 @@ pub async fn stream(
     let thread: ThreadId = parse_id(&id, "thread")?;
     // Ownership first: another owner's thread is a 404, not an empty stream.
     state.store.get_thread(thread, &owner).await?;
+    crate::reclaim_on_connect(&state, agentenkit_store::Scope::Thread(thread)).await;
     let after = match headers.get("last-event-id").map(|v| v.to_str()) {
         Some(Ok(text)) => text.trim().parse::<i64>().map_err(|_| {
             ApiError::BadRequest(format!("Last-Event-ID must be an event id, not {text:?}"))

@@ -1,0 +1,179 @@
+//! Expiry: an open request nobody answered resolves as a timeout denial, and
+//! the run goes on. Applied by the worker when the delayed expiry message
+//! arrives, and by the reaper for what the queue lost.
+
+use agentenkit_core::reply::SettledReply;
+use agentenkit_core::{QueueMessage, RunId, ThreadId, ToolCallId, ToolCallStatus};
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::answer::{settle, ReplyTarget};
+use crate::outbox::{self, OutboxRow};
+use crate::{Result, Store};
+
+/// What an expiry attempt found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expiry {
+    /// The request expired now; `outbox` holds the resume segment if it was
+    /// the run's last open request.
+    Expired { outbox: Vec<OutboxRow> },
+    /// Not due yet (an early delivery): re-scheduled for the remainder.
+    NotDue {
+        remaining_ms: u64,
+        outbox: Vec<OutboxRow>,
+    },
+    /// Answered, cancelled, or never expiring: nothing to do.
+    Gone,
+}
+
+/// Which open requests a reclaim pass looks at.
+#[derive(Debug, Clone)]
+pub enum Scope {
+    All,
+    Thread(ThreadId),
+    Owner(agentenkit_core::Owner),
+}
+
+impl Store {
+    /// Expires the request if it is still open and due, in one transaction.
+    pub async fn expire(&self, run: RunId, call: &ToolCallId) -> Result<Expiry> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // Same lock order as an answer (run, then row): the two serialize.
+        let stmt = tx
+            .prepare_cached("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE")
+            .await?;
+        if tx.query_opt(&stmt, &[&run.0]).await?.is_none() {
+            return Ok(Expiry::Gone);
+        }
+        let stmt = tx
+            .prepare_cached(
+                "SELECT tc.status, tc.expires_at, now(), tc.thread_id, tc.kind, tc.name, tc.arguments
+                 FROM tool_calls tc WHERE tc.run_id = $1 AND tc.id = $2",
+            )
+            .await?;
+        let Some(row) = tx.query_opt(&stmt, &[&run.0, &call.as_str()]).await? else {
+            return Ok(Expiry::Gone);
+        };
+        let status: ToolCallStatus = row.get::<_, &str>(0).parse()?;
+        let expires_at: Option<DateTime<Utc>> = row.get(1);
+        let now: DateTime<Utc> = row.get(2);
+        let (ToolCallStatus::PendingApproval, Some(expires_at)) = (status, expires_at) else {
+            return Ok(Expiry::Gone);
+        };
+        if now < expires_at {
+            let remaining_ms = (expires_at - now).num_milliseconds().max(1) as u64;
+            let message = QueueMessage::Expiry {
+                run_id: run,
+                tool_call_id: call.clone(),
+            };
+            let row = outbox::insert(&tx, &message, remaining_ms).await?;
+            tx.commit().await?;
+            return Ok(Expiry::NotDue {
+                remaining_ms,
+                outbox: vec![row],
+            });
+        }
+        let reply = SettledReply {
+            status: ToolCallStatus::Expired,
+            approved: false,
+            payload: None,
+            reason: None,
+            answered_by: None,
+            answered_at: Some(now),
+        };
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE tool_calls SET status = 'expired', result = $3, answered_at = $4
+                 WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'",
+            )
+            .await?;
+        tx.execute(&stmt, &[&run.0, &call.as_str(), &reply.denial(), &now])
+            .await?;
+        let target = ReplyTarget {
+            run_id: run,
+            thread_id: ThreadId(row.get::<_, Uuid>(3)),
+            status,
+            kind: row.get::<_, &str>(4).parse()?,
+            tool_name: row.get(5),
+            current: true,
+            arguments: row.get(6),
+        };
+        let outbox = settle(&tx, &target, call, &reply).await?;
+        tx.commit().await?;
+        Ok(Expiry::Expired { outbox })
+    }
+
+    /// Open requests in `scope` whose `expires_at` has passed, oldest first.
+    pub async fn overdue_requests(
+        &self,
+        scope: &Scope,
+        limit: i64,
+    ) -> Result<Vec<(RunId, ToolCallId)>> {
+        let client = self.client().await?;
+        let (thread, owner) = scope_params(scope);
+        let stmt = client
+            .prepare_cached(
+                "SELECT tc.run_id, tc.id FROM tool_calls tc
+                 WHERE tc.status = 'pending_approval' AND tc.expires_at <= now()
+                   AND ($1::uuid IS NULL OR tc.thread_id = $1)
+                   AND ($2::text IS NULL OR tc.thread_id IN (SELECT id FROM threads WHERE owner = $2))
+                 ORDER BY tc.expires_at LIMIT $3",
+            )
+            .await?;
+        Ok(client
+            .query(&stmt, &[&thread, &owner, &limit])
+            .await?
+            .into_iter()
+            .map(|r| (RunId(r.get(0)), ToolCallId(r.get(1))))
+            .collect())
+    }
+
+    /// Gives open approvals and parks that have no expiry (parked before the
+    /// timer existed) one, `ttl_ms` from now, and schedules it. Questions
+    /// never expire and are left alone.
+    pub async fn schedule_missing_expiries(
+        &self,
+        scope: &Scope,
+        ttl_ms: u64,
+        limit: i64,
+    ) -> Result<Vec<OutboxRow>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let (thread, owner) = scope_params(scope);
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE tool_calls tc SET expires_at = now() + $3 * interval '1 millisecond'
+                 FROM (SELECT run_id, id FROM tool_calls
+                       WHERE status = 'pending_approval' AND expires_at IS NULL
+                         AND kind IN ('approval', 'park')
+                         AND ($1::uuid IS NULL OR thread_id = $1)
+                         AND ($2::text IS NULL OR thread_id IN (SELECT id FROM threads WHERE owner = $2))
+                       LIMIT $4 FOR UPDATE SKIP LOCKED) missing
+                 WHERE tc.run_id = missing.run_id AND tc.id = missing.id
+                 RETURNING tc.run_id, tc.id",
+            )
+            .await?;
+        let rows = tx
+            .query(&stmt, &[&thread, &owner, &(ttl_ms as f64), &limit])
+            .await?;
+        let mut outbox = Vec::with_capacity(rows.len());
+        for row in rows {
+            let message = QueueMessage::Expiry {
+                run_id: RunId(row.get(0)),
+                tool_call_id: ToolCallId(row.get(1)),
+            };
+            outbox.push(outbox::insert(&tx, &message, ttl_ms).await?);
+        }
+        tx.commit().await?;
+        Ok(outbox)
+    }
+}
+
+fn scope_params(scope: &Scope) -> (Option<Uuid>, Option<String>) {
+    match scope {
+        Scope::All => (None, None),
+        Scope::Thread(thread) => (Some(thread.0), None),
+        Scope::Owner(owner) => (None, Some(owner.to_string())),
+    }
+}
