@@ -19,6 +19,9 @@ struct Cli {
     /// Run a pass this often until stopped.
     #[arg(long, env = "AGENTENKIT_REAP_EVERY", value_parser = parse_duration)]
     every: Option<Duration>,
+    /// The expiry given to an open approval parked without one.
+    #[arg(long, env = "AGENTENKIT_DEFAULT_TTL", default_value = "15m", value_parser = parse_duration)]
+    default_ttl: Duration,
 }
 
 #[tokio::main]
@@ -28,7 +31,10 @@ async fn main() -> anyhow::Result<()> {
     let store = cli.connections.store()?;
     let queue = cli.connections.queue().await?;
     let relay = Relay::new(store.clone(), queue);
-    let config = ReaperConfig::default();
+    let config = ReaperConfig {
+        default_ttl: cli.default_ttl,
+        ..ReaperConfig::default()
+    };
     match cli.every {
         Some(every) if !cli.once => {
             reap_every(store, relay, config, every, shutdown_on_signal()).await;
@@ -38,6 +44,8 @@ async fn main() -> anyhow::Result<()> {
             println!(
                 "{}",
                 serde_json::json!({
+                    "expiredRequests": report.expired_requests,
+                    "scheduledExpiries": report.scheduled_expiries,
                     "expiredLeases": report.expired_leases,
                     "stalledQueued": report.stalled_queued,
                     "outboxPublished": report.outbox_published,
