@@ -42,6 +42,12 @@ impl Agent {
         self
     }
 
+    /// Offers the model a delegation tool named after `agent`.
+    pub fn subagent(mut self, agent: impl Into<String>) -> Self {
+        self.subagents.push(agent.into());
+        self
+    }
+
     pub fn hitl_ttl_ms(mut self, ttl_ms: u64) -> Self {
         self.hitl_ttl_ms = ttl_ms;
         self
@@ -157,15 +163,35 @@ impl Registry {
         self.agents.keys().map(String::as_str)
     }
 
-    /// The tools `agent` offers its model, in its declared order.
+    /// The tools `agent` offers its model, in its declared order, then one
+    /// delegation tool per sub-agent.
     pub fn tool_specs(&self, agent: &Agent) -> Vec<ToolSpec> {
-        agent
+        let tools = agent
             .tools
             .iter()
             .filter_map(|name| self.tools.get(name))
-            .map(|t| t.spec.clone())
-            .collect()
+            .map(|t| t.spec.clone());
+        let delegations = agent.subagents.iter().map(|name| delegation_spec(name));
+        tools.chain(delegations).collect()
     }
+}
+
+/// The tool through which a model delegates to sub-agent `name`.
+pub fn delegation_spec(name: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.to_owned(),
+        description: format!("Delegate a task to the {name} agent; its final answer is the result."),
+        input_schema: delegation_schema(),
+    }
+}
+
+pub fn delegation_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "required": ["task"],
+        "properties": { "task": { "type": "string", "minLength": 1 } },
+        "additionalProperties": false
+    })
 }
 
 #[cfg(test)]
@@ -189,6 +215,18 @@ mod tests {
         .err()
         .unwrap();
         assert!(err.to_string().contains("unknown sub-agent"));
+    }
+
+    #[test]
+    fn sub_agents_are_offered_as_delegation_tools() {
+        let r = Registry::from_toml(
+            "[agents.a]\nsubagents = [\"b\"]\nmodel = { provider = \"scripted\", script = [] }\n[agents.b]\nmodel = { provider = \"scripted\", script = [] }\n",
+        )
+        .unwrap();
+        let specs = r.tool_specs(r.agent("a").unwrap());
+        assert_eq!(specs.len(), 1);
+        assert_eq!(specs[0].name, "b");
+        assert_eq!(specs[0].input_schema["required"][0], "task");
     }
 
     #[test]

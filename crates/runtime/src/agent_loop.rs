@@ -14,7 +14,7 @@ use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
     EventType, JournalEntry, Replay, ReplayStep, RunId, ToolCallId, ToolCallStatus, ToolKind,
 };
-use agentenkit_store::{Change, Lease, RunContext, Store};
+use agentenkit_store::{Change, Delegation, Lease, RunContext, Store};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -23,7 +23,7 @@ use tracing::Instrument;
 use crate::agent::{Agent, Registry};
 use crate::model::ModelRequest;
 use crate::relay::Relay;
-use crate::tool::{Approval, ToolContext, ToolError};
+use crate::tool::{Approval, ParkRequest, ToolContext, ToolError};
 use crate::worker::SegmentError;
 
 /// A run makes at most this many model calls: a model that never stops
@@ -43,9 +43,25 @@ pub enum Outcome {
     /// The step finished with calls that wait for an answer; `to_park` are
     /// the ones not parked yet (a resumed run whose rows are still open
     /// parks nothing new).
-    Park {
-        to_park: Vec<PersistedToolCall>,
-    },
+    Park { to_park: Vec<ParkItem> },
+}
+
+/// A call of the finished step that waits, and how to park it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParkItem {
+    pub call: PersistedToolCall,
+    pub wait: Wait,
+}
+
+/// What a call waits for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Wait {
+    /// A person's approval, within the agent's TTL.
+    Approval,
+    /// An outside answer the tool asked for (`park_for_input`).
+    Job(ParkRequest),
+    /// A sub-agent's run, started with this task.
+    Delegate { task: String },
 }
 
 /// The value journaled under `persist:toolcall:<callId>`: the row as
@@ -203,18 +219,22 @@ pub async fn run_turn(
                 output: response.text,
             });
         }
-        // Function tools run at once; calls that need an answer wait until
-        // every call of the step is handled, so a park is written only for
-        // a step that finished.
-        let mut waiting = Vec::new();
+        // Function tools run at once; calls that wait (approvals, parks,
+        // delegations) are handled once every call of the step is, so a
+        // park is written only for a step that finished.
+        let mut waiting: Vec<(PersistedToolCall, Option<Wait>)> = Vec::new();
         for call in &response.tool_calls {
             let persisted = persist_tool_call(cp, agent, registry, run_id, call).await?;
             match persisted.kind {
-                ToolKind::Function => {
-                    let result = execute(cp, agent, registry, ctx, &persisted, None).await?;
-                    conversation.push(tool_message(&persisted, result));
-                }
-                ToolKind::Approval => waiting.push(persisted),
+                ToolKind::Function => match run_function(cp, agent, registry, ctx, &persisted).await? {
+                    Ran::Result(result) => conversation.push(tool_message(&persisted, result)),
+                    Ran::Parked(wait) => waiting.push((persisted, wait)),
+                },
+                ToolKind::Approval => waiting.push((persisted, Some(Wait::Approval))),
+                ToolKind::Delegate => match delegation_task(cp, run_id, &persisted).await? {
+                    Ok(task) => waiting.push((persisted, Some(Wait::Delegate { task }))),
+                    Err(result) => conversation.push(tool_message(&persisted, result)),
+                },
                 other => {
                     return Err(SegmentError::Permanent(format!(
                         "tool call {} has kind {other}, which this worker cannot run",
@@ -223,19 +243,18 @@ pub async fn run_turn(
                 }
             }
         }
-        let mut unsettled: Vec<(PersistedToolCall, ToolCallStatus)> = Vec::new();
-        for call in waiting {
-            if !unsettled.is_empty() {
-                // Replies are journaled in call order: once one waits, every
-                // later one waits with it.
-                let status = cp.store_status(run_id, &call.id).await?;
-                unsettled.push((call, status));
-                continue;
-            }
-            match await_reply(cp, run_id, &call).await? {
-                Err(status) => unsettled.push((call, status)),
-                Ok(reply) => {
-                    let result = match reply.denial() {
+        let mut to_park: Vec<ParkItem> = Vec::new();
+        let mut blocked = false;
+        for (call, wait) in waiting {
+            // Results are journaled in call order: once one waits, every
+            // later one waits with it (but is parked now if it is new).
+            let settled = if blocked {
+                None
+            } else if call.kind == ToolKind::Delegate {
+                await_delegation(cp, run_id, &call).await?
+            } else {
+                match await_reply(cp, run_id, &call).await? {
+                    Ok(reply) => Some(match reply.denial() {
                         Some(denial) => denial,
                         None => {
                             let approval = Approval {
@@ -244,23 +263,137 @@ pub async fn run_turn(
                             };
                             execute(cp, agent, registry, ctx, &call, Some(approval)).await?
                         }
-                    };
-                    conversation.push(tool_message(&call, result));
+                    }),
+                    Err(_) => None,
+                }
+            };
+            match settled {
+                Some(result) => conversation.push(tool_message(&call, result)),
+                None => {
+                    blocked = true;
+                    if let Some(wait) = wait {
+                        if needs_park(cp, run_id, &call).await? {
+                            to_park.push(ParkItem { call, wait });
+                        }
+                    }
                 }
             }
         }
-        if !unsettled.is_empty() {
-            let to_park = unsettled
-                .into_iter()
-                .filter(|(_, status)| *status == ToolCallStatus::Proposed)
-                .map(|(call, _)| call)
-                .collect();
+        if blocked {
             return Ok(Outcome::Park { to_park });
         }
     }
     Err(SegmentError::Permanent(format!(
         "the run made {MAX_MODEL_CALLS} model calls without finishing"
     )))
+}
+
+/// What running a function call came to.
+enum Ran {
+    Result(Value),
+    /// The call waits: with how to park it when it parked just now, without
+    /// when it parked in an earlier segment.
+    Parked(Option<Wait>),
+}
+
+/// A function call: its journaled output, or it runs now; a tool that asks
+/// to park (first call) waits like an approval, and one that parked earlier
+/// waits for its reply without running again.
+async fn run_function(
+    cp: &mut Checkpointer<'_>,
+    agent: &Agent,
+    registry: &Registry,
+    ctx: &RunContext,
+    call: &PersistedToolCall,
+) -> Result<Ran, SegmentError> {
+    let run_id = ctx.lease.run_id;
+    if !cp.is_recorded(&names::exec(&call.id))?
+        && cp.store_status(run_id, &call.id).await? != ToolCallStatus::Proposed
+    {
+        return Ok(Ran::Parked(None));
+    }
+    match execute(cp, agent, registry, ctx, call, None).await {
+        Ok(result) => Ok(Ran::Result(result)),
+        Err(SegmentError::Parked(request)) => Ok(Ran::Parked(Some(Wait::Job(request)))),
+        Err(other) => Err(other),
+    }
+}
+
+/// True when the waiting call has not been parked (or its child started)
+/// yet: the park of this step must do it.
+async fn needs_park(
+    cp: &Checkpointer<'_>,
+    run_id: RunId,
+    call: &PersistedToolCall,
+) -> Result<bool, SegmentError> {
+    if call.kind == ToolKind::Delegate {
+        Ok(cp.store.delegation(run_id, &call.id).await?.is_none())
+    } else {
+        Ok(cp.store_status(run_id, &call.id).await? == ToolCallStatus::Proposed)
+    }
+}
+
+/// The task of a delegation, or the failure the model sees (journaled as
+/// the call's `exec:`) when its input is not `{"task": string}`.
+async fn delegation_task(
+    cp: &mut Checkpointer<'_>,
+    run_id: RunId,
+    call: &PersistedToolCall,
+) -> Result<Result<String, Value>, SegmentError> {
+    let task = call
+        .arguments
+        .get("task")
+        .and_then(Value::as_str)
+        .filter(|t| !t.trim().is_empty())
+        .filter(|_| call.arguments.as_object().is_some_and(|o| o.len() == 1));
+    if let Some(task) = task {
+        return Ok(Ok(task.to_owned()));
+    }
+    let failure = json!({
+        "error": "invalid arguments",
+        "issues": [{ "path": "/task", "message": "a delegation takes {\"task\": string} and nothing else" }],
+    });
+    let result: Value = cp
+        .checkpoint(names::exec(&call.id), || async {
+            let changes = std::iter::once(Change::SettleToolCall {
+                id: call.id.clone(),
+                status: ToolCallStatus::Failed,
+                result: failure.clone(),
+            })
+            .chain(result_changes(run_id, call, ToolCallStatus::Failed, &failure))
+            .collect();
+            Ok((failure.clone(), changes))
+        })
+        .await?;
+    Ok(Err(result))
+}
+
+/// The result of a delegation (`exec:<callId>`): the child's final text,
+/// or its failure; `None` while the child has not finished.
+async fn await_delegation(
+    cp: &mut Checkpointer<'_>,
+    run_id: RunId,
+    call: &PersistedToolCall,
+) -> Result<Option<Value>, SegmentError> {
+    let name = names::exec(&call.id);
+    let settled = if cp.is_recorded(&name)? {
+        None
+    } else {
+        match cp.store.delegation(run_id, &call.id).await? {
+            Some(Delegation::Settled { status, result }) => Some((status, result)),
+            _ => return Ok(None),
+        }
+    };
+    let result = cp
+        .checkpoint(name, || async move {
+            let (status, result) = settled.ok_or_else(|| {
+                SegmentError::Permanent("the result of a recorded delegation was read again".into())
+            })?;
+            let changes = result_changes(run_id, call, status, &result);
+            Ok((result, changes))
+        })
+        .await?;
+    Ok(Some(result))
 }
 
 /// Resolves the call's kind and persists the row; on replay the kind comes
@@ -323,6 +456,9 @@ async fn execute(
                 Invocation::Done(value) => (value, ToolCallStatus::Executed),
                 Invocation::Failed(value) => (value, ToolCallStatus::Failed),
                 Invocation::Unavailable(message) => return Err(SegmentError::Retry(message)),
+                // The first call parks: nothing is journaled, the step parks
+                // it once every call is handled.
+                Invocation::Park(request) => return Err(SegmentError::Parked(request)),
             };
             ::metrics::counter!(crate::metrics::TOOL_EXECUTIONS, "status" => status.as_str())
                 .increment(1);
@@ -357,6 +493,8 @@ enum Invocation {
     Failed(Value),
     /// The tool could not run now; the step is retried.
     Unavailable(String),
+    /// The tool asks to wait for an outside answer.
+    Park(ParkRequest),
 }
 
 async fn invoke(
@@ -380,15 +518,23 @@ async fn invoke(
         tool_call_id: call.id.clone(),
         approval,
     };
+    let resumed = tool_ctx.approval.is_some();
     match tool.tool.execute(call.arguments.clone(), &tool_ctx).await {
         Ok(value) => Invocation::Done(value),
         Err(ToolError::Failed(message)) => Invocation::Failed(json!({ "error": message })),
         Err(ToolError::Transient(message)) => Invocation::Unavailable(message),
+        Err(ToolError::Park(_)) if resumed => Invocation::Failed(json!({
+            "error": "the tool parked again from its resumed call; a second wait needs a new tool call"
+        })),
+        Err(ToolError::Park(request)) => Invocation::Park(request),
     }
 }
 
 /// The kind of a call, decided once when it is persisted.
 fn resolve_kind(agent: &Agent, registry: &Registry, name: &str) -> ToolKind {
+    if agent.subagents.iter().any(|s| s == name) && registry.agent(name).is_some() {
+        return ToolKind::Delegate;
+    }
     let offered = agent.tools.iter().any(|t| t == name);
     match registry.tool(name) {
         Some(tool) if offered && tool.tool.requires_confirmation() => ToolKind::Approval,

@@ -18,5 +18,5 @@ pub use agent::{Agent, Registry};
 pub use error::{Error, Result};
 pub use model::{Model, ModelError, ModelRequest, ScriptEntry, ScriptedModel};
 pub use relay::Relay;
-pub use tool::{HttpTool, Tool, ToolContext, ToolError, ToolSpec};
+pub use tool::{park_for_input, Approval, HttpTool, ParkRequest, Tool, ToolContext, ToolError, ToolSpec};
 pub use worker::{Worker, WorkerConfig};

@@ -52,6 +52,29 @@ impl ToolContext {
     }
 }
 
+/// A tool's request to wait for an outside answer (a job on another
+/// system): the call parks like an approval, and `respond` resumes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParkRequest {
+    /// How a client tells waits apart (`job`, `render`, …).
+    pub reason: String,
+    /// Shown as the request's `arguments` (e.g. the job id).
+    pub payload: Value,
+    /// The park's own expiry; the agent's `hitl_ttl_ms` when `None`.
+    pub ttl_ms: Option<u64>,
+}
+
+/// Returned from `execute` to park the call: the run waits, holding
+/// nothing, until `respond(threadId, toolCallId, true, result)`; the same
+/// call then runs again with `ctx.approval().payload = result`.
+pub fn park_for_input(reason: impl Into<String>, payload: Value, ttl_ms: Option<u64>) -> ToolError {
+    ToolError::Park(ParkRequest {
+        reason: reason.into(),
+        payload,
+        ttl_ms,
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum ToolError {
     /// The tool ran and failed: the model sees the message and decides.
@@ -61,6 +84,9 @@ pub enum ToolError {
     /// is retried; after the last attempt the run fails.
     #[error("tool unavailable: {0}")]
     Transient(String),
+    /// Wait for an outside answer (see [`park_for_input`]).
+    #[error("the tool parks for {}", .0.reason)]
+    Park(ParkRequest),
 }
 
 #[async_trait]
@@ -166,9 +192,35 @@ impl Tool for HttpTool {
         if !status.is_success() {
             return Err(ToolError::Failed(format!("HTTP {status}: {text}")));
         }
-        serde_json::from_str(&text)
-            .map_err(|e| ToolError::Failed(format!("the tool answered invalid JSON: {e}")))
+        let answer: Value = serde_json::from_str(&text)
+            .map_err(|e| ToolError::Failed(format!("the tool answered invalid JSON: {e}")))?;
+        match answer.get("park") {
+            Some(park) if answer.as_object().is_some_and(|o| o.len() == 1) => Err(parse_park(park)?),
+            _ => Ok(answer),
+        }
     }
+}
+
+/// `{"park": {"reason", "payload", "ttlMs"}}` from an http tool.
+fn parse_park(park: &Value) -> Result<ToolError, ToolError> {
+    let reason = park
+        .get("reason")
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| ToolError::Failed("a park needs a non-empty string reason".into()))?;
+    let ttl_ms = match park.get("ttlMs") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|ms| *ms > 0)
+                .ok_or_else(|| ToolError::Failed("ttlMs must be a positive integer".into()))?,
+        ),
+    };
+    Ok(park_for_input(
+        reason,
+        park.get("payload").cloned().unwrap_or(Value::Null),
+        ttl_ms,
+    ))
 }
 
 #[cfg(test)]
@@ -219,6 +271,21 @@ mod tests {
             }
         }
         assert!(RegisteredTool::new(Arc::new(Bad)).is_err());
+    }
+
+    #[test]
+    fn park_answers_are_parsed_and_checked() {
+        assert_eq!(
+            parse_park(&json!({"reason": "job", "payload": {"id": 7}, "ttlMs": 1000})).unwrap(),
+            park_for_input("job", json!({"id": 7}), Some(1000))
+        );
+        assert_eq!(
+            parse_park(&json!({"reason": "job"})).unwrap(),
+            park_for_input("job", Value::Null, None)
+        );
+        assert!(parse_park(&json!({"payload": 1})).is_err());
+        assert!(parse_park(&json!({"reason": "job", "ttlMs": -5})).is_err());
+        assert!(parse_park(&json!({"reason": "job", "ttlMs": "soon"})).is_err());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentenkit_core::{EventType, QueueMessage, RunId, RunStatus};
+use agentenkit_core::{EventType, QueueMessage, RunId, RunStatus, ToolCallId, ToolCallStatus, ToolKind};
 use agentenkit_queue::{Delivery, QueueAdapter};
 use agentenkit_store::{Change, Expiry, Lease, LeaseAttempt, RunContext, Store};
 use chrono::SubsecRound;
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::agent::Registry;
-use crate::agent_loop::{run_turn, Checkpointer, CrashPoint, Outcome, PersistedToolCall};
+use crate::agent_loop::{run_turn, Checkpointer, CrashPoint, Outcome, ParkItem, Wait};
 use crate::metrics;
 use crate::relay::Relay;
 
@@ -69,6 +69,10 @@ pub enum SegmentError {
     /// A test's crash point fired: behave as a dead process.
     #[error("crashed at a crash point")]
     Crashed,
+    /// A tool asked to park; the step loop turns this into a park and it
+    /// never leaves a segment.
+    #[error("a tool parked outside a step")]
+    Parked(crate::tool::ParkRequest),
 }
 
 impl From<agentenkit_store::Error> for SegmentError {
@@ -256,13 +260,16 @@ impl Worker {
         let result = self.advance(&ctx).await;
         let outcome = match result {
             Ok(Outcome::Completed { output }) => {
-                self.finish(&ctx.lease, RunStatus::Completed, output, None)
-                    .await
+                self.finish(&ctx, RunStatus::Completed, output, None).await
             }
             Ok(Outcome::Park { to_park }) => self.park(&ctx, to_park).await,
+            Err(SegmentError::Parked(request)) => {
+                let error = format!("a tool parked ({}) outside a step", request.reason);
+                self.finish(&ctx, RunStatus::Failed, None, Some(error)).await
+            }
             Err(SegmentError::Permanent(error)) | Err(SegmentError::Retry(error)) => {
                 tracing::warn!(%error, "run failed");
-                self.finish(&ctx.lease, RunStatus::Failed, None, Some(error))
+                self.finish(&ctx, RunStatus::Failed, None, Some(error))
                     .await
             }
             Err(other) => Err(other),
@@ -282,6 +289,7 @@ impl Worker {
                 tracing::error!(error = %e, "could not record the run's end");
                 Disposition::Requeue
             }
+            Err(SegmentError::Parked(_)) => Disposition::Requeue,
         };
         let label = match disposition {
             Disposition::Ack => "done",
@@ -405,50 +413,67 @@ impl Worker {
         }
     }
 
-    /// Writes the park of a finished step in one transaction: the calls
-    /// become open requests with their expiry, one `INPUT_REQUIRED` each,
-    /// the run waits and its lease is released. A stop that committed first
-    /// took the lease: the park changes nothing.
-    async fn park(
-        &self,
-        ctx: &RunContext,
-        to_park: Vec<PersistedToolCall>,
-    ) -> Result<(), SegmentError> {
-        let ttl_ms = self
+    /// Writes the park of a finished step in one transaction: each new
+    /// request becomes open with its expiry and one `INPUT_REQUIRED`, each
+    /// new delegation starts its child run, the run waits and its lease is
+    /// released. A stop that committed first took the lease: the park
+    /// changes nothing.
+    async fn park(&self, ctx: &RunContext, to_park: Vec<ParkItem>) -> Result<(), SegmentError> {
+        let agent_ttl_ms = self
             .inner
             .registry
             .agent(&ctx.name)
             .map_or(crate::config::DEFAULT_HITL_TTL_MS, |a| a.hitl_ttl_ms);
-        // Postgres keeps microseconds: the event must say what the row says.
-        let expires_at =
-            (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64)).trunc_subsecs(6);
-        let mut changes = Vec::with_capacity(to_park.len() * 2 + 1);
-        for call in &to_park {
-            let reason = "approval";
+        let run_id = ctx.lease.run_id;
+        let mut changes = Vec::with_capacity(to_park.len() * 3 + 1);
+        let mut requests = 0u64;
+        for ParkItem { call, wait } in &to_park {
+            let (kind, reason, arguments, ttl_ms) = match wait {
+                Wait::Delegate { task } => {
+                    changes.push(Change::StartChild {
+                        call_id: call.id.clone(),
+                        child_run_id: RunId::new(),
+                        name: call.name.clone(),
+                        task: task.clone(),
+                    });
+                    continue;
+                }
+                Wait::Approval => (ToolKind::Approval, "approval", None, agent_ttl_ms),
+                Wait::Job(request) => (
+                    ToolKind::Park,
+                    request.reason.as_str(),
+                    Some(request.payload.clone()),
+                    request.ttl_ms.unwrap_or(agent_ttl_ms),
+                ),
+            };
+            requests += 1;
+            // Postgres keeps microseconds: the event must say what the row says.
+            let expires_at = (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64))
+                .trunc_subsecs(6);
             changes.push(Change::ParkToolCall {
                 id: call.id.clone(),
+                kind,
                 reason: reason.to_owned(),
+                arguments: arguments.clone(),
                 expires_at: Some(expires_at),
             });
             changes.push(Change::Event {
                 event_type: EventType::InputRequired,
                 data: json!({
                     "toolCallId": call.id,
-                    "runId": ctx.lease.run_id,
+                    "runId": run_id,
                     "toolName": call.name,
-                    "arguments": call.arguments,
-                    "kind": call.kind,
+                    "arguments": arguments.as_ref().unwrap_or(&call.arguments),
+                    "kind": kind,
                     "reason": reason,
                     "runName": ctx.name,
                     "depth": ctx.depth,
                     "expiresAt": expires_at,
                 }),
             });
-        }
-        for call in &to_park {
             changes.push(Change::Outbox {
                 message: QueueMessage::Expiry {
-                    run_id: ctx.lease.run_id,
+                    run_id,
                     tool_call_id: call.id.clone(),
                 },
                 delay_ms: ttl_ms,
@@ -457,18 +482,41 @@ impl Worker {
         changes.push(Change::WaitRun);
         let outbox = self.inner.store.commit(&ctx.lease, &changes).await?;
         self.inner.relay.publish(&outbox).await;
-        ::metrics::counter!(metrics::PARKS).increment(to_park.len() as u64);
-        tracing::info!(parked = to_park.len(), "run waits for input");
+        ::metrics::counter!(metrics::PARKS).increment(requests);
+        tracing::info!(requests, delegations = to_park.len() as u64 - requests, "run waits");
         Ok(())
     }
 
+    /// Ends the run; a child run also settles its parent's delegation (its
+    /// output, or its failure, is the delegation's result) and resumes the
+    /// parent when nothing else of it is open.
     async fn finish(
         &self,
-        lease: &Lease,
+        ctx: &RunContext,
         status: RunStatus,
         output: Option<String>,
         error: Option<String>,
     ) -> Result<(), SegmentError> {
+        let lease = &ctx.lease;
+        let delegation = match (ctx.parent_run_id, &ctx.parent_tool_call_id) {
+            (Some(parent_run_id), Some(call)) => Some(match status {
+                RunStatus::Completed => Change::FinishDelegation {
+                    parent_run_id,
+                    call_id: ToolCallId(call.clone()),
+                    status: ToolCallStatus::Executed,
+                    result: json!(output.clone().unwrap_or_default()),
+                },
+                _ => Change::FinishDelegation {
+                    parent_run_id,
+                    call_id: ToolCallId(call.clone()),
+                    status: ToolCallStatus::Failed,
+                    result: json!({
+                        "error": format!("sub-agent {} failed: {}", ctx.name, error.as_deref().unwrap_or("unknown error")),
+                    }),
+                },
+            }),
+            _ => None,
+        };
         let (event_type, data) = match status {
             RunStatus::Completed => (
                 EventType::RunCompleted,
@@ -491,7 +539,10 @@ impl Worker {
                         error,
                     },
                     Change::Event { event_type, data },
-                ],
+                ]
+                .into_iter()
+                .chain(delegation)
+                .collect::<Vec<_>>(),
             )
             .await?;
         self.inner.relay.publish(&outbox).await;

@@ -8,15 +8,15 @@
 
 use agentenkit_core::reply::{refusal, SettledReply, Verdict};
 use agentenkit_core::{
-    EventType, Owner, QueueMessage, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
+    EventType, Owner, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::commit::insert_event;
-use crate::outbox::{self, OutboxRow};
+use crate::commit::{insert_event, resume_if_settled};
+use crate::outbox::OutboxRow;
 use crate::{Error, Result, Store};
 
 /// How a reply names the request it answers.
@@ -321,28 +321,5 @@ pub(crate) async fn settle(
         &data,
     )
     .await?;
-    let stmt = tx
-        .prepare_cached(
-            "SELECT count(*) FROM tool_calls WHERE run_id = $1 AND status = 'pending_approval'",
-        )
-        .await?;
-    let open: i64 = tx.query_one(&stmt, &[&row.run_id.0]).await?.get(0);
-    if open > 0 {
-        return Ok(vec![]);
-    }
-    let stmt = tx
-        .prepare_cached(
-            "UPDATE runs SET status = 'queued', segment_seq = segment_seq + 1, updated_at = now()
-             WHERE id = $1 AND status = 'waiting'
-             RETURNING segment_seq",
-        )
-        .await?;
-    let Some(resumed) = tx.query_opt(&stmt, &[&row.run_id.0]).await? else {
-        return Ok(vec![]);
-    };
-    let segment = QueueMessage::Segment {
-        run_id: row.run_id,
-        seq: resumed.get(0),
-    };
-    Ok(vec![outbox::insert(tx, &segment, 0).await?])
+    resume_if_settled(tx, row.run_id).await
 }

@@ -46,11 +46,30 @@ pub enum Change {
         message: QueueMessage,
         delay_ms: u64,
     },
-    /// A proposed call parks: it becomes an open request.
+    /// A proposed call parks: it becomes an open request. A self-parking
+    /// tool's call becomes kind `park` with its payload as `arguments`.
     ParkToolCall {
         id: ToolCallId,
+        kind: ToolKind,
         reason: String,
+        arguments: Option<Value>,
         expires_at: Option<DateTime<Utc>>,
+    },
+    /// A delegation starts its child run: queued, with the task as its user
+    /// message, `RUN_STARTED`, and its first segment in the outbox.
+    StartChild {
+        call_id: ToolCallId,
+        child_run_id: RunId,
+        name: String,
+        task: String,
+    },
+    /// This (child) run ended: settle the parent's delegation row and
+    /// resume the parent if nothing else of it is open.
+    FinishDelegation {
+        parent_run_id: RunId,
+        call_id: ToolCallId,
+        status: ToolCallStatus,
+        result: Value,
     },
     /// The result a settled (answered) call finally had, without changing
     /// its status.
@@ -109,6 +128,38 @@ async fn fence(tx: &Transaction<'_>, lease: &Lease) -> Result<()> {
             run_id: lease.run_id.to_string(),
         })
     }
+}
+
+/// Resumes a waiting run whose requests and children are all settled: the
+/// run is queued with a new segment seq, whose segment goes to the outbox.
+/// Callers hold the run's row lock.
+pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Result<Vec<OutboxRow>> {
+    let stmt = tx
+        .prepare_cached(
+            "SELECT (SELECT count(*) FROM tool_calls WHERE run_id = $1 AND status = 'pending_approval')
+                  + (SELECT count(*) FROM runs WHERE parent_run_id = $1
+                                              AND status IN ('queued', 'running', 'waiting'))",
+        )
+        .await?;
+    let open: i64 = tx.query_one(&stmt, &[&run.0]).await?.get(0);
+    if open > 0 {
+        return Ok(vec![]);
+    }
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE runs SET status = 'queued', segment_seq = segment_seq + 1, updated_at = now()
+             WHERE id = $1 AND status = 'waiting'
+             RETURNING segment_seq",
+        )
+        .await?;
+    let Some(resumed) = tx.query_opt(&stmt, &[&run.0]).await? else {
+        return Ok(vec![]);
+    };
+    let segment = QueueMessage::Segment {
+        run_id: run,
+        seq: resumed.get(0),
+    };
+    Ok(vec![outbox::insert(tx, &segment, 0).await?])
 }
 
 pub(crate) async fn insert_event(
@@ -242,23 +293,110 @@ async fn apply(
         }
         Change::ParkToolCall {
             id,
+            kind,
             reason,
+            arguments,
             expires_at,
         } => {
             let stmt = tx
                 .prepare_cached(
-                    "UPDATE tool_calls SET status = 'pending_approval', reason = $3, expires_at = $4
+                    "UPDATE tool_calls SET status = 'pending_approval', reason = $3, expires_at = $4,
+                            kind = $5, tool_type = $6, arguments = COALESCE($7, arguments)
                      WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
                 )
                 .await?;
             let n = tx
-                .execute(&stmt, &[&run.0, &id.as_str(), reason, expires_at])
+                .execute(
+                    &stmt,
+                    &[
+                        &run.0,
+                        &id.as_str(),
+                        reason,
+                        expires_at,
+                        &kind.as_str(),
+                        &kind.tool_type(),
+                        arguments,
+                    ],
+                )
                 .await?;
             if n != 1 {
                 return Err(Error::Corrupt(format!(
                     "tool call {id} of run {run} is not proposed and cannot park"
                 )));
             }
+        }
+        Change::StartChild {
+            call_id,
+            child_run_id,
+            name,
+            task,
+        } => {
+            let stmt = tx
+                .prepare_cached(
+                    "INSERT INTO runs (id, thread_id, root_run_id, parent_run_id, parent_tool_call_id,
+                                       name, depth, status, segment_seq)
+                     SELECT $1, thread_id, root_run_id, id, $3, $4, depth + 1, 'queued', 1
+                     FROM runs WHERE id = $2
+                     RETURNING depth",
+                )
+                .await?;
+            let depth: i32 = tx
+                .query_one(&stmt, &[&child_run_id.0, &run.0, &call_id.as_str(), name])
+                .await?
+                .get(0);
+            insert_message(
+                tx,
+                thread,
+                *child_run_id,
+                &Message::User {
+                    content: task.clone(),
+                },
+            )
+            .await?;
+            insert_event(
+                tx,
+                thread,
+                Some(*child_run_id),
+                EventType::RunStarted,
+                &serde_json::json!({
+                    "runId": child_run_id,
+                    "runName": name,
+                    "depth": depth,
+                    "parentRunId": run,
+                    "parentToolCallId": call_id,
+                }),
+            )
+            .await?;
+            let segment = QueueMessage::Segment {
+                run_id: *child_run_id,
+                seq: 1,
+            };
+            return Ok(Some(outbox::insert(tx, &segment, 0).await?));
+        }
+        Change::FinishDelegation {
+            parent_run_id,
+            call_id,
+            status,
+            result,
+        } => {
+            // Lock the parent like an answer does, so that two children
+            // finishing at once see each other and exactly one resumes it.
+            let stmt = tx
+                .prepare_cached("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE")
+                .await?;
+            tx.query_one(&stmt, &[&parent_run_id.0]).await?;
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE tool_calls SET status = $3, result = $4
+                     WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
+                )
+                .await?;
+            tx.execute(
+                &stmt,
+                &[&parent_run_id.0, &call_id.as_str(), &status.as_str(), result],
+            )
+            .await?;
+            return Ok(resume_if_settled(tx, *parent_run_id).await?.into_iter().next());
         }
         Change::RecordToolResult { id, result } => {
             let stmt = tx

@@ -24,6 +24,8 @@ pub struct Lease {
 #[derive(Debug, Clone)]
 pub struct RunContext {
     pub lease: Lease,
+    /// The delegation this (child) run answers, if it is one.
+    pub parent_tool_call_id: Option<String>,
     /// The agent's name (a sub-agent's name for a child run).
     pub name: String,
     pub depth: i32,
@@ -35,6 +37,17 @@ pub struct RunContext {
     /// The conversation before this run's own steps: earlier turns and this
     /// run's user message. The run's own steps come back from the journal.
     pub history: Vec<Message>,
+}
+
+/// A delegation whose child run exists.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delegation {
+    Running { child: RunId },
+    /// The child ended: `executed` with its output, or `failed`.
+    Settled {
+        status: agentenkit_core::ToolCallStatus,
+        result: serde_json::Value,
+    },
 }
 
 /// The outcome of trying to take a run's lease for segment `seq`.
@@ -62,7 +75,7 @@ impl Store {
                         lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
                  WHERE id = $1 AND segment_seq = $2 AND status = ANY($5)
                    AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-                 RETURNING thread_id, lease_token, name, depth, parent_run_id, attempts",
+                 RETURNING thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id",
             )
             .await?;
         let worker = Uuid::now_v7();
@@ -98,21 +111,28 @@ impl Store {
             ttl_ms,
         };
         let journal = load_journal(&client, run).await?;
+        // A root run sees the thread's earlier turns (root runs only) and
+        // its own user message; a child run sees only its task.
         let stmt = client
             .prepare_cached(
-                "SELECT body FROM messages
-                 WHERE thread_id = $1 AND (run_id <> $2 OR body->>'role' = 'user')
-                 ORDER BY id",
+                "SELECT m.body FROM messages m JOIN runs r ON r.id = m.run_id
+                 WHERE m.thread_id = $1
+                   AND CASE WHEN $3::uuid IS NULL
+                            THEN r.parent_run_id IS NULL AND (m.run_id <> $2 OR m.body->>'role' = 'user')
+                            ELSE m.run_id = $2 AND m.body->>'role' = 'user' END
+                 ORDER BY m.id",
             )
             .await?;
+        let parent: Option<Uuid> = row.get(4);
         let history = client
-            .query(&stmt, &[&thread_id.0, &run.0])
+            .query(&stmt, &[&thread_id.0, &run.0, &parent])
             .await?
             .into_iter()
             .map(|r| serde_json::from_value::<Message>(r.get(0)))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(LeaseAttempt::Acquired(Box::new(RunContext {
             lease,
+            parent_tool_call_id: row.get(6),
             name: row.get(2),
             depth: row.get(3),
             parent_run_id: row.get::<_, Option<Uuid>>(4).map(RunId),
@@ -120,6 +140,34 @@ impl Store {
             journal,
             history,
         })))
+    }
+
+    /// Where a delegation stands: `None` before its child run exists.
+    pub async fn delegation(&self, run: RunId, call: &agentenkit_core::ToolCallId) -> Result<Option<Delegation>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT tc.status, tc.result, c.id, c.status
+                 FROM tool_calls tc
+                 LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
+                 WHERE tc.run_id = $1 AND tc.id = $2",
+            )
+            .await?;
+        let Some(row) = client.query_opt(&stmt, &[&run.0, &call.as_str()]).await? else {
+            return Ok(None);
+        };
+        let status: agentenkit_core::ToolCallStatus = row.get::<_, &str>(0).parse()?;
+        let child: Option<Uuid> = row.get(2);
+        Ok(match (status, child) {
+            (agentenkit_core::ToolCallStatus::Proposed, None) => None,
+            (agentenkit_core::ToolCallStatus::Proposed, Some(child)) => {
+                Some(Delegation::Running { child: RunId(child) })
+            }
+            (status, _) => Some(Delegation::Settled {
+                status,
+                result: row.get::<_, Option<serde_json::Value>>(1).unwrap_or_default(),
+            }),
+        })
     }
 
     /// How many runs a worker holds a live lease on right now.

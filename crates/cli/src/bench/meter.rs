@@ -263,7 +263,6 @@ fn pairs(text: &str) -> anyhow::Result<BTreeMap<String, i64>> {
 /// Process and machine counters from /proc.
 #[derive(Debug, Clone, Copy)]
 pub struct ProcSample {
-    pub at: Instant,
     pub rss: i64,
     /// utime + stime of the whole process, in clock ticks (USER_HZ = 100).
     pub cpu_ticks: i64,
@@ -298,7 +297,6 @@ impl ProcSample {
             .map(|f| f.parse().unwrap_or(0))
             .collect();
         ProcSample {
-            at: Instant::now(),
             rss,
             cpu_ticks,
             machine_total: cpu.iter().sum(),

@@ -64,7 +64,7 @@ struct Args {
     baseline_secs: f64,
     /// Idle seconds before reading Postgres counters (PG 15 backends flush
     /// them within 10 s of going idle).
-    #[arg(long, env = "BENCH_STATS_FLUSH_SECS", default_value_t = 10.5)]
+    #[arg(long, env = "BENCH_STATS_FLUSH_SECS", default_value_t = 11.0)]
     stats_flush_secs: f64,
     /// Connections of the store's pool (clients and worker share it).
     #[arg(long, env = "BENCH_POOL_SIZE", default_value_t = 16)]
