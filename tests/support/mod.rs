@@ -233,15 +233,22 @@ impl TestEnv {
             .collect()
     }
 
-    /// Waits until the thread waits for input; returns its pending inputs.
+    /// Waits until the thread waits for exactly `count` inputs; returns them.
     pub async fn wait_pending(&self, thread_id: &str, count: usize) -> Vec<Value> {
-        let thread = self.wait_status(thread_id, "WAITING_FOR_INPUT").await;
-        let pending = thread["pendingInputs"]
-            .as_array()
-            .expect("pendingInputs")
-            .clone();
-        assert_eq!(pending.len(), count, "{thread}");
-        pending
+        let path = format!("/threads/{thread_id}");
+        eventually(
+            &format!("thread {thread_id} waits for {count} inputs"),
+            || async {
+                let thread = self.get(&path).await;
+                let pending = thread["pendingInputs"]
+                    .as_array()
+                    .expect("pendingInputs")
+                    .clone();
+                (thread["status"] == "WAITING_FOR_INPUT" && pending.len() == count)
+                    .then_some(pending)
+            },
+        )
+        .await
     }
 
     /// POSTs a reply as `key`; returns the status and body.
