@@ -25,7 +25,7 @@ async fn job_tool(ttl_ms: Option<u64>) -> ToolServer {
     .await
 }
 
-fn pending<'a>(thread: &'a Value) -> &'a Value {
+fn pending(thread: &Value) -> &Value {
     &thread["pendingInputs"][0]
 }
 
