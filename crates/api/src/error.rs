@@ -11,9 +11,17 @@ pub enum ApiError {
     BadRequest(String),
     Unauthorized,
     NotFound(String),
-    Conflict { code: &'static str, message: String },
+    Conflict {
+        code: &'static str,
+        message: String,
+    },
     PayloadTooLarge,
-    Unprocessable { code: &'static str, message: String },
+    Unprocessable {
+        code: &'static str,
+        message: String,
+    },
+    /// 422 with the issues, each `{path, message}`.
+    InvalidAnswers(Vec<agentenkit_core::questions::Issue>),
     Unavailable(String),
     Internal(String),
 }
@@ -37,6 +45,11 @@ impl ApiError {
             ApiError::Unprocessable { code, message } => {
                 (StatusCode::UNPROCESSABLE_ENTITY, code, message.clone())
             }
+            ApiError::InvalidAnswers(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "InvalidAnswers",
+                "the answers do not fit the question set; nothing was recorded".into(),
+            ),
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "Unavailable", m.clone()),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -53,7 +66,11 @@ impl IntoResponse for ApiError {
             tracing::error!(%cause, "request failed");
         }
         let (status, code, message) = self.parts();
-        (status, Json(json!({ "error": code, "message": message }))).into_response()
+        let mut body = json!({ "error": code, "message": message });
+        if let ApiError::InvalidAnswers(issues) = &self {
+            body["issues"] = json!(issues);
+        }
+        (status, Json(body)).into_response()
     }
 }
 
@@ -68,6 +85,13 @@ impl From<agentenkit_store::Error> for ApiError {
                     "the thread has an active run {run_id}; wait for it to finish or stop it"
                 ),
             },
+            E::ReplyMismatch { kind } => ApiError::Conflict {
+                code: "HumanReplyMismatchError",
+                message: format!(
+                    "this call waits for approve or reject ({kind}), not for answers; nothing was recorded"
+                ),
+            },
+            E::InvalidAnswers(issues) => ApiError::InvalidAnswers(issues),
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod event;
 pub mod ids;
 pub mod journal;
+pub mod questions;
 pub mod queue_message;
 pub mod reply;
 pub mod status;

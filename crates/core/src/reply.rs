@@ -5,7 +5,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::ToolCallStatus;
+use std::collections::BTreeMap;
+
+use crate::questions::{Issue, QuestionSet, Resolved};
+use crate::{ToolCallStatus, ToolKind};
 
 /// The literal reason an unanswered request resolves with.
 pub const TIMEOUT_DENIAL: &str = "user had no response, action cancelled";
@@ -13,11 +16,21 @@ pub const TIMEOUT_DENIAL: &str = "user had no response, action cancelled";
 /// The reason a rejection carries when the person gave none.
 pub const DEFAULT_REJECTION: &str = "the user rejected this call";
 
-/// A verdict on a parked approval or job.
+/// What a person (or a webhook) sent about a parked call.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    Approve { payload: Option<Value> },
-    Reject { reason: Option<String> },
+    Approve {
+        payload: Option<Value>,
+    },
+    Reject {
+        reason: Option<String>,
+    },
+    /// Answers to a question set: `{ "<questionId>": ["value", …] }`.
+    Answer {
+        answers: Value,
+    },
+    /// A question set left unanswered on purpose.
+    Skip,
 }
 
 impl Verdict {
@@ -37,13 +50,88 @@ impl Verdict {
             }
         }
     }
+}
 
-    /// The status the row settles in.
-    pub fn status(&self) -> ToolCallStatus {
-        match self {
-            Verdict::Approve { .. } => ToolCallStatus::Executed,
-            Verdict::Reject { .. } => ToolCallStatus::Rejected,
+/// Why a reply cannot settle the call it is addressed to. Nothing is
+/// recorded for either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyError {
+    /// Answers (or a skip) addressed to a call waiting on a verdict: a set
+    /// of answers is not a verdict on proposed work.
+    Mismatch,
+    /// Answers that do not fit the stored question set.
+    InvalidAnswers(Vec<Issue>),
+}
+
+/// How a reply settles a parked call: the one-way reduction of SPEC §5.
+///
+/// | wait \ reply     | approve   | reject    | answer    | skip      |
+/// |------------------|-----------|-----------|-----------|-----------|
+/// | approval / park  | executed  | rejected  | mismatch  | mismatch  |
+/// | ask / intake     | defaults, executed | = skip | executed | defaults, rejected |
+pub fn reduce(
+    kind: ToolKind,
+    verdict: &Verdict,
+    stored_request: &Value,
+) -> Result<SettledReply, ReplyError> {
+    let settled = |status, approved, payload, reason, resolved: Option<Resolved>| SettledReply {
+        status,
+        approved,
+        payload,
+        reason,
+        answers: resolved.as_ref().map(|r| r.answers.clone()),
+        defaulted: resolved.map(|r| r.defaulted),
+        answered_by: None,
+        answered_at: None,
+    };
+    match kind {
+        ToolKind::Approval | ToolKind::Park => match verdict {
+            Verdict::Approve { payload } => Ok(settled(
+                ToolCallStatus::Executed,
+                true,
+                payload.clone(),
+                None,
+                None,
+            )),
+            Verdict::Reject { reason } => Ok(settled(
+                ToolCallStatus::Rejected,
+                false,
+                None,
+                reason.clone(),
+                None,
+            )),
+            Verdict::Answer { .. } | Verdict::Skip => Err(ReplyError::Mismatch),
+        },
+        ToolKind::Ask => {
+            let set = QuestionSet::parse(stored_request).map_err(ReplyError::InvalidAnswers)?;
+            match verdict {
+                Verdict::Approve { .. } => Ok(settled(
+                    ToolCallStatus::Executed,
+                    true,
+                    None,
+                    None,
+                    Some(set.defaults()),
+                )),
+                Verdict::Answer { answers } => {
+                    let resolved = set.resolve(answers).map_err(ReplyError::InvalidAnswers)?;
+                    Ok(settled(
+                        ToolCallStatus::Executed,
+                        true,
+                        None,
+                        None,
+                        Some(resolved),
+                    ))
+                }
+                Verdict::Reject { .. } | Verdict::Skip => Ok(settled(
+                    ToolCallStatus::Rejected,
+                    false,
+                    None,
+                    None,
+                    Some(set.defaults()),
+                )),
+            }
         }
+        ToolKind::Function | ToolKind::Delegate => Err(ReplyError::Mismatch),
     }
 }
 
@@ -58,11 +146,29 @@ pub struct SettledReply {
     pub payload: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// For question sets: every question's values, resolved on the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<BTreeMap<String, Vec<String>>>,
+    /// For question sets: the ids that took their defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaulted: Option<Vec<String>>,
     pub answered_by: Option<String>,
     pub answered_at: Option<DateTime<Utc>>,
 }
 
 impl SettledReply {
+    /// What the model sees of an answered question set: the values, which
+    /// were defaulted, and whether the person skipped (a skip is not a
+    /// confirmation). `None` for other calls.
+    pub fn answers_result(&self) -> Option<Value> {
+        let answers = self.answers.as_ref()?;
+        Some(json!({
+            "answers": answers,
+            "defaulted": self.defaulted.clone().unwrap_or_default(),
+            "skipped": self.status == ToolCallStatus::Rejected,
+        }))
+    }
+
     /// What the model sees instead of the tool's output when the call did
     /// not run: `None` when it was approved (the tool runs and its output
     /// is the result).
@@ -103,6 +209,8 @@ mod tests {
             approved,
             payload: None,
             reason: reason.map(str::to_owned),
+            answers: None,
+            defaulted: None,
             answered_by: None,
             answered_at: None,
         }
@@ -143,14 +251,6 @@ mod tests {
             Verdict::from_respond(false, None),
             Verdict::Reject { reason: None }
         );
-        assert_eq!(
-            Verdict::from_respond(true, None).status(),
-            ToolCallStatus::Executed
-        );
-        assert_eq!(
-            Verdict::from_respond(false, None).status(),
-            ToolCallStatus::Rejected
-        );
     }
 
     #[test]
@@ -170,6 +270,78 @@ mod tests {
             refusal(ToolCallStatus::Expired, true),
             Some("This request has expired")
         );
+    }
+
+    /// Every row of the reduction table, rejected pairs included.
+    #[test]
+    fn the_reduction_runs_one_way_only() {
+        let set = json!({ "questions": [{ "id": "q", "prompt": "p", "options": [
+            {"value": "a", "label": "A"}, {"value": "b", "label": "B"}], "defaults": ["a"] }] });
+        let approve = Verdict::Approve {
+            payload: Some(json!(1)),
+        };
+        let reject = Verdict::Reject {
+            reason: Some("no".into()),
+        };
+        let answer = Verdict::Answer {
+            answers: json!({ "q": ["b"] }),
+        };
+        for kind in [ToolKind::Approval, ToolKind::Park] {
+            let ok = reduce(kind, &approve, &Value::Null).unwrap();
+            assert_eq!(
+                (ok.status, ok.approved, ok.payload),
+                (ToolCallStatus::Executed, true, Some(json!(1)))
+            );
+            let no = reduce(kind, &reject, &Value::Null).unwrap();
+            assert_eq!(
+                (no.status, no.approved, no.reason.as_deref()),
+                (ToolCallStatus::Rejected, false, Some("no"))
+            );
+            assert_eq!(
+                reduce(kind, &answer, &Value::Null),
+                Err(ReplyError::Mismatch)
+            );
+            assert_eq!(
+                reduce(kind, &Verdict::Skip, &Value::Null),
+                Err(ReplyError::Mismatch)
+            );
+        }
+        let confirmed = reduce(ToolKind::Ask, &approve, &set).unwrap();
+        assert_eq!(confirmed.status, ToolCallStatus::Executed);
+        assert_eq!(confirmed.answers.as_ref().unwrap()["q"], ["a"]);
+        assert_eq!(confirmed.defaulted.as_deref(), Some(&["q".to_owned()][..]));
+        let answered = reduce(ToolKind::Ask, &answer, &set).unwrap();
+        assert_eq!(answered.status, ToolCallStatus::Executed);
+        assert_eq!(answered.answers.as_ref().unwrap()["q"], ["b"]);
+        assert_eq!(answered.defaulted.as_deref(), Some(&[][..]));
+        for skipped in [
+            reduce(ToolKind::Ask, &reject, &set).unwrap(),
+            reduce(ToolKind::Ask, &Verdict::Skip, &set).unwrap(),
+        ] {
+            assert_eq!(
+                (skipped.status, skipped.approved),
+                (ToolCallStatus::Rejected, false)
+            );
+            assert_eq!(skipped.answers.as_ref().unwrap()["q"], ["a"]);
+            assert_eq!(skipped.defaulted.as_deref(), Some(&["q".to_owned()][..]));
+            assert_eq!(skipped.answers_result().unwrap()["skipped"], true);
+        }
+        assert!(matches!(
+            reduce(
+                ToolKind::Ask,
+                &Verdict::Answer {
+                    answers: json!({ "q": ["z"] })
+                },
+                &set
+            ),
+            Err(ReplyError::InvalidAnswers(_))
+        ));
+        for kind in [ToolKind::Function, ToolKind::Delegate] {
+            assert_eq!(
+                reduce(kind, &approve, &Value::Null),
+                Err(ReplyError::Mismatch)
+            );
+        }
     }
 
     #[test]

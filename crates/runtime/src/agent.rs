@@ -4,7 +4,13 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::config::{AgentFile, ModelDef, ToolDef, DEFAULT_HITL_TTL_MS};
+use agentenkit_core::questions::QuestionSet;
+
+use crate::config::{AgentFile, IntakeWhen, ModelDef, ToolDef, DEFAULT_HITL_TTL_MS};
+
+/// The name of the built-in question tool. Never registered, no handler:
+/// the kind `ask` is resolved from the agent's configuration alone.
+pub const ASK_TOOL: &str = "ask";
 use crate::model::{Model, ScriptedModel};
 use crate::tool::{HttpTool, RegisteredTool, Tool, ToolSpec};
 use crate::{Error, Result};
@@ -18,6 +24,35 @@ pub struct Agent {
     pub tools: Vec<String>,
     pub subagents: Vec<String>,
     pub hitl_ttl_ms: u64,
+    /// Offer the model the built-in `ask` tool.
+    pub ask: bool,
+    /// Questions asked before the first model call of a turn.
+    pub intake: Option<Intake>,
+}
+
+/// A configured intake: a validated question set and when to ask it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intake {
+    pub set: QuestionSet,
+    pub when: IntakeWhen,
+}
+
+impl Intake {
+    /// Validates the set; an invalid intake is a configuration error.
+    pub fn new(set: QuestionSet, when: IntakeWhen) -> Result<Intake> {
+        let issues = set.issues();
+        if !issues.is_empty() {
+            let listed: Vec<String> = issues
+                .iter()
+                .map(|i| format!("{}: {}", i.path, i.message))
+                .collect();
+            return Err(Error::Config(format!(
+                "invalid intake: {}",
+                listed.join("; ")
+            )));
+        }
+        Ok(Intake { set, when })
+    }
 }
 
 impl Agent {
@@ -29,7 +64,21 @@ impl Agent {
             tools: vec![],
             subagents: vec![],
             hitl_ttl_ms: DEFAULT_HITL_TTL_MS,
+            ask: false,
+            intake: None,
         }
+    }
+
+    /// Offers the model the built-in `ask` tool.
+    pub fn ask(mut self, ask: bool) -> Self {
+        self.ask = ask;
+        self
+    }
+
+    /// Asks `intake` before the first model call of a turn.
+    pub fn intake(mut self, intake: Intake) -> Self {
+        self.intake = Some(intake);
+        self
     }
 
     pub fn system(mut self, system: impl Into<String>) -> Self {
@@ -111,6 +160,17 @@ impl Registry {
             agent.tools = def.tools;
             agent.subagents = def.subagents;
             agent.hitl_ttl_ms = def.hitl_ttl_ms.unwrap_or(DEFAULT_HITL_TTL_MS);
+            agent.ask = def.ask;
+            if let Some(intake) = def.intake {
+                let set = QuestionSet {
+                    preamble: intake.preamble,
+                    questions: intake.questions,
+                };
+                agent.intake = Some(
+                    Intake::new(set, intake.when)
+                        .map_err(|e| Error::Config(format!("agent {:?}: {e}", agent.name)))?,
+                );
+            }
             registry = registry.with_agent(agent);
         }
         registry.check()?;
@@ -119,6 +179,11 @@ impl Registry {
 
     pub fn with_tool(mut self, tool: Arc<dyn Tool>) -> Result<Self> {
         let registered = RegisteredTool::new(tool).map_err(Error::Config)?;
+        if registered.spec.name == ASK_TOOL {
+            return Err(Error::Config(
+                "\"ask\" is the built-in question tool; enable it with ask = true".into(),
+            ));
+        }
         self.tools.insert(registered.spec.name.clone(), registered);
         Ok(self)
     }
@@ -172,7 +237,15 @@ impl Registry {
             .filter_map(|name| self.tools.get(name))
             .map(|t| t.spec.clone());
         let delegations = agent.subagents.iter().map(|name| delegation_spec(name));
-        tools.chain(delegations).collect()
+        let ask = agent.ask.then(|| ToolSpec {
+            name: ASK_TOOL.to_owned(),
+            description: "Ask the user questions before doing work they should scope. Pre-pick \
+                          the answer you would choose for every question (defaults), so \
+                          confirming is enough."
+                .to_owned(),
+            input_schema: agentenkit_core::questions::ask_tool_schema(),
+        });
+        tools.chain(delegations).chain(ask).collect()
     }
 }
 
@@ -180,7 +253,9 @@ impl Registry {
 pub fn delegation_spec(name: &str) -> ToolSpec {
     ToolSpec {
         name: name.to_owned(),
-        description: format!("Delegate a task to the {name} agent; its final answer is the result."),
+        description: format!(
+            "Delegate a task to the {name} agent; its final answer is the result."
+        ),
         input_schema: delegation_schema(),
     }
 }

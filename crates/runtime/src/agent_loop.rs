@@ -14,7 +14,10 @@ use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
     EventType, JournalEntry, Replay, ReplayStep, RunId, ToolCallId, ToolCallStatus, ToolKind,
 };
-use agentenkit_store::{Change, Delegation, Lease, RunContext, Store};
+use agentenkit_store::{Change, Lease, RunContext, Store};
+
+use crate::delegation::{await_delegation, delegation_task};
+use crate::elicitation;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -43,7 +46,9 @@ pub enum Outcome {
     /// The step finished with calls that wait for an answer; `to_park` are
     /// the ones not parked yet (a resumed run whose rows are still open
     /// parks nothing new).
-    Park { to_park: Vec<ParkItem> },
+    Park {
+        to_park: Vec<ParkItem>,
+    },
 }
 
 /// A call of the finished step that waits, and how to park it.
@@ -62,6 +67,8 @@ pub enum Wait {
     Job(ParkRequest),
     /// A sub-agent's run, started with this task.
     Delegate { task: String },
+    /// A person's answers to a question set (never expires).
+    Ask { frame: Value, reason: String },
 }
 
 /// The value journaled under `persist:toolcall:<callId>`: the row as
@@ -78,7 +85,7 @@ pub struct PersistedToolCall {
 
 /// Journal access for one segment of one run, fenced by its lease.
 pub struct Checkpointer<'a> {
-    store: &'a Store,
+    pub(crate) store: &'a Store,
     relay: &'a Relay,
     lease: &'a Lease,
     replay: Replay,
@@ -183,6 +190,11 @@ pub async fn run_turn(
     let run_id = ctx.lease.run_id;
     let tools = registry.tool_specs(agent);
     let mut conversation = ctx.history.clone();
+    if let Some(intake) = &agent.intake {
+        if let Some(to_park) = elicitation::intake(cp, intake, ctx, &mut conversation).await? {
+            return Ok(Outcome::Park { to_park });
+        }
+    }
     for n in 0..MAX_MODEL_CALLS {
         let response: ModelResponse = cp
             .checkpoint(names::model(n), || async {
@@ -226,11 +238,17 @@ pub async fn run_turn(
         for call in &response.tool_calls {
             let persisted = persist_tool_call(cp, agent, registry, run_id, call).await?;
             match persisted.kind {
-                ToolKind::Function => match run_function(cp, agent, registry, ctx, &persisted).await? {
-                    Ran::Result(result) => conversation.push(tool_message(&persisted, result)),
-                    Ran::Parked(wait) => waiting.push((persisted, wait)),
-                },
+                ToolKind::Function => {
+                    match run_function(cp, agent, registry, ctx, &persisted).await? {
+                        Ran::Result(result) => conversation.push(tool_message(&persisted, result)),
+                        Ran::Parked(wait) => waiting.push((persisted, wait)),
+                    }
+                }
                 ToolKind::Approval => waiting.push((persisted, Some(Wait::Approval))),
+                ToolKind::Ask => match elicitation::ask_call(cp, ctx, &persisted).await? {
+                    Ok(wait) => waiting.push((persisted, Some(wait))),
+                    Err(result) => conversation.push(tool_message(&persisted, result)),
+                },
                 ToolKind::Delegate => match delegation_task(cp, run_id, &persisted).await? {
                     Ok(task) => waiting.push((persisted, Some(Wait::Delegate { task }))),
                     Err(result) => conversation.push(tool_message(&persisted, result)),
@@ -253,9 +271,10 @@ pub async fn run_turn(
             } else if call.kind == ToolKind::Delegate {
                 await_delegation(cp, run_id, &call).await?
             } else {
-                match await_reply(cp, run_id, &call).await? {
-                    Ok(reply) => Some(match reply.denial() {
-                        Some(denial) => denial,
+                let name = names::tool(run_id, &call.id);
+                match await_reply(cp, run_id, &call, name).await? {
+                    Ok(reply) => Some(match reply.answers_result().or_else(|| reply.denial()) {
+                        Some(result) => result,
                         None => {
                             let approval = Approval {
                                 approved: true,
@@ -331,69 +350,6 @@ async fn needs_park(
     } else {
         Ok(cp.store_status(run_id, &call.id).await? == ToolCallStatus::Proposed)
     }
-}
-
-/// The task of a delegation, or the failure the model sees (journaled as
-/// the call's `exec:`) when its input is not `{"task": string}`.
-async fn delegation_task(
-    cp: &mut Checkpointer<'_>,
-    run_id: RunId,
-    call: &PersistedToolCall,
-) -> Result<Result<String, Value>, SegmentError> {
-    let task = call
-        .arguments
-        .get("task")
-        .and_then(Value::as_str)
-        .filter(|t| !t.trim().is_empty())
-        .filter(|_| call.arguments.as_object().is_some_and(|o| o.len() == 1));
-    if let Some(task) = task {
-        return Ok(Ok(task.to_owned()));
-    }
-    let failure = json!({
-        "error": "invalid arguments",
-        "issues": [{ "path": "/task", "message": "a delegation takes {\"task\": string} and nothing else" }],
-    });
-    let result: Value = cp
-        .checkpoint(names::exec(&call.id), || async {
-            let changes = std::iter::once(Change::SettleToolCall {
-                id: call.id.clone(),
-                status: ToolCallStatus::Failed,
-                result: failure.clone(),
-            })
-            .chain(result_changes(run_id, call, ToolCallStatus::Failed, &failure))
-            .collect();
-            Ok((failure.clone(), changes))
-        })
-        .await?;
-    Ok(Err(result))
-}
-
-/// The result of a delegation (`exec:<callId>`): the child's final text,
-/// or its failure; `None` while the child has not finished.
-async fn await_delegation(
-    cp: &mut Checkpointer<'_>,
-    run_id: RunId,
-    call: &PersistedToolCall,
-) -> Result<Option<Value>, SegmentError> {
-    let name = names::exec(&call.id);
-    let settled = if cp.is_recorded(&name)? {
-        None
-    } else {
-        match cp.store.delegation(run_id, &call.id).await? {
-            Some(Delegation::Settled { status, result }) => Some((status, result)),
-            _ => return Ok(None),
-        }
-    };
-    let result = cp
-        .checkpoint(name, || async move {
-            let (status, result) = settled.ok_or_else(|| {
-                SegmentError::Permanent("the result of a recorded delegation was read again".into())
-            })?;
-            let changes = result_changes(run_id, call, status, &result);
-            Ok((result, changes))
-        })
-        .await?;
-    Ok(Some(result))
 }
 
 /// Resolves the call's kind and persists the row; on replay the kind comes
@@ -532,6 +488,9 @@ async fn invoke(
 
 /// The kind of a call, decided once when it is persisted.
 fn resolve_kind(agent: &Agent, registry: &Registry, name: &str) -> ToolKind {
+    if agent.ask && name == crate::agent::ASK_TOOL {
+        return ToolKind::Ask;
+    }
     if agent.subagents.iter().any(|s| s == name) && registry.agent(name).is_some() {
         return ToolKind::Delegate;
     }
@@ -542,7 +501,7 @@ fn resolve_kind(agent: &Agent, registry: &Registry, name: &str) -> ToolKind {
     }
 }
 
-fn tool_message(call: &PersistedToolCall, content: Value) -> Message {
+pub(crate) fn tool_message(call: &PersistedToolCall, content: Value) -> Message {
     Message::Tool {
         tool_call_id: call.id.clone(),
         name: call.name.clone(),
@@ -552,17 +511,24 @@ fn tool_message(call: &PersistedToolCall, content: Value) -> Message {
 
 /// The reply to a parked call (`tool:<runId>:<callId>`): from the journal,
 /// or from its settled row; `Err(status)` while it waits.
-async fn await_reply(
+pub(crate) async fn await_reply(
     cp: &mut Checkpointer<'_>,
     run_id: RunId,
     call: &PersistedToolCall,
+    name: String,
 ) -> Result<Result<SettledReply, ToolCallStatus>, SegmentError> {
-    let name = names::tool(run_id, &call.id);
     let settled = if cp.is_recorded(&name)? {
         None
     } else {
         match cp.store.tool_call_reply(run_id, &call.id).await? {
             Err(status) => return Ok(Err(status)),
+            // One channel, two shapes: a reply whose shape does not fit the
+            // wait (answers for a verdict, or the reverse) is discarded and
+            // the call stays parked, attributing nothing to anyone.
+            Ok(reply) if reply.answers.is_some() != (call.kind == ToolKind::Ask) => {
+                tracing::warn!(tool_call_id = %call.id, "a reply of the wrong shape was discarded");
+                return Ok(Err(ToolCallStatus::PendingApproval));
+            }
             Ok(reply) => Some(reply),
         }
     };
@@ -573,8 +539,8 @@ async fn await_reply(
             let reply = settled.ok_or_else(|| {
                 SegmentError::Permanent("the reply of a recorded call was read again".into())
             })?;
-            let changes = match reply.denial() {
-                Some(denial) => result_changes(run_id, call, reply.status, &denial),
+            let changes = match reply.answers_result().or_else(|| reply.denial()) {
+                Some(result) => result_changes(run_id, call, reply.status, &result),
                 None => vec![],
             };
             Ok((reply, changes))
@@ -584,7 +550,7 @@ async fn await_reply(
 }
 
 /// The conversation message and event of a call's result.
-fn result_changes(
+pub(crate) fn result_changes(
     run_id: RunId,
     call: &PersistedToolCall,
     status: ToolCallStatus,

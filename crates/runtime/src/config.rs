@@ -33,6 +33,28 @@ pub struct AgentDef {
     #[serde(default)]
     pub subagents: Vec<String>,
     pub model: ModelDef,
+    #[serde(default)]
+    pub intake: Option<IntakeDef>,
+}
+
+/// `[agents.<name>.intake]`: questions asked before the first model call.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntakeDef {
+    #[serde(default)]
+    pub preamble: Option<String>,
+    #[serde(default)]
+    pub when: IntakeWhen,
+    pub questions: Vec<agentenkit_core::questions::Question>,
+}
+
+/// When an intake asks: once per thread (the default), or every turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntakeWhen {
+    #[default]
+    ThreadStart,
+    EveryTurn,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -102,6 +124,26 @@ input_schema = { type = "object", required = ["to"], properties = { to = { type 
             ..
         } = &file.tools["send_email"];
         assert!(requires_confirmation);
+    }
+
+    #[test]
+    fn parses_an_intake() {
+        let file = AgentFile::parse(
+            r#"
+[agents.a]
+model = { provider = "scripted", script = [] }
+[agents.a.intake]
+preamble = "Two questions before I start."
+when = "every-turn"
+questions = [ { id = "scope", prompt = "How wide?", options = [ { value = "module", label = "This module only" }, { value = "repo", label = "The whole repository" } ], defaults = ["module"] } ]
+"#,
+        )
+        .unwrap();
+        let intake = file.agents["a"].intake.as_ref().unwrap();
+        assert_eq!(intake.when, IntakeWhen::EveryTurn);
+        assert_eq!(intake.questions[0].defaults, ["module"]);
+        let err = AgentFile::parse("[agents.a]\nmodel = { provider = \"scripted\", script = [] }\n[agents.a.intake]\nwhen = \"sometimes\"\nquestions = []\n").unwrap_err();
+        assert!(err.contains("sometimes"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentenkit_core::reply::Verdict;
-use agentenkit_core::{Owner, RunId, ThreadId, ThreadStatus, ToolCallId};
+use agentenkit_core::{Owner, RunId, ThreadId, ThreadStatus, ToolCallId, ToolKind};
 use agentenkit_queue::memory::MemoryQueue;
 use agentenkit_queue::QueueAdapter;
 use agentenkit_store::{AnswerTarget, PendingInput, RunView, Store};
@@ -92,7 +92,15 @@ impl InlineRunner {
                 }
                 ThreadStatus::WaitingForInput => {
                     for input in &view.pending_inputs {
-                        let verdict = hooks.await_approval(input).await;
+                        let verdict = match input.kind {
+                            ToolKind::Ask => match hooks.await_answers(input).await {
+                                Some(answers) => Verdict::Answer { answers },
+                                // A host without a form: approve confirms the
+                                // pre-picked answers, reject skips.
+                                None => hooks.await_approval(input).await,
+                            },
+                            _ => hooks.await_approval(input).await,
+                        };
                         self.answer(input, verdict).await?;
                     }
                     continue;

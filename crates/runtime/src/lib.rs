@@ -5,6 +5,8 @@
 pub mod agent;
 pub mod agent_loop;
 pub mod config;
+mod delegation;
+mod elicitation;
 pub mod error;
 pub mod inline;
 pub mod metrics;
@@ -18,5 +20,7 @@ pub use agent::{Agent, Registry};
 pub use error::{Error, Result};
 pub use model::{Model, ModelError, ModelRequest, ScriptEntry, ScriptedModel};
 pub use relay::Relay;
-pub use tool::{park_for_input, Approval, HttpTool, ParkRequest, Tool, ToolContext, ToolError, ToolSpec};
+pub use tool::{
+    park_for_input, Approval, HttpTool, ParkRequest, Tool, ToolContext, ToolError, ToolSpec,
+};
 pub use worker::{Worker, WorkerConfig};

@@ -195,7 +195,9 @@ impl Tool for HttpTool {
         let answer: Value = serde_json::from_str(&text)
             .map_err(|e| ToolError::Failed(format!("the tool answered invalid JSON: {e}")))?;
         match answer.get("park") {
-            Some(park) if answer.as_object().is_some_and(|o| o.len() == 1) => Err(parse_park(park)?),
+            Some(park) if answer.as_object().is_some_and(|o| o.len() == 1) => {
+                Err(parse_park(park)?)
+            }
             _ => Ok(answer),
         }
     }

@@ -9,7 +9,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentenkit_core::{EventType, QueueMessage, RunId, RunStatus, ToolCallId, ToolCallStatus, ToolKind};
+use agentenkit_core::{
+    EventType, QueueMessage, RunId, RunStatus, ToolCallId, ToolCallStatus, ToolKind,
+};
 use agentenkit_queue::{Delivery, QueueAdapter};
 use agentenkit_store::{Change, Expiry, Lease, LeaseAttempt, RunContext, Store};
 use chrono::SubsecRound;
@@ -265,7 +267,8 @@ impl Worker {
             Ok(Outcome::Park { to_park }) => self.park(&ctx, to_park).await,
             Err(SegmentError::Parked(request)) => {
                 let error = format!("a tool parked ({}) outside a step", request.reason);
-                self.finish(&ctx, RunStatus::Failed, None, Some(error)).await
+                self.finish(&ctx, RunStatus::Failed, None, Some(error))
+                    .await
             }
             Err(SegmentError::Permanent(error)) | Err(SegmentError::Retry(error)) => {
                 tracing::warn!(%error, "run failed");
@@ -438,6 +441,23 @@ impl Worker {
                     });
                     continue;
                 }
+                Wait::Ask { frame, reason } => {
+                    // Questions never expire: a timer that applied the
+                    // defaults would manufacture consent from silence.
+                    requests += 1;
+                    changes.push(Change::ParkToolCall {
+                        id: call.id.clone(),
+                        kind: ToolKind::Ask,
+                        reason: reason.clone(),
+                        arguments: None,
+                        expires_at: None,
+                    });
+                    changes.push(Change::Event {
+                        event_type: EventType::Elicitation,
+                        data: frame.clone(),
+                    });
+                    continue;
+                }
                 Wait::Approval => (ToolKind::Approval, "approval", None, agent_ttl_ms),
                 Wait::Job(request) => (
                     ToolKind::Park,
@@ -483,7 +503,11 @@ impl Worker {
         let outbox = self.inner.store.commit(&ctx.lease, &changes).await?;
         self.inner.relay.publish(&outbox).await;
         ::metrics::counter!(metrics::PARKS).increment(requests);
-        tracing::info!(requests, delegations = to_park.len() as u64 - requests, "run waits");
+        tracing::info!(
+            requests,
+            delegations = to_park.len() as u64 - requests,
+            "run waits"
+        );
         Ok(())
     }
 

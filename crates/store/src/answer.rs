@@ -6,10 +6,8 @@
 //! (first answer wins), `INPUT_RESOLVED` is written, and when no request of
 //! the run is left open the resume segment goes into the outbox.
 
-use agentenkit_core::reply::{refusal, SettledReply, Verdict};
-use agentenkit_core::{
-    EventType, Owner, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
-};
+use agentenkit_core::reply::{reduce, refusal, ReplyError, SettledReply, Verdict};
+use agentenkit_core::{EventType, Owner, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
@@ -80,28 +78,27 @@ impl Store {
             .await?;
         tx.query_one(&stmt, &[&row.run_id.0]).await?;
         let row = locate(&tx, owner, AnswerTarget::Run(row.run_id), call).await?;
+        // The kind of wait decides what a reply means; a reply of the
+        // wrong shape, or answers that do not fit, record nothing.
+        let mut reply = reduce(row.kind, verdict, &row.arguments).map_err(|e| match e {
+            ReplyError::Mismatch => Error::ReplyMismatch {
+                kind: row.kind.to_string(),
+            },
+            ReplyError::InvalidAnswers(issues) => Error::InvalidAnswers(issues),
+        })?;
         if let Some(reason) = refusal(row.status, row.current) {
             return Ok(Answered::refused(reason));
         }
-        let status = verdict.status();
-        let (payload, result, reason) = match verdict {
-            Verdict::Approve { payload } => (payload.clone(), None, None),
-            Verdict::Reject { reason } => {
-                let reply = SettledReply {
-                    status,
-                    approved: false,
-                    payload: None,
-                    reason: reason.clone(),
-                    answered_by: None,
-                    answered_at: None,
-                };
-                (None, reply.denial(), reason.clone())
-            }
+        // Questions keep their resolved answers in `payload`; a rejection
+        // keeps the denial the model will see in `result`.
+        let (payload, result) = match (&reply.answers, reply.denial()) {
+            (Some(answers), _) => (Some(serde_json::to_value(answers)?), reply.answers_result()),
+            (None, denial) => (reply.payload.clone(), denial),
         };
         let stmt = tx
             .prepare_cached(
                 "UPDATE tool_calls SET status = $3, payload = $4, result = $5,
-                        answered_by = $6, answered_at = now()
+                        answered_by = $6, answered_at = now(), defaulted = $7
                  WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'
                  RETURNING answered_at",
             )
@@ -112,25 +109,19 @@ impl Store {
                 &[
                     &row.run_id.0,
                     &call.as_str(),
-                    &status.as_str(),
+                    &reply.status.as_str(),
                     &payload,
                     &result,
                     &owner.as_str(),
+                    &reply.defaulted,
                 ],
             )
             .await?
         else {
             return Ok(Answered::refused("This request was already answered"));
         };
-        let answered_at: DateTime<Utc> = updated.get(0);
-        let reply = SettledReply {
-            status,
-            approved: matches!(verdict, Verdict::Approve { .. }),
-            payload,
-            reason,
-            answered_by: Some(owner.to_string()),
-            answered_at: Some(answered_at),
-        };
+        reply.answered_by = Some(owner.to_string());
+        reply.answered_at = Some(updated.get::<_, DateTime<Utc>>(0));
         let outbox = settle(&tx, &row, call, &reply).await?;
         tx.commit().await?;
         Ok(Answered {
@@ -164,7 +155,7 @@ impl Store {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "SELECT status, payload, result, answered_by, answered_at
+                "SELECT status, payload, result, answered_by, answered_at, kind, defaulted
                  FROM tool_calls WHERE run_id = $1 AND id = $2",
             )
             .await?;
@@ -180,10 +171,20 @@ impl Store {
             ToolCallStatus::Proposed | ToolCallStatus::PendingApproval => Ok(Err(status)),
             _ => {
                 let result: Option<Value> = row.get(2);
+                let payload: Option<Value> = row.get(1);
+                let kind: ToolKind = row.get::<_, &str>(5).parse()?;
+                let (payload, answers) = if kind == ToolKind::Ask {
+                    let answers = payload.map(serde_json::from_value).transpose()?;
+                    (None, answers)
+                } else {
+                    (payload, None)
+                };
                 Ok(Ok(SettledReply {
                     status,
                     approved: status == ToolCallStatus::Executed,
-                    payload: row.get(1),
+                    payload,
+                    answers,
+                    defaulted: row.get(6),
                     reason: result
                         .as_ref()
                         .and_then(|r| r.get("reason"))

@@ -393,10 +393,18 @@ async fn apply(
                 .await?;
             tx.execute(
                 &stmt,
-                &[&parent_run_id.0, &call_id.as_str(), &status.as_str(), result],
+                &[
+                    &parent_run_id.0,
+                    &call_id.as_str(),
+                    &status.as_str(),
+                    result,
+                ],
             )
             .await?;
-            return Ok(resume_if_settled(tx, *parent_run_id).await?.into_iter().next());
+            return Ok(resume_if_settled(tx, *parent_run_id)
+                .await?
+                .into_iter()
+                .next());
         }
         Change::RecordToolResult { id, result } => {
             let stmt = tx

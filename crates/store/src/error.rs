@@ -15,6 +15,12 @@ pub enum Error {
     /// The worker's lease ran out or was taken over: its writes are refused.
     #[error("lease on run {run_id} is lost")]
     LeaseLost { run_id: String },
+    /// Answers (or a skip) addressed to a call that waits on a verdict.
+    #[error("this call waits on a verdict ({kind}), not on answers")]
+    ReplyMismatch { kind: String },
+    /// Answers that do not fit the stored question set.
+    #[error("the answers do not fit the question set")]
+    InvalidAnswers(Vec<agentenkit_core::questions::Issue>),
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("migration {version} failed: {message}")]

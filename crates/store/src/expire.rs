@@ -79,6 +79,8 @@ impl Store {
             approved: false,
             payload: None,
             reason: None,
+            answers: None,
+            defaulted: None,
             answered_by: None,
             answered_at: Some(now),
         };

@@ -42,7 +42,9 @@ pub struct RunContext {
 /// A delegation whose child run exists.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Delegation {
-    Running { child: RunId },
+    Running {
+        child: RunId,
+    },
     /// The child ended: `executed` with its output, or `failed`.
     Settled {
         status: agentenkit_core::ToolCallStatus,
@@ -143,7 +145,11 @@ impl Store {
     }
 
     /// Where a delegation stands: `None` before its child run exists.
-    pub async fn delegation(&self, run: RunId, call: &agentenkit_core::ToolCallId) -> Result<Option<Delegation>> {
+    pub async fn delegation(
+        &self,
+        run: RunId,
+        call: &agentenkit_core::ToolCallId,
+    ) -> Result<Option<Delegation>> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
@@ -160,14 +166,38 @@ impl Store {
         let child: Option<Uuid> = row.get(2);
         Ok(match (status, child) {
             (agentenkit_core::ToolCallStatus::Proposed, None) => None,
-            (agentenkit_core::ToolCallStatus::Proposed, Some(child)) => {
-                Some(Delegation::Running { child: RunId(child) })
-            }
+            (agentenkit_core::ToolCallStatus::Proposed, Some(child)) => Some(Delegation::Running {
+                child: RunId(child),
+            }),
             (status, _) => Some(Delegation::Settled {
                 status,
-                result: row.get::<_, Option<serde_json::Value>>(1).unwrap_or_default(),
+                result: row
+                    .get::<_, Option<serde_json::Value>>(1)
+                    .unwrap_or_default(),
             }),
         })
+    }
+
+    /// Whether an earlier run of `agent` on this thread already asked its
+    /// intake (for `when = "thread-start"`).
+    pub async fn intake_asked_before(
+        &self,
+        thread: ThreadId,
+        run: RunId,
+        agent: &str,
+    ) -> Result<bool> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM tool_calls tc JOIN runs r ON r.id = tc.run_id
+                                WHERE tc.thread_id = $1 AND tc.run_id <> $2 AND tc.id = 'intake'
+                                  AND tc.kind = 'ask' AND r.name = $3)",
+            )
+            .await?;
+        Ok(client
+            .query_one(&stmt, &[&thread.0, &run.0, &agent])
+            .await?
+            .get(0))
     }
 
     /// How many runs a worker holds a live lease on right now.

@@ -277,7 +277,6 @@ fn not_found(thread: ThreadId) -> Error {
 fn pending_input(row: &Row) -> Result<PendingInput> {
     let kind = row.get::<_, &str>(5).parse()?;
     let expires_at: Option<DateTime<Utc>> = row.get(9);
-    let payload: Option<Value> = row.get(10);
     Ok(PendingInput {
         tool_call_id: row.get(0),
         run_id: RunId(row.get(1)),
@@ -289,10 +288,8 @@ fn pending_input(row: &Row) -> Result<PendingInput> {
         run_name: row.get(7),
         depth: row.get(8),
         expires_at,
-        request: if kind == agentenkit_core::ToolKind::Ask {
-            payload
-        } else {
-            None
-        },
+        // For a question set the request is the set itself, so a client
+        // knows how many questions there are before it renders the form.
+        request: (kind == agentenkit_core::ToolKind::Ask).then(|| row.get::<_, Value>(4)),
     })
 }

@@ -40,6 +40,21 @@ pub struct Reject {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Answer {
+    run_id: String,
+    tool_call_id: String,
+    answers: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Skip {
+    run_id: String,
+    tool_call_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Respond {
     thread_id: String,
     tool_call_id: String,
@@ -82,6 +97,44 @@ pub async fn reject(
         AnswerTarget::Run(run),
         &body.tool_call_id,
         verdict,
+    )
+    .await
+}
+
+/// Answers to a question set, resolved on the server against the stored
+/// set (omitted questions take their defaults).
+pub async fn answer(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    JsonBody(body): JsonBody<Answer>,
+) -> Result<Json<Delivery>, ApiError> {
+    let run: RunId = parse_id(&body.run_id, "tool call")?;
+    let verdict = Verdict::Answer {
+        answers: body.answers,
+    };
+    deliver(
+        &state,
+        &owner,
+        AnswerTarget::Run(run),
+        &body.tool_call_id,
+        verdict,
+    )
+    .await
+}
+
+/// A question set left unanswered: the defaults, persisted as rejected.
+pub async fn skip(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    JsonBody(body): JsonBody<Skip>,
+) -> Result<Json<Delivery>, ApiError> {
+    let run: RunId = parse_id(&body.run_id, "tool call")?;
+    deliver(
+        &state,
+        &owner,
+        AnswerTarget::Run(run),
+        &body.tool_call_id,
+        Verdict::Skip,
     )
     .await
 }

@@ -26,6 +26,8 @@ pub fn router() -> Router<AppState> {
         .route("/runs/{id}/journal", get(runs::journal))
         .route("/agent/tool-call/approve", post(answers::approve))
         .route("/agent/tool-call/reject", post(answers::reject))
+        .route("/agent/tool-call/answer", post(answers::answer))
+        .route("/agent/tool-call/skip", post(answers::skip))
         .route("/agent/hitl/respond", post(answers::respond))
         .route("/agent/inbox", get(answers::inbox))
         .route("/healthz", get(health::healthz))

@@ -5,6 +5,9 @@
 //! * A run is parked / completed when the worker acks its segment (the ack
 //!   comes right after the segment's last commit): [`HookedQueue`] wraps the
 //!   queue adapter and reports each ack as [`Key::Acked`].
+//! * A segment reached the worker when the wrapped consumer hands it over
+//!   ([`Key::Delivered`]), which splits latencies into client, queue and
+//!   worker time.
 //! * The approved tool ran when [`SendEmail::execute`] is called: it reports
 //!   [`Key::Executed`] with the run id.
 //!
@@ -41,6 +44,8 @@ pub fn body_text() -> String {
 pub enum Key {
     /// The worker acked segment `seq` of the run.
     Acked(RunId, i64),
+    /// Segment `seq` of the run reached the worker (left the queue).
+    Delivered(RunId, i64),
     /// `send_email` ran for the run.
     Executed(RunId),
 }
@@ -148,7 +153,10 @@ impl QueueAdapter for HookedQueue {
                     },
                 };
                 let key = match delivery.message() {
-                    Ok(QueueMessage::Segment { run_id, seq }) => Some(Key::Acked(run_id, seq)),
+                    Ok(QueueMessage::Segment { run_id, seq }) => {
+                        hub.notify(Key::Delivered(run_id, seq));
+                        Some(Key::Acked(run_id, seq))
+                    }
                     _ => None,
                 };
                 let (body, redelivered) = (delivery.body.clone(), delivery.redelivered);

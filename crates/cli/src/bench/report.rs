@@ -13,9 +13,12 @@ pub struct ConfigResult {
     pub n: usize,
     pub wall_park: Duration,
     pub wall_resume: Duration,
-    pub park: Vec<Duration>,
-    pub resumed: Vec<Duration>,
-    pub completed: Vec<Duration>,
+    /// Sorted columns: park latency, store calls, publish confirm, publish
+    /// → delivered, worker.
+    pub park: Vec<Vec<Duration>>,
+    /// Sorted columns: respond→resumed, respond→completed, answer call,
+    /// publish confirm, publish → delivered, worker → tool ran, tool → ack.
+    pub resume: Vec<Vec<Duration>>,
     pub cpu_ms: f64,
     pub busy_pct: f64,
     pub park_delta: Delta,
@@ -26,7 +29,21 @@ pub struct ConfigResult {
     pub nacks: u64,
 }
 
+/// Column `j` of `columns`, empty when absent.
+fn col(columns: &[Vec<Duration>], j: usize) -> &[Duration] {
+    columns.get(j).map_or(&[], Vec::as_slice)
+}
+
 impl ConfigResult {
+    pub fn park_latency(&self) -> &[Duration] {
+        col(&self.park, 0)
+    }
+    pub fn resumed(&self) -> &[Duration] {
+        col(&self.resume, 0)
+    }
+    pub fn completed(&self) -> &[Duration] {
+        col(&self.resume, 1)
+    }
     pub fn parks_per_s(&self) -> f64 {
         self.n as f64 / self.wall_park.as_secs_f64()
     }
@@ -121,9 +138,9 @@ pub fn print_markdown(
             fmt(r.parks_per_s(), 1),
             fmt(r.resumes_per_s(), 1),
             fmt(r.cycles_per_s(), 1),
-            p50_99(&r.park),
-            p50_99(&r.resumed),
-            p50_99(&r.completed),
+            p50_99(r.park_latency()),
+            p50_99(r.resumed()),
+            p50_99(r.completed()),
             fmt(r.cpu_ms / r.n as f64, 2),
             fmt(r.busy_pct, 0),
             fmt(r.park_delta.bytes, 0),
@@ -141,6 +158,17 @@ pub fn print_markdown(
     println!("\nNotes: commits = pg_stat_database.xact_commit delta / N (read-only transactions count too), minus the meter's own and one start-up commit per new session; \
               process CPU is the bench process, which holds the clients *and* the worker; latencies are nearest-rank over N; \
               'resumed' = the approved tool ran, 'completed' = the worker acked the run's last segment (the peers' resume latency ends at completion).");
+    println!("\nWhere the latency goes, p50 / p99 ms. 'store' = the bench's own store calls; 'confirm' = relay.publish until the broker confirmed (and the outbox row deleted); \
+              'delivered' = publish call → the worker got the segment (often before the confirm); 'worker' = got it → acked (lease, replay, model/tool steps, commits, outbox publishes):\n");
+    println!("| config | park: store (create_thread + start_run) | park: confirm | park: delivered | park: worker | resume: store (answer) | resume: confirm | resume: delivered | resume: worker → tool ran | resume: tool ran → acked |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in results {
+        let cells: Vec<String> = (1..5)
+            .map(|j| p50_99(col(&r.park, j)))
+            .chain((2..7).map(|j| p50_99(col(&r.resume, j))))
+            .collect();
+        println!("| agentenkit c={} | {} |", r.concurrency, cells.join(" | "));
+    }
     for r in results {
         if r.nacks > 0 || r.cycle_delta.sessions > 2 {
             println!(
@@ -254,9 +282,15 @@ pub fn to_json(
             "concurrency": r.concurrency, "n": r.n,
             "wall_s": {"park": r.wall_park.as_secs_f64(), "resume": r.wall_resume.as_secs_f64()},
             "park_per_s": r.parks_per_s(), "resume_per_s": r.resumes_per_s(), "cycle_per_s": r.cycles_per_s(),
-            "park_latency": lat_json(&r.park),
-            "respond_to_resumed_latency": lat_json(&r.resumed),
-            "respond_to_completed_latency": lat_json(&r.completed),
+            "park_latency": lat_json(r.park_latency()),
+            "respond_to_resumed_latency": lat_json(r.resumed()),
+            "respond_to_completed_latency": lat_json(r.completed()),
+            "park_stages": {"store": lat_json(col(&r.park, 1)), "confirm": lat_json(col(&r.park, 2)),
+                            "delivered": lat_json(col(&r.park, 3)), "worker": lat_json(col(&r.park, 4))},
+            "resume_stages": {"store": lat_json(col(&r.resume, 2)), "confirm": lat_json(col(&r.resume, 3)),
+                              "delivered": lat_json(col(&r.resume, 4)),
+                              "worker_to_tool": lat_json(col(&r.resume, 5)),
+                              "tool_to_ack": lat_json(col(&r.resume, 6))},
             "process_cpu_ms_per_cycle": r.cpu_ms / r.n as f64, "machine_busy_pct": r.busy_pct,
             "park": delta_json(&r.park_delta), "resume": delta_json(&r.resume_delta),
             "cycle": delta_json(&r.cycle_delta),

@@ -294,7 +294,7 @@ async fn run_config(
     }
     eprintln!("c={c}: phase B (approve {n})");
     let p2 = ProcSample::now();
-    let (resumed, completed, wall_resume) = resume_phase(ctx, &parked, c).await?;
+    let (resume, wall_resume) = resume_phase(ctx, &parked, c).await?;
     let p3 = ProcSample::now();
     tokio::time::sleep(flush).await;
     let b1 = meter.snapshot().await?;
@@ -318,8 +318,7 @@ async fn run_config(
         wall_park,
         wall_resume,
         park,
-        resumed,
-        completed,
+        resume,
         cpu_ms: cpu_a + cpu_b,
         busy_pct: (busy_a + busy_b) / 2.0,
         park_delta: meter::delta(&a0, &a1, n),
@@ -373,13 +372,27 @@ where
     Ok((all.into_iter().map(|(_, t)| t).collect(), wall))
 }
 
+/// Per-item durations as sorted columns (column j = item[j] of every row).
+fn columns(rows: Vec<Vec<Duration>>) -> Vec<Vec<Duration>> {
+    let width = rows.first().map_or(0, Vec::len);
+    (0..width)
+        .map(|j| {
+            let mut column: Vec<Duration> = rows.iter().filter_map(|r| r.get(j).copied()).collect();
+            column.sort();
+            column
+        })
+        .collect()
+}
+
 /// Phase A: create a thread, start a turn, publish; parked when the worker
-/// acks the first segment. Latency: create_thread call → that ack.
+/// acks the first segment. Columns: create_thread call → that ack; store
+/// calls (create_thread, start_run); publish until confirmed; publish call →
+/// the worker got the segment; worker got it → acked.
 async fn park_phase(
     ctx: &Arc<Ctx>,
     n: usize,
     c: usize,
-) -> anyhow::Result<(Vec<Parked>, Vec<Duration>, Duration)> {
+) -> anyhow::Result<(Vec<Parked>, Vec<Vec<Duration>>, Duration)> {
     let ctx = ctx.clone();
     let (items, wall) = fan_out(n, c, move |_| {
         let ctx = ctx.clone();
@@ -393,33 +406,42 @@ async fn park_phase(
                 .store
                 .start_run(thread.id, &ctx.owner, &ctx.content)
                 .await?;
+            let publishing = Instant::now();
             ctx.relay.publish(&started.outbox).await;
-            let seq = segment_seq(&started.outbox, started.run_id)?;
-            let parked_at = ctx.hub.wait(Key::Acked(started.run_id, seq), WAIT).await?;
+            let published = Instant::now();
+            let run = started.run_id;
+            let seq = segment_seq(&started.outbox, run)?;
+            let parked = ctx.hub.wait(Key::Acked(run, seq), WAIT).await?;
+            let delivered = ctx.hub.wait(Key::Delivered(run, seq), WAIT).await?;
             anyhow::Ok((
-                Parked {
-                    run: started.run_id,
-                },
-                parked_at.saturating_duration_since(t0),
+                Parked { run },
+                vec![
+                    parked.saturating_duration_since(t0),
+                    publishing - t0,
+                    published - publishing,
+                    delivered.saturating_duration_since(publishing),
+                    parked.saturating_duration_since(delivered),
+                ],
             ))
         }
     })
     .await?;
-    let (parked, mut latencies): (Vec<_>, Vec<_>) = items.into_iter().unzip();
-    latencies.sort();
-    Ok((parked, latencies, wall))
+    let (parked, rows): (Vec<_>, Vec<_>) = items.into_iter().unzip();
+    Ok((parked, columns(rows), wall))
 }
 
 /// Phase B: approve each parked call and publish the resume segment.
-/// Latencies: answer call → tool ran, answer call → last segment acked.
+/// Columns: answer call → tool ran; answer call → last segment acked;
+/// the answer call; publish until confirmed; publish call → the worker got
+/// the segment; worker got it → the tool ran; tool ran → acked.
 async fn resume_phase(
     ctx: &Arc<Ctx>,
     parked: &[Parked],
     c: usize,
-) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, Duration)> {
+) -> anyhow::Result<(Vec<Vec<Duration>>, Duration)> {
     let ctx = ctx.clone();
     let parked: Arc<Vec<Parked>> = Arc::new(parked.to_vec());
-    let (items, wall) = fan_out(parked.len(), c, move |i| {
+    let (rows, wall) = fan_out(parked.len(), c, move |i| {
         let ctx = ctx.clone();
         let run = parked[i].run;
         async move {
@@ -436,19 +458,24 @@ async fn resume_phase(
             if !answered.delivered {
                 bail!("answer to run {run} refused: {:?}", answered.error);
             }
+            let publishing = Instant::now();
             ctx.relay.publish(&answered.outbox).await;
+            let published = Instant::now();
             let seq = segment_seq(&answered.outbox, run)?;
             let executed = ctx.hub.wait(Key::Executed(run), WAIT).await?;
             let completed = ctx.hub.wait(Key::Acked(run, seq), WAIT).await?;
-            anyhow::Ok((
+            let delivered = ctx.hub.wait(Key::Delivered(run, seq), WAIT).await?;
+            anyhow::Ok(vec![
                 executed.saturating_duration_since(t0),
                 completed.saturating_duration_since(t0),
-            ))
+                publishing - t0,
+                published - publishing,
+                delivered.saturating_duration_since(publishing),
+                executed.saturating_duration_since(delivered),
+                completed.saturating_duration_since(executed),
+            ])
         }
     })
     .await?;
-    let (mut resumed, mut completed): (Vec<_>, Vec<_>) = items.into_iter().unzip();
-    resumed.sort();
-    completed.sort();
-    Ok((resumed, completed, wall))
+    Ok((columns(rows), wall))
 }

@@ -1,0 +1,265 @@
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+
+fn scope_set() -> QuestionSet {
+    QuestionSet::parse(&json!({
+        "preamble": "Two questions before I start.",
+        "questions": [
+            { "id": "scope", "prompt": "How wide?", "options": [
+                { "value": "module", "label": "This module only" },
+                { "value": "repo", "label": "The whole repository" } ], "defaults": ["module"] },
+            { "id": "langs", "prompt": "Which languages?", "multiple": true, "options": [
+                { "value": "rust", "label": "Rust" }, { "value": "go", "label": "Go" },
+                { "value": "py", "label": "Python" } ], "defaults": ["rust", "go"] }
+        ]
+    }))
+    .expect("valid")
+}
+
+fn paths(issues: &[Issue]) -> Vec<&str> {
+    issues.iter().map(|i| i.path.as_str()).collect()
+}
+
+#[test]
+fn omitted_questions_take_their_defaults_and_are_recorded_as_defaulted() {
+    let resolved = scope_set().resolve(&json!({ "scope": ["repo"] })).unwrap();
+    assert_eq!(resolved.answers["scope"], ["repo"]);
+    assert_eq!(resolved.answers["langs"], ["rust", "go"]);
+    assert_eq!(resolved.defaulted, ["langs"]);
+}
+
+#[test]
+fn a_present_empty_array_is_an_explicit_none() {
+    let resolved = scope_set()
+        .resolve(&json!({ "langs": [], "scope": [] }))
+        .unwrap();
+    assert!(resolved.answers["langs"].is_empty());
+    assert!(resolved.answers["scope"].is_empty());
+    assert!(resolved.defaulted.is_empty());
+}
+
+#[test]
+fn pressing_enter_and_picking_exactly_the_defaults_resolve_to_the_same_values() {
+    let set = scope_set();
+    let blank = set.resolve(&json!({})).unwrap();
+    let picked = set
+        .resolve(&json!({ "scope": ["module"], "langs": ["rust", "go"] }))
+        .unwrap();
+    assert_eq!(blank.answers, picked.answers);
+    assert_eq!(blank.defaulted, ["scope", "langs"]);
+    assert!(
+        picked.defaulted.is_empty(),
+        "who touched what stays visible"
+    );
+    assert_eq!(set.defaults(), blank);
+}
+
+#[test]
+fn answers_that_do_not_fit_are_refused_with_every_issue() {
+    let set = scope_set();
+    let issues = set
+        .resolve(&json!({ "nope": ["x"], "scope": ["module", "repo"], "langs": ["rust", "cobol", 7, "rust"] }))
+        .unwrap_err();
+    assert_eq!(
+        paths(&issues),
+        [
+            "/answers/nope",
+            "/answers/scope",
+            "/answers/langs/1",
+            "/answers/langs/2",
+            "/answers/langs/3"
+        ]
+    );
+    assert!(set.resolve(&json!(["scope"])).is_err());
+    assert_eq!(
+        paths(&set.resolve(&json!({ "scope": "repo" })).unwrap_err()),
+        ["/answers/scope"]
+    );
+    assert_eq!(
+        paths(&set.resolve(&json!({ "a/b~": [] })).unwrap_err()),
+        ["/answers/a~1b~0"],
+        "ids are escaped as JSON pointer segments"
+    );
+}
+
+#[test]
+fn invalid_sets_say_where_and_what() {
+    let cases = [
+        (json!({ "questions": [] }), vec!["/questions"]),
+        (
+            json!({ "questions": [{ "id": "", "prompt": "p", "options": [{"value": "a", "label": "A"}], "defaults": ["a"] }] }),
+            vec!["/questions/0/id"],
+        ),
+        (
+            json!({ "questions": [{ "id": "q", "prompt": "p", "options": [], "defaults": ["a"] }] }),
+            vec!["/questions/0/options", "/questions/0/defaults/0"],
+        ),
+        (
+            json!({ "questions": [{ "id": "q", "prompt": "p", "options": [{"value": "a", "label": "A"}], "defaults": [] }] }),
+            vec!["/questions/0/defaults"],
+        ),
+        (
+            json!({ "questions": [{ "id": "q", "prompt": "p", "options": [{"value": "a", "label": "A"}, {"value": "b", "label": "B"}], "defaults": ["a", "b"] }] }),
+            vec!["/questions/0/defaults"],
+        ),
+        (
+            json!({ "questions": [{ "id": "q", "prompt": "p", "options": [{"value": "a", "label": "A"}, {"value": "a", "label": "B"}], "defaults": ["a"] }] }),
+            vec!["/questions/0/options/1/value"],
+        ),
+        (
+            json!({ "questions": [{ "id": "q", "prompt": "p", "options": [{"value": "a", "label": "A"}], "defaults": ["z"] }] }),
+            vec!["/questions/0/defaults/0"],
+        ),
+        (
+            json!({ "questions": [
+            { "id": "q", "prompt": "p", "options": [{"value": "a", "label": "A"}], "defaults": ["a"] },
+            { "id": "q", "prompt": "p", "options": [{"value": "a", "label": "A"}], "defaults": ["a"] }] }),
+            vec!["/questions/1/id"],
+        ),
+        (
+            json!({ "questions": [{ "id": "q", "prompt": "p", "options": [{"value": "a", "label": "A"}] }] }),
+            vec![""],
+        ),
+        (json!("ask me"), vec![""]),
+    ];
+    for (set, expected) in cases {
+        let issues = QuestionSet::parse(&set).unwrap_err();
+        assert_eq!(paths(&issues), expected, "{set}");
+    }
+    let long = "x".repeat(MAX_STRING_BYTES + 1);
+    let issues = QuestionSet::parse(&json!({ "preamble": long, "questions": [
+        { "id": "q", "prompt": "p", "options": [{"value": "a", "label": "A"}], "defaults": ["a"] }] }))
+    .unwrap_err();
+    assert_eq!(paths(&issues), ["/preamble"]);
+    let many: Vec<_> = (0..=MAX_QUESTIONS)
+        .map(|i| json!({ "id": format!("q{i}"), "prompt": "p", "options": [{"value": "a", "label": "A"}], "defaults": ["a"] }))
+        .collect();
+    assert_eq!(
+        paths(&QuestionSet::parse(&json!({ "questions": many })).unwrap_err()),
+        ["/questions"]
+    );
+}
+
+#[test]
+fn the_ask_schema_requires_defaults_on_every_question() {
+    let schema = ask_tool_schema();
+    let item = &schema["properties"]["questions"]["items"];
+    assert!(item["required"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("defaults")));
+    assert_eq!(item["properties"]["defaults"]["minItems"], 1);
+}
+
+fn arb_set() -> impl Strategy<Value = QuestionSet> {
+    let question = (
+        1usize..6,
+        any::<bool>(),
+        prop::collection::vec(any::<prop::sample::Index>(), 1..4),
+    )
+        .prop_map(|(n_options, multiple, picks)| {
+            let options: Vec<QuestionOption> = (0..n_options)
+                .map(|i| QuestionOption {
+                    value: format!("v{i}"),
+                    label: format!("Option {i}"),
+                })
+                .collect();
+            let mut defaults: Vec<String> = picks
+                .iter()
+                .map(|p| options[p.index(n_options)].value.clone())
+                .collect();
+            defaults.sort();
+            defaults.dedup();
+            if !multiple {
+                defaults.truncate(1);
+            }
+            (options, defaults, multiple)
+        });
+    prop::collection::vec(question, 1..8).prop_map(|qs| QuestionSet {
+        preamble: None,
+        questions: qs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (options, defaults, multiple))| Question {
+                id: format!("q{i}"),
+                prompt: format!("Question {i}?"),
+                options,
+                defaults,
+                multiple,
+            })
+            .collect(),
+    })
+}
+
+proptest! {
+    /// Every generated valid set validates, survives a JSON round trip, and
+    /// its defaults resolve: an empty reply equals the defaults, all defaulted.
+    #[test]
+    fn valid_sets_validate_and_default(set in arb_set()) {
+        prop_assert!(set.issues().is_empty(), "{:?}", set.issues());
+        let parsed = QuestionSet::parse(&serde_json::to_value(&set).unwrap()).unwrap();
+        prop_assert_eq!(&parsed, &set);
+        prop_assert_eq!(set.resolve(&json!({})).unwrap(), set.defaults());
+    }
+
+    /// A reply choosing option values per question resolves to exactly
+    /// those values; the others default; nothing else is invented.
+    #[test]
+    fn chosen_answers_resolve_to_themselves(
+        set in arb_set(),
+        choices in prop::collection::vec((any::<bool>(), any::<prop::sample::Index>()), 8),
+    ) {
+        let mut reply = serde_json::Map::new();
+        let mut expected_defaulted = Vec::new();
+        for (q, (answer, pick)) in set.questions.iter().zip(&choices) {
+            if *answer {
+                reply.insert(q.id.clone(), json!([q.options[pick.index(q.options.len())].value]));
+            } else {
+                expected_defaulted.push(q.id.clone());
+            }
+        }
+        let resolved = set.resolve(&Value::Object(reply.clone())).unwrap();
+        prop_assert_eq!(&resolved.defaulted, &expected_defaulted);
+        for q in &set.questions {
+            let expected: Vec<String> = match reply.get(&q.id) {
+                Some(v) => serde_json::from_value(v.clone()).unwrap(),
+                None => q.defaults.clone(),
+            };
+            prop_assert_eq!(&resolved.answers[&q.id], &expected);
+        }
+    }
+
+    /// Arbitrary JSON never panics the resolver or the validator, and a
+    /// refused reply always says where.
+    #[test]
+    fn arbitrary_replies_are_resolved_or_refused_with_paths(set in arb_set(), reply in arb_json()) {
+        if let Err(issues) = set.resolve(&reply) {
+            prop_assert!(!issues.is_empty());
+            prop_assert!(issues.iter().all(|i| i.path.starts_with("/answers")));
+        }
+        let _ = QuestionSet::parse(&reply);
+    }
+}
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i32>().prop_map(Value::from),
+        "[a-z0-9]{0,6}".prop_map(Value::from),
+        prop::sample::select(vec!["v0", "v1", "v2", "q0", "q1"]).prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(
+                prop::sample::select(vec!["q0", "q1", "q2", "x"]).prop_map(String::from),
+                inner,
+                0..4
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}

@@ -1,0 +1,78 @@
+//! Delegations: a call to a sub-agent is a child run; its end is the
+//! call's result (`exec:<callId>`).
+
+use agentenkit_core::journal::names;
+use agentenkit_core::{RunId, ToolCallStatus};
+use agentenkit_store::{Change, Delegation};
+use serde_json::{json, Value};
+
+use crate::agent_loop::{result_changes, Checkpointer, PersistedToolCall};
+use crate::worker::SegmentError;
+
+/// The task of a delegation, or the failure the model sees (journaled as
+/// the call's `exec:`) when its input is not `{"task": string}`.
+pub(crate) async fn delegation_task(
+    cp: &mut Checkpointer<'_>,
+    run_id: RunId,
+    call: &PersistedToolCall,
+) -> Result<Result<String, Value>, SegmentError> {
+    let task = call
+        .arguments
+        .get("task")
+        .and_then(Value::as_str)
+        .filter(|t| !t.trim().is_empty())
+        .filter(|_| call.arguments.as_object().is_some_and(|o| o.len() == 1));
+    if let Some(task) = task {
+        return Ok(Ok(task.to_owned()));
+    }
+    let failure = json!({
+        "error": "invalid arguments",
+        "issues": [{ "path": "/task", "message": "a delegation takes {\"task\": string} and nothing else" }],
+    });
+    let result: Value = cp
+        .checkpoint(names::exec(&call.id), || async {
+            let changes = std::iter::once(Change::SettleToolCall {
+                id: call.id.clone(),
+                status: ToolCallStatus::Failed,
+                result: failure.clone(),
+            })
+            .chain(result_changes(
+                run_id,
+                call,
+                ToolCallStatus::Failed,
+                &failure,
+            ))
+            .collect();
+            Ok((failure.clone(), changes))
+        })
+        .await?;
+    Ok(Err(result))
+}
+
+/// The result of a delegation (`exec:<callId>`): the child's final text,
+/// or its failure; `None` while the child has not finished.
+pub(crate) async fn await_delegation(
+    cp: &mut Checkpointer<'_>,
+    run_id: RunId,
+    call: &PersistedToolCall,
+) -> Result<Option<Value>, SegmentError> {
+    let name = names::exec(&call.id);
+    let settled = if cp.is_recorded(&name)? {
+        None
+    } else {
+        match cp.store.delegation(run_id, &call.id).await? {
+            Some(Delegation::Settled { status, result }) => Some((status, result)),
+            _ => return Ok(None),
+        }
+    };
+    let result = cp
+        .checkpoint(name, || async move {
+            let (status, result) = settled.ok_or_else(|| {
+                SegmentError::Permanent("the result of a recorded delegation was read again".into())
+            })?;
+            let changes = result_changes(run_id, call, status, &result);
+            Ok((result, changes))
+        })
+        .await?;
+    Ok(Some(result))
+}

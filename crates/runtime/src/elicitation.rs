@@ -1,0 +1,175 @@
+//! Asking the user: the configured intake (before the first model call) and
+//! the model's built-in `ask` tool. Both write one pending row named `ask`,
+//! emit the same `ELICITATION` frame, and wait on the same reply an approval
+//! waits on; they differ only in the journal names they spend.
+
+use agentenkit_core::conversation::{Message, ToolCallRequest};
+use agentenkit_core::journal::names;
+use agentenkit_core::questions::QuestionSet;
+use agentenkit_core::{EventType, RunId, ToolCallId, ToolCallStatus, ToolKind};
+use agentenkit_store::{Change, RunContext};
+use serde_json::{json, Value};
+
+use crate::agent::{Intake, ASK_TOOL};
+use crate::agent_loop::{
+    await_reply, result_changes, tool_message, Checkpointer, ParkItem, PersistedToolCall, Wait,
+};
+use crate::config::IntakeWhen;
+use crate::worker::SegmentError;
+
+/// The call id of a turn's intake row (unique within its run).
+pub const INTAKE_CALL_ID: &str = "intake";
+
+/// The frame a client renders: the whole request and the run to answer it
+/// against.
+pub fn frame(
+    run_id: RunId,
+    call: &ToolCallId,
+    request: &Value,
+    ctx: &RunContext,
+    reason: &str,
+) -> Value {
+    json!({
+        "runId": run_id,
+        "toolCallId": call,
+        "request": request,
+        "reason": reason,
+        "runName": ctx.name,
+        "depth": ctx.depth,
+    })
+}
+
+fn intake_call(intake: &Intake) -> PersistedToolCall {
+    PersistedToolCall {
+        id: ToolCallId(INTAKE_CALL_ID.to_owned()),
+        name: ASK_TOOL.to_owned(),
+        arguments: serde_json::to_value(&intake.set).unwrap_or_default(),
+        kind: ToolKind::Ask,
+        tool_type: ToolKind::Ask.tool_type().to_owned(),
+    }
+}
+
+/// The intake's own assistant message: its preamble and the `ask` call.
+fn intake_message(call: &PersistedToolCall, intake: &Intake) -> Message {
+    Message::Assistant {
+        content: intake.set.preamble.clone(),
+        tool_calls: vec![ToolCallRequest {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+        }],
+    }
+}
+
+/// Runs the intake before the first model call: `intake:ask` (the verdict,
+/// read back from the journal on replay, never recomputed) and, on turns
+/// that ask, `intake:answers`. `Some(to_park)` when the turn must wait.
+pub async fn intake(
+    cp: &mut Checkpointer<'_>,
+    intake: &Intake,
+    ctx: &RunContext,
+    conversation: &mut Vec<Message>,
+) -> Result<Option<Vec<ParkItem>>, SegmentError> {
+    let run_id = ctx.lease.run_id;
+    let call = intake_call(intake);
+    let store = cp.store.clone();
+    let asks: bool = cp
+        .checkpoint(names::INTAKE_ASK.to_owned(), || async {
+            let asks = match intake.when {
+                IntakeWhen::EveryTurn => true,
+                IntakeWhen::ThreadStart => {
+                    !store
+                        .intake_asked_before(ctx.lease.thread_id, run_id, &ctx.name)
+                        .await?
+                }
+            };
+            let mut changes = Vec::new();
+            if asks {
+                let message = intake_message(&call, intake);
+                changes.push(Change::Event {
+                    event_type: EventType::Message,
+                    data: json!({ "runId": run_id, "message": message }),
+                });
+                changes.push(Change::Message(message));
+                changes.push(Change::ProposeToolCall {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    kind: ToolKind::Ask,
+                });
+            }
+            Ok((asks, changes))
+        })
+        .await?;
+    if !asks {
+        return Ok(None);
+    }
+    conversation.push(intake_message(&call, intake));
+    match await_reply(cp, run_id, &call, names::INTAKE_ANSWERS.to_owned()).await? {
+        Ok(reply) => {
+            let result = reply.answers_result().unwrap_or_default();
+            conversation.push(tool_message(&call, result));
+            Ok(None)
+        }
+        Err(status) => {
+            let to_park = if status == ToolCallStatus::Proposed {
+                let frame = frame(run_id, &call.id, &call.arguments, ctx, "intake");
+                vec![ParkItem {
+                    call,
+                    wait: Wait::Ask {
+                        frame,
+                        reason: "intake".into(),
+                    },
+                }]
+            } else {
+                vec![]
+            };
+            Ok(Some(to_park))
+        }
+    }
+}
+
+/// A model's `ask` call: an invalid question set is an ordinary tool
+/// failure listing the issues (journaled as `exec:`), so the model fixes
+/// it; a valid one journals its frame (`stream:elicitation:`) and waits.
+pub async fn ask_call(
+    cp: &mut Checkpointer<'_>,
+    ctx: &RunContext,
+    call: &PersistedToolCall,
+) -> Result<Result<Wait, Value>, SegmentError> {
+    let run_id = ctx.lease.run_id;
+    let set = match QuestionSet::parse(&call.arguments) {
+        Ok(set) => set,
+        Err(issues) => {
+            let failure = json!({ "error": "invalid question set", "issues": issues });
+            let result: Value = cp
+                .checkpoint(names::exec(&call.id), || async {
+                    let changes = std::iter::once(Change::SettleToolCall {
+                        id: call.id.clone(),
+                        status: ToolCallStatus::Failed,
+                        result: failure.clone(),
+                    })
+                    .chain(result_changes(
+                        run_id,
+                        call,
+                        ToolCallStatus::Failed,
+                        &failure,
+                    ))
+                    .collect();
+                    Ok((failure.clone(), changes))
+                })
+                .await?;
+            return Ok(Err(result));
+        }
+    };
+    let request = serde_json::to_value(&set).unwrap_or_default();
+    let frame: Value = cp
+        .checkpoint(names::stream_elicitation(&call.id), || async {
+            Ok((frame(run_id, &call.id, &request, ctx, "ask"), vec![]))
+        })
+        .await?;
+    Ok(Ok(Wait::Ask {
+        frame,
+        reason: "ask".into(),
+    }))
+}
