@@ -5,6 +5,7 @@ mod approvals;
 mod bad_input;
 mod crash;
 mod disruptive;
+mod elicitation;
 mod expiry;
 mod golden;
 mod jobs;

@@ -445,11 +445,13 @@ impl Worker {
                     // Questions never expire: a timer that applied the
                     // defaults would manufacture consent from silence.
                     requests += 1;
+                    // The row holds the validated set the frame carries, so
+                    // the inbox, the frame and answer resolution agree.
                     changes.push(Change::ParkToolCall {
                         id: call.id.clone(),
                         kind: ToolKind::Ask,
                         reason: reason.clone(),
-                        arguments: None,
+                        arguments: Some(frame["request"].clone()),
                         expires_at: None,
                     });
                     changes.push(Change::Event {
