@@ -4,12 +4,13 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use agentenkit_core::questions::{Question, QuestionSet};
 use agentenkit_core::reply::Verdict;
 use agentenkit_core::Owner;
 use agentenkit_runtime::inline::{Hooks, InlineRunner};
 use agentenkit_store::PendingInput;
 use async_trait::async_trait;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use tokio::sync::Mutex;
 
@@ -21,8 +22,86 @@ struct TerminalHooks {
     input: Input,
 }
 
+impl TerminalHooks {
+    async fn read_line(&self) -> Option<String> {
+        let _ = std::io::stdout().flush();
+        self.input.lock().await.next_line().await.ok().flatten()
+    }
+}
+
+/// Parses one answer line against a question: empty keeps the defaults
+/// (`None`), `-` is an explicit none, otherwise option numbers or values
+/// separated by commas. `Err` says what was wrong, to ask again.
+fn parse_choice(line: &str, question: &Question) -> Result<Option<Vec<String>>, String> {
+    let line = line.trim();
+    if line.is_empty() {
+        return Ok(None);
+    }
+    if line == "-" {
+        return Ok(Some(vec![]));
+    }
+    let mut values = Vec::new();
+    for part in line.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let option = match part.parse::<usize>() {
+            Ok(n) if (1..=question.options.len()).contains(&n) => &question.options[n - 1],
+            _ => question
+                .options
+                .iter()
+                .find(|o| o.value == part)
+                .ok_or_else(|| format!("{part:?} is not one of the options"))?,
+        };
+        values.push(option.value.clone());
+    }
+    if !question.multiple && values.len() > 1 {
+        return Err("pick one".into());
+    }
+    Ok(Some(values))
+}
+
 #[async_trait]
 impl Hooks for TerminalHooks {
+    /// "Question 1 of N" with the defaults pre-picked; Enter confirms them.
+    async fn await_answers(&self, pending: &PendingInput) -> Option<Value> {
+        let set = QuestionSet::parse(pending.request.as_ref()?).ok()?;
+        if let Some(preamble) = &set.preamble {
+            println!("\n{}: {preamble}", pending.run_name);
+        }
+        let total = set.questions.len();
+        let mut answers = serde_json::Map::new();
+        for (i, question) in set.questions.iter().enumerate() {
+            println!("\nQuestion {} of {total}: {}", i + 1, question.prompt);
+            for (n, option) in question.options.iter().enumerate() {
+                let picked = if question.defaults.contains(&option.value) {
+                    "*"
+                } else {
+                    " "
+                };
+                println!("  {picked} {}. {}", n + 1, option.label);
+            }
+            let how = if question.multiple {
+                "numbers, comma-separated"
+            } else {
+                "a number"
+            };
+            loop {
+                print!(
+                    "Enter keeps the * answer{}, or type {how} (- for none): ",
+                    if question.multiple { "s" } else { "" }
+                );
+                let line = self.read_line().await.unwrap_or_default();
+                match parse_choice(&line, question) {
+                    Ok(None) => break,
+                    Ok(Some(values)) => {
+                        answers.insert(question.id.clone(), json!(values));
+                        break;
+                    }
+                    Err(problem) => println!("  {problem}"),
+                }
+            }
+        }
+        Some(Value::Object(answers))
+    }
+
     async fn await_approval(&self, pending: &PendingInput) -> Verdict {
         let arguments = serde_json::to_string_pretty(&pending.arguments).unwrap_or_default();
         let who = if pending.depth > 0 {
@@ -34,8 +113,7 @@ impl Hooks for TerminalHooks {
             "\n{} wants to call {}{who} with\n{arguments}\nApprove? [y/N] ",
             pending.run_name, pending.tool_name
         );
-        let _ = std::io::stdout().flush();
-        let line = self.input.lock().await.next_line().await.ok().flatten();
+        let line = self.read_line().await;
         match line.as_deref().map(str::trim) {
             Some("y" | "Y" | "yes") => Verdict::Approve { payload: None },
             _ => Verdict::Reject {
@@ -110,5 +188,33 @@ fn print_message(body: &Value) {
         }
         Some("tool") => println!("tool {}: {}", text(&body["name"]), body["content"]),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn question(multiple: bool) -> Question {
+        serde_json::from_value(json!({
+            "id": "q", "prompt": "p", "multiple": multiple, "defaults": ["a"],
+            "options": [{"value": "a", "label": "A"}, {"value": "b", "label": "B"}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn answer_lines() {
+        let single = question(false);
+        assert_eq!(parse_choice("", &single), Ok(None));
+        assert_eq!(parse_choice(" 2 ", &single), Ok(Some(vec!["b".into()])));
+        assert_eq!(parse_choice("b", &single), Ok(Some(vec!["b".into()])));
+        assert_eq!(parse_choice("-", &single), Ok(Some(vec![])));
+        assert!(parse_choice("1,2", &single).is_err());
+        assert!(parse_choice("7", &single).is_err());
+        assert_eq!(
+            parse_choice("1, b", &question(true)),
+            Ok(Some(vec!["a".into(), "b".into()]))
+        );
     }
 }
