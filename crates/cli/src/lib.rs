@@ -231,7 +231,8 @@ mod tests {
     fn shipped_agent_files_load() {
         for path in ["../../agentenkit.toml", "../../deploy/agentenkit.toml"] {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-            let registry = Registry::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let registry =
+                Registry::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let mailer = registry.agent("mailer").expect("mailer");
             assert!(mailer.intake.is_some());
         }

@@ -1,17 +1,103 @@
 //! `agentenkit chat` end to end: a real process, real Postgres, a terminal
-//! conversation whose approval is typed on stdin.
+//! conversation typed on stdin.
 
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
 use axum::routing::post;
 use axum::Json;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
 fn database_url() -> String {
     std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/agentenkit_test".into())
+}
+
+/// A running `agentenkit chat` in its own schema, driven through stdin.
+struct Chat {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    seen: String,
+    schema: String,
+    dir: PathBuf,
+}
+
+impl Chat {
+    async fn start(agent_file: &str, agent: &str) -> Chat {
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        let dir = std::env::temp_dir().join(format!("agentenkit-chat-{id}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("agentenkit.toml");
+        std::fs::write(&config, agent_file).unwrap();
+        let schema = format!("t_{id}");
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentenkit"))
+            .args([
+                "chat", "--agent", agent, "--schema", &schema, "--queue", "memory",
+            ])
+            .arg("--config")
+            .arg(&config)
+            .env("DATABASE_URL", database_url())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Chat {
+            stdin: child.stdin.take().unwrap(),
+            stdout: BufReader::new(child.stdout.take().unwrap()),
+            child,
+            seen: String::new(),
+            schema,
+            dir,
+        }
+    }
+
+    /// Reads until the output holds `needle`; returns all output so far.
+    async fn wait_for(&mut self, needle: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !self.seen.contains(needle) {
+            let mut chunk = [0u8; 4096];
+            let n = tokio::time::timeout_at(deadline, self.stdout.read(&mut chunk))
+                .await
+                .unwrap_or_else(|_| panic!("waiting for {needle:?}; output so far:\n{}", self.seen))
+                .unwrap();
+            assert!(n > 0, "chat exited early; output:\n{}", self.seen);
+            self.seen.push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+        self.seen.clone()
+    }
+
+    async fn type_line(&mut self, line: &str) {
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+
+    /// Quits with an empty line; the process must exit cleanly.
+    async fn quit(mut self) {
+        self.type_line("").await;
+        let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "chat failed:\n{}", self.seen);
+        let (client, connection) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema))
+            .await
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 async fn tool_server() -> String {
@@ -30,13 +116,8 @@ async fn tool_server() -> String {
 #[tokio::test]
 async fn chat_asks_the_approval_on_the_terminal_and_finishes_the_turn() {
     let url = tool_server().await;
-    let dir =
-        std::env::temp_dir().join(format!("agentenkit-chat-{}", uuid::Uuid::now_v7().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("agentenkit.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let mut chat = Chat::start(
+        &format!(
             r#"
 [agents.mailer]
 tools = ["send_email"]
@@ -50,42 +131,12 @@ url = "{url}"
 requires_confirmation = true
 "#
         ),
+        "mailer",
     )
-    .unwrap();
-    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentenkit"))
-        .args([
-            "chat", "--agent", "mailer", "--schema", &schema, "--queue", "memory",
-        ])
-        .arg("--config")
-        .arg(&config)
-        .env("DATABASE_URL", database_url())
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut seen = String::new();
-    let mut wait_for = async |needle: &str| {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !seen.contains(needle) {
-            let mut chunk = [0u8; 4096];
-            let n = tokio::time::timeout_at(deadline, stdout.read(&mut chunk))
-                .await
-                .unwrap_or_else(|_| panic!("waiting for {needle:?}; output so far:\n{seen}"))
-                .unwrap();
-            assert!(n > 0, "chat exited early; output:\n{seen}");
-            seen.push_str(&String::from_utf8_lossy(&chunk[..n]));
-        }
-        seen.clone()
-    };
-    wait_for("you> ").await;
-    stdin.write_all(b"send the minutes\n").await.unwrap();
-    let prompt = wait_for("Approve? [y/N] ").await;
+    .await;
+    chat.wait_for("you> ").await;
+    chat.type_line("send the minutes").await;
+    let prompt = chat.wait_for("Approve? [y/N] ").await;
     assert!(
         prompt.contains("mailer wants to call send_email"),
         "{prompt}"
@@ -94,42 +145,18 @@ requires_confirmation = true
         prompt.contains("\"to\": \"ada@example.com\""),
         "pretty JSON arguments: {prompt}"
     );
-    stdin.write_all(b"y\n").await.unwrap();
-    let done = wait_for("assistant: Done.").await;
+    chat.type_line("y").await;
+    let done = chat.wait_for("assistant: Done.").await;
     assert!(
         done.contains(r#"tool send_email: {"approved":true,"sent":true}"#),
         "{done}"
     );
-    stdin.write_all(b"\n").await.unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    let mut err = String::new();
-    if let Some(mut stderr) = child.stderr.take() {
-        let _ = BufReader::new(&mut stderr).read_line(&mut err).await;
-    }
-    assert!(status.success(), "chat failed: {err}");
-
-    let (client, connection) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .await
-        .unwrap();
-    let _ = std::fs::remove_dir_all(dir);
+    chat.quit().await;
 }
 
 #[tokio::test]
 async fn chat_renders_question_n_of_m_with_the_defaults_and_enter_confirms() {
-    let dir =
-        std::env::temp_dir().join(format!("agentenkit-chat-{}", uuid::Uuid::now_v7().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("agentenkit.toml");
-    std::fs::write(
-        &config,
+    let mut chat = Chat::start(
         r#"
 [agents.scoper]
 model = { provider = "scripted", script = [ { text = "Scoped." } ] }
@@ -140,70 +167,26 @@ questions = [
   { id = "langs", prompt = "Which languages?", multiple = true, options = [ { value = "rust", label = "Rust" }, { value = "go", label = "Go" } ], defaults = ["rust"] },
 ]
 "#,
+        "scoper",
     )
-    .unwrap();
-    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentenkit"))
-        .args([
-            "chat", "--agent", "scoper", "--schema", &schema, "--queue", "memory",
-        ])
-        .arg("--config")
-        .arg(&config)
-        .env("DATABASE_URL", database_url())
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut seen = String::new();
-    let mut wait_for = async |needle: &str| {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !seen.contains(needle) {
-            let mut chunk = [0u8; 4096];
-            let n = tokio::time::timeout_at(deadline, stdout.read(&mut chunk))
-                .await
-                .unwrap_or_else(|_| panic!("waiting for {needle:?}; output so far:\n{seen}"))
-                .unwrap();
-            assert!(n > 0, "chat exited early; output:\n{seen}");
-            seen.push_str(&String::from_utf8_lossy(&chunk[..n]));
-        }
-        seen.clone()
-    };
-    wait_for("you> ").await;
-    stdin.write_all(b"scope the work\n").await.unwrap();
-    let first = wait_for("Question 1 of 2: How wide?").await;
+    .await;
+    chat.wait_for("you> ").await;
+    chat.type_line("scope the work").await;
+    let first = chat.wait_for("Question 1 of 2: How wide?").await;
     assert!(first.contains("Two questions before I start."), "{first}");
-    let form = wait_for("(- for none): ").await;
+    let form = chat.wait_for("(- for none): ").await;
     assert!(
         form.contains("* 1. This module only"),
         "the default is pre-picked: {form}"
     );
-    stdin.write_all(b"\n").await.unwrap();
-    wait_for("Question 2 of 2: Which languages?").await;
-    stdin.write_all(b"1,2\n").await.unwrap();
-    let done = wait_for("assistant: Scoped.").await;
+    chat.type_line("").await;
+    chat.wait_for("Question 2 of 2: Which languages?").await;
+    chat.type_line("1,2").await;
+    let done = chat.wait_for("assistant: Scoped.").await;
     assert!(
         done.contains(r#""answers":{"langs":["rust","go"],"scope":["module"]}"#),
         "{done}"
     );
     assert!(done.contains(r#""defaulted":["scope"]"#), "{done}");
-    stdin.write_all(b"\n").await.unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(status.success());
-    let (client, connection) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .await
-        .unwrap();
-    let _ = std::fs::remove_dir_all(dir);
+    chat.quit().await;
 }

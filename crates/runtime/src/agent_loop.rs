@@ -549,6 +549,33 @@ pub(crate) async fn await_reply(
     Ok(Ok(reply))
 }
 
+/// Journals `failure` as the call's `exec:` result without running
+/// anything: a call the model got wrong (an invalid delegation or question
+/// set) is a tool failure it sees and can fix.
+pub(crate) async fn record_failure(
+    cp: &mut Checkpointer<'_>,
+    run_id: RunId,
+    call: &PersistedToolCall,
+    failure: Value,
+) -> Result<Value, SegmentError> {
+    cp.checkpoint(names::exec(&call.id), || async {
+        let changes = std::iter::once(Change::SettleToolCall {
+            id: call.id.clone(),
+            status: ToolCallStatus::Failed,
+            result: failure.clone(),
+        })
+        .chain(result_changes(
+            run_id,
+            call,
+            ToolCallStatus::Failed,
+            &failure,
+        ))
+        .collect();
+        Ok((failure.clone(), changes))
+    })
+    .await
+}
+
 /// The conversation message and event of a call's result.
 pub(crate) fn result_changes(
     run_id: RunId,

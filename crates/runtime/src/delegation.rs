@@ -2,11 +2,11 @@
 //! call's result (`exec:<callId>`).
 
 use agentenkit_core::journal::names;
-use agentenkit_core::{RunId, ToolCallStatus};
-use agentenkit_store::{Change, Delegation};
+use agentenkit_core::RunId;
+use agentenkit_store::Delegation;
 use serde_json::{json, Value};
 
-use crate::agent_loop::{result_changes, Checkpointer, PersistedToolCall};
+use crate::agent_loop::{record_failure, result_changes, Checkpointer, PersistedToolCall};
 use crate::worker::SegmentError;
 
 /// The task of a delegation, or the failure the model sees (journaled as
@@ -29,24 +29,7 @@ pub(crate) async fn delegation_task(
         "error": "invalid arguments",
         "issues": [{ "path": "/task", "message": "a delegation takes {\"task\": string} and nothing else" }],
     });
-    let result: Value = cp
-        .checkpoint(names::exec(&call.id), || async {
-            let changes = std::iter::once(Change::SettleToolCall {
-                id: call.id.clone(),
-                status: ToolCallStatus::Failed,
-                result: failure.clone(),
-            })
-            .chain(result_changes(
-                run_id,
-                call,
-                ToolCallStatus::Failed,
-                &failure,
-            ))
-            .collect();
-            Ok((failure.clone(), changes))
-        })
-        .await?;
-    Ok(Err(result))
+    Ok(Err(record_failure(cp, run_id, call, failure).await?))
 }
 
 /// The result of a delegation (`exec:<callId>`): the child's final text,

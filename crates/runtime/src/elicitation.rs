@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::agent::{Intake, ASK_TOOL};
 use crate::agent_loop::{
-    await_reply, result_changes, tool_message, Checkpointer, ParkItem, PersistedToolCall, Wait,
+    await_reply, record_failure, tool_message, Checkpointer, ParkItem, PersistedToolCall, Wait,
 };
 use crate::config::IntakeWhen;
 use crate::worker::SegmentError;
@@ -142,24 +142,7 @@ pub async fn ask_call(
         Ok(set) => set,
         Err(issues) => {
             let failure = json!({ "error": "invalid question set", "issues": issues });
-            let result: Value = cp
-                .checkpoint(names::exec(&call.id), || async {
-                    let changes = std::iter::once(Change::SettleToolCall {
-                        id: call.id.clone(),
-                        status: ToolCallStatus::Failed,
-                        result: failure.clone(),
-                    })
-                    .chain(result_changes(
-                        run_id,
-                        call,
-                        ToolCallStatus::Failed,
-                        &failure,
-                    ))
-                    .collect();
-                    Ok((failure.clone(), changes))
-                })
-                .await?;
-            return Ok(Err(result));
+            return Ok(Err(record_failure(cp, run_id, call, failure).await?));
         }
     };
     let request = serde_json::to_value(&set).unwrap_or_default();
