@@ -85,6 +85,31 @@ async fn a_turn_runs_end_to_end_through_the_queue() {
     assert_eq!(env.wait_run_finished(&second).await["status"], "completed");
     assert_eq!(tool.calls(), 2);
 
+    // The process's metrics saw the segments and the model calls.
+    let metrics = env
+        .http
+        .get(env.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "agentenkit_segments_total",
+        "agentenkit_model_calls_total",
+        "agentenkit_segment_duration_seconds",
+    ] {
+        assert!(
+            metrics.contains(name),
+            "{name} missing from /metrics:\n{metrics}"
+        );
+    }
+    let (status, ready) = env.call("GET", "/readyz", None, None).await;
+    assert_eq!(
+        (status, ready),
+        (StatusCode::OK, json!({ "status": "ready" }))
+    );
     worker.stop().await.unwrap();
     env.finish().await;
 }
