@@ -192,3 +192,123 @@ async fn rejecting_a_job_is_a_denial_and_the_tool_does_not_run_again() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// A job tool, a plain tool and a marked tool, for replay across steps.
+fn mixed(job: &str, plain: &str, marked: &str, script: &str) -> agentenkit_runtime::Registry {
+    agentenkit_runtime::Registry::from_toml(&format!(
+        r#"
+[agents.agent]
+tools = ["job", "plain", "marked"]
+model = {{ provider = "scripted", script = [ {script} ] }}
+[tools.job]
+type = "http"
+url = "{job}"
+[tools.plain]
+type = "http"
+url = "{plain}"
+[tools.marked]
+type = "http"
+url = "{marked}"
+requires_confirmation = true
+"#
+    ))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_job_beside_another_call_in_its_step_replays_deterministically() {
+    let job = job_tool(None).await;
+    let plain = ToolServer::ok().await;
+    let script = r#"
+      { tool_calls = [ { id = "c1", name = "job", arguments = {} }, { id = "c2", name = "plain", arguments = {} } ] },
+      { text = "Done." },
+    "#;
+    let env = TestEnv::start(mixed(&job.url, &plain.url, &plain.url, script)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    env.wait_pending(&thread_id, 1).await;
+    assert_eq!(
+        plain.calls(),
+        1,
+        "the plain call of the step ran before the park"
+    );
+    env.reply(
+        "/agent/hitl/respond",
+        ALICE,
+        json!({ "threadId": thread_id, "toolCallId": "c1", "approved": true, "payload": 7 }),
+    )
+    .await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    let tool_entry = format!("tool:{run_id}:c1");
+    assert_eq!(
+        env.journal_names(&run_id).await,
+        [
+            "model:0",
+            "persist:toolcall:c1",
+            "persist:toolcall:c2",
+            "exec:c2",
+            tool_entry.as_str(),
+            "exec:c1",
+            "model:1"
+        ]
+    );
+    assert_eq!((job.calls(), plain.calls()), (2, 1), "nothing ran twice");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_run_that_parked_on_a_job_replays_through_it_when_it_parks_again_later() {
+    let job = job_tool(None).await;
+    let marked = ToolServer::ok().await;
+    let script = r#"
+      { tool_calls = [ { id = "c1", name = "job", arguments = {} } ] },
+      { tool_calls = [ { id = "c2", name = "marked", arguments = {} } ] },
+      { text = "Done." },
+    "#;
+    let env = TestEnv::start(mixed(&job.url, &marked.url, &marked.url, script)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    env.wait_pending(&thread_id, 1).await;
+    env.reply(
+        "/agent/hitl/respond",
+        ALICE,
+        json!({ "threadId": thread_id, "toolCallId": "c1", "approved": true }),
+    )
+    .await;
+    let pending = env.wait_pending(&thread_id, 1).await;
+    assert_eq!(pending[0]["toolCallId"], "c2");
+    env.reply(
+        "/agent/tool-call/approve",
+        ALICE,
+        json!({ "runId": run_id, "toolCallId": "c2" }),
+    )
+    .await;
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!((job.calls(), marked.calls()), (2, 1));
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_model_that_reuses_a_call_id_fails_the_run_with_a_clear_error() {
+    let plain = ToolServer::ok().await;
+    // The last entry repeats past the end: c1 again at model:1.
+    let script = r#"{ tool_calls = [ { id = "c1", name = "plain", arguments = {} } ] }"#;
+    let env = TestEnv::start(mixed(&plain.url, &plain.url, &plain.url, script)).await;
+    let worker = env.spawn_worker();
+    let (_, run_id) = env.start_turn("agent", "go").await;
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "failed");
+    assert!(
+        run["error"]
+            .as_str()
+            .unwrap()
+            .contains("reused tool call id \"c1\""),
+        "{run}"
+    );
+    assert_eq!(plain.calls(), 1);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

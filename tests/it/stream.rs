@@ -30,8 +30,10 @@ impl SseReader {
         }
     }
 
-    /// The next frame with an id (keep-alive comments are skipped).
+    /// The next frame with an id (keep-alive comments are skipped), within
+    /// 20 s overall: keep-alives must not keep a missing event waited for.
     async fn next(&mut self) -> Frame {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let block: String = self.buffer.drain(..end + 2).collect();
@@ -50,7 +52,7 @@ impl SseReader {
                 }
                 continue;
             }
-            let chunk = tokio::time::timeout(Duration::from_secs(20), self.response.chunk())
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
                 .await
                 .expect("an event within 20 s")
                 .unwrap()

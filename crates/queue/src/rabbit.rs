@@ -476,8 +476,8 @@ async fn consume_channel(
             }
         };
         let acker = RabbitAcker {
-            acker: delivery.acker,
-            _channel: channel.clone(),
+            acker: Some(delivery.acker),
+            channel: Some(channel.clone()),
         };
         let delivery = Delivery::new(delivery.data, delivery.redelivered, Box::new(acker));
         tokio::select! {
@@ -509,23 +509,54 @@ async fn open_consumer_channel(inner: &Inner, prefetch: u16, redeclare: bool) ->
 /// Settles one RabbitMQ delivery. Holds a handle of its channel so that
 /// the channel stays open until the delivery is settled, even after the
 /// consumer stopped.
+/// Settles one delivery; one dropped unsettled (a panicked handler, a
+/// crashed segment) is handed back to the broker at once rather than held
+/// unacked, which would use up a prefetch slot for the channel's lifetime.
 struct RabbitAcker {
-    acker: lapin::Acker,
-    _channel: Channel,
+    acker: Option<lapin::Acker>,
+    channel: Option<Channel>,
+}
+
+impl RabbitAcker {
+    fn take(&mut self) -> Result<lapin::Acker> {
+        self.acker.take().ok_or(Error::Closed)
+    }
+}
+
+fn requeue_options() -> BasicNackOptions {
+    BasicNackOptions {
+        requeue: true,
+        ..BasicNackOptions::default()
+    }
 }
 
 #[async_trait]
 impl Acknowledge for RabbitAcker {
-    async fn ack(self: Box<Self>) -> Result<()> {
-        settled(self.acker.ack(BasicAckOptions::default()).await)
+    async fn ack(mut self: Box<Self>) -> Result<()> {
+        settled(self.take()?.ack(BasicAckOptions::default()).await)
     }
 
-    async fn nack(self: Box<Self>, requeue: bool) -> Result<()> {
+    async fn nack(mut self: Box<Self>, requeue: bool) -> Result<()> {
         let options = BasicNackOptions {
             requeue,
             ..BasicNackOptions::default()
         };
-        settled(self.acker.nack(options).await)
+        settled(self.take()?.nack(options).await)
+    }
+}
+
+impl Drop for RabbitAcker {
+    fn drop(&mut self) {
+        let (Some(acker), Ok(runtime)) = (self.acker.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        // The channel lives until the nack is sent.
+        let channel = self.channel.take();
+        runtime.spawn(async move {
+            let _ = acker.nack(requeue_options()).await;
+            drop(channel);
+        });
     }
 }
 

@@ -160,6 +160,13 @@ impl Registry {
             agent.tools = def.tools;
             agent.subagents = def.subagents;
             agent.hitl_ttl_ms = def.hitl_ttl_ms.unwrap_or(DEFAULT_HITL_TTL_MS);
+            if !(1..=crate::tool::MAX_TTL_MS).contains(&agent.hitl_ttl_ms) {
+                return Err(Error::Config(format!(
+                    "agent {:?}: hitl_ttl_ms must be from 1 to {} (49 days)",
+                    agent.name,
+                    crate::tool::MAX_TTL_MS
+                )));
+            }
             agent.ask = def.ask;
             if let Some(intake) = def.intake {
                 let set = QuestionSet {

@@ -5,6 +5,7 @@
 //! one transaction) when it is not. A worker that dies anywhere leaves a
 //! journal from which the next worker carries on without repeating an effect.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -109,6 +110,19 @@ impl<'a> Checkpointer<'a> {
         }
     }
 
+    /// True when the next journal entry is `name`; never an error (for
+    /// calls whose entry may legitimately be elsewhere, like a parked one).
+    pub fn next_is(&self, name: &str) -> bool {
+        self.replay.is_next(name).unwrap_or(false)
+    }
+
+    /// Commits changes that are not a checkpoint (fenced by the lease).
+    pub async fn commit(&self, changes: Vec<Change>) -> Result<(), SegmentError> {
+        let outbox = self.store.commit(self.lease, &changes).await?;
+        self.relay.publish(&outbox).await;
+        Ok(())
+    }
+
     /// True when the next checkpoint is `name` and already recorded.
     pub fn is_recorded(&self, name: &str) -> Result<bool, SegmentError> {
         self.replay
@@ -190,7 +204,11 @@ pub async fn run_turn(
     let run_id = ctx.lease.run_id;
     let tools = registry.tool_specs(agent);
     let mut conversation = ctx.history.clone();
+    // Call ids key the rows of a run: a model that reuses one cannot be
+    // followed (decided from the journal's responses, so replay agrees).
+    let mut call_ids: HashSet<ToolCallId> = HashSet::new();
     if let Some(intake) = &agent.intake {
+        call_ids.insert(ToolCallId(elicitation::INTAKE_CALL_ID.to_owned()));
         if let Some(to_park) = elicitation::intake(cp, intake, ctx, &mut conversation).await? {
             return Ok(Outcome::Park { to_park });
         }
@@ -209,6 +227,10 @@ pub async fn run_turn(
                     .complete(request)
                     .await
                     .map_err(|e| SegmentError::Retry(e.to_string()))?;
+                let response: ModelResponse = serde_json::to_value(&response)
+                    .map(without_nul)
+                    .and_then(serde_json::from_value)
+                    .map_err(|e| SegmentError::Permanent(format!("model response: {e}")))?;
                 ::metrics::counter!(crate::metrics::MODEL_CALLS).increment(1);
                 let message = Message::assistant(&response);
                 let changes = vec![
@@ -226,6 +248,14 @@ pub async fn run_turn(
             })
             .await?;
         conversation.push(Message::assistant(&response));
+        for call in &response.tool_calls {
+            if !call_ids.insert(call.id.clone()) {
+                return Err(SegmentError::Permanent(format!(
+                    "the model reused tool call id {:?} within the run",
+                    call.id.as_str()
+                )));
+            }
+        }
         if response.tool_calls.is_empty() {
             return Ok(Outcome::Completed {
                 output: response.text,
@@ -326,14 +356,30 @@ async fn run_function(
     call: &PersistedToolCall,
 ) -> Result<Ran, SegmentError> {
     let run_id = ctx.lease.run_id;
-    if !cp.is_recorded(&names::exec(&call.id))?
-        && cp.store_status(run_id, &call.id).await? != ToolCallStatus::Proposed
-    {
-        return Ok(Ran::Parked(None));
+    // Whether the call ran, parked, or is still to run comes from durable
+    // state only: its `exec:` entry, its recorded park request, its row.
+    if !cp.next_is(&names::exec(&call.id)) {
+        if cp.store_status(run_id, &call.id).await? != ToolCallStatus::Proposed {
+            return Ok(Ran::Parked(None));
+        }
+        if let Some(recorded) = cp.store.park_request(run_id, &call.id).await? {
+            let request: ParkRequest = serde_json::from_value(recorded)
+                .map_err(|e| SegmentError::Permanent(format!("unreadable park request: {e}")))?;
+            return Ok(Ran::Parked(Some(Wait::Job(request))));
+        }
     }
     match execute(cp, agent, registry, ctx, call, None).await {
         Ok(result) => Ok(Ran::Result(result)),
-        Err(SegmentError::Parked(request)) => Ok(Ran::Parked(Some(Wait::Job(request)))),
+        Err(SegmentError::Parked(request)) => {
+            let recorded = serde_json::to_value(&request)
+                .map_err(|e| SegmentError::Permanent(e.to_string()))?;
+            cp.commit(vec![Change::RecordParkRequest {
+                id: call.id.clone(),
+                request: recorded,
+            }])
+            .await?;
+            Ok(Ran::Parked(Some(Wait::Job(request))))
+        }
         Err(other) => Err(other),
     }
 }
@@ -476,7 +522,7 @@ async fn invoke(
     };
     let resumed = tool_ctx.approval.is_some();
     match tool.tool.execute(call.arguments.clone(), &tool_ctx).await {
-        Ok(value) => Invocation::Done(value),
+        Ok(value) => Invocation::Done(without_nul(value)),
         Err(ToolError::Failed(message)) => Invocation::Failed(json!({ "error": message })),
         Err(ToolError::Transient(message)) => Invocation::Unavailable(message),
         Err(ToolError::Park(_)) if resumed => Invocation::Failed(json!({
@@ -596,4 +642,19 @@ pub(crate) fn result_changes(
             }),
         },
     ]
+}
+
+/// Postgres cannot store U+0000 in JSON text: outside text is stored with
+/// U+FFFD in its place rather than failing the step on every retry.
+pub(crate) fn without_nul(value: Value) -> Value {
+    match value {
+        Value::String(s) if s.contains('\0') => Value::String(s.replace('\0', "\u{FFFD}")),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_nul).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k.replace('\0', "\u{FFFD}"), without_nul(v)))
+                .collect(),
+        ),
+        other => other,
+    }
 }

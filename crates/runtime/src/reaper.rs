@@ -26,7 +26,7 @@ pub struct ReaperConfig {
 impl Default for ReaperConfig {
     fn default() -> Self {
         Self {
-            stalled_after: Duration::from_secs(60),
+            stalled_after: Duration::from_secs(300),
             outbox_stale_after: Duration::from_secs(10),
             batch: 500,
             default_ttl: Duration::from_millis(crate::config::DEFAULT_HITL_TTL_MS),

@@ -29,8 +29,11 @@ impl Relay {
             let sent = if row.delay_ms == 0 {
                 self.queue.publish(&row.message).await
             } else {
+                // Past the ladder's reach a message arrives early, and an
+                // early expiry re-schedules itself for the remainder.
+                let delay = row.delay_ms.min(agentenkit_queue::ladder::MAX_DELAY_MS);
                 self.queue
-                    .publish_delayed(&row.message, Duration::from_millis(row.delay_ms))
+                    .publish_delayed(&row.message, Duration::from_millis(delay))
                     .await
             };
             match sent {

@@ -54,7 +54,8 @@ impl ToolContext {
 
 /// A tool's request to wait for an outside answer (a job on another
 /// system): the call parks like an approval, and `respond` resumes it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ParkRequest {
     /// How a client tells waits apart (`job`, `render`, …).
     pub reason: String,
@@ -203,6 +204,9 @@ impl Tool for HttpTool {
     }
 }
 
+/// The longest wait a park may ask for: the delay ladder's reach (49 days).
+pub const MAX_TTL_MS: u64 = agentenkit_queue::ladder::MAX_DELAY_MS;
+
 /// `{"park": {"reason", "payload", "ttlMs"}}` from an http tool.
 fn parse_park(park: &Value) -> Result<ToolError, ToolError> {
     let reason = park
@@ -214,8 +218,10 @@ fn parse_park(park: &Value) -> Result<ToolError, ToolError> {
         None | Some(Value::Null) => None,
         Some(v) => Some(
             v.as_u64()
-                .filter(|ms| *ms > 0)
-                .ok_or_else(|| ToolError::Failed("ttlMs must be a positive integer".into()))?,
+                .filter(|ms| (1..=MAX_TTL_MS).contains(ms))
+                .ok_or_else(|| {
+                    ToolError::Failed(format!("ttlMs must be an integer from 1 to {MAX_TTL_MS}"))
+                })?,
         ),
     };
     Ok(park_for_input(
@@ -288,6 +294,9 @@ mod tests {
         assert!(parse_park(&json!({"payload": 1})).is_err());
         assert!(parse_park(&json!({"reason": "job", "ttlMs": -5})).is_err());
         assert!(parse_park(&json!({"reason": "job", "ttlMs": "soon"})).is_err());
+        assert!(parse_park(&json!({"reason": "job", "ttlMs": MAX_TTL_MS + 1})).is_err());
+        assert!(parse_park(&json!({"reason": "job", "ttlMs": u64::MAX})).is_err());
+        assert!(parse_park(&json!({"reason": "job", "ttlMs": MAX_TTL_MS})).is_ok());
     }
 
     #[test]

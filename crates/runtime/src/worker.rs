@@ -78,10 +78,25 @@ pub enum SegmentError {
 }
 
 impl From<agentenkit_store::Error> for SegmentError {
+    /// Only what can pass is handed back to the queue (connections, the
+    /// pool, deadlocks, serialization failures); an error that would repeat
+    /// on every delivery (bad data, a violated constraint) fails the run
+    /// rather than looping for ever and re-running its tools.
     fn from(e: agentenkit_store::Error) -> Self {
+        use agentenkit_store::Error as E;
         match e {
-            agentenkit_store::Error::LeaseLost { .. } => SegmentError::LeaseLost,
-            other => SegmentError::Store(other),
+            E::LeaseLost { .. } => SegmentError::LeaseLost,
+            E::Db(ref db)
+                if db.code().is_some_and(|c| {
+                    let code = c.code();
+                    code.starts_with("22") || code.starts_with("23")
+                }) =>
+            {
+                SegmentError::Permanent(format!("the store refused a write: {e}"))
+            }
+            E::Corrupt(message) => SegmentError::Permanent(message),
+            E::Pool(_) | E::Db(_) => SegmentError::Store(e),
+            other => SegmentError::Permanent(other.to_string()),
         }
     }
 }
@@ -258,8 +273,14 @@ impl Worker {
             }
         };
         tracing::Span::current().record("thread_id", tracing::field::display(ctx.lease.thread_id));
-        let _heartbeat = self.heartbeat(ctx.lease.clone());
-        let result = self.advance(&ctx).await;
+        let lost = CancellationToken::new();
+        let _heartbeat = self.heartbeat(ctx.lease.clone(), lost.clone());
+        // A lost lease (stopped, or taken over) ends the step at once: the
+        // run is someone else's now, and every later write would be refused.
+        let result = tokio::select! {
+            result = self.advance(&ctx) => result,
+            () = lost.cancelled() => Err(SegmentError::LeaseLost),
+        };
         let outcome = match result {
             Ok(Outcome::Completed { output }) => {
                 self.finish(&ctx, RunStatus::Completed, output, None).await
@@ -358,15 +379,22 @@ impl Worker {
     }
 
     /// Keeps the lease alive while a slow step runs; stops when dropped.
-    fn heartbeat(&self, lease: Lease) -> AbortOnDrop {
+    /// A passing store error is retried at the next beat; a lost lease
+    /// cancels `lost`.
+    fn heartbeat(&self, lease: Lease, lost: CancellationToken) -> AbortOnDrop {
         let store = self.inner.store.clone();
-        let every = self.inner.config.lease_ttl / 3;
+        let every = self.inner.config.lease_ttl / 4;
         AbortOnDrop(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
-                if let Err(e) = store.commit(&lease, &[]).await {
-                    tracing::debug!(error = %e, "heartbeat failed");
-                    return;
+                match store.commit(&lease, &[]).await {
+                    Ok(_) => {}
+                    Err(agentenkit_store::Error::LeaseLost { .. }) => {
+                        tracing::info!("lease lost while the step ran");
+                        lost.cancel();
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
                 }
             }
         }))
@@ -388,6 +416,12 @@ impl Worker {
             inner.crash.as_ref(),
         );
         let mut attempts = ctx.attempts.max(0) as u32;
+        if attempts >= inner.config.max_attempts {
+            // Earlier workers died in this step (each takeover counts).
+            return Err(SegmentError::Permanent(format!(
+                "the step was attempted {attempts} times without progress"
+            )));
+        }
         loop {
             match run_turn(agent, &inner.registry, ctx, &mut cp).await {
                 Err(SegmentError::Retry(error)) => {
@@ -469,6 +503,8 @@ impl Worker {
                 ),
             };
             requests += 1;
+            // A Rust tool may ask for anything; the ladder reaches 49 days.
+            let ttl_ms = ttl_ms.clamp(1, crate::tool::MAX_TTL_MS);
             // Postgres keeps microseconds: the event must say what the row says.
             let expires_at = (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64))
                 .trunc_subsecs(6);

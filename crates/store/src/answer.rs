@@ -146,6 +146,18 @@ impl Store {
         Ok(row)
     }
 
+    /// A proposed call's recorded park request (see `RecordParkRequest`).
+    pub async fn park_request(&self, run: RunId, call: &ToolCallId) -> Result<Option<Value>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached("SELECT park_request FROM tool_calls WHERE run_id = $1 AND id = $2")
+            .await?;
+        Ok(client
+            .query_opt(&stmt, &[&run.0, &call.as_str()])
+            .await?
+            .and_then(|row| row.get::<_, Option<Value>>(0)))
+    }
+
     /// The settled reply of a call, or its status while it is not settled.
     pub async fn tool_call_reply(
         &self,
@@ -228,12 +240,22 @@ impl Store {
                  RETURNING id",
             )
             .await?;
-        let stopped: Vec<Uuid> = tx
-            .query(&stmt, &[&current])
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        // Each statement sees what committed before it: repeat until a
+        // pass finds nothing, so a child started by a park that committed
+        // while this waited is stopped too.
+        let mut stopped: Vec<Uuid> = Vec::new();
+        for _ in 0..16 {
+            let more: Vec<Uuid> = tx
+                .query(&stmt, &[&current])
+                .await?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            stopped.extend(more);
+        }
         let stmt = tx
             .prepare_cached(
                 "UPDATE tool_calls SET status = 'cancelled'
@@ -278,7 +300,7 @@ async fn locate(
              WHERE tc.id = $1 AND t.owner = $2
                AND (tc.run_id = $3 OR tc.thread_id = $4)
                AND tc.status <> 'proposed'
-             ORDER BY current DESC, tc.created_at DESC
+             ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC
              LIMIT 1",
         )
         .await?;

@@ -46,6 +46,9 @@ pub enum Change {
         message: QueueMessage,
         delay_ms: u64,
     },
+    /// A self-parking tool asked to wait: kept on the row at once, so a
+    /// retried step knows without calling the tool again.
+    RecordParkRequest { id: ToolCallId, request: Value },
     /// A proposed call parks: it becomes an open request. A self-parking
     /// tool's call becomes kind `park` with its payload as `arguments`.
     ParkToolCall {
@@ -94,7 +97,10 @@ impl Store {
     pub async fn commit(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        fence(&tx, lease).await?;
+        // A new journal entry is progress: the attempts of the step that
+        // made it start over.
+        let progress = changes.iter().any(|c| matches!(c, Change::Journal { .. }));
+        fence(&tx, lease, progress).await?;
         let mut outbox = Vec::new();
         for change in changes {
             if let Some(row) = apply(&tx, lease.run_id, lease.thread_id, change).await? {
@@ -108,17 +114,23 @@ impl Store {
 
 /// Extends the lease if it is still this worker's; the row lock taken here
 /// also orders concurrent writers of the same run.
-async fn fence(tx: &Transaction<'_>, lease: &Lease) -> Result<()> {
+async fn fence(tx: &Transaction<'_>, lease: &Lease, progress: bool) -> Result<()> {
     let stmt = tx
         .prepare_cached(
-            "UPDATE runs SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
+            "UPDATE runs SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now(),
+                    attempts = CASE WHEN $4 THEN 0 ELSE attempts END
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'",
         )
         .await?;
     let n = tx
         .execute(
             &stmt,
-            &[&lease.run_id.0, &lease.token, &(lease.ttl_ms as f64)],
+            &[
+                &lease.run_id.0,
+                &lease.token,
+                &(lease.ttl_ms as f64),
+                &progress,
+            ],
         )
         .await?;
     if n == 1 {
@@ -405,6 +417,15 @@ async fn apply(
                 .await?
                 .into_iter()
                 .next());
+        }
+        Change::RecordParkRequest { id, request } => {
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE tool_calls SET park_request = $3
+                     WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
+                )
+                .await?;
+            tx.execute(&stmt, &[&run.0, &id.as_str(), request]).await?;
         }
         Change::RecordToolResult { id, result } => {
             let stmt = tx

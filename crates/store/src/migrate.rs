@@ -12,6 +12,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "event_notify",
         include_str!("../../../migrations/0002_event_notify.sql"),
     ),
+    (
+        3,
+        "park_request",
+        include_str!("../../../migrations/0003_park_request.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

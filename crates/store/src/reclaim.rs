@@ -28,7 +28,14 @@ impl Store {
         let tx = client.transaction().await?;
         let stmt = tx
             .prepare_cached(
-                "UPDATE runs r SET status = 'queued', segment_seq = r.segment_seq + 1,
+                "UPDATE runs r SET status = 'queued',
+                        -- A dead worker's run gets a new segment (its old one
+                        -- may still be redelivered: it is then stale). A run
+                        -- merely waiting in a long queue gets its same segment
+                        -- again, so a backlog is never made deeper by bumps
+                        -- that strand every queued message.
+                        segment_seq = CASE WHEN stuck.status = 'running' THEN r.segment_seq + 1 ELSE r.segment_seq END,
+                        attempts = r.attempts + CASE WHEN stuck.status = 'running' THEN 1 ELSE 0 END,
                         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
                  FROM (SELECT id, status FROM runs
                        WHERE status IN ('queued', 'running')

@@ -74,9 +74,16 @@ impl Store {
         let stmt = client
             .prepare_cached(
                 "UPDATE runs SET status = 'running', lease_owner = $4, lease_token = lease_token + 1,
-                        lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
+                        lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now(),
+                        -- taking over from a worker whose lease ran out counts
+                        -- as an attempt, so a segment that kills its worker
+                        -- every time ends instead of looping
+                        attempts = attempts + CASE WHEN status = 'running' THEN 1 ELSE 0 END
                  WHERE id = $1 AND segment_seq = $2 AND status = ANY($5)
                    AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+                   -- a child created while its tree was being stopped never runs
+                   AND NOT EXISTS (SELECT 1 FROM runs root WHERE root.id = runs.root_run_id
+                                   AND root.status = 'cancelled')
                  RETURNING thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id",
             )
             .await?;

@@ -130,7 +130,7 @@ impl Store {
         // letting two concurrent turns both pass.
         let stmt = tx
             .prepare_cached(
-                "SELECT agent, current_run_id FROM threads WHERE id = $1 AND owner = $2 FOR UPDATE",
+                "SELECT agent, current_run_id FROM threads WHERE id = $1 AND owner = $2 FOR NO KEY UPDATE",
             )
             .await?;
         let row = tx

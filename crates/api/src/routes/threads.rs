@@ -36,7 +36,12 @@ pub async fn create(
     }
     let metadata = match body.metadata {
         None | Some(Value::Null) => json!({}),
-        Some(m @ Value::Object(_)) => m,
+        Some(m @ Value::Object(_)) if !m.to_string().contains("\\u0000") => m,
+        Some(Value::Object(_)) => {
+            return Err(ApiError::BadRequest(
+                "metadata must not contain NUL characters".into(),
+            ))
+        }
         Some(_) => return Err(ApiError::BadRequest("metadata must be an object".into())),
     };
     let thread = state
@@ -73,6 +78,11 @@ pub async fn post_message(
     let thread: ThreadId = parse_id(&id, "thread")?;
     if body.content.trim().is_empty() {
         return Err(ApiError::BadRequest("content must not be empty".into()));
+    }
+    if body.content.contains('\0') {
+        return Err(ApiError::BadRequest(
+            "content must not contain NUL characters".into(),
+        ));
     }
     if body.content.len() > MAX_CONTENT_BYTES {
         return Err(ApiError::BadRequest(format!(

@@ -1,5 +1,6 @@
 //! Modules of the `agentenkit-bench` binary (see `src/bin/bench.rs`).
 
+pub mod broker;
 pub mod hub;
 pub mod meter;
 pub mod peers;

@@ -4,7 +4,7 @@
 //! run and the peers' figures (LangGraph, DBOS) when their results exist.
 //!
 //! Everything is real: Postgres (a fresh `bench_<uuid>` schema, dropped at
-//! the end), RabbitMQ (a unique `bench.<uuid>` prefix whose queues expire),
+//! the end), RabbitMQ (a unique `bench.<uuid>` prefix, deleted at the end),
 //! one in-process worker. The approved tool is an in-process function.
 
 #[path = "../bench/mod.rs"]
@@ -131,15 +131,41 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("migrating the bench schema")?;
 
+    // Ctrl-C / SIGTERM still drops the schema (the broker topology then
+    // expires by itself).
+    let interrupted = agentenkit::shutdown_on_signal();
+    let outcome = tokio::select! {
+        outcome = bench(&args, store.clone(), &mut meter, &schema, &id, started) => outcome,
+        _ = interrupted.cancelled() => Err(anyhow::anyhow!("interrupted")),
+    };
+    if args.keep_schema {
+        eprintln!("kept schema {schema}");
+    } else if let Err(e) = store.drop_schema().await {
+        eprintln!("could not drop schema {schema}: {e}");
+    }
+    outcome
+}
+
+/// Queue, worker, the measurements, then the worker and queue are stopped
+/// and the broker topology deleted.
+async fn bench(
+    args: &Args,
+    store: Store,
+    meter: &mut Meter,
+    schema: &str,
+    id: &str,
+    started: Instant,
+) -> anyhow::Result<()> {
     let hub = Arc::new(Hub::default());
+    let topology = Topology {
+        prefix: format!("bench.{id}"),
+        // A safety net only (see bench/broker.rs): deleted at the end.
+        queue_expires: Some(Duration::from_secs(1800)),
+    };
     let (inner, queue_label): (Arc<dyn QueueAdapter>, String) = match args.queue {
         QueueKind::Memory => (Arc::new(MemoryQueue::new()), "memory (in-process)".into()),
         QueueKind::Rabbitmq => {
-            let topology = Topology {
-                prefix: format!("bench.{id}"),
-                queue_expires: Some(Duration::from_secs(60)),
-            };
-            let queue = RabbitQueue::connect(&args.amqp_url, topology)
+            let queue = RabbitQueue::connect(&args.amqp_url, topology.clone())
                 .await
                 .with_context(|| format!("connecting to RabbitMQ at {}", redact(&args.amqp_url)))?;
             (
@@ -166,22 +192,13 @@ async fn main() -> anyhow::Result<()> {
     let worker_task = tokio::spawn(async move { worker.run(token).await });
     let ctx = Arc::new(Ctx {
         relay: Relay::new(store.clone(), queue.clone()),
-        store: store.clone(),
+        store,
         hub,
         owner: Owner("bench".into()),
         content: hub::body_text(),
     });
 
-    let outcome = run(
-        &args,
-        &ctx,
-        &mut meter,
-        &schema,
-        queue_label,
-        prefetch,
-        started,
-    )
-    .await;
+    let outcome = run(args, &ctx, meter, schema, queue_label, prefetch, started).await;
 
     shutdown.cancel();
     match worker_task.await {
@@ -190,10 +207,14 @@ async fn main() -> anyhow::Result<()> {
         Err(e) => eprintln!("worker task: {e}"),
     }
     queue.close().await;
-    if args.keep_schema {
-        eprintln!("kept schema {schema}");
-    } else if let Err(e) = store.drop_schema().await {
-        eprintln!("could not drop schema {schema}: {e}");
+    if args.queue == QueueKind::Rabbitmq {
+        match bench::broker::delete_topology(&args.amqp_url, &topology).await {
+            Ok(0) => {}
+            Ok(failed) => {
+                eprintln!("{failed} queue/exchange deletions failed (they expire within 30 min)")
+            }
+            Err(e) => eprintln!("could not delete the bench topology: {e:#}"),
+        }
     }
     outcome
 }
