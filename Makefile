@@ -77,12 +77,13 @@ bench: ## the agentenkit benchmark (release build)
 	@bash scripts/services.sh
 	$(CARGO) run --release -q --bin agentenkit-bench
 
-bench-peers: bench ## the bench, then the peer benchmark (LangGraph, DBOS, raw Postgres/RabbitMQ) if present
+bench-peers: ## the peer benchmark (LangGraph, DBOS, raw Postgres/RabbitMQ) if present, then the bench, whose ratios read its fresh results
 	@if [ -f "$(PEERS_RUN)" ]; then \
 	  bash "$(PEERS_RUN)"; \
 	else \
 	  echo "make bench-peers: the peer benchmark is absent ($(PEERS_RUN) not found)" >&2; \
 	fi
+	@$(MAKE) bench
 
 clean-test-schemas: ## drop the t_* schemas that tests left in the test database
 	@n=$$(psql "$$TEST_DATABASE_URL" -X -qAt -v ON_ERROR_STOP=1 \

@@ -286,31 +286,39 @@ async fn locate(
     target: AnswerTarget,
     call: &ToolCallId,
 ) -> Result<ReplyTarget> {
-    let (run, thread) = match target {
-        AnswerTarget::Run(run) => (Some(run.0), None),
-        AnswerTarget::Thread(thread) => (None, Some(thread.0)),
-    };
-    let stmt = tx
-        .prepare_cached(
-            "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments,
-                    (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current
-             FROM tool_calls tc
-             JOIN runs r ON r.id = tc.run_id
-             JOIN threads t ON t.id = tc.thread_id
-             WHERE tc.id = $1 AND t.owner = $2
-               AND (tc.run_id = $3 OR tc.thread_id = $4)
-               AND tc.status <> 'proposed'
-             ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC
-             LIMIT 1",
-        )
-        .await?;
-    let row = tx
-        .query_opt(&stmt, &[&call.as_str(), &owner.as_str(), &run, &thread])
-        .await?
-        .ok_or_else(|| Error::NotFound {
-            what: "tool call",
-            id: call.to_string(),
-        })?;
+    // Two statements rather than one with `run_id = $3 OR thread_id = $4`:
+    // a generic plan of the OR scans every call with this id (bench finding).
+    const SELECT: &str = "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments,
+               (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current
+        FROM tool_calls tc
+        JOIN runs r ON r.id = tc.run_id
+        JOIN threads t ON t.id = tc.thread_id";
+    const ORDER: &str =
+        "ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 1";
+    let row = match target {
+        AnswerTarget::Run(run) => {
+            let stmt = tx
+                .prepare_cached(&format!(
+                    "{SELECT} WHERE tc.run_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed' {ORDER}"
+                ))
+                .await?;
+            tx.query_opt(&stmt, &[&run.0, &call.as_str(), &owner.as_str()])
+                .await?
+        }
+        AnswerTarget::Thread(thread) => {
+            let stmt = tx
+                .prepare_cached(&format!(
+                    "{SELECT} WHERE tc.thread_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed' {ORDER}"
+                ))
+                .await?;
+            tx.query_opt(&stmt, &[&thread.0, &call.as_str(), &owner.as_str()])
+                .await?
+        }
+    }
+    .ok_or_else(|| Error::NotFound {
+        what: "tool call",
+        id: call.to_string(),
+    })?;
     Ok(ReplyTarget {
         run_id: RunId(row.get(0)),
         thread_id: ThreadId(row.get(1)),
