@@ -172,6 +172,25 @@ impl Store {
     }
 }
 
+impl Store {
+    /// For measurement: how many ms after its `expires_at` each expired
+    /// request resolved (its `INPUT_RESOLVED` event's time).
+    pub async fn expiry_lateness_ms(&self) -> Result<Vec<f64>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT (extract(epoch FROM e.created_at - tc.expires_at) * 1000)::float8
+                 FROM tool_calls tc
+                 JOIN events e ON e.thread_id = tc.thread_id AND e.type = 'INPUT_RESOLVED'
+                  AND e.data->>'toolCallId' = tc.id AND e.run_id = tc.run_id
+                 WHERE tc.status = 'expired'",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
+
 fn scope_params(scope: &Scope) -> (Option<Uuid>, Option<String>) {
     match scope {
         Scope::All => (None, None),

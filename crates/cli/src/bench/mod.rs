@@ -1,6 +1,7 @@
 //! Modules of the `agentenkit-bench` binary (see `src/bin/bench.rs`).
 
 pub mod broker;
+pub mod expiry;
 pub mod hub;
 pub mod meter;
 pub mod peers;

@@ -40,6 +40,9 @@ const WAIT: Duration = Duration::from_secs(60);
 )]
 struct Args {
     /// Parked-then-approved runs per concurrency.
+    /// Requests for the expiry-accuracy measurement (0 skips it).
+    #[arg(long, env = "BENCH_EXPIRY_N", default_value_t = 1000)]
+    expiry_n: usize,
     #[arg(long, env = "BENCH_N", default_value_t = 2000)]
     n: usize,
     /// Full cycles before each configuration's measurement (excluded).
@@ -143,7 +146,11 @@ async fn main() -> anyhow::Result<()> {
     } else if let Err(e) = store.drop_schema().await {
         eprintln!("could not drop schema {schema}: {e}");
     }
-    outcome
+    outcome?;
+    if args.expiry_n > 0 && args.queue == QueueKind::Rabbitmq {
+        bench::expiry::run(&args.database_url, &args.amqp_url, args.expiry_n).await?;
+    }
+    Ok(())
 }
 
 /// Queue, worker, the measurements, then the worker and queue are stopped
