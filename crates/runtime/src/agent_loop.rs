@@ -6,27 +6,22 @@
 //! journal from which the next worker carries on without repeating an effect.
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::sync::Arc;
 
 use agentenkit_core::conversation::{Message, ModelResponse, ToolCallRequest};
 use agentenkit_core::journal::names;
 use agentenkit_core::reply::SettledReply;
-use agentenkit_core::{
-    EventType, JournalEntry, Replay, ReplayStep, RunId, ToolCallId, ToolCallStatus, ToolKind,
-};
-use agentenkit_store::{Change, Lease, RunContext, Store};
+use agentenkit_core::{EventType, RunId, ToolCallId, ToolCallStatus, ToolKind};
+use agentenkit_store::{Change, RunContext};
 
 use crate::delegation::{await_delegation, delegation_task};
 use crate::elicitation;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tracing::Instrument;
 
 use crate::agent::{Agent, Registry};
 use crate::model::ModelRequest;
-use crate::relay::Relay;
 use crate::tool::{Approval, ParkRequest, ToolContext, ToolError};
 use crate::worker::SegmentError;
 
@@ -37,6 +32,8 @@ pub const MAX_MODEL_CALLS: u32 = 64;
 /// A test hook: called with each new checkpoint's name right after it
 /// committed; `true` makes the worker die there (no ack, no release).
 pub type CrashPoint = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+pub use crate::checkpoint::Checkpointer;
 
 /// How a segment of a run ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,115 +79,6 @@ pub struct PersistedToolCall {
     pub arguments: Value,
     pub kind: ToolKind,
     pub tool_type: String,
-}
-
-/// Journal access for one segment of one run, fenced by its lease.
-pub struct Checkpointer<'a> {
-    pub(crate) store: &'a Store,
-    relay: &'a Relay,
-    lease: &'a Lease,
-    replay: Replay,
-    crash: Option<&'a CrashPoint>,
-}
-
-impl<'a> Checkpointer<'a> {
-    pub fn new(
-        store: &'a Store,
-        relay: &'a Relay,
-        lease: &'a Lease,
-        journal: Vec<JournalEntry>,
-        crash: Option<&'a CrashPoint>,
-    ) -> Self {
-        Self {
-            store,
-            relay,
-            lease,
-            replay: Replay::new(journal),
-            crash,
-        }
-    }
-
-    /// True when the next journal entry is `name`; never an error (for
-    /// calls whose entry may legitimately be elsewhere, like a parked one).
-    pub fn next_is(&self, name: &str) -> bool {
-        self.replay.is_next(name).unwrap_or(false)
-    }
-
-    /// Commits changes that are not a checkpoint (fenced by the lease).
-    pub async fn commit(&self, changes: Vec<Change>) -> Result<(), SegmentError> {
-        let outbox = self.store.commit(self.lease, &changes).await?;
-        self.relay.publish(&outbox).await;
-        Ok(())
-    }
-
-    /// True when the next checkpoint is `name` and already recorded.
-    pub fn is_recorded(&self, name: &str) -> Result<bool, SegmentError> {
-        self.replay
-            .is_next(name)
-            .map_err(|e| SegmentError::Permanent(e.to_string()))
-    }
-
-    /// The status of a call that waits behind another (not journaled).
-    async fn store_status(
-        &self,
-        run: RunId,
-        call: &ToolCallId,
-    ) -> Result<ToolCallStatus, SegmentError> {
-        Ok(match self.store.tool_call_reply(run, call).await? {
-            Ok(reply) => reply.status,
-            Err(status) => status,
-        })
-    }
-
-    /// Starts reading the journal from the top again (a retried attempt).
-    pub fn rewind(&mut self) {
-        self.replay = Replay::new(self.replay.entries().to_vec());
-    }
-
-    /// The checkpoint `name`: its journaled value, or else the value of
-    /// `effect`, committed together with the changes the effect returns.
-    pub async fn checkpoint<T, F, Fut>(
-        &mut self,
-        name: String,
-        effect: F,
-    ) -> Result<T, SegmentError>
-    where
-        T: Serialize + DeserializeOwned,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<(T, Vec<Change>), SegmentError>>,
-    {
-        let position = match self.replay.next(&name) {
-            Ok(ReplayStep::Replayed(value)) => {
-                return serde_json::from_value(value).map_err(|e| {
-                    SegmentError::Permanent(format!("journal entry {name} is unreadable: {e}"))
-                });
-            }
-            Ok(ReplayStep::Record { position }) => position,
-            Err(e) => return Err(SegmentError::Permanent(e.to_string())),
-        };
-        let (value, mut changes) = effect().await?;
-        let json = serde_json::to_value(&value)
-            .map_err(|e| SegmentError::Permanent(format!("checkpoint {name}: {e}")))?;
-        changes.insert(
-            0,
-            Change::Journal {
-                position,
-                name: name.clone(),
-                value: json.clone(),
-            },
-        );
-        let outbox = self.store.commit(self.lease, &changes).await?;
-        self.relay.publish(&outbox).await;
-        self.replay.recorded(JournalEntry {
-            position,
-            name: name.clone(),
-            value: json,
-        });
-        if self.crash.is_some_and(|crash| crash(&name)) {
-            return Err(SegmentError::Crashed);
-        }
-        Ok(value)
-    }
 }
 
 /// Advances the run until it completes (or fails with an error that says

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod agent_loop;
+mod checkpoint;
 pub mod config;
 mod delegation;
 mod elicitation;

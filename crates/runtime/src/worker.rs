@@ -9,12 +9,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentenkit_core::{
-    EventType, QueueMessage, RunId, RunStatus, ToolCallId, ToolCallStatus, ToolKind,
-};
+use agentenkit_core::{EventType, QueueMessage, RunId, RunStatus, ToolCallId, ToolCallStatus};
 use agentenkit_queue::{Delivery, QueueAdapter};
 use agentenkit_store::{Change, Expiry, Lease, LeaseAttempt, RunContext, Store};
-use chrono::SubsecRound;
 use serde_json::json;
 use thiserror::Error;
 use tokio::task::JoinSet;
@@ -22,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::agent::Registry;
-use crate::agent_loop::{run_turn, Checkpointer, CrashPoint, Outcome, ParkItem, Wait};
+use crate::agent_loop::{run_turn, Checkpointer, CrashPoint, Outcome};
+
+mod park;
 use crate::metrics;
 use crate::relay::Relay;
 
@@ -448,105 +447,6 @@ impl Worker {
                 other => return other,
             }
         }
-    }
-
-    /// Writes the park of a finished step in one transaction: each new
-    /// request becomes open with its expiry and one `INPUT_REQUIRED`, each
-    /// new delegation starts its child run, the run waits and its lease is
-    /// released. A stop that committed first took the lease: the park
-    /// changes nothing.
-    async fn park(&self, ctx: &RunContext, to_park: Vec<ParkItem>) -> Result<(), SegmentError> {
-        let agent_ttl_ms = self
-            .inner
-            .registry
-            .agent(&ctx.name)
-            .map_or(crate::config::DEFAULT_HITL_TTL_MS, |a| a.hitl_ttl_ms);
-        let run_id = ctx.lease.run_id;
-        let mut changes = Vec::with_capacity(to_park.len() * 3 + 1);
-        let mut requests = 0u64;
-        for ParkItem { call, wait } in &to_park {
-            let (kind, reason, arguments, ttl_ms) = match wait {
-                Wait::Delegate { task } => {
-                    changes.push(Change::StartChild {
-                        call_id: call.id.clone(),
-                        child_run_id: RunId::new(),
-                        name: call.name.clone(),
-                        task: task.clone(),
-                    });
-                    continue;
-                }
-                Wait::Ask { frame, reason } => {
-                    // Questions never expire: a timer that applied the
-                    // defaults would manufacture consent from silence.
-                    requests += 1;
-                    // The row holds the validated set the frame carries, so
-                    // the inbox, the frame and answer resolution agree.
-                    changes.push(Change::ParkToolCall {
-                        id: call.id.clone(),
-                        kind: ToolKind::Ask,
-                        reason: reason.clone(),
-                        arguments: Some(frame["request"].clone()),
-                        expires_at: None,
-                    });
-                    changes.push(Change::Event {
-                        event_type: EventType::Elicitation,
-                        data: frame.clone(),
-                    });
-                    continue;
-                }
-                Wait::Approval => (ToolKind::Approval, "approval", None, agent_ttl_ms),
-                Wait::Job(request) => (
-                    ToolKind::Park,
-                    request.reason.as_str(),
-                    Some(request.payload.clone()),
-                    request.ttl_ms.unwrap_or(agent_ttl_ms),
-                ),
-            };
-            requests += 1;
-            // A Rust tool may ask for anything; the ladder reaches 49 days.
-            let ttl_ms = ttl_ms.clamp(1, crate::tool::MAX_TTL_MS);
-            // Postgres keeps microseconds: the event must say what the row says.
-            let expires_at = (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64))
-                .trunc_subsecs(6);
-            changes.push(Change::ParkToolCall {
-                id: call.id.clone(),
-                kind,
-                reason: reason.to_owned(),
-                arguments: arguments.clone(),
-                expires_at: Some(expires_at),
-            });
-            changes.push(Change::Event {
-                event_type: EventType::InputRequired,
-                data: json!({
-                    "toolCallId": call.id,
-                    "runId": run_id,
-                    "toolName": call.name,
-                    "arguments": arguments.as_ref().unwrap_or(&call.arguments),
-                    "kind": kind,
-                    "reason": reason,
-                    "runName": ctx.name,
-                    "depth": ctx.depth,
-                    "expiresAt": expires_at,
-                }),
-            });
-            changes.push(Change::Outbox {
-                message: QueueMessage::Expiry {
-                    run_id,
-                    tool_call_id: call.id.clone(),
-                },
-                delay_ms: ttl_ms,
-            });
-        }
-        changes.push(Change::WaitRun);
-        let outbox = self.inner.store.commit(&ctx.lease, &changes).await?;
-        self.inner.relay.publish(&outbox).await;
-        ::metrics::counter!(metrics::PARKS).increment(requests);
-        tracing::info!(
-            requests,
-            delegations = to_park.len() as u64 - requests,
-            "run waits"
-        );
-        Ok(())
     }
 
     /// Ends the run; a child run also settles its parent's delegation (its
