@@ -144,6 +144,13 @@ async fn malformed_bodies_are_400_oversized_413_unknown_agent_422() {
         )
         .await;
     assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    for path in [
+        format!("/threads/{thread_id}/stream?after=abc"),
+        format!("/threads/{thread_id}/stream?after=-"),
+    ] {
+        let (status, body) = env.call("GET", &path, Some(ALICE), None).await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    }
 
     // Nothing above changed anything: one message, one run, one event.
     let messages = env.get(&path).await;

@@ -12,16 +12,15 @@ pub async fn healthz() -> Json<Value> {
 
 /// Ready when both the database and the broker answer.
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    state
-        .store
-        .ready()
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?;
-    state
-        .queue
-        .ready()
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("broker: {e}")))?;
+    // The cause is logged, not echoed: this route needs no key.
+    state.store.ready().await.map_err(|e| {
+        tracing::warn!(error = %e, "not ready: database");
+        ApiError::Unavailable("the database is unreachable".into())
+    })?;
+    state.queue.ready().await.map_err(|e| {
+        tracing::warn!(error = %e, "not ready: broker");
+        ApiError::Unavailable("the broker is unreachable".into())
+    })?;
     Ok(Json(json!({ "status": "ready" })))
 }
 

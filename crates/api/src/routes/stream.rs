@@ -22,7 +22,7 @@ const PAGE: i64 = 500;
 
 #[derive(Deserialize)]
 pub struct StreamQuery {
-    after: Option<i64>,
+    after: Option<String>,
 }
 
 pub async fn stream(
@@ -41,7 +41,12 @@ pub async fn stream(
             ApiError::BadRequest(format!("Last-Event-ID must be an event id, not {text:?}"))
         })?,
         Some(Err(_)) => return Err(ApiError::BadRequest("Last-Event-ID is not text".into())),
-        None => query.after.unwrap_or(0),
+        None => match query.after.as_deref() {
+            None | Some("") => 0,
+            Some(text) => text.parse::<i64>().map_err(|_| {
+                ApiError::BadRequest(format!("after must be an event id, not {text:?}"))
+            })?,
+        },
     };
     // Subscribe before the first read, so no event falls between the two.
     let wake = state.hub.subscribe().await;
