@@ -74,9 +74,17 @@ pub fn router(state: AppState) -> Router {
 
 /// `reclaimIfOrphaned` for what a client is about to look at: overdue
 /// requests expire now rather than at the next reaper pass. One indexed
-/// query when there is nothing to do; a failure only logs (the reaper
-/// will get to it).
+/// query when there is nothing to do (the usual case); a failure only logs
+/// (the reaper will get to it).
 pub(crate) async fn reclaim_on_connect(state: &AppState, scope: agentenkit_store::Scope) {
+    match state.store.has_reclaimable_requests(&scope).await {
+        Ok(false) => return,
+        Ok(true) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, ?scope, "reclaim on connect failed");
+            return;
+        }
+    }
     let config = agentenkit_runtime::reaper::ReaperConfig::default();
     if let Err(e) =
         agentenkit_runtime::reaper::reclaim_requests(&state.store, &state.relay, &config, &scope)

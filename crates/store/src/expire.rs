@@ -106,6 +106,25 @@ impl Store {
         Ok(Expiry::Expired { outbox })
     }
 
+    /// Whether anything in `scope` needs reclaiming: an overdue request, or
+    /// an approval or park without an expiry. One indexed query, so a
+    /// client connecting costs one query when there is nothing to do.
+    pub async fn has_reclaimable_requests(&self, scope: &Scope) -> Result<bool> {
+        let client = self.client().await?;
+        let (thread, owner) = scope_params(scope);
+        let stmt = client
+            .prepare_cached(
+                "SELECT EXISTS (
+                   SELECT 1 FROM tool_calls tc
+                   WHERE tc.status = 'pending_approval'
+                     AND (tc.expires_at <= now() OR (tc.expires_at IS NULL AND tc.kind IN ('approval', 'park')))
+                     AND ($1::uuid IS NULL OR tc.thread_id = $1)
+                     AND ($2::text IS NULL OR tc.thread_id IN (SELECT id FROM threads WHERE owner = $2)))",
+            )
+            .await?;
+        Ok(client.query_one(&stmt, &[&thread, &owner]).await?.get(0))
+    }
+
     /// Open requests in `scope` whose `expires_at` has passed, oldest first.
     pub async fn overdue_requests(
         &self,
