@@ -138,3 +138,32 @@ async fn the_stream_carries_events_live_and_resumes_from_last_event_id() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn an_event_committed_after_a_later_id_is_still_streamed_in_order() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let thread = env.post("/threads", json!({ "agent": "agent" })).await;
+    let thread_id = thread["id"].as_str().unwrap().to_owned();
+    let mut stream = SseReader::open(&env, &thread_id, None).await;
+    let insert = format!(
+        "INSERT INTO events (thread_id, type, data) VALUES ('{thread_id}', 'MESSAGE', '{{}}') RETURNING id"
+    );
+    // A takes the lower id and commits last; B takes the higher id and
+    // commits first.
+    let a = env.pg_client().await;
+    a.batch_execute("BEGIN").await.unwrap();
+    let low: i64 = a.query_one(insert.as_str(), &[]).await.unwrap().get(0);
+    let b = env.pg_client().await;
+    let high: i64 = b.query_one(insert.as_str(), &[]).await.unwrap().get(0);
+    assert!(low < high);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.batch_execute("COMMIT").await.unwrap();
+    let first = stream.next().await;
+    let second = stream.next().await;
+    assert_eq!(
+        (first.0, second.0),
+        (low, high),
+        "the lower id is not skipped"
+    );
+    env.finish().await;
+}

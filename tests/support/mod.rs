@@ -269,6 +269,15 @@ impl TestEnv {
     /// Runs SQL in the test's schema (to stage what production code would
     /// not do: rows from before a feature, clocks moved).
     pub async fn sql(&self, statements: &str) {
+        self.pg_client()
+            .await
+            .batch_execute(statements)
+            .await
+            .expect("sql");
+    }
+
+    /// A connection of its own in the test's schema.
+    pub async fn pg_client(&self) -> tokio_postgres::Client {
         let schema = self.store.schema().expect("test schema");
         let (client, connection) = tokio_postgres::connect(
             &format!(
@@ -280,7 +289,7 @@ impl TestEnv {
         .await
         .expect("connect");
         tokio::spawn(connection);
-        client.batch_execute(statements).await.expect("sql");
+        client
     }
 
     /// Empties every queue of the delay ladder, as if the broker lost the

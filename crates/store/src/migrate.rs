@@ -17,6 +17,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "park_request",
         include_str!("../../../migrations/0003_park_request.sql"),
     ),
+    (
+        4,
+        "event_xid",
+        include_str!("../../../migrations/0004_event_xid.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -92,11 +92,17 @@ impl Cursor {
             match self
                 .state
                 .store
-                .list_events(self.thread, &self.owner, self.after, PAGE)
+                .stream_events(self.thread, &self.owner, self.after, PAGE)
                 .await
             {
-                Ok(events) if !events.is_empty() => {
+                Ok((events, _)) if !events.is_empty() => {
                     self.buffered.extend(events);
+                    continue;
+                }
+                Ok((_, true)) => {
+                    // An event waits for an older transaction: look again
+                    // shortly (its own notification may already be spent).
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
                 Ok(_) => {}
