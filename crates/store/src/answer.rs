@@ -48,7 +48,7 @@ impl Answered {
 
 /// The open-or-not row a reply is addressed to.
 #[derive(Debug, Clone)]
-pub struct ReplyTarget {
+pub(crate) struct ReplyTarget {
     pub run_id: RunId,
     pub thread_id: ThreadId,
     pub status: ToolCallStatus,
@@ -129,21 +129,6 @@ impl Store {
             error: None,
             outbox,
         })
-    }
-
-    /// The row a reply would address, for checks that come before settling
-    /// (the kind of wait, the stored question set).
-    pub async fn reply_target(
-        &self,
-        owner: &Owner,
-        target: AnswerTarget,
-        call: &ToolCallId,
-    ) -> Result<ReplyTarget> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let row = locate(&tx, owner, target, call).await?;
-        tx.commit().await?;
-        Ok(row)
     }
 
     /// A proposed call's recorded park request (see `RecordParkRequest`).

@@ -23,7 +23,7 @@ mod runs;
 mod threads;
 mod views;
 
-pub use answer::{AnswerTarget, Answered, ReplyTarget};
+pub use answer::{AnswerTarget, Answered};
 pub use commit::Change;
 pub use error::{Error, Result};
 pub use expire::{Expiry, Scope};

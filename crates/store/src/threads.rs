@@ -23,7 +23,7 @@ pub struct StartedRun {
 /// that is still active. Rows of earlier runs are never open.
 const PENDING_INPUTS: &str = "
     SELECT tc.id, tc.run_id, tc.thread_id, tc.name, tc.arguments, tc.kind, tc.reason,
-           r.name, r.depth, tc.expires_at, tc.payload
+           r.name, r.depth, tc.expires_at
     FROM tool_calls tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id

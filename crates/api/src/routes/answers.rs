@@ -68,18 +68,10 @@ pub async fn approve(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Approve>,
 ) -> Result<Json<Delivery>, ApiError> {
-    let run: RunId = parse_id(&body.run_id, "tool call")?;
     let verdict = Verdict::Approve {
         payload: body.payload,
     };
-    deliver(
-        &state,
-        &owner,
-        AnswerTarget::Run(run),
-        &body.tool_call_id,
-        verdict,
-    )
-    .await
+    deliver_to_run(&state, &owner, &body.run_id, &body.tool_call_id, verdict).await
 }
 
 pub async fn reject(
@@ -87,18 +79,10 @@ pub async fn reject(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Reject>,
 ) -> Result<Json<Delivery>, ApiError> {
-    let run: RunId = parse_id(&body.run_id, "tool call")?;
     let verdict = Verdict::Reject {
         reason: body.reason,
     };
-    deliver(
-        &state,
-        &owner,
-        AnswerTarget::Run(run),
-        &body.tool_call_id,
-        verdict,
-    )
-    .await
+    deliver_to_run(&state, &owner, &body.run_id, &body.tool_call_id, verdict).await
 }
 
 /// Answers to a question set, resolved on the server against the stored
@@ -108,18 +92,10 @@ pub async fn answer(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Answer>,
 ) -> Result<Json<Delivery>, ApiError> {
-    let run: RunId = parse_id(&body.run_id, "tool call")?;
     let verdict = Verdict::Answer {
         answers: body.answers,
     };
-    deliver(
-        &state,
-        &owner,
-        AnswerTarget::Run(run),
-        &body.tool_call_id,
-        verdict,
-    )
-    .await
+    deliver_to_run(&state, &owner, &body.run_id, &body.tool_call_id, verdict).await
 }
 
 /// A question set left unanswered: the defaults, persisted as rejected.
@@ -128,11 +104,10 @@ pub async fn skip(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Skip>,
 ) -> Result<Json<Delivery>, ApiError> {
-    let run: RunId = parse_id(&body.run_id, "tool call")?;
-    deliver(
+    deliver_to_run(
         &state,
         &owner,
-        AnswerTarget::Run(run),
+        &body.run_id,
         &body.tool_call_id,
         Verdict::Skip,
     )
@@ -154,6 +129,18 @@ pub async fn respond(
         verdict,
     )
     .await
+}
+
+/// approve / reject / answer / skip: the reply is addressed by run.
+async fn deliver_to_run(
+    state: &AppState,
+    owner: &Owner,
+    run_id: &str,
+    call: &str,
+    verdict: Verdict,
+) -> Result<Json<Delivery>, ApiError> {
+    let run: RunId = parse_id(run_id, "tool call")?;
+    deliver(state, owner, AnswerTarget::Run(run), call, verdict).await
 }
 
 async fn deliver(
