@@ -247,10 +247,11 @@ async fn run_function(
     // Whether the call ran, parked, or is still to run comes from durable
     // state only: its `exec:` entry, its recorded park request, its row.
     if !cp.next_is(&names::exec(&call.id)) {
-        if cp.store_status(run_id, &call.id).await? != ToolCallStatus::Proposed {
+        let (status, recorded) = cp.store.park_request(run_id, &call.id).await?;
+        if status != ToolCallStatus::Proposed {
             return Ok(Ran::Parked(None));
         }
-        if let Some(recorded) = cp.store.park_request(run_id, &call.id).await? {
+        if let Some(recorded) = recorded {
             let request: ParkRequest = serde_json::from_value(recorded)
                 .map_err(|e| SegmentError::Permanent(format!("unreadable park request: {e}")))?;
             return Ok(Ran::Parked(Some(Wait::Job(request))));

@@ -132,15 +132,27 @@ impl Store {
     }
 
     /// A proposed call's recorded park request (see `RecordParkRequest`).
-    pub async fn park_request(&self, run: RunId, call: &ToolCallId) -> Result<Option<Value>> {
+    /// Returned with the call's status, in one query: what a function call
+    /// needs to know before it runs.
+    pub async fn park_request(
+        &self,
+        run: RunId,
+        call: &ToolCallId,
+    ) -> Result<(ToolCallStatus, Option<Value>)> {
         let client = self.client().await?;
         let stmt = client
-            .prepare_cached("SELECT park_request FROM tool_calls WHERE run_id = $1 AND id = $2")
+            .prepare_cached(
+                "SELECT status, park_request FROM tool_calls WHERE run_id = $1 AND id = $2",
+            )
             .await?;
-        Ok(client
+        let row = client
             .query_opt(&stmt, &[&run.0, &call.as_str()])
             .await?
-            .and_then(|row| row.get::<_, Option<Value>>(0)))
+            .ok_or_else(|| Error::NotFound {
+                what: "tool call",
+                id: call.to_string(),
+            })?;
+        Ok((row.get::<_, &str>(0).parse()?, row.get(1)))
     }
 
     /// The settled reply of a call, or its status while it is not settled.
