@@ -240,6 +240,12 @@ async fn kill_connections(topology: &Topology) -> Result<Option<usize>> {
     Ok(Some(killed))
 }
 
+fn broker_is_local() -> bool {
+    std::env::var("AMQP_URL").map_or(true, |url| {
+        url.contains("@127.0.0.1") || url.contains("@localhost") || url.contains("@[::1]")
+    })
+}
+
 #[tokio::test]
 async fn consumer_and_publisher_survive_a_lost_connection() -> Result<()> {
     let topology = topology();
@@ -251,10 +257,13 @@ async fn consumer_and_publisher_survive_a_lost_connection() -> Result<()> {
     assert!(!delivery.redelivered);
 
     match kill_connections(&topology).await? {
-        None => {
-            eprintln!("skipped: rabbitmqctl cannot reach the broker");
+        // Only a remote broker may skip: against the local one (what
+        // `make test` runs) a skip would be a test that cannot fail.
+        None if !broker_is_local() => {
+            eprintln!("skipped: rabbitmqctl cannot reach the remote broker");
             return Ok(());
         }
+        None => panic!("rabbitmqctl cannot reach the local broker; the test would test nothing"),
         Some(killed) => assert_eq!(killed, 1, "one connection per adapter"),
     }
     // The channel is gone: settling fails, and the broker requeues.
