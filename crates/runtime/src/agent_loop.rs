@@ -547,3 +547,53 @@ pub(crate) fn without_nul(value: Value) -> Value {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::tool::{mark_requires_confirmation, ToolSpec};
+    use crate::{ScriptedModel, Tool};
+
+    struct Send;
+
+    #[async_trait::async_trait]
+    impl Tool for Send {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: "send".into(),
+                description: String::new(),
+                input_schema: json!({ "type": "object" }),
+            }
+        }
+        async fn execute(&self, _: Value, _: &crate::ToolContext) -> Result<Value, ToolError> {
+            Ok(Value::Null)
+        }
+    }
+
+    /// The kind is decided from configuration once, at persist time.
+    #[test]
+    fn kinds_are_resolved_from_the_agent_and_registry() {
+        let model = Arc::new(ScriptedModel::new(vec![]));
+        let registry = Registry::new()
+            .with_tool(Arc::new(Send))
+            .unwrap()
+            .with_tool(mark_requires_confirmation(Arc::new(Send)).clone())
+            .unwrap();
+        let agent = Agent::new("a", model.clone())
+            .tool("send")
+            .ask(true)
+            .subagent("b");
+        let registry = registry.with_agent(Agent::new("b", model));
+        assert_eq!(resolve_kind(&agent, &registry, "send"), ToolKind::Approval);
+        assert_eq!(resolve_kind(&agent, &registry, "ask"), ToolKind::Ask);
+        assert_eq!(resolve_kind(&agent, &registry, "b"), ToolKind::Delegate);
+        assert_eq!(
+            resolve_kind(&agent, &registry, "unknown"),
+            ToolKind::Function
+        );
+        let plain = Registry::new().with_tool(Arc::new(Send)).unwrap();
+        assert_eq!(resolve_kind(&agent, &plain, "send"), ToolKind::Function);
+    }
+}

@@ -102,6 +102,29 @@ pub trait Tool: Send + Sync {
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError>;
 }
 
+/// Marks a Rust tool as needing a person's approval before every call
+/// (the file form is `requires_confirmation = true`).
+pub fn mark_requires_confirmation(tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
+    Arc::new(Confirmed(tool))
+}
+
+struct Confirmed(Arc<dyn Tool>);
+
+#[async_trait]
+impl Tool for Confirmed {
+    fn spec(&self) -> ToolSpec {
+        self.0.spec()
+    }
+
+    fn requires_confirmation(&self) -> bool {
+        true
+    }
+
+    async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        self.0.execute(arguments, ctx).await
+    }
+}
+
 /// A tool with its compiled input schema.
 #[derive(Clone)]
 pub struct RegisteredTool {
@@ -260,6 +283,25 @@ mod tests {
         assert_eq!(issues[0]["path"], "/to");
         assert!(issues[0]["message"].as_str().unwrap().contains("string"));
         assert_eq!(tool.validate(&json!({})).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn marking_a_tool_requires_confirmation_and_keeps_the_rest() {
+        let plain: Arc<dyn Tool> = Arc::new(Echo);
+        assert!(!plain.requires_confirmation());
+        let marked = mark_requires_confirmation(plain);
+        assert!(marked.requires_confirmation());
+        assert_eq!(marked.spec().name, "echo");
+        let ctx = ToolContext {
+            run_id: RunId::new(),
+            thread_id: ThreadId::new(),
+            tool_call_id: "c1".into(),
+            approval: None,
+        };
+        assert_eq!(
+            marked.execute(json!({"to": "x"}), &ctx).await,
+            Ok(json!({"to": "x"}))
+        );
     }
 
     #[test]
