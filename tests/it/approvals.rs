@@ -328,10 +328,11 @@ async fn replies_from_another_owner_or_to_unknown_calls_are_404_and_change_nothi
 async fn a_call_that_has_not_parked_cannot_be_answered() {
     let tool = ToolServer::ok().await;
     let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
-    let doomed = env.spawn_crashing_worker("persist:toolcall:c1");
+    // Dies right before the step's commit: nothing of the step (the model's
+    // answer, the proposed row, the park) is durable.
+    let doomed = env.spawn_crashing_worker("before:park");
     let (thread_id, run_id) = env.start_turn("agent", "send it").await;
     doomed.died().await.unwrap_err();
-    // The row exists (proposed) but the park never committed.
     let (status, _) = env
         .reply("/agent/tool-call/approve", ALICE, approve(&run_id, "c1"))
         .await;
@@ -351,7 +352,9 @@ async fn a_call_that_has_not_parked_cannot_be_answered() {
 async fn a_worker_killed_between_the_approval_and_exec_runs_the_tool_once() {
     let tool = ToolServer::ok().await;
     let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
-    let doomed = env.spawn_crashing_worker_when(|name| name.starts_with("tool:"));
+    // Dies after the resumed segment read the approval, right before the
+    // tool would run.
+    let doomed = env.spawn_crashing_worker("invoke:c1");
     let (thread_id, run_id) = env.start_turn("agent", "send it").await;
     env.wait_pending(&thread_id, 1).await;
     env.reply("/agent/tool-call/approve", ALICE, approve(&run_id, "c1"))

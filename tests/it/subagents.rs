@@ -244,9 +244,10 @@ async fn a_child_that_fails_mid_unwind_is_the_delegations_result_and_the_parent_
 async fn a_worker_killed_halfway_through_an_unwind_leaves_the_rest_to_the_next() {
     let tool = ToolServer::ok().await;
     let env = TestEnv::start(nested(&tool.url, r#"{ text = "grandchild done" }"#)).await;
-    // Dies right after the child journaled the grandchild's result, before
-    // the child finished and before the root was resumed.
-    let doomed = env.spawn_crashing_worker("exec:d2");
+    // Dies right before the commit that would journal the grandchild's
+    // result in the child (with the child's end), after the grandchild
+    // finished: the child is resumed, the root still waits.
+    let doomed = env.spawn_crashing_worker("before:exec:d2");
     let (thread_id, root_run) = env.start_turn("root", "go").await;
     let pending = env.wait_pending(&thread_id, 1).await;
     env.reply("/agent/tool-call/approve", ALICE, approve(&pending[0]))

@@ -33,7 +33,7 @@ pub const MAX_MODEL_CALLS: u32 = 64;
 /// committed; `true` makes the worker die there (no ack, no release).
 pub type CrashPoint = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
-pub use crate::checkpoint::Checkpointer;
+pub use crate::checkpoint::{Checkpointer, Durability};
 
 /// How a segment of a run ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,7 +103,7 @@ pub async fn run_turn(
     }
     for n in 0..MAX_MODEL_CALLS {
         let response: ModelResponse = cp
-            .checkpoint(names::model(n), || async {
+            .checkpoint(names::model(n), Durability::Decided, || async {
                 let request = ModelRequest {
                     call_index: n,
                     system: &agent.system,
@@ -209,7 +209,7 @@ pub async fn run_turn(
                 None => {
                     blocked = true;
                     if let Some(wait) = wait {
-                        if needs_park(cp, run_id, &call).await? {
+                        if needs_park(cp, &call)? {
                             to_park.push(ParkItem { call, wait });
                         }
                     }
@@ -243,15 +243,14 @@ async fn run_function(
     ctx: &RunContext,
     call: &PersistedToolCall,
 ) -> Result<Ran, SegmentError> {
-    let run_id = ctx.lease.run_id;
     // Whether the call ran, parked, or is still to run comes from durable
     // state only: its `exec:` entry, its recorded park request, its row.
     if !cp.next_is(&names::exec(&call.id)) {
-        let (status, recorded) = cp.store.park_request(run_id, &call.id).await?;
-        if status != ToolCallStatus::Proposed {
+        let row = cp.call(&call.id)?;
+        if row.status != ToolCallStatus::Proposed {
             return Ok(Ran::Parked(None));
         }
-        if let Some(recorded) = recorded {
+        if let Some(recorded) = row.park_request.clone() {
             let request: ParkRequest = serde_json::from_value(recorded)
                 .map_err(|e| SegmentError::Permanent(format!("unreadable park request: {e}")))?;
             return Ok(Ran::Parked(Some(Wait::Job(request))));
@@ -262,11 +261,13 @@ async fn run_function(
         Err(SegmentError::Parked(request)) => {
             let recorded = serde_json::to_value(&request)
                 .map_err(|e| SegmentError::Permanent(e.to_string()))?;
-            cp.commit(vec![Change::RecordParkRequest {
+            // The tool ran its first half: its decision to park is
+            // committed at once, like any effect's outcome.
+            cp.buffer(vec![Change::RecordParkRequest {
                 id: call.id.clone(),
                 request: recorded,
-            }])
-            .await?;
+            }]);
+            cp.flush(None).await?;
             Ok(Ran::Parked(Some(Wait::Job(request))))
         }
         Err(other) => Err(other),
@@ -275,15 +276,11 @@ async fn run_function(
 
 /// True when the waiting call has not been parked (or its child started)
 /// yet: the park of this step must do it.
-async fn needs_park(
-    cp: &Checkpointer<'_>,
-    run_id: RunId,
-    call: &PersistedToolCall,
-) -> Result<bool, SegmentError> {
+fn needs_park(cp: &Checkpointer<'_>, call: &PersistedToolCall) -> Result<bool, SegmentError> {
     if call.kind == ToolKind::Delegate {
-        Ok(cp.store.delegation(run_id, &call.id).await?.is_none())
+        Ok(cp.call(&call.id)?.delegation().is_none())
     } else {
-        Ok(cp.store_status(run_id, &call.id).await? == ToolCallStatus::Proposed)
+        Ok(cp.status(&call.id)? == ToolCallStatus::Proposed)
     }
 }
 
@@ -296,35 +293,39 @@ async fn persist_tool_call(
     run_id: RunId,
     call: &ToolCallRequest,
 ) -> Result<PersistedToolCall, SegmentError> {
-    cp.checkpoint(names::persist_toolcall(&call.id), || async {
-        let kind = resolve_kind(agent, registry, &call.name);
-        let persisted = PersistedToolCall {
-            id: call.id.clone(),
-            name: call.name.clone(),
-            arguments: call.arguments.clone(),
-            kind,
-            tool_type: kind.tool_type().to_owned(),
-        };
-        let changes = vec![
-            Change::ProposeToolCall {
+    cp.checkpoint(
+        names::persist_toolcall(&call.id),
+        Durability::Decided,
+        || async {
+            let kind = resolve_kind(agent, registry, &call.name);
+            let persisted = PersistedToolCall {
                 id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
                 kind,
-            },
-            Change::Event {
-                event_type: EventType::ToolCall,
-                data: json!({
-                    "runId": run_id,
-                    "toolCallId": call.id,
-                    "toolName": call.name,
-                    "arguments": call.arguments,
-                    "kind": kind,
-                }),
-            },
-        ];
-        Ok((persisted, changes))
-    })
+                tool_type: kind.tool_type().to_owned(),
+            };
+            let changes = vec![
+                Change::ProposeToolCall {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    kind,
+                },
+                Change::Event {
+                    event_type: EventType::ToolCall,
+                    data: json!({
+                        "runId": run_id,
+                        "toolCallId": call.id,
+                        "toolName": call.name,
+                        "arguments": call.arguments,
+                        "kind": kind,
+                    }),
+                },
+            ];
+            Ok((persisted, changes))
+        },
+    )
     .await
 }
 
@@ -340,7 +341,11 @@ async fn execute(
 ) -> Result<Value, SegmentError> {
     let span = tracing::info_span!("tool", tool_call_id = %call.id, tool = %call.name);
     let run_id = ctx.lease.run_id;
-    cp.checkpoint(names::exec(&call.id), || {
+    let name = names::exec(&call.id);
+    if !cp.next_is(&name) {
+        cp.before_effect(&call.id).await?;
+    }
+    cp.checkpoint(name, Durability::Effect, || {
         async {
             let answered = approval.is_some();
             let (result, status) = match invoke(agent, registry, ctx, call, approval).await {
@@ -455,7 +460,7 @@ pub(crate) async fn await_reply(
     let settled = if cp.is_recorded(&name)? {
         None
     } else {
-        match cp.store.tool_call_reply(run_id, &call.id).await? {
+        match cp.call(&call.id)?.reply()? {
             Err(status) => return Ok(Err(status)),
             // One channel, two shapes: a reply whose shape does not fit the
             // wait (answers for a verdict, or the reverse) is discarded and
@@ -468,7 +473,7 @@ pub(crate) async fn await_reply(
         }
     };
     let reply: SettledReply = cp
-        .checkpoint(name, || async move {
+        .checkpoint(name, Durability::Derived, || async move {
             // The effect runs only when the entry is not recorded, and then
             // the settled row was just read.
             let reply = settled.ok_or_else(|| {
@@ -493,7 +498,7 @@ pub(crate) async fn record_failure(
     call: &PersistedToolCall,
     failure: Value,
 ) -> Result<Value, SegmentError> {
-    cp.checkpoint(names::exec(&call.id), || async {
+    cp.checkpoint(names::exec(&call.id), Durability::Derived, || async {
         let changes = std::iter::once(Change::SettleToolCall {
             id: call.id.clone(),
             status: ToolCallStatus::Failed,

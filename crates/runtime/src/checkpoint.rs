@@ -1,19 +1,53 @@
 //! The checkpointer: the journal access of one segment of one run.
 //!
 //! Every effect of a run goes through [`Checkpointer::checkpoint`]: replayed
-//! from the journal when it is there, run and journaled (with the rows it
-//! changes, in one transaction fenced by the lease) when it is not.
+//! from the journal when it is there, run and recorded when it is not. A new
+//! entry is not committed on its own: the entries of a step are buffered
+//! with the rows they change and committed together, in one transaction
+//! fenced by the lease, at the boundaries that need durability:
+//!
+//! * before an outside effect (a tool runs), when the buffer holds a value
+//!   decided outside the journal (a model's answer): a tool never runs for
+//!   a decision a crash could forget;
+//! * right after a tool returns (its output is committed at once, so it
+//!   never runs twice);
+//! * at the park and at the end of the run (with the run's own change);
+//! * before a retry (with the failure counted).
+//!
+//! A worker that dies with entries still buffered loses only what it can
+//! compute again: a value derived from durable state, or a model call
+//! (which a replay then makes again; the README's guarantees say so).
+//!
+//! Crash points (for tests) are named where the transitions are: each entry
+//! name right after the commit that made it durable, `before:<name>` right
+//! before that commit, `invoke:<callId>` right before a tool runs, and
+//! `park` / `finish` (and `before:park` / `before:finish`) around the
+//! commits that end a segment.
 
+use std::collections::HashMap;
 use std::future::Future;
 
-use agentenkit_core::{JournalEntry, Replay, ReplayStep, RunId, ToolCallId, ToolCallStatus};
-use agentenkit_store::{Change, Lease, Store};
+use agentenkit_core::{JournalEntry, Replay, ReplayStep, ToolCallId, ToolCallStatus};
+use agentenkit_store::{CallRow, Change, Lease, Store};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::agent_loop::CrashPoint;
 use crate::relay::Relay;
 use crate::worker::SegmentError;
+
+/// How durable a new journal entry must be before the run goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The value can be computed again from durable state (a settled row,
+    /// the run's own journal): buffered until the next commit.
+    Derived,
+    /// The value was decided outside the journal (a model's answer, the
+    /// configuration): buffered, but committed before any outside effect.
+    Decided,
+    /// An outside effect happened (a tool ran): committed at once.
+    Effect,
+}
 
 /// Journal access for one segment of one run, fenced by its lease.
 pub struct Checkpointer<'a> {
@@ -22,6 +56,14 @@ pub struct Checkpointer<'a> {
     lease: &'a Lease,
     replay: Replay,
     crash: Option<&'a CrashPoint>,
+    /// The run's tool-call rows: as the lease found them, then as this
+    /// segment's changes (committed or buffered) leave them.
+    calls: HashMap<ToolCallId, CallRow>,
+    /// Changes not committed yet, and the names of their journal entries.
+    pending: Vec<Change>,
+    pending_names: Vec<String>,
+    /// The buffer holds a `Decided` entry.
+    pending_decided: bool,
 }
 
 impl<'a> Checkpointer<'a> {
@@ -30,6 +72,7 @@ impl<'a> Checkpointer<'a> {
         relay: &'a Relay,
         lease: &'a Lease,
         journal: Vec<JournalEntry>,
+        calls: Vec<CallRow>,
         crash: Option<&'a CrashPoint>,
     ) -> Self {
         Self {
@@ -38,6 +81,10 @@ impl<'a> Checkpointer<'a> {
             lease,
             replay: Replay::new(journal),
             crash,
+            calls: calls.into_iter().map(|c| (c.id.clone(), c)).collect(),
+            pending: Vec::new(),
+            pending_names: Vec::new(),
+            pending_decided: false,
         }
     }
 
@@ -47,13 +94,6 @@ impl<'a> Checkpointer<'a> {
         self.replay.is_next(name).unwrap_or(false)
     }
 
-    /// Commits changes that are not a checkpoint (fenced by the lease).
-    pub async fn commit(&self, changes: Vec<Change>) -> Result<(), SegmentError> {
-        let outbox = self.store.commit(self.lease, &changes).await?;
-        self.relay.publish(&outbox).await;
-        Ok(())
-    }
-
     /// True when the next checkpoint is `name` and already recorded.
     pub fn is_recorded(&self, name: &str) -> Result<bool, SegmentError> {
         self.replay
@@ -61,28 +101,123 @@ impl<'a> Checkpointer<'a> {
             .map_err(|e| SegmentError::Permanent(e.to_string()))
     }
 
-    /// The status of a call that waits behind another (not journaled).
-    pub(crate) async fn store_status(
-        &self,
-        run: RunId,
-        call: &ToolCallId,
-    ) -> Result<ToolCallStatus, SegmentError> {
-        Ok(match self.store.tool_call_reply(run, call).await? {
-            Ok(reply) => reply.status,
-            Err(status) => status,
+    /// The run's row of `call`, as this segment knows it.
+    pub(crate) fn call(&self, call: &ToolCallId) -> Result<&CallRow, SegmentError> {
+        self.calls.get(call).ok_or_else(|| {
+            SegmentError::Permanent(format!("tool call {call} has no row in its run"))
         })
     }
 
     /// Starts reading the journal from the top again (a retried attempt).
+    /// Only committed entries may be read back: call after a commit.
     pub fn rewind(&mut self) {
+        debug_assert!(self.pending.is_empty());
         self.replay = Replay::new(self.replay.entries().to_vec());
     }
 
+    /// Adds changes to the next commit.
+    pub(crate) fn buffer(&mut self, changes: Vec<Change>) {
+        for change in &changes {
+            self.track(change);
+        }
+        self.pending.extend(changes);
+    }
+
+    /// Right before a tool runs: what the buffer holds of decisions made
+    /// outside the journal is committed first, so a tool never runs for a
+    /// step a crash could make again differently.
+    pub(crate) async fn before_effect(&mut self, call: &ToolCallId) -> Result<(), SegmentError> {
+        if self.pending_decided {
+            self.flush(None).await?;
+        }
+        self.crash_point(&format!("invoke:{call}"))
+    }
+
+    /// Commits the buffer (if it holds anything).
+    pub(crate) async fn flush(&mut self, label: Option<&str>) -> Result<(), SegmentError> {
+        if self.pending.is_empty() && label.is_none() {
+            return Ok(());
+        }
+        for name in &self.pending_names {
+            self.crash_point(&format!("before:{name}"))?;
+        }
+        if let Some(label) = label {
+            self.crash_point(&format!("before:{label}"))?;
+        }
+        let outbox = self.store.commit(self.lease, &self.pending).await?;
+        self.pending.clear();
+        self.pending_decided = false;
+        let names = std::mem::take(&mut self.pending_names);
+        self.relay.publish(&outbox).await;
+        for name in &names {
+            self.crash_point(name)?;
+        }
+        if let Some(label) = label {
+            self.crash_point(label)?;
+        }
+        Ok(())
+    }
+
+    /// Commits the buffer together with the change that ends the segment
+    /// (`label`: `park` or `finish`).
+    pub(crate) async fn commit_end(
+        &mut self,
+        changes: Vec<Change>,
+        label: &str,
+    ) -> Result<(), SegmentError> {
+        self.buffer(changes);
+        self.flush(Some(label)).await
+    }
+
+    /// Forgets what is buffered: the run ends in a way that must not depend
+    /// on it (a failure whose cause may be in the buffer itself).
+    pub(crate) fn discard(&mut self) {
+        self.pending.clear();
+        self.pending_names.clear();
+        self.pending_decided = false;
+    }
+
+    fn crash_point(&self, name: &str) -> Result<(), SegmentError> {
+        if self.crash.is_some_and(|crash| crash(name)) {
+            return Err(SegmentError::Crashed);
+        }
+        Ok(())
+    }
+
+    /// Keeps the view of the run's rows in step with a buffered change.
+    fn track(&mut self, change: &Change) {
+        match change {
+            Change::ProposeToolCall { id, kind, .. } => {
+                self.calls
+                    .insert(id.clone(), CallRow::proposed(id.clone(), *kind));
+            }
+            Change::RecordParkRequest { id, request } => {
+                if let Some(row) = self.calls.get_mut(id) {
+                    row.park_request = Some(request.clone());
+                }
+            }
+            Change::SettleToolCall { id, status, result } => {
+                if let Some(row) = self.calls.get_mut(id) {
+                    row.status = *status;
+                    row.result = Some(result.clone());
+                }
+            }
+            Change::RecordToolResult { id, result } => {
+                if let Some(row) = self.calls.get_mut(id) {
+                    row.result = Some(result.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// The checkpoint `name`: its journaled value, or else the value of
-    /// `effect`, committed together with the changes the effect returns.
+    /// `effect`, recorded with the changes the effect returns and made as
+    /// durable as `durability` says.
     pub async fn checkpoint<T, F, Fut>(
         &mut self,
         name: String,
+        durability: Durability,
         effect: F,
     ) -> Result<T, SegmentError>
     where
@@ -99,27 +234,30 @@ impl<'a> Checkpointer<'a> {
             Ok(ReplayStep::Record { position }) => position,
             Err(e) => return Err(SegmentError::Permanent(e.to_string())),
         };
-        let (value, mut changes) = effect().await?;
+        let (value, changes) = effect().await?;
         let json = serde_json::to_value(&value)
             .map_err(|e| SegmentError::Permanent(format!("checkpoint {name}: {e}")))?;
-        changes.insert(
-            0,
-            Change::Journal {
-                position,
-                name: name.clone(),
-                value: json.clone(),
-            },
-        );
-        let outbox = self.store.commit(self.lease, &changes).await?;
-        self.relay.publish(&outbox).await;
-        self.replay.recorded(JournalEntry {
+        self.buffer(vec![Change::Journal {
             position,
             name: name.clone(),
+            value: json.clone(),
+        }]);
+        self.buffer(changes);
+        self.pending_names.push(name.clone());
+        self.pending_decided |= durability == Durability::Decided;
+        self.replay.recorded(JournalEntry {
+            position,
+            name,
             value: json,
         });
-        if self.crash.is_some_and(|crash| crash(&name)) {
-            return Err(SegmentError::Crashed);
+        if durability == Durability::Effect {
+            self.flush(None).await?;
         }
         Ok(value)
+    }
+
+    /// The status of a call, as this segment knows it.
+    pub(crate) fn status(&self, call: &ToolCallId) -> Result<ToolCallStatus, SegmentError> {
+        Ok(self.call(call)?.status)
     }
 }

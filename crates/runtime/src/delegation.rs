@@ -6,7 +6,9 @@ use agentenkit_core::RunId;
 use agentenkit_store::Delegation;
 use serde_json::{json, Value};
 
-use crate::agent_loop::{record_failure, result_changes, Checkpointer, PersistedToolCall};
+use crate::agent_loop::{
+    record_failure, result_changes, Checkpointer, Durability, PersistedToolCall,
+};
 use crate::worker::SegmentError;
 
 /// The task of a delegation, or the failure the model sees (journaled as
@@ -43,13 +45,13 @@ pub(crate) async fn await_delegation(
     let settled = if cp.is_recorded(&name)? {
         None
     } else {
-        match cp.store.delegation(run_id, &call.id).await? {
+        match cp.call(&call.id)?.delegation() {
             Some(Delegation::Settled { status, result }) => Some((status, result)),
             _ => return Ok(None),
         }
     };
     let result = cp
-        .checkpoint(name, || async move {
+        .checkpoint(name, Durability::Derived, || async move {
             let (status, result) = settled.ok_or_else(|| {
                 SegmentError::Permanent("the result of a recorded delegation was read again".into())
             })?;

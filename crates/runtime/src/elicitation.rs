@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 use crate::agent::{Intake, ASK_TOOL};
 use crate::agent_loop::{
-    await_reply, record_failure, tool_message, Checkpointer, ParkItem, PersistedToolCall, Wait,
+    await_reply, record_failure, tool_message, Checkpointer, Durability, ParkItem,
+    PersistedToolCall, Wait,
 };
 use crate::config::IntakeWhen;
 use crate::worker::SegmentError;
@@ -74,32 +75,36 @@ pub async fn intake(
     let call = intake_call(intake);
     let store = cp.store.clone();
     let asks: bool = cp
-        .checkpoint(names::INTAKE_ASK.to_owned(), || async {
-            let asks = match intake.when {
-                IntakeWhen::EveryTurn => true,
-                IntakeWhen::ThreadStart => {
-                    !store
-                        .intake_asked_before(ctx.lease.thread_id, run_id, &ctx.name)
-                        .await?
+        .checkpoint(
+            names::INTAKE_ASK.to_owned(),
+            Durability::Decided,
+            || async {
+                let asks = match intake.when {
+                    IntakeWhen::EveryTurn => true,
+                    IntakeWhen::ThreadStart => {
+                        !store
+                            .intake_asked_before(ctx.lease.thread_id, run_id, &ctx.name)
+                            .await?
+                    }
+                };
+                let mut changes = Vec::new();
+                if asks {
+                    let message = intake_message(&call, intake);
+                    changes.push(Change::Event {
+                        event_type: EventType::Message,
+                        data: json!({ "runId": run_id, "message": message }),
+                    });
+                    changes.push(Change::Message(message));
+                    changes.push(Change::ProposeToolCall {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                        kind: ToolKind::Ask,
+                    });
                 }
-            };
-            let mut changes = Vec::new();
-            if asks {
-                let message = intake_message(&call, intake);
-                changes.push(Change::Event {
-                    event_type: EventType::Message,
-                    data: json!({ "runId": run_id, "message": message }),
-                });
-                changes.push(Change::Message(message));
-                changes.push(Change::ProposeToolCall {
-                    id: call.id.clone(),
-                    name: call.name.clone(),
-                    arguments: call.arguments.clone(),
-                    kind: ToolKind::Ask,
-                });
-            }
-            Ok((asks, changes))
-        })
+                Ok((asks, changes))
+            },
+        )
         .await?;
     if !asks {
         return Ok(None);
@@ -147,9 +152,11 @@ pub async fn ask_call(
     };
     let request = serde_json::to_value(&set).unwrap_or_default();
     let frame: Value = cp
-        .checkpoint(names::stream_elicitation(&call.id), || async {
-            Ok((frame(run_id, &call.id, &request, ctx, "ask"), vec![]))
-        })
+        .checkpoint(
+            names::stream_elicitation(&call.id),
+            Durability::Derived,
+            || async { Ok((frame(run_id, &call.id, &request, ctx, "ask"), vec![])) },
+        )
         .await?;
     Ok(Ok(Wait::Ask {
         frame,

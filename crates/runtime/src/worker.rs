@@ -274,25 +274,39 @@ impl Worker {
         tracing::Span::current().record("thread_id", tracing::field::display(ctx.lease.thread_id));
         let lost = CancellationToken::new();
         let _heartbeat = self.heartbeat(ctx.lease.clone(), lost.clone());
+        let inner = &self.inner;
+        let mut cp = Checkpointer::new(
+            &inner.store,
+            &inner.relay,
+            &ctx.lease,
+            ctx.journal.clone(),
+            ctx.calls.clone(),
+            inner.crash.as_ref(),
+        );
         // A lost lease (stopped, or taken over) ends the step at once: the
         // run is someone else's now, and every later write would be refused.
         let result = tokio::select! {
-            result = self.advance(&ctx) => result,
+            result = self.advance(&ctx, &mut cp) => result,
             () = lost.cancelled() => Err(SegmentError::LeaseLost),
         };
         let outcome = match result {
             Ok(Outcome::Completed { output }) => {
-                self.finish(&ctx, RunStatus::Completed, output, None).await
+                self.finish(&ctx, &mut cp, RunStatus::Completed, output, None)
+                    .await
             }
-            Ok(Outcome::Park { to_park }) => self.park(&ctx, to_park).await,
+            Ok(Outcome::Park { to_park }) => self.park(&ctx, &mut cp, to_park).await,
             Err(SegmentError::Parked(request)) => {
                 let error = format!("a tool parked ({}) outside a step", request.reason);
-                self.finish(&ctx, RunStatus::Failed, None, Some(error))
+                cp.discard();
+                self.finish(&ctx, &mut cp, RunStatus::Failed, None, Some(error))
                     .await
             }
             Err(SegmentError::Permanent(error)) | Err(SegmentError::Retry(error)) => {
                 tracing::warn!(%error, "run failed");
-                self.finish(&ctx, RunStatus::Failed, None, Some(error))
+                // What the step buffered may be the cause (a write the
+                // store refuses): the failure is recorded without it.
+                cp.discard();
+                self.finish(&ctx, &mut cp, RunStatus::Failed, None, Some(error))
                     .await
             }
             Err(other) => Err(other),
@@ -401,19 +415,16 @@ impl Worker {
 
     /// Runs the loop, retrying retryable failures with backoff; returns the
     /// last error once the attempts are spent.
-    async fn advance(&self, ctx: &RunContext) -> Result<Outcome, SegmentError> {
+    async fn advance(
+        &self,
+        ctx: &RunContext,
+        cp: &mut Checkpointer<'_>,
+    ) -> Result<Outcome, SegmentError> {
         let inner = &self.inner;
         let agent = inner
             .registry
             .agent(&ctx.name)
             .ok_or_else(|| SegmentError::Permanent(format!("unknown agent {:?}", ctx.name)))?;
-        let mut cp = Checkpointer::new(
-            &inner.store,
-            &inner.relay,
-            &ctx.lease,
-            ctx.journal.clone(),
-            inner.crash.as_ref(),
-        );
         let mut attempts = ctx.attempts.max(0) as u32;
         if attempts >= inner.config.max_attempts {
             // Earlier workers died in this step (each takeover counts).
@@ -422,18 +433,15 @@ impl Worker {
             )));
         }
         loop {
-            match run_turn(agent, &inner.registry, ctx, &mut cp).await {
+            match run_turn(agent, &inner.registry, ctx, cp).await {
                 Err(SegmentError::Retry(error)) => {
                     attempts += 1;
-                    inner
-                        .store
-                        .commit(
-                            &ctx.lease,
-                            &[Change::RecordFailure {
-                                error: error.clone(),
-                            }],
-                        )
-                        .await?;
+                    // What the attempt recorded before it failed is kept:
+                    // the retry replays it.
+                    cp.buffer(vec![Change::RecordFailure {
+                        error: error.clone(),
+                    }]);
+                    cp.flush(None).await?;
                     if attempts >= inner.config.max_attempts {
                         return Err(SegmentError::Retry(format!(
                             "{error} (after {attempts} attempts)"
@@ -455,6 +463,7 @@ impl Worker {
     async fn finish(
         &self,
         ctx: &RunContext,
+        cp: &mut Checkpointer<'_>,
         status: RunStatus,
         output: Option<String>,
         error: Option<String>,
@@ -489,25 +498,21 @@ impl Worker {
                 json!({ "runId": lease.run_id, "error": error }),
             ),
         };
-        let outbox = self
-            .inner
-            .store
-            .commit(
-                lease,
-                &[
-                    Change::FinishRun {
-                        status,
-                        output,
-                        error,
-                    },
-                    Change::Event { event_type, data },
-                ]
-                .into_iter()
-                .chain(delegation)
-                .collect::<Vec<_>>(),
-            )
-            .await?;
-        self.inner.relay.publish(&outbox).await;
+        cp.commit_end(
+            [
+                Change::FinishRun {
+                    status,
+                    output,
+                    error,
+                },
+                Change::Event { event_type, data },
+            ]
+            .into_iter()
+            .chain(delegation)
+            .collect(),
+            "finish",
+        )
+        .await?;
         ::metrics::counter!(metrics::RUNS_FINISHED, "status" => status.as_str()).increment(1);
         Ok(())
     }

@@ -175,35 +175,15 @@ impl Store {
                 what: "tool call",
                 id: call.to_string(),
             })?;
-        let status: ToolCallStatus = row.get::<_, &str>(0).parse()?;
-        match status {
-            ToolCallStatus::Proposed | ToolCallStatus::PendingApproval => Ok(Err(status)),
-            _ => {
-                let result: Option<Value> = row.get(2);
-                let payload: Option<Value> = row.get(1);
-                let kind: ToolKind = row.get::<_, &str>(5).parse()?;
-                let (payload, answers) = if kind == ToolKind::Ask {
-                    let answers = payload.map(serde_json::from_value).transpose()?;
-                    (None, answers)
-                } else {
-                    (payload, None)
-                };
-                Ok(Ok(SettledReply {
-                    status,
-                    approved: status == ToolCallStatus::Executed,
-                    payload,
-                    answers,
-                    defaulted: row.get(6),
-                    reason: result
-                        .as_ref()
-                        .and_then(|r| r.get("reason"))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
-                    answered_by: row.get(3),
-                    answered_at: row.get(4),
-                }))
-            }
-        }
+        settled_reply(
+            row.get::<_, &str>(0).parse()?,
+            row.get::<_, &str>(5).parse()?,
+            row.get(1),
+            row.get::<_, Option<Value>>(2).as_ref(),
+            row.get(6),
+            row.get(3),
+            row.get(4),
+        )
     }
 
     /// Stops the thread's current run tree: every active run of it is
@@ -350,4 +330,41 @@ pub(crate) async fn settle(
     )
     .await?;
     resume_if_settled(tx, row.run_id).await
+}
+
+/// A settled row's reply, or its status while it is not settled.
+pub(crate) fn settled_reply(
+    status: ToolCallStatus,
+    kind: ToolKind,
+    payload: Option<Value>,
+    result: Option<&Value>,
+    defaulted: Option<Vec<String>>,
+    answered_by: Option<String>,
+    answered_at: Option<DateTime<Utc>>,
+) -> Result<std::result::Result<SettledReply, ToolCallStatus>> {
+    if matches!(
+        status,
+        ToolCallStatus::Proposed | ToolCallStatus::PendingApproval
+    ) {
+        return Ok(Err(status));
+    }
+    // Questions keep their resolved answers in `payload`.
+    let (payload, answers) = if kind == ToolKind::Ask {
+        (None, payload.map(serde_json::from_value).transpose()?)
+    } else {
+        (payload, None)
+    };
+    Ok(Ok(SettledReply {
+        status,
+        approved: status == ToolCallStatus::Executed,
+        payload,
+        answers,
+        defaulted,
+        reason: result
+            .and_then(|r| r.get("reason"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        answered_by,
+        answered_at,
+    }))
 }

@@ -29,7 +29,7 @@ pub use error::{Error, Result};
 pub use expire::{Expiry, Scope};
 pub use outbox::OutboxRow;
 pub use reclaim::Reclaimed;
-pub use runs::{Delegation, Lease, LeaseAttempt, RunContext};
+pub use runs::{CallRow, Delegation, Lease, LeaseAttempt, RunContext};
 pub use threads::StartedRun;
 pub use views::{EventView, MessageView, PendingInput, RunView, ThreadView, UsageView};
 

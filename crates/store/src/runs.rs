@@ -1,8 +1,12 @@
 //! Runs: the lease a worker takes to advance one, and the run's reads.
 
 use agentenkit_core::conversation::Message;
-use agentenkit_core::{JournalEntry, Owner, RunId, RunStatus, ThreadId};
+use agentenkit_core::reply::SettledReply;
+use agentenkit_core::{
+    JournalEntry, Owner, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
+};
 use chrono::{DateTime, Utc};
+use serde::Deserialize;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -37,7 +41,144 @@ pub struct RunContext {
     /// The conversation before this run's own steps: earlier turns and this
     /// run's user message. The run's own steps come back from the journal.
     pub history: Vec<Message>,
+    /// The run's tool-call rows as the lease found them. While a worker
+    /// holds the run nobody else changes them (answers, expiries and child
+    /// runs settle rows only of a waiting run), so the step reads them here
+    /// instead of asking the store once per call.
+    pub calls: Vec<CallRow>,
 }
+
+/// A tool-call row of a run, as its worker sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallRow {
+    pub id: ToolCallId,
+    pub kind: ToolKind,
+    pub status: ToolCallStatus,
+    /// A self-parking tool's request, kept before its park committed.
+    pub park_request: Option<serde_json::Value>,
+    pub payload: Option<serde_json::Value>,
+    pub result: Option<serde_json::Value>,
+    pub defaulted: Option<Vec<String>>,
+    pub answered_by: Option<String>,
+    pub answered_at: Option<DateTime<Utc>>,
+    /// The child run a delegation started.
+    pub child: Option<RunId>,
+}
+
+impl CallRow {
+    /// A call the model just proposed (not written yet, or just written).
+    pub fn proposed(id: ToolCallId, kind: ToolKind) -> Self {
+        Self {
+            id,
+            kind,
+            status: ToolCallStatus::Proposed,
+            park_request: None,
+            payload: None,
+            result: None,
+            defaulted: None,
+            answered_by: None,
+            answered_at: None,
+            child: None,
+        }
+    }
+
+    /// The settled reply, or the status while the call is not settled.
+    pub fn reply(&self) -> Result<std::result::Result<SettledReply, ToolCallStatus>> {
+        crate::answer::settled_reply(
+            self.status,
+            self.kind,
+            self.payload.clone(),
+            self.result.as_ref(),
+            self.defaulted.clone(),
+            self.answered_by.clone(),
+            self.answered_at,
+        )
+    }
+
+    /// Where the delegation of this call stands: `None` before its child
+    /// run exists.
+    pub fn delegation(&self) -> Option<Delegation> {
+        match (self.status, self.child) {
+            (ToolCallStatus::Proposed, None) => None,
+            (ToolCallStatus::Proposed, Some(child)) => Some(Delegation::Running { child }),
+            (status, _) => Some(Delegation::Settled {
+                status,
+                result: self.result.clone().unwrap_or_default(),
+            }),
+        }
+    }
+}
+
+/// A call row as the acquire statement renders it (JSON).
+#[derive(Deserialize)]
+struct CallSnapshot {
+    id: String,
+    kind: String,
+    status: String,
+    park_request: Option<serde_json::Value>,
+    payload: Option<serde_json::Value>,
+    result: Option<serde_json::Value>,
+    defaulted: Option<Vec<String>>,
+    answered_by: Option<String>,
+    answered_at: Option<DateTime<Utc>>,
+    child: Option<Uuid>,
+}
+
+impl CallSnapshot {
+    fn into_row(self) -> Result<CallRow> {
+        Ok(CallRow {
+            id: ToolCallId(self.id),
+            kind: self.kind.parse()?,
+            status: self.status.parse()?,
+            park_request: self.park_request,
+            payload: self.payload,
+            result: self.result,
+            defaulted: self.defaulted,
+            answered_by: self.answered_by,
+            answered_at: self.answered_at,
+            child: self.child.map(RunId),
+        })
+    }
+}
+
+/// Takes the lease and reads what the segment needs, in one statement.
+/// The reads see the snapshot the UPDATE started from, which is all they
+/// need: the lease row is the only one the statement changes.
+const ACQUIRE: &str = "
+WITH acquired AS (
+    UPDATE runs SET status = 'running', lease_owner = $4, lease_token = lease_token + 1,
+           lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now(),
+           -- taking over from a worker whose lease ran out counts as an
+           -- attempt, so a segment that kills its worker every time ends
+           -- instead of looping
+           attempts = attempts + CASE WHEN status = 'running' THEN 1 ELSE 0 END
+    WHERE id = $1 AND segment_seq = $2 AND status = ANY($5)
+      AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+      -- a child created while its tree was being stopped never runs
+      AND NOT EXISTS (SELECT 1 FROM runs root WHERE root.id = runs.root_run_id
+                      AND root.status = 'cancelled')
+    RETURNING id, thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id
+)
+SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value) ORDER BY j.position), '[]')
+        FROM journal j WHERE j.run_id = a.id),
+       -- a root run sees the thread's earlier turns (root runs only) and its
+       -- own user message; a child run sees only its task
+       (SELECT coalesce(jsonb_agg(m.body ORDER BY m.id), '[]')
+        FROM messages m JOIN runs r ON r.id = m.run_id
+        WHERE m.thread_id = a.thread_id
+          AND CASE WHEN a.parent_run_id IS NULL
+                   THEN r.parent_run_id IS NULL AND (m.run_id <> a.id OR m.body->>'role' = 'user')
+                   ELSE m.run_id = a.id AND m.body->>'role' = 'user' END),
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'id', tc.id, 'kind', tc.kind, 'status', tc.status,
+                   'park_request', tc.park_request, 'payload', tc.payload, 'result', tc.result,
+                   'defaulted', tc.defaulted, 'answered_by', tc.answered_by,
+                   'answered_at', tc.answered_at, 'child', c.id)), '[]')
+        FROM tool_calls tc
+        LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
+        WHERE tc.run_id = a.id)
+FROM acquired a";
 
 /// A delegation whose child run exists.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,26 +208,13 @@ pub enum LeaseAttempt {
 
 impl Store {
     /// Takes the run's lease for `ttl_ms` if segment `seq` is current and
-    /// nobody holds it, moving the run to `running`.
+    /// nobody holds it, moving the run to `running`. One statement, one
+    /// round trip: the lease, the journal, the conversation before the run
+    /// and the run's tool-call rows come back together.
     pub async fn acquire_lease(&self, run: RunId, seq: i64, ttl_ms: u64) -> Result<LeaseAttempt> {
         let client = self.client().await?;
         let sources = RunStatus::sources_of(RunStatus::Running);
-        let stmt = client
-            .prepare_cached(
-                "UPDATE runs SET status = 'running', lease_owner = $4, lease_token = lease_token + 1,
-                        lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now(),
-                        -- taking over from a worker whose lease ran out counts
-                        -- as an attempt, so a segment that kills its worker
-                        -- every time ends instead of looping
-                        attempts = attempts + CASE WHEN status = 'running' THEN 1 ELSE 0 END
-                 WHERE id = $1 AND segment_seq = $2 AND status = ANY($5)
-                   AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-                   -- a child created while its tree was being stopped never runs
-                   AND NOT EXISTS (SELECT 1 FROM runs root WHERE root.id = runs.root_run_id
-                                   AND root.status = 'cancelled')
-                 RETURNING thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id",
-            )
-            .await?;
+        let stmt = client.prepare_cached(ACQUIRE).await?;
         let worker = Uuid::now_v7();
         let acquired = client
             .query_opt(&stmt, &[&run.0, &seq, &(ttl_ms as f64), &worker, &sources])
@@ -119,26 +247,9 @@ impl Store {
             token: row.get(1),
             ttl_ms,
         };
-        let journal = load_journal(&client, run).await?;
-        // A root run sees the thread's earlier turns (root runs only) and
-        // its own user message; a child run sees only its task.
-        let stmt = client
-            .prepare_cached(
-                "SELECT m.body FROM messages m JOIN runs r ON r.id = m.run_id
-                 WHERE m.thread_id = $1
-                   AND CASE WHEN $3::uuid IS NULL
-                            THEN r.parent_run_id IS NULL AND (m.run_id <> $2 OR m.body->>'role' = 'user')
-                            ELSE m.run_id = $2 AND m.body->>'role' = 'user' END
-                 ORDER BY m.id",
-            )
-            .await?;
-        let parent: Option<Uuid> = row.get(4);
-        let history = client
-            .query(&stmt, &[&thread_id.0, &run.0, &parent])
-            .await?
-            .into_iter()
-            .map(|r| serde_json::from_value::<Message>(r.get(0)))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let journal: Vec<(i32, String, serde_json::Value)> = serde_json::from_value(row.get(7))?;
+        let history: Vec<Message> = serde_json::from_value(row.get(8))?;
+        let calls: Vec<CallSnapshot> = serde_json::from_value(row.get(9))?;
         Ok(LeaseAttempt::Acquired(Box::new(RunContext {
             lease,
             parent_tool_call_id: row.get(6),
@@ -146,8 +257,19 @@ impl Store {
             depth: row.get(3),
             parent_run_id: row.get::<_, Option<Uuid>>(4).map(RunId),
             attempts: row.get(5),
-            journal,
+            journal: journal
+                .into_iter()
+                .map(|(position, name, value)| JournalEntry {
+                    position: position as u32,
+                    name,
+                    value,
+                })
+                .collect(),
             history,
+            calls: calls
+                .into_iter()
+                .map(CallSnapshot::into_row)
+                .collect::<Result<_>>()?,
         })))
     }
 

@@ -7,7 +7,7 @@ use chrono::SubsecRound;
 use serde_json::json;
 
 use super::{SegmentError, Worker};
-use crate::agent_loop::{ParkItem, Wait};
+use crate::agent_loop::{Checkpointer, ParkItem, Wait};
 use crate::metrics;
 
 impl Worker {
@@ -19,6 +19,7 @@ impl Worker {
     pub(super) async fn park(
         &self,
         ctx: &RunContext,
+        cp: &mut Checkpointer<'_>,
         to_park: Vec<ParkItem>,
     ) -> Result<(), SegmentError> {
         let agent_ttl_ms = self
@@ -103,8 +104,7 @@ impl Worker {
             });
         }
         changes.push(Change::WaitRun);
-        let outbox = self.inner.store.commit(&ctx.lease, &changes).await?;
-        self.inner.relay.publish(&outbox).await;
+        cp.commit_end(changes, "park").await?;
         ::metrics::counter!(metrics::PARKS).increment(requests);
         tracing::info!(
             requests,
