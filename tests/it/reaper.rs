@@ -95,3 +95,50 @@ async fn the_reaper_re_enqueues_a_run_whose_worker_died_with_its_message_gone() 
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// The outbox keys left in the test's schema, sorted.
+async fn outbox_keys(env: &TestEnv) -> Vec<String> {
+    let mut keys: Vec<String> = env
+        .pg_client()
+        .await
+        .query("SELECT key FROM outbox", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    keys.sort();
+    keys
+}
+
+#[tokio::test]
+async fn an_outbox_row_lives_until_its_message_is_handled_and_no_longer() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+    // The first segment was handled (its row went with the lease); the
+    // expiry is not due for 15 minutes: its row stays, and a reaper that
+    // re-publishes everything overdue leaves it alone.
+    assert_eq!(outbox_keys(&env).await, [format!("expiry:{run_id}:c1")]);
+    let report = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+    assert_eq!(report.outbox_published, 0, "{report:?}");
+
+    // The answer settles the request: its expiry has nothing left to do.
+    env.reply(
+        "/agent/tool-call/approve",
+        ALICE,
+        json!({ "runId": run_id, "toolCallId": "c1" }),
+    )
+    .await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(
+        outbox_keys(&env).await,
+        Vec::<String>::new(),
+        "the resume segment's row went with its lease"
+    );
+    assert_eq!(tool.calls(), 1);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -91,7 +91,7 @@ impl TestEnv {
         .await
         .expect("serve api");
         TestEnv {
-            relay: Relay::new(store.clone(), queue.clone()),
+            relay: Relay::new(queue.clone()),
             store,
             queue,
             registry,

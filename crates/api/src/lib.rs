@@ -45,7 +45,7 @@ impl AppState {
         keys: ApiKeys,
     ) -> Self {
         Self {
-            relay: Relay::new(store.clone(), queue.clone()),
+            relay: Relay::new(queue.clone()),
             hub: Arc::new(hub::EventHub::new(store.clone())),
             stream_reread: Duration::from_secs(5),
             store,

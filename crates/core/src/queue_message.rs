@@ -37,6 +37,19 @@ impl QueueMessage {
             QueueMessage::Segment { run_id, .. } | QueueMessage::Expiry { run_id, .. } => *run_id,
         }
     }
+
+    /// What names this message's outbox row: the handler that consumes the
+    /// message deletes the row by it, in its own transaction. Copies of one
+    /// message (a re-publish, a re-schedule) share it.
+    pub fn outbox_key(&self) -> String {
+        match self {
+            QueueMessage::Segment { run_id, seq } => format!("segment:{run_id}:{seq}"),
+            QueueMessage::Expiry {
+                run_id,
+                tool_call_id,
+            } => format!("expiry:{run_id}:{tool_call_id}"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -66,5 +79,13 @@ mod tests {
             r#"{"type":"expiry","runId":"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","toolCallId":"c1"}"#
         );
         assert_eq!(expiry.run_id(), run);
+        assert_eq!(
+            msg.outbox_key(),
+            "segment:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:3"
+        );
+        assert_eq!(
+            expiry.outbox_key(),
+            "expiry:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:c1"
+        );
     }
 }

@@ -58,7 +58,7 @@ impl InlineRunner {
             }
         });
         InlineRunner {
-            relay: Relay::new(store.clone(), queue),
+            relay: Relay::new(queue),
             store,
             owner,
             shutdown,

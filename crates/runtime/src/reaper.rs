@@ -14,7 +14,10 @@ use crate::Result;
 pub struct ReaperConfig {
     /// A queued run nobody picked up for this long is enqueued again.
     pub stalled_after: Duration,
-    /// An outbox row older than this was not published by its committer.
+    /// An outbox row whose message should have been handled this long ago
+    /// and was not (never published, or lost) is published again. Longer
+    /// than a busy queue's wait, or a backlog gets duplicates (which its
+    /// consumers drop).
     pub outbox_stale_after: Duration,
     /// Rows handled per query; a pass repeats until a batch comes back short.
     pub batch: i64,
@@ -27,7 +30,7 @@ impl Default for ReaperConfig {
     fn default() -> Self {
         Self {
             stalled_after: Duration::from_secs(300),
-            outbox_stale_after: Duration::from_secs(10),
+            outbox_stale_after: Duration::from_secs(30),
             batch: 500,
             default_ttl: Duration::from_millis(crate::config::DEFAULT_HITL_TTL_MS),
         }

@@ -1,30 +1,31 @@
-//! The outbox relay: publishes what a commit wrote to the outbox, then
-//! deletes the rows. A failed publish leaves the row for the reaper, so a
-//! message is never lost, only (rarely) delivered twice; consumers dedupe.
+//! The outbox relay: publishes what a commit wrote to the outbox. The rows
+//! stay until the messages' handlers delete them (in the transactions they
+//! commit anyway), so a publish costs no transaction; a failed or lost
+//! publish leaves the row for the reaper, so a message is never lost, only
+//! (rarely) delivered twice; consumers dedupe.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentenkit_queue::QueueAdapter;
-use agentenkit_store::{OutboxRow, Store};
+use agentenkit_store::OutboxRow;
 
 use crate::metrics;
 
 #[derive(Clone)]
 pub struct Relay {
-    store: Store,
     queue: Arc<dyn QueueAdapter>,
 }
 
 impl Relay {
-    pub fn new(store: Store, queue: Arc<dyn QueueAdapter>) -> Self {
-        Self { store, queue }
+    pub fn new(queue: Arc<dyn QueueAdapter>) -> Self {
+        Self { queue }
     }
 
-    /// Publishes `rows` and deletes those that were published. Never fails:
-    /// what could not be published stays in the outbox for the reaper.
+    /// Publishes `rows`. Never fails: what could not be published stays in
+    /// the outbox for the reaper.
     pub async fn publish(&self, rows: &[OutboxRow]) {
-        let mut published = Vec::with_capacity(rows.len());
+        let mut published = 0u64;
         for row in rows {
             let sent = if row.delay_ms == 0 {
                 self.queue.publish(&row.message).await
@@ -37,21 +38,13 @@ impl Relay {
                     .await
             };
             match sent {
-                Ok(()) => published.push(row.id),
+                Ok(()) => published += 1,
                 Err(e) => {
                     ::metrics::counter!(metrics::OUTBOX_PUBLISH_FAILURES).increment(1);
                     tracing::warn!(outbox_id = row.id, error = %e, "publish failed; the reaper will retry");
                 }
             }
         }
-        if published.is_empty() {
-            return;
-        }
-        ::metrics::counter!(metrics::OUTBOX_PUBLISHED).increment(published.len() as u64);
-        if let Err(e) = self.store.delete_outbox(&published).await {
-            // Published but not deleted: the reaper publishes it again later
-            // and the consumer drops the duplicate.
-            tracing::warn!(error = %e, "outbox rows published but not deleted");
-        }
+        ::metrics::counter!(metrics::OUTBOX_PUBLISHED).increment(published);
     }
 }

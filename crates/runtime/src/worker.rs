@@ -139,7 +139,7 @@ impl Worker {
         registry: Arc<Registry>,
         config: WorkerConfig,
     ) -> Self {
-        let relay = Relay::new(store.clone(), queue.clone());
+        let relay = Relay::new(queue.clone());
         Self {
             inner: Arc::new(Inner {
                 store,

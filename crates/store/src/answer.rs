@@ -122,6 +122,16 @@ impl Store {
         };
         reply.answered_by = Some(owner.to_string());
         reply.answered_at = Some(updated.get::<_, DateTime<Utc>>(0));
+        // The request's expiry has nothing left to do: its row goes (the
+        // message itself, if already in the broker, is dropped on arrival).
+        crate::outbox::consumed(
+            &tx,
+            &agentenkit_core::QueueMessage::Expiry {
+                run_id: row.run_id,
+                tool_call_id: call.clone(),
+            },
+        )
+        .await?;
         let outbox = settle(&tx, &row, call, &reply).await?;
         tx.commit().await?;
         Ok(Answered {

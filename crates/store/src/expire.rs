@@ -39,11 +39,18 @@ impl Store {
     pub async fn expire(&self, run: RunId, call: &ToolCallId) -> Result<Expiry> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
+        let message = QueueMessage::Expiry {
+            run_id: run,
+            tool_call_id: call.clone(),
+        };
+        // Whatever this finds, the message has been handled.
+        outbox::consumed(&tx, &message).await?;
         // Same lock order as an answer (run, then row): the two serialize.
         let stmt = tx
             .prepare_cached("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE")
             .await?;
         if tx.query_opt(&stmt, &[&run.0]).await?.is_none() {
+            tx.commit().await?;
             return Ok(Expiry::Gone);
         }
         let stmt = tx
@@ -53,20 +60,18 @@ impl Store {
             )
             .await?;
         let Some(row) = tx.query_opt(&stmt, &[&run.0, &call.as_str()]).await? else {
+            tx.commit().await?;
             return Ok(Expiry::Gone);
         };
         let status: ToolCallStatus = row.get::<_, &str>(0).parse()?;
         let expires_at: Option<DateTime<Utc>> = row.get(1);
         let now: DateTime<Utc> = row.get(2);
         let (ToolCallStatus::PendingApproval, Some(expires_at)) = (status, expires_at) else {
+            tx.commit().await?;
             return Ok(Expiry::Gone);
         };
         if now < expires_at {
             let remaining_ms = (expires_at - now).num_milliseconds().max(1) as u64;
-            let message = QueueMessage::Expiry {
-                run_id: run,
-                tool_call_id: call.clone(),
-            };
             let row = outbox::insert(&tx, &message, remaining_ms).await?;
             tx.commit().await?;
             return Ok(Expiry::NotDue {

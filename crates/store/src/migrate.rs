@@ -22,6 +22,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "event_xid",
         include_str!("../../../migrations/0004_event_xid.sql"),
     ),
+    (
+        5,
+        "outbox_consumed",
+        include_str!("../../../migrations/0005_outbox_consumed.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

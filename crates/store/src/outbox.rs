@@ -1,4 +1,10 @@
 //! The outbox: messages written in the commit they must follow.
+//!
+//! The committer publishes a row's message right after its commit and leaves
+//! the row; the handler that consumes the message deletes the row (by its
+//! key) in the transaction it commits anyway. A row still there well after
+//! it was due is a message that was never published or was lost: the reaper
+//! publishes it again, and the consumer drops the duplicate if it was not.
 
 use agentenkit_core::QueueMessage;
 use deadpool_postgres::Transaction;
@@ -20,10 +26,15 @@ pub(crate) async fn insert(
     delay_ms: u64,
 ) -> Result<OutboxRow> {
     let stmt = tx
-        .prepare_cached("INSERT INTO outbox (message, delay_ms) VALUES ($1, $2) RETURNING id")
+        .prepare_cached(
+            "INSERT INTO outbox (message, delay_ms, key, due_at)
+             VALUES ($1, $2, $3, now() + $2::bigint * interval '1 millisecond') RETURNING id",
+        )
         .await?;
     let body = serde_json::to_value(message)?;
-    let row = tx.query_one(&stmt, &[&body, &(delay_ms as i64)]).await?;
+    let row = tx
+        .query_one(&stmt, &[&body, &(delay_ms as i64), &message.outbox_key()])
+        .await?;
     Ok(OutboxRow {
         id: row.get(0),
         message: message.clone(),
@@ -31,8 +42,17 @@ pub(crate) async fn insert(
     })
 }
 
+/// Deletes the rows of a message that is being handled now.
+pub(crate) async fn consumed(tx: &Transaction<'_>, message: &QueueMessage) -> Result<()> {
+    let stmt = tx
+        .prepare_cached("DELETE FROM outbox WHERE key = $1")
+        .await?;
+    tx.execute(&stmt, &[&message.outbox_key()]).await?;
+    Ok(())
+}
+
 impl Store {
-    /// Deletes rows once their messages are published.
+    /// Deletes rows by id (a message known to be handled).
     pub async fn delete_outbox(&self, ids: &[i64]) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
@@ -45,10 +65,12 @@ impl Store {
         Ok(())
     }
 
-    /// Claims up to `limit` rows older than `older_than_ms` that nobody
-    /// published (the committing process died, or its publish failed). A
-    /// claim lasts `claim_ms`, so two reapers never publish the same row at
-    /// once; a reaper that dies mid-publish leaves rows for the next one.
+    /// Claims up to `limit` rows whose messages should have been handled
+    /// more than `older_than_ms` ago and were not (the committing process
+    /// died before it published, the publish failed, or the broker lost the
+    /// message). A claim lasts `claim_ms`, so two reapers never publish the
+    /// same row at once; a reaper that dies mid-publish leaves rows for the
+    /// next one.
     pub async fn claim_stale_outbox(
         &self,
         older_than_ms: u64,
@@ -60,12 +82,11 @@ impl Store {
             .prepare_cached(
                 "UPDATE outbox o SET claimed_until = now() + $2 * interval '1 millisecond'
                  FROM (SELECT id FROM outbox
-                       WHERE created_at < now() - $1 * interval '1 millisecond'
+                       WHERE due_at < now() - $1 * interval '1 millisecond'
                          AND (claimed_until IS NULL OR claimed_until < now())
-                       ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) stale
+                       ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED) stale
                  WHERE o.id = stale.id
-                 RETURNING o.id, o.message,
-                           GREATEST(0, o.delay_ms - (extract(epoch FROM now() - o.created_at) * 1000)::bigint)",
+                 RETURNING o.id, o.message, 0::bigint",
             )
             .await?;
         let rows = client

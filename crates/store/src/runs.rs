@@ -3,7 +3,8 @@
 use agentenkit_core::conversation::Message;
 use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
-    JournalEntry, Owner, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
+    JournalEntry, Owner, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus,
+    ToolKind,
 };
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -145,7 +146,11 @@ impl CallSnapshot {
 /// The reads see the snapshot the UPDATE started from, which is all they
 /// need: the lease row is the only one the statement changes.
 const ACQUIRE: &str = "
-WITH acquired AS (
+WITH consumed AS (
+    -- the segment is being handled: its outbox row has done its work
+    DELETE FROM outbox WHERE key = $6
+),
+acquired AS (
     UPDATE runs SET status = 'running', lease_owner = $4, lease_token = lease_token + 1,
            lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now(),
            -- taking over from a worker whose lease ran out counts as an
@@ -210,14 +215,26 @@ impl Store {
     /// Takes the run's lease for `ttl_ms` if segment `seq` is current and
     /// nobody holds it, moving the run to `running`. One statement, one
     /// round trip: the lease, the journal, the conversation before the run
-    /// and the run's tool-call rows come back together.
+    /// and the run's tool-call rows come back together, and the segment's
+    /// outbox row is deleted (whatever the outcome: a stale or duplicate
+    /// delivery has been handled too).
     pub async fn acquire_lease(&self, run: RunId, seq: i64, ttl_ms: u64) -> Result<LeaseAttempt> {
         let client = self.client().await?;
         let sources = RunStatus::sources_of(RunStatus::Running);
         let stmt = client.prepare_cached(ACQUIRE).await?;
         let worker = Uuid::now_v7();
         let acquired = client
-            .query_opt(&stmt, &[&run.0, &seq, &(ttl_ms as f64), &worker, &sources])
+            .query_opt(
+                &stmt,
+                &[
+                    &run.0,
+                    &seq,
+                    &(ttl_ms as f64),
+                    &worker,
+                    &sources,
+                    &QueueMessage::Segment { run_id: run, seq }.outbox_key(),
+                ],
+            )
             .await?;
         let Some(row) = acquired else {
             let stmt = client

@@ -68,7 +68,7 @@ async fn measure(
     queue: Arc<dyn QueueAdapter>,
     n: usize,
 ) -> anyhow::Result<Vec<f64>> {
-    let relay = Relay::new(store.clone(), queue.clone());
+    let relay = Relay::new(queue.clone());
     let worker = Worker::new(
         store.clone(),
         queue,

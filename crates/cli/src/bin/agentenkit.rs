@@ -94,7 +94,7 @@ async fn main() -> anyhow::Result<()> {
             let worker_task = tokio::spawn(async move { worker.run(worker_shutdown).await });
             let reaper = tokio::spawn(reap_every(
                 store.clone(),
-                Relay::new(store.clone(), queue.clone()),
+                Relay::new(queue.clone()),
                 ReaperConfig::default(),
                 every,
                 shutdown.clone(),

@@ -198,7 +198,7 @@ async fn bench(
     let token = shutdown.clone();
     let worker_task = tokio::spawn(async move { worker.run(token).await });
     let ctx = Arc::new(Ctx {
-        relay: Relay::new(store.clone(), queue.clone()),
+        relay: Relay::new(queue.clone()),
         store,
         hub,
         owner: Owner("bench".into()),

@@ -30,7 +30,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let store = cli.connections.store()?;
     let queue = cli.connections.queue().await?;
-    let relay = Relay::new(store.clone(), queue);
+    let relay = Relay::new(queue);
     let config = ReaperConfig {
         default_ttl: cli.default_ttl,
         ..ReaperConfig::default()
