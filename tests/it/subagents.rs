@@ -323,3 +323,63 @@ async fn a_stopped_tree_leaves_no_open_request_and_late_answers_are_refused() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// A root that delegates to six sub-agents in one step; each answers at
+/// once, so the six finish (and settle the root's rows) at the same moment.
+fn wide(n: usize) -> Registry {
+    let calls: Vec<String> = (0..n)
+        .map(|i| {
+            format!(r#"{{ id = "d{i}", name = "sub{i}", arguments = {{ task = "part {i}" }} }}"#)
+        })
+        .collect();
+    let names: Vec<String> = (0..n).map(|i| format!(r#""sub{i}""#)).collect();
+    let mut toml = format!(
+        r#"
+[agents.root]
+subagents = [{}]
+model = {{ provider = "scripted", script = [ {{ tool_calls = [ {} ] }}, {{ text = "all done" }} ] }}
+"#,
+        names.join(", "),
+        calls.join(", ")
+    );
+    for i in 0..n {
+        toml.push_str(&format!(
+            "[agents.sub{i}]\nmodel = {{ provider = \"scripted\", script = [ {{ text = \"part {i} done\" }} ] }}\n"
+        ));
+    }
+    Registry::from_toml(&toml).unwrap()
+}
+
+#[tokio::test]
+async fn sub_agents_that_finish_together_resume_their_parent_without_a_deadlock() {
+    let env = TestEnv::start(wide(6)).await;
+    let workers = [env.spawn_worker(), env.spawn_worker()];
+    let mut roots = Vec::new();
+    for i in 0..3 {
+        roots.push(env.start_turn("root", &format!("turn {i}")).await);
+    }
+    for (thread_id, root_run) in &roots {
+        let started = std::time::Instant::now();
+        let root = env.wait_run_finished(root_run).await;
+        assert_eq!(root["status"], "completed", "{root}");
+        assert_eq!(root["output"], "all done");
+        // A deadlock would hand the step back for a lease's time (seconds);
+        // a retry at once resolves it in milliseconds.
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "root {root_run} took {:?}",
+            started.elapsed()
+        );
+        let completed = env
+            .event_types(thread_id)
+            .await
+            .into_iter()
+            .filter(|t| t == "RUN_COMPLETED")
+            .count();
+        assert_eq!(completed, 7, "six children and the root, once each");
+    }
+    for worker in workers {
+        worker.stop().await.unwrap();
+    }
+    env.finish().await;
+}

@@ -69,12 +69,22 @@ impl Store {
         call: &ToolCallId,
         verdict: &Verdict,
     ) -> Result<Answered> {
+        crate::error::retry_conflicts(|| self.answer_once(owner, target, call, verdict)).await
+    }
+
+    async fn answer_once(
+        &self,
+        owner: &Owner,
+        target: AnswerTarget,
+        call: &ToolCallId,
+        verdict: &Verdict,
+    ) -> Result<Answered> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let row = locate(&tx, owner, target, call).await?;
         // Serialize replies to the requests of one run.
         let stmt = tx
-            .prepare_cached("SELECT status FROM runs WHERE id = $1 FOR UPDATE")
+            .prepare_cached("SELECT status FROM runs WHERE id = $1 FOR NO KEY UPDATE")
             .await?;
         tx.query_one(&stmt, &[&row.run_id.0]).await?;
         let row = locate(&tx, owner, AnswerTarget::Run(row.run_id), call).await?;
@@ -201,11 +211,15 @@ impl Store {
     /// still advancing the run loses its lease and commits nothing more.
     /// Returns the runs stopped (none when the thread was idle).
     pub async fn stop_thread(&self, thread: ThreadId, owner: &Owner) -> Result<Vec<RunId>> {
+        crate::error::retry_conflicts(|| self.stop_thread_once(thread, owner)).await
+    }
+
+    async fn stop_thread_once(&self, thread: ThreadId, owner: &Owner) -> Result<Vec<RunId>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let stmt = tx
             .prepare_cached(
-                "SELECT current_run_id FROM threads WHERE id = $1 AND owner = $2 FOR UPDATE",
+                "SELECT current_run_id FROM threads WHERE id = $1 AND owner = $2 FOR NO KEY UPDATE",
             )
             .await?;
         let current: Option<Uuid> = tx

@@ -95,6 +95,10 @@ impl Store {
     /// extending the lease. Returns the outbox rows written, for the caller
     /// to publish. `Error::LeaseLost` when the lease ran out or was taken.
     pub async fn commit(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
+        crate::error::retry_conflicts(|| self.commit_once(lease, changes)).await
+    }
+
+    async fn commit_once(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         // A new journal entry is progress: the attempts of the step that
@@ -393,8 +397,12 @@ async fn apply(
         } => {
             // Lock the parent like an answer does, so that two children
             // finishing at once see each other and exactly one resumes it.
+            // NO KEY UPDATE, not UPDATE: each sibling already holds a KEY
+            // SHARE lock on the parent (the foreign-key check of its second
+            // update of its own row in this transaction), and FOR UPDATE
+            // would wait on every sibling's, which wait on ours: a deadlock.
             let stmt = tx
-                .prepare_cached("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE")
+                .prepare_cached("SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE")
                 .await?;
             tx.query_one(&stmt, &[&parent_run_id.0]).await?;
             let stmt = tx

@@ -37,6 +37,10 @@ pub enum Scope {
 impl Store {
     /// Expires the request if it is still open and due, in one transaction.
     pub async fn expire(&self, run: RunId, call: &ToolCallId) -> Result<Expiry> {
+        crate::error::retry_conflicts(|| self.expire_once(run, call)).await
+    }
+
+    async fn expire_once(&self, run: RunId, call: &ToolCallId) -> Result<Expiry> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let message = QueueMessage::Expiry {
@@ -47,7 +51,7 @@ impl Store {
         outbox::consumed(&tx, &message).await?;
         // Same lock order as an answer (run, then row): the two serialize.
         let stmt = tx
-            .prepare_cached("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE")
+            .prepare_cached("SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE")
             .await?;
         if tx.query_opt(&stmt, &[&run.0]).await?.is_none() {
             tx.commit().await?;
