@@ -70,6 +70,14 @@ pub trait QueueAdapter: Send + Sync + 'static {
     /// `delay` (millisecond resolution), surviving a broker restart.
     async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()>;
 
+    /// How many delay queues a message published with `delay` passes
+    /// through on its way (each a persistent write on the broker); 0 for an
+    /// adapter that delays without the broker.
+    fn delay_hops(&self, delay: Duration) -> usize {
+        let _ = delay;
+        0
+    }
+
     /// Starts consuming the segment queue with at most `prefetch`
     /// unacknowledged deliveries at once. Survives broker restarts: the
     /// stream reconnects; deliveries of a lost channel are redelivered.

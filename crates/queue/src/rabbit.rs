@@ -98,6 +98,10 @@ impl RabbitQueue {
 
 #[async_trait]
 impl QueueAdapter for RabbitQueue {
+    fn delay_hops(&self, delay: Duration) -> usize {
+        ladder::delay_ms(delay).map_or(0, |ms| ladder::levels_for(ms).len())
+    }
+
     async fn publish(&self, message: &QueueMessage) -> Result<()> {
         // The default exchange routes on the queue name.
         let segments = self.inner.segments.clone();

@@ -117,17 +117,48 @@ impl Hub {
 pub struct HookedQueue {
     inner: Arc<dyn QueueAdapter>,
     hub: Arc<Hub>,
+    counts: PublishCounts,
+}
+
+/// Broker writes made through the adapter: publishes (immediate and
+/// delayed) and the delay-queue hops the delayed ones will take.
+#[derive(Default)]
+pub struct PublishCounts {
+    pub publishes: AtomicU64,
+    pub delayed: AtomicU64,
+    pub delay_hops: AtomicU64,
+}
+
+/// A reading of [`PublishCounts`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Publishes {
+    pub publishes: u64,
+    pub delayed: u64,
+    pub delay_hops: u64,
 }
 
 impl HookedQueue {
     pub fn new(inner: Arc<dyn QueueAdapter>, hub: Arc<Hub>) -> Self {
-        Self { inner, hub }
+        Self {
+            inner,
+            hub,
+            counts: PublishCounts::default(),
+        }
+    }
+
+    pub fn publishes(&self) -> Publishes {
+        Publishes {
+            publishes: self.counts.publishes.load(Ordering::Relaxed),
+            delayed: self.counts.delayed.load(Ordering::Relaxed),
+            delay_hops: self.counts.delay_hops.load(Ordering::Relaxed),
+        }
     }
 }
 
 #[async_trait]
 impl QueueAdapter for HookedQueue {
     async fn publish(&self, message: &QueueMessage) -> agentenkit_queue::Result<()> {
+        self.counts.publishes.fetch_add(1, Ordering::Relaxed);
         self.inner.publish(message).await
     }
 
@@ -136,7 +167,16 @@ impl QueueAdapter for HookedQueue {
         message: &QueueMessage,
         delay: Duration,
     ) -> agentenkit_queue::Result<()> {
+        self.counts.publishes.fetch_add(1, Ordering::Relaxed);
+        self.counts.delayed.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .delay_hops
+            .fetch_add(self.inner.delay_hops(delay) as u64, Ordering::Relaxed);
         self.inner.publish_delayed(message, delay).await
+    }
+
+    fn delay_hops(&self, delay: Duration) -> usize {
+        self.inner.delay_hops(delay)
     }
 
     async fn consume(&self, prefetch: u16) -> agentenkit_queue::Result<Deliveries> {

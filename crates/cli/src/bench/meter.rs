@@ -80,6 +80,9 @@ pub struct Snapshot {
     pub sessions: i64,
     pub wal_bytes: i64,
     pub wal_syncs: i64,
+    /// Statements run in the database (pg_stat_statements, BEGIN and
+    /// COMMIT included), when the extension is loaded.
+    pub statements: Option<i64>,
     /// The meter's own commits in the database before this reading.
     pub self_commits: i64,
     pub bytes: i64,
@@ -100,6 +103,7 @@ pub struct Delta {
     pub sessions: i64,
     pub wal_bytes: f64,
     pub wal_syncs: f64,
+    pub statements: Option<f64>,
     pub bytes: f64,
 }
 
@@ -114,6 +118,11 @@ pub fn delta(a: &Snapshot, b: &Snapshot, n: usize) -> Delta {
         sessions,
         wal_bytes: (b.wal_bytes - a.wal_bytes) as f64 / n,
         wal_syncs: (b.wal_syncs - a.wal_syncs) as f64 / n,
+        // The meter runs one statement per reading, as it makes one commit.
+        statements: a
+            .statements
+            .zip(b.statements)
+            .map(|(a, b)| (b - a - own) as f64 / n),
         bytes: (b.bytes - a.bytes) as f64 / n,
     }
 }
@@ -194,6 +203,31 @@ impl Meter {
         Ok(())
     }
 
+    /// Statements run in the measured database so far, from
+    /// pg_stat_statements (`None` when it is not loaded: `make bench-peers`
+    /// loads it, as the peers' meter does).
+    async fn statements(&self) -> anyhow::Result<Option<i64>> {
+        let loaded = cell(
+            &self.admin,
+            "SELECT to_regclass('pg_stat_statements') IS NOT NULL
+                    AND current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%'",
+        )
+        .await?;
+        if loaded != "t" {
+            return Ok(None);
+        }
+        let calls = cell(
+            &self.admin,
+            &format!(
+                "SELECT coalesce(sum(s.calls), 0)::bigint FROM pg_stat_statements s
+                 JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{}'",
+                self.dbname.replace('\'', "''")
+            ),
+        )
+        .await?;
+        Ok(Some(int(&calls)?))
+    }
+
     pub async fn snapshot(&mut self) -> anyhow::Result<Snapshot> {
         self.admin
             .batch_execute("SELECT pg_stat_clear_snapshot()")
@@ -216,6 +250,7 @@ impl Meter {
             bail!("unexpected pg_stat_database row");
         };
         let (xact, sessions, wal, syncs) = (int(xact)?, int(sessions)?, int(wal)?, int(syncs)?);
+        let statements = self.statements().await?;
         let self_commits = self.self_commits;
         // One statement on a fresh connection: one commit (counted into the
         // next interval) and one session start-up (removed via `sessions`).
@@ -242,6 +277,7 @@ impl Meter {
             sessions,
             wal_bytes: wal,
             wal_syncs: syncs,
+            statements,
             self_commits,
             bytes: sizes.values().sum(),
             bytes_per_table: sizes,

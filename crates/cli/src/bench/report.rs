@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::hub::Publishes;
 use super::meter::{percentile_ms, Baseline, Delta};
 use super::peers::{self, Peers};
 
@@ -27,6 +28,8 @@ pub struct ConfigResult {
     pub rss_per_parked: f64,
     pub bytes_per_table_parked: BTreeMap<String, f64>,
     pub nacks: u64,
+    /// Broker writes over the measured phases (all N cycles).
+    pub publishes: Publishes,
 }
 
 /// Column `j` of `columns`, empty when absent.
@@ -169,6 +172,25 @@ pub fn print_markdown(
             .collect();
         println!("| agentenkit c={} | {} |", r.concurrency, cells.join(" | "));
     }
+    println!("\nWhat a cycle costs (per cycle, park + resume). Statements are pg_stat_statements calls in the database (BEGIN/COMMIT included; n/a when the extension is not loaded); \
+              WAL flushes are pg_stat_wal.wal_sync (cluster-wide, after group commit); publishes are broker publishes through the adapter, delay hops the delay queues those pass through:\n");
+    println!("| config | transactions | statements | WAL flushes | broker publishes (delayed) | delay hops |");
+    println!("|---|---|---|---|---|---|");
+    for r in results {
+        let n = r.n.max(1) as f64;
+        println!(
+            "| agentenkit c={} | {} ({}+{}) | {} | {} | {} ({}) | {} |",
+            r.concurrency,
+            fmt(r.cycle_delta.commits, 2),
+            fmt(r.park_delta.commits, 2),
+            fmt(r.resume_delta.commits, 2),
+            r.cycle_delta.statements.map_or("n/a".into(), |s| fmt(s, 2)),
+            fmt(r.cycle_delta.wal_syncs, 2),
+            fmt(r.publishes.publishes as f64 / n, 2),
+            fmt(r.publishes.delayed as f64 / n, 2),
+            fmt(r.publishes.delay_hops as f64 / n, 2),
+        );
+    }
     for r in results {
         if r.nacks > 0 || r.cycle_delta.sessions > 2 {
             println!(
@@ -250,6 +272,7 @@ fn delta_json(d: &Delta) -> Value {
     json!({
         "commits": d.commits, "raw_commits": d.raw_commits, "new_sessions": d.sessions,
         "wal_bytes": d.wal_bytes, "wal_fsyncs": d.wal_syncs, "bytes": d.bytes,
+        "statements": d.statements,
     })
 }
 
@@ -297,6 +320,9 @@ pub fn to_json(
             "bytes_per_parked_by_table": r.bytes_per_table_parked,
             "pg_commits_per_s_reached": r.commits_per_s(),
             "rss_bytes_per_parked": r.rss_per_parked, "nacks": r.nacks,
+            "broker_publishes_per_cycle": r.publishes.publishes as f64 / r.n.max(1) as f64,
+            "broker_delayed_publishes_per_cycle": r.publishes.delayed as f64 / r.n.max(1) as f64,
+            "delay_hops_per_cycle": r.publishes.delay_hops as f64 / r.n.max(1) as f64,
         })).collect::<Vec<_>>(),
         "peers_file": peers.map(|p| p.path.display().to_string()),
     })

@@ -23,7 +23,7 @@ use agentenkit_queue::{QueueAdapter, Topology};
 use agentenkit_runtime::{Relay, Worker, WorkerConfig};
 use agentenkit_store::{AnswerTarget, OutboxRow, Store, StoreConfig};
 use anyhow::{bail, Context};
-use bench::hub::{self, HookedQueue, Hub, Key};
+use bench::hub::{self, HookedQueue, Hub, Key, Publishes};
 use bench::meter::{self, Meter, ProcSample};
 use bench::report::{self, ConfigResult, Params};
 use clap::Parser;
@@ -90,6 +90,8 @@ struct Args {
 
 /// What the client tasks share.
 struct Ctx {
+    /// The queue as the worker and clients use it, counting publishes.
+    hooked: Arc<HookedQueue>,
     store: Store,
     relay: Relay,
     hub: Arc<Hub>,
@@ -181,7 +183,8 @@ async fn bench(
             )
         }
     };
-    let queue: Arc<dyn QueueAdapter> = Arc::new(HookedQueue::new(inner, hub.clone()));
+    let hooked = Arc::new(HookedQueue::new(inner, hub.clone()));
+    let queue: Arc<dyn QueueAdapter> = hooked.clone();
     let max_c = args.concurrency.iter().copied().max().unwrap_or(1);
     let prefetch = u16::try_from((max_c * 2).max(16)).unwrap_or(u16::MAX);
     let worker = Worker::new(
@@ -198,6 +201,7 @@ async fn bench(
     let token = shutdown.clone();
     let worker_task = tokio::spawn(async move { worker.run(token).await });
     let ctx = Arc::new(Ctx {
+        hooked,
         relay: Relay::new(queue.clone()),
         store,
         hub,
@@ -320,6 +324,7 @@ async fn run_config(
     let nacks0 = ctx.hub.nacks();
     tokio::time::sleep(flush).await;
     let a0 = meter.snapshot().await?;
+    let q0 = ctx.hooked.publishes();
     eprintln!("c={c}: phase A (park {n})");
     let p0 = ProcSample::now();
     let (parked, park, wall_park) = park_phase(ctx, n, c).await?;
@@ -338,6 +343,7 @@ async fn run_config(
     let p3 = ProcSample::now();
     tokio::time::sleep(flush).await;
     let b1 = meter.snapshot().await?;
+    let q1 = ctx.hooked.publishes();
     let done = (n + args.warmup) as i64;
     if b1.runs("completed") != done || b1.runs_by_status.len() != 1 {
         bail!(
@@ -367,6 +373,11 @@ async fn run_config(
         rss_per_parked: (p1.rss - p0.rss) as f64 / n as f64,
         bytes_per_table_parked,
         nacks: ctx.hub.nacks() - nacks0,
+        publishes: Publishes {
+            publishes: q1.publishes - q0.publishes,
+            delayed: q1.delayed - q0.delayed,
+            delay_hops: q1.delay_hops - q0.delay_hops,
+        },
     })
 }
 
