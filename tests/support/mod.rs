@@ -67,9 +67,11 @@ impl TestEnv {
             .migrate()
             .await
             .expect("migrate (is Postgres up? `make services`)");
+        // The agents' TTLs get delay lanes, as the worker binary gives them.
         let topology = Topology {
             prefix: format!("test.{id}"),
             queue_expires: Some(Duration::from_secs(60)),
+            delay_lanes: registry.delay_lanes(),
         };
         let queue: Arc<dyn QueueAdapter> = Arc::new(
             RabbitQueue::connect(&amqp_url(), topology.clone())
@@ -292,16 +294,16 @@ impl TestEnv {
         client
     }
 
-    /// Empties every queue of the delay ladder, as if the broker lost the
-    /// delayed messages.
+    /// Empties every delay queue (ladder levels and lanes), as if the
+    /// broker lost the delayed messages.
     pub async fn purge_delayed_messages(&self) {
         let connection =
             lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
                 .await
                 .expect("amqp");
         let channel = connection.create_channel().await.expect("channel");
-        for level in 0..agentenkit_queue::ladder::LEVELS {
-            let queue = self.topology.delay_level(level);
+        for queue in agentenkit_queue::ladder::plan(&self.topology).delay_queues {
+            let queue = queue.name;
             channel
                 .queue_purge(
                     queue.as_str().into(),

@@ -34,7 +34,7 @@ pub async fn run(mut connections: Connections) -> anyhow::Result<()> {
         .await
         .context("is Postgres running? try `make services`")?;
     store.migrate().await?;
-    let queue = connections.queue().await?;
+    let queue = connections.queue(&[]).await?;
     let shutdown = CancellationToken::new();
 
     let (tool_url, sent) = serve_email_tool(shutdown.clone()).await?;

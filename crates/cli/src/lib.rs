@@ -71,13 +71,16 @@ impl Connections {
         Ok(Store::connect(&config)?)
     }
 
-    pub async fn queue(&self) -> anyhow::Result<Arc<dyn QueueAdapter>> {
+    /// The broker; `delay_lanes` are the delays this process publishes
+    /// often (its agents' TTLs), each given a one-hop delay queue.
+    pub async fn queue(&self, delay_lanes: &[u64]) -> anyhow::Result<Arc<dyn QueueAdapter>> {
         Ok(match self.queue {
             QueueKind::Memory => Arc::new(MemoryQueue::new()),
             QueueKind::Rabbitmq => {
                 let topology = Topology {
                     prefix: self.queue_prefix.clone(),
                     queue_expires: None,
+                    delay_lanes: delay_lanes.to_vec(),
                 };
                 Arc::new(
                     RabbitQueue::connect(&self.amqp_url, topology)

@@ -23,6 +23,15 @@
 //! level-31 exchange and so waits in exactly the levels whose bit is set, in
 //! descending order, for 2^k ms each: the delay in total.
 //!
+//! Spelling a delay in binary costs one persistent hop per set bit: the
+//! default 15-minute TTL (900,000 ms) has 11. A deployment's usual delays
+//! (the TTLs its agents are configured with) get a *lane* each: one queue
+//! whose fixed TTL is that delay, reached from the delivery exchange by the
+//! destination word `after-<ms>`, dead-lettering to the segment queue. A
+//! delay of exactly a lane's length then costs one hop; a longer one spells
+//! the remainder on the ladder with the lane as its destination, when that
+//! costs fewer hops. Lanes are FIFO for the same reason levels are.
+//!
 //! [`plan`] lists every exchange, queue and binding; the RabbitMQ adapter
 //! declares exactly that list, and the tests route keys through it.
 
@@ -51,13 +60,69 @@ pub fn delay_ms(delay: Duration) -> Result<u32> {
 /// The routing key of a message delayed by `delay_ms`: 32 bits, most
 /// significant first, then [`DESTINATION`].
 pub fn routing_key(delay_ms: u32) -> String {
-    let mut key = String::with_capacity(2 * LEVELS as usize + DESTINATION.len());
+    routing_key_to(delay_ms, DESTINATION)
+}
+
+/// The routing key of a message that waits `delay_ms` on the ladder, then
+/// goes to `destination` (a word: [`DESTINATION`] or a lane's).
+pub fn routing_key_to(delay_ms: u32, destination: &str) -> String {
+    let mut key = String::with_capacity(2 * LEVELS as usize + destination.len());
     for level in (0..LEVELS).rev() {
         key.push(if delay_ms >> level & 1 == 1 { '1' } else { '0' });
         key.push('.');
     }
-    key.push_str(DESTINATION);
+    key.push_str(destination);
     key
+}
+
+/// The destination word of the lane of `lane_ms`.
+pub fn lane_word(lane_ms: u32) -> String {
+    format!("after-{lane_ms}")
+}
+
+/// How a delay travels: the routing key to publish with (to the ladder's
+/// entry exchange) and the delay queues it passes through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub key: String,
+    /// Ladder levels, in the order visited, then the lane (if any).
+    pub levels: Vec<u8>,
+    pub lane: Option<u32>,
+}
+
+impl Route {
+    /// Persistent delay-queue hops on the way.
+    pub fn hops(&self) -> usize {
+        self.levels.len() + usize::from(self.lane.is_some())
+    }
+}
+
+/// The cheapest way to delay by `delay_ms` with the given lanes: the plain
+/// ladder, or the longest lane that fits with the remainder on the ladder,
+/// whichever passes fewer queues (the ladder when they tie).
+pub fn route(delay_ms: u32, lanes: &[u32]) -> Route {
+    let plain = Route {
+        key: routing_key(delay_ms),
+        levels: levels_for(delay_ms),
+        lane: None,
+    };
+    let best_lane = lanes
+        .iter()
+        .copied()
+        .filter(|&lane| lane > 0 && lane <= delay_ms)
+        .map(|lane| {
+            let rest = delay_ms - lane;
+            Route {
+                key: routing_key_to(rest, &lane_word(lane)),
+                levels: levels_for(rest),
+                lane: Some(lane),
+            }
+        })
+        .min_by_key(Route::hops);
+    match best_lane {
+        Some(lane) if lane.hops() < plain.hops() => lane,
+        _ => plain,
+    }
 }
 
 /// The levels a message delayed by `delay_ms` waits in, in the order it
@@ -98,13 +163,22 @@ pub fn delivery_pattern() -> String {
     format!("#.{DESTINATION}")
 }
 
+/// Binding pattern of the delivery exchange to the lane of `lane_ms`.
+pub fn lane_pattern(lane_ms: u32) -> String {
+    format!("#.{}", lane_word(lane_ms))
+}
+
 /// One level's queue: a fixed TTL and where it dead-letters to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DelayQueue {
-    pub level: u8,
+    /// The ladder level, or `None` for a lane.
+    pub level: Option<u8>,
     pub name: String,
     pub ttl_ms: u64,
     pub dead_letter_exchange: String,
+    /// The routing key a message leaves with (a lane's: [`DESTINATION`]);
+    /// `None` keeps the key it came with.
+    pub dead_letter_routing_key: Option<String>,
 }
 
 /// Where a binding forwards matching messages.
@@ -152,10 +226,11 @@ pub fn plan(topology: &Topology) -> Plan {
         let name = topology.delay_level(level);
         exchanges.push(name.clone());
         delay_queues.push(DelayQueue {
-            level,
+            level: Some(level),
             name: name.clone(),
             ttl_ms: ttl_ms(level),
             dead_letter_exchange: next(level),
+            dead_letter_routing_key: None,
         });
         bindings.push(Binding {
             source: name.clone(),
@@ -166,6 +241,21 @@ pub fn plan(topology: &Topology) -> Plan {
             source: name,
             target: Target::Exchange(next(level)),
             pattern: forward_pattern(level),
+        });
+    }
+    for &lane in &topology.lanes() {
+        let name = topology.delay_lane(lane);
+        delay_queues.push(DelayQueue {
+            level: None,
+            name: name.clone(),
+            ttl_ms: u64::from(lane),
+            dead_letter_exchange: delivery.clone(),
+            dead_letter_routing_key: Some(DESTINATION.to_owned()),
+        });
+        bindings.push(Binding {
+            source: delivery.clone(),
+            target: Target::Queue(name),
+            pattern: lane_pattern(lane),
         });
     }
     Plan {
@@ -197,7 +287,7 @@ mod tests {
     /// The queues `key` reaches from `exchange`, following
     /// exchange-to-exchange bindings; a set, as RabbitMQ delivers at most
     /// one copy per queue.
-    fn route(plan: &Plan, exchange: &str, key: &str) -> BTreeSet<String> {
+    fn route_key(plan: &Plan, exchange: &str, key: &str) -> BTreeSet<String> {
         let words: Vec<&str> = key.split('.').collect();
         let mut queues = BTreeSet::new();
         for binding in plan.bindings.iter().filter(|b| b.source == exchange) {
@@ -207,46 +297,58 @@ mod tests {
                     Target::Queue(queue) => {
                         queues.insert(queue.clone());
                     }
-                    Target::Exchange(next) => queues.extend(route(plan, next, key)),
+                    Target::Exchange(next) => queues.extend(route_key(plan, next, key)),
                 }
             }
         }
         queues
     }
 
-    /// Publishes `delay_ms` to the entry exchange of a simulated broker and
-    /// lets each level queue expire; returns the levels visited and the
-    /// time spent.
-    fn simulate(topology: &Topology, plan: &Plan, delay_ms: u32) -> (Vec<u8>, u64) {
-        let key = routing_key(delay_ms);
+    /// Publishes with `key` to the entry exchange of a simulated broker and
+    /// lets each delay queue expire (dead-lettering with its own key when it
+    /// has one); returns the levels and lanes visited and the time spent.
+    fn simulate(topology: &Topology, plan: &Plan, key: &str) -> (Vec<u8>, Vec<u64>, u64) {
+        let mut key = key.to_owned();
         let mut exchange = plan.entry_exchange.clone();
-        let (mut visited, mut waited) = (Vec::new(), 0);
-        for _hop in 0..=LEVELS {
-            let queues = route(plan, &exchange, &key);
+        let (mut levels, mut lanes, mut waited) = (Vec::new(), Vec::new(), 0);
+        for _hop in 0..=LEVELS + 1 {
+            let queues = route_key(plan, &exchange, &key);
             assert_eq!(queues.len(), 1, "{key} from {exchange} reached {queues:?}");
             let queue = queues.into_iter().next().unwrap_or_default();
             if queue == topology.segments_queue() {
-                return (visited, waited);
+                return (levels, lanes, waited);
             }
-            let level = plan
+            let delay = plan
                 .delay_queues
                 .iter()
                 .find(|q| q.name == queue)
                 .unwrap_or_else(|| panic!("{queue} is not a delay queue"));
-            visited.push(level.level);
-            waited += level.ttl_ms;
-            exchange = level.dead_letter_exchange.clone();
+            match delay.level {
+                Some(level) => levels.push(level),
+                None => lanes.push(delay.ttl_ms),
+            }
+            waited += delay.ttl_ms;
+            exchange = delay.dead_letter_exchange.clone();
+            if let Some(next) = &delay.dead_letter_routing_key {
+                key = next.clone();
+            }
         }
         panic!("{key} loops through the ladder");
     }
 
-    fn check(delay: u32) {
-        let topology = Topology {
+    fn topology(lanes: &[u64]) -> Topology {
+        Topology {
             prefix: "t".to_owned(),
             queue_expires: None,
-        };
+            delay_lanes: lanes.to_vec(),
+        }
+    }
+
+    fn check(delay: u32) {
+        let topology = topology(&[]);
         let plan = plan(&topology);
-        let (visited, waited) = simulate(&topology, &plan, delay);
+        let (visited, lanes, waited) = simulate(&topology, &plan, &routing_key(delay));
+        assert!(lanes.is_empty());
         assert_eq!(visited, levels_for(delay), "delay {delay}");
         assert!(visited.windows(2).all(|w| w[0] > w[1]));
         assert!(visited.iter().all(|&k| delay >> k & 1 == 1));
@@ -254,10 +356,39 @@ mod tests {
         assert_eq!(waited, u64::from(delay));
     }
 
+    /// With lanes: the route waits exactly the delay, through the levels
+    /// and lane it names, never through more queues than the plain ladder.
+    fn check_lanes(delay: u32, lanes: &[u64]) {
+        let topology = topology(lanes);
+        let plan = plan(&topology);
+        let route = route(delay, &topology.lanes());
+        let (visited, lanes_visited, waited) = simulate(&topology, &plan, &route.key);
+        assert_eq!(waited, u64::from(delay), "delay {delay} via {route:?}");
+        assert_eq!(visited, route.levels);
+        assert_eq!(
+            lanes_visited,
+            route.lane.map(u64::from).into_iter().collect::<Vec<_>>()
+        );
+        assert!(route.hops() <= delay.count_ones() as usize);
+    }
+
     proptest! {
         #[test]
         fn every_delay_routes_through_exactly_its_set_bits(delay in any::<u32>()) {
             check(delay);
+        }
+
+        #[test]
+        fn with_lanes_every_delay_waits_exactly_its_length_in_no_more_hops(
+            delay in any::<u32>(),
+            lanes in proptest::collection::vec(0u64..(1u64 << 33), 0..4),
+            exact in any::<bool>(),
+        ) {
+            let mut lanes = lanes;
+            if exact {
+                lanes.push(u64::from(delay));
+            }
+            check_lanes(delay, &lanes);
         }
     }
 
@@ -269,6 +400,46 @@ mod tests {
         for level in 0..LEVELS {
             check(1 << level);
         }
+    }
+
+    #[test]
+    fn the_configured_ttl_takes_one_hop_and_a_little_more_takes_few() {
+        let lanes = [900_000u64, 3_600_000];
+        check_lanes(900_000, &lanes);
+        let topology = topology(&lanes);
+        assert_eq!(route(900_000, &topology.lanes()).hops(), 1);
+        assert_eq!(
+            routing_key(900_000).matches('1').count(),
+            11,
+            "the ladder's 11"
+        );
+        // A delay just past a lane spells only the remainder.
+        let past = route(900_003, &topology.lanes());
+        assert_eq!(
+            (past.lane, past.levels.clone()),
+            (Some(900_000), vec![1, 0])
+        );
+        check_lanes(900_003, &lanes);
+        // Shorter than every lane, or cheaper on the ladder: the ladder.
+        assert_eq!(route(1_000, &topology.lanes()).lane, None);
+        assert_eq!(route(0, &topology.lanes()).hops(), 0);
+        // The plan: one queue per lane, bound from the delivery exchange,
+        // leaving for the segment queue.
+        let plan = plan(&topology);
+        let lane = plan
+            .delay_queues
+            .iter()
+            .find(|q| q.name == "t.delay.after-900000")
+            .unwrap();
+        assert_eq!(lane.ttl_ms, 900_000);
+        assert_eq!(lane.dead_letter_exchange, "t.delivery");
+        assert_eq!(lane.dead_letter_routing_key.as_deref(), Some(DESTINATION));
+        // Lanes too long for the ladder, or zero, are ignored.
+        assert_eq!(
+            self::topology(&[0, 1 << 40, 5, 5]).lanes(),
+            vec![5],
+            "sorted, distinct, within reach"
+        );
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub struct Topology {
     /// Never set in production: an idle delay queue would expire with the
     /// messages waiting in it.
     pub queue_expires: Option<Duration>,
+    /// Delays (ms) that get a lane of their own: one hop instead of one per
+    /// set bit (see [`ladder`]). The agents' configured TTLs.
+    pub delay_lanes: Vec<u64>,
 }
 
 impl Default for Topology {
@@ -36,6 +39,7 @@ impl Default for Topology {
         Self {
             prefix: "agentenkit".to_owned(),
             queue_expires: None,
+            delay_lanes: Vec::new(),
         }
     }
 }
@@ -56,6 +60,25 @@ impl Topology {
     /// (zero-padded so that the levels sort in a broker's listing).
     pub fn delay_level(&self, level: u8) -> String {
         format!("{}.delay.{level:02}", self.prefix)
+    }
+
+    /// Name of the queue of the lane of `lane_ms`.
+    pub fn delay_lane(&self, lane_ms: u32) -> String {
+        format!("{}.delay.after-{lane_ms}", self.prefix)
+    }
+
+    /// The lanes, as ladder delays: sorted, distinct, each within the
+    /// ladder's reach and longer than 0.
+    pub fn lanes(&self) -> Vec<u32> {
+        let mut lanes: Vec<u32> = self
+            .delay_lanes
+            .iter()
+            .filter_map(|&ms| u32::try_from(ms).ok())
+            .filter(|&ms| ms > 0)
+            .collect();
+        lanes.sort_unstable();
+        lanes.dedup();
+        lanes
     }
 }
 

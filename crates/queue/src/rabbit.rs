@@ -64,6 +64,9 @@ struct Inner {
     topology: Topology,
     segments: ShortString,
     entry_exchange: ShortString,
+    /// The lanes this adapter declared: the only ones it routes to, so a
+    /// message never goes to a lane that does not exist.
+    lanes: Vec<u32>,
     connection: Mutex<Option<Arc<Connection>>>,
     publisher: Mutex<Option<Channel>>,
     closed: CancellationToken,
@@ -76,12 +79,14 @@ impl RabbitQueue {
     pub async fn connect(amqp_url: &str, topology: Topology) -> Result<Self> {
         let segments = short(topology.segments_queue())?;
         let entry_exchange = short(ladder::plan(&topology).entry_exchange)?;
+        let lanes = topology.lanes();
         let queue = Self {
             inner: Arc::new(Inner {
                 url: amqp_url.to_owned(),
                 topology,
                 segments,
                 entry_exchange,
+                lanes,
                 connection: Mutex::new(None),
                 publisher: Mutex::new(None),
                 closed: CancellationToken::new(),
@@ -99,7 +104,7 @@ impl RabbitQueue {
 #[async_trait]
 impl QueueAdapter for RabbitQueue {
     fn delay_hops(&self, delay: Duration) -> usize {
-        ladder::delay_ms(delay).map_or(0, |ms| ladder::levels_for(ms).len())
+        ladder::delay_ms(delay).map_or(0, |ms| ladder::route(ms, &self.inner.lanes).hops())
     }
 
     async fn publish(&self, message: &QueueMessage) -> Result<()> {
@@ -115,7 +120,7 @@ impl QueueAdapter for RabbitQueue {
         if ms == 0 {
             return self.publish(message).await;
         }
-        let key = short(ladder::routing_key(ms))?;
+        let key = short(ladder::route(ms, &self.inner.lanes).key)?;
         let entry = self.inner.entry_exchange.clone();
         self.inner.publish(entry, key, &message.to_bytes()).await
     }
@@ -341,6 +346,12 @@ async fn declare(channel: &Channel, topology: &Topology) -> Result<()> {
             "x-dead-letter-exchange".into(),
             AMQPValue::LongString(queue.dead_letter_exchange.clone().into()),
         );
+        if let Some(key) = &queue.dead_letter_routing_key {
+            arguments.insert(
+                "x-dead-letter-routing-key".into(),
+                AMQPValue::LongString(key.clone().into()),
+            );
+        }
         channel
             .queue_declare(short(queue.name.as_str())?, queue_options, arguments)
             .await

@@ -24,6 +24,7 @@ fn topology() -> Topology {
     Topology {
         prefix: format!("test.{}", uuid::Uuid::new_v4()),
         queue_expires: Some(Duration::from_secs(60)),
+        delay_lanes: vec![],
     }
 }
 
@@ -143,6 +144,33 @@ async fn delayed_message_arrives_after_its_delay() -> Result<()> {
     assert!(elapsed >= delay, "arrived after {elapsed:?}");
     assert!(elapsed < delay + DELAY_SLACK, "arrived after {elapsed:?}");
     delivery.ack().await?;
+    queue.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_delay_with_a_lane_takes_one_hop_and_arrives_on_time_and_the_remainder_rides_the_ladder(
+) -> Result<()> {
+    let topology = Topology {
+        delay_lanes: vec![400],
+        ..topology()
+    };
+    let queue = connect(&topology).await?;
+    let mut deliveries = queue.consume(4).await?;
+    assert_eq!(queue.delay_hops(Duration::from_millis(400)), 1);
+    assert_eq!(queue.delay_hops(Duration::from_millis(403)), 3);
+    for (seq, ms) in [(1, 400), (2, 403)] {
+        let delay = Duration::from_millis(ms);
+        let message = segment(seq);
+        let start = Instant::now();
+        queue.publish_delayed(&message, delay).await?;
+        let delivery = next(&mut deliveries).await?;
+        let elapsed = start.elapsed();
+        assert_eq!(delivery.message()?, message);
+        assert!(elapsed >= delay, "arrived after {elapsed:?}");
+        assert!(elapsed < delay + DELAY_SLACK, "arrived after {elapsed:?}");
+        delivery.ack().await?;
+    }
     queue.close().await;
     Ok(())
 }

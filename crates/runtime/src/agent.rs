@@ -115,6 +115,21 @@ impl Registry {
         Self::default()
     }
 
+    /// The expiry delays parks of these agents use unless a tool asks for
+    /// its own: worth a delay lane each on the broker (one hop, not one per
+    /// set bit). The default TTL is always one, for agents added later.
+    pub fn delay_lanes(&self) -> Vec<u64> {
+        let mut lanes: Vec<u64> = self
+            .agents
+            .values()
+            .map(|a| a.hitl_ttl_ms)
+            .chain([DEFAULT_HITL_TTL_MS])
+            .collect();
+        lanes.sort_unstable();
+        lanes.dedup();
+        lanes
+    }
+
     /// Reads an agent file (SPEC §10).
     pub fn from_file(path: &Path) -> Result<Registry> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::AgentFile {

@@ -41,6 +41,8 @@ pub async fn run(database_url: &str, amqp_url: &str, n: usize) -> anyhow::Result
     let topology = Topology {
         prefix: format!("bench.exp.{id}"),
         queue_expires: Some(Duration::from_secs(1800)),
+        // TTLs drawn at random: no lane fits; this measures the ladder.
+        delay_lanes: vec![],
     };
     let queue: Arc<dyn QueueAdapter> =
         Arc::new(RabbitQueue::connect(amqp_url, topology.clone()).await?);

@@ -81,8 +81,8 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let store = connections.store()?;
             store.migrate().await?;
-            let queue = connections.queue().await?;
             let registry = agents.load()?;
+            let queue = connections.queue(&registry.delay_lanes()).await?;
             let shutdown = shutdown_on_signal();
             let worker = Worker::new(
                 store.clone(),

@@ -29,7 +29,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let state = AppState::new(
         cli.connections.store()?,
-        cli.connections.queue().await?,
+        cli.connections.queue(&[]).await?,
         cli.agents.load()?,
         cli.keys.load()?,
     );

@@ -166,10 +166,13 @@ async fn bench(
     started: Instant,
 ) -> anyhow::Result<()> {
     let hub = Arc::new(Hub::default());
+    let registry = Arc::new(hub::registry(hub.clone())?);
     let topology = Topology {
         prefix: format!("bench.{id}"),
         // A safety net only (see bench/broker.rs): deleted at the end.
         queue_expires: Some(Duration::from_secs(1800)),
+        // As the worker binary declares them: a lane per configured TTL.
+        delay_lanes: registry.delay_lanes(),
     };
     let (inner, queue_label): (Arc<dyn QueueAdapter>, String) = match args.queue {
         QueueKind::Memory => (Arc::new(MemoryQueue::new()), "memory (in-process)".into()),
@@ -190,7 +193,7 @@ async fn bench(
     let worker = Worker::new(
         store.clone(),
         queue.clone(),
-        Arc::new(hub::registry(hub.clone())?),
+        registry,
         WorkerConfig {
             prefetch,
             shutdown_grace: Duration::from_secs(5),

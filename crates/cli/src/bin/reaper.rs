@@ -29,7 +29,7 @@ async fn main() -> anyhow::Result<()> {
     init_tracing();
     let cli = Cli::parse();
     let store = cli.connections.store()?;
-    let queue = cli.connections.queue().await?;
+    let queue = cli.connections.queue(&[]).await?;
     let relay = Relay::new(queue);
     let config = ReaperConfig {
         default_ttl: cli.default_ttl,

@@ -30,7 +30,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let registry = cli.agents.load()?;
     let store = cli.connections.store()?;
-    let queue = cli.connections.queue().await?;
+    let queue = cli.connections.queue(&registry.delay_lanes()).await?;
     let config = WorkerConfig {
         prefetch: cli.prefetch,
         lease_ttl: cli.lease_ttl,
