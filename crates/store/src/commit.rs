@@ -10,6 +10,7 @@ use deadpool_postgres::Transaction;
 use serde_json::Value;
 
 use crate::outbox::{self, OutboxRow};
+use crate::pipeline::{self, Answer, Expect, Op};
 use crate::runs::Lease;
 use crate::{Error, Result, Store};
 
@@ -104,9 +105,36 @@ impl Store {
         // A new journal entry is progress: the attempts of the step that
         // made it start over.
         let progress = changes.iter().any(|c| matches!(c, Change::Journal { .. }));
-        fence(&tx, lease, progress).await?;
-        let mut outbox = Vec::new();
+        // The fence first, then every change that is a plain statement, in
+        // one round trip; the few that read before they write after it.
+        let mut ops = vec![fence(lease, progress)];
+        let mut messages: Vec<Option<(QueueMessage, u64)>> = vec![None];
+        let mut sequential = Vec::new();
         for change in changes {
+            match plan(lease.run_id, lease.thread_id, change)? {
+                Some(planned) => {
+                    for (op, message) in planned {
+                        ops.push(op);
+                        messages.push(message);
+                    }
+                }
+                None => sequential.push(change),
+            }
+        }
+        let answers = pipeline::run(&tx, ops).await?;
+        let mut outbox = Vec::new();
+        for (answer, message) in answers.into_iter().zip(messages) {
+            if let (Answer::Ids(ids), Some((message, delay_ms))) = (answer, message) {
+                for id in ids {
+                    outbox.push(OutboxRow {
+                        id,
+                        message: message.clone(),
+                        delay_ms,
+                    });
+                }
+            }
+        }
+        for change in sequential {
             if let Some(row) = apply(&tx, lease.run_id, lease.thread_id, change).await? {
                 outbox.push(row);
             }
@@ -118,32 +146,193 @@ impl Store {
 
 /// Extends the lease if it is still this worker's; the row lock taken here
 /// also orders concurrent writers of the same run.
-async fn fence(tx: &Transaction<'_>, lease: &Lease, progress: bool) -> Result<()> {
-    let stmt = tx
-        .prepare_cached(
-            "UPDATE runs SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now(),
-                    attempts = CASE WHEN $4 THEN 0 ELSE attempts END
-             WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'",
-        )
-        .await?;
-    let n = tx
-        .execute(
-            &stmt,
-            &[
-                &lease.run_id.0,
-                &lease.token,
-                &(lease.ttl_ms as f64),
-                &progress,
+fn fence(lease: &Lease, progress: bool) -> Op {
+    Op::new(
+        "UPDATE runs SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now(),
+                attempts = CASE WHEN $4 THEN 0 ELSE attempts END
+         WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'",
+        vec![
+            Box::new(lease.run_id.0),
+            Box::new(lease.token),
+            Box::new(lease.ttl_ms as f64),
+            Box::new(progress),
+        ],
+    )
+    .expect(Expect::One(Error::LeaseLost {
+        run_id: lease.run_id.to_string(),
+    }))
+}
+
+/// A statement of a commit, and the message it puts in the outbox.
+type Planned = (Op, Option<(QueueMessage, u64)>);
+
+/// The statement(s) of a change that needs no answer before the next
+/// statement; `None` for a change that does (applied after, by [`apply`]).
+fn plan(run: RunId, thread: ThreadId, change: &Change) -> Result<Option<Vec<Planned>>> {
+    let op = match change {
+        Change::Journal {
+            position,
+            name,
+            value,
+        } => Op::new(
+            "INSERT INTO journal (run_id, position, name, value) VALUES ($1, $2, $3, $4)",
+            vec![
+                Box::new(run.0),
+                Box::new(*position as i32),
+                Box::new(name.clone()),
+                Box::new(value.clone()),
+            ],
+        ),
+        Change::Message(message) => Op::new(
+            "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)",
+            vec![
+                Box::new(thread.0),
+                Box::new(run.0),
+                Box::new(serde_json::to_value(message)?),
+            ],
+        ),
+        Change::Event { event_type, data } => Op::new(
+            "INSERT INTO events (thread_id, run_id, type, data) VALUES ($1, $2, $3, $4)",
+            vec![
+                Box::new(thread.0),
+                Box::new(Some(run.0)),
+                Box::new(event_type.as_str()),
+                Box::new(data.clone()),
+            ],
+        ),
+        Change::Usage { model_call, usage } => Op::new(
+            "INSERT INTO usage (run_id, model_call, input_tokens, output_tokens) VALUES ($1, $2, $3, $4)",
+            vec![
+                Box::new(run.0),
+                Box::new(*model_call as i32),
+                Box::new(usage.input_tokens as i64),
+                Box::new(usage.output_tokens as i64),
+            ],
+        ),
+        Change::ProposeToolCall {
+            id,
+            name,
+            arguments,
+            kind,
+        } => Op::new(
+            "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, kind, tool_type, status)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'proposed')",
+            vec![
+                Box::new(run.0),
+                Box::new(id.as_str().to_owned()),
+                Box::new(thread.0),
+                Box::new(name.clone()),
+                Box::new(arguments.clone()),
+                Box::new(kind.as_str()),
+                Box::new(kind.tool_type()),
+            ],
+        ),
+        Change::SettleToolCall { id, status, result } => {
+            let sources: Vec<&'static str> = ToolCallStatus::ALL
+                .iter()
+                .filter(|from| from.can_become(*status))
+                .map(|from| from.as_str())
+                .collect();
+            Op::new(
+                "UPDATE tool_calls SET status = $3, result = $4
+                 WHERE run_id = $1 AND id = $2 AND status = ANY($5)",
+                vec![
+                    Box::new(run.0),
+                    Box::new(id.as_str().to_owned()),
+                    Box::new(status.as_str()),
+                    Box::new(result.clone()),
+                    Box::new(sources),
+                ],
+            )
+            .expect(Expect::One(Error::Corrupt(format!(
+                "tool call {id} of run {run} cannot become {status}"
+            ))))
+        }
+        Change::Outbox { message, delay_ms } => {
+            let op = Op::new(
+                outbox::INSERT,
+                vec![
+                    Box::new(serde_json::to_value(message)?),
+                    Box::new(*delay_ms as i64),
+                    Box::new(message.outbox_key()),
+                ],
+            )
+            .expect(Expect::Ids);
+            return Ok(Some(vec![(op, Some((message.clone(), *delay_ms)))]));
+        }
+        Change::ParkToolCall {
+            id,
+            kind,
+            reason,
+            arguments,
+            expires_at,
+        } => Op::new(
+            "UPDATE tool_calls SET status = 'pending_approval', reason = $3, expires_at = $4,
+                    kind = $5, tool_type = $6, arguments = COALESCE($7, arguments)
+             WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
+            vec![
+                Box::new(run.0),
+                Box::new(id.as_str().to_owned()),
+                Box::new(reason.clone()),
+                Box::new(*expires_at),
+                Box::new(kind.as_str()),
+                Box::new(kind.tool_type()),
+                Box::new(arguments.clone()),
             ],
         )
-        .await?;
-    if n == 1 {
-        Ok(())
-    } else {
-        Err(Error::LeaseLost {
-            run_id: lease.run_id.to_string(),
-        })
-    }
+        .expect(Expect::One(Error::Corrupt(format!(
+            "tool call {id} of run {run} is not proposed and cannot park"
+        )))),
+        Change::RecordParkRequest { id, request } => Op::new(
+            "UPDATE tool_calls SET park_request = $3
+             WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
+            vec![
+                Box::new(run.0),
+                Box::new(id.as_str().to_owned()),
+                Box::new(request.clone()),
+            ],
+        ),
+        Change::RecordToolResult { id, result } => Op::new(
+            "UPDATE tool_calls SET result = $3 WHERE run_id = $1 AND id = $2",
+            vec![
+                Box::new(run.0),
+                Box::new(id.as_str().to_owned()),
+                Box::new(result.clone()),
+            ],
+        ),
+        Change::WaitRun => Op::new(
+            "UPDATE runs SET status = 'waiting', updated_at = now(),
+                    lease_owner = NULL, lease_expires_at = NULL
+             WHERE id = $1 AND status = 'running'",
+            vec![Box::new(run.0)],
+        )
+        .expect(Expect::One(Error::Corrupt(format!("run {run} cannot wait")))),
+        Change::FinishRun {
+            status,
+            output,
+            error,
+        } => Op::new(
+            "UPDATE runs SET status = $2, output = $3, error = $4, finished_at = now(),
+                    updated_at = now(), lease_owner = NULL, lease_expires_at = NULL
+             WHERE id = $1 AND status = ANY($5)",
+            vec![
+                Box::new(run.0),
+                Box::new(status.as_str()),
+                Box::new(output.clone()),
+                Box::new(error.clone()),
+                Box::new(RunStatus::sources_of(*status)),
+            ],
+        )
+        .expect(Expect::One(Error::Corrupt(format!(
+            "run {run} cannot become {status}"
+        )))),
+        Change::RecordFailure { error } => Op::new(
+            "UPDATE runs SET attempts = attempts + 1, error = $2 WHERE id = $1",
+            vec![Box::new(run.0), Box::new(error.clone())],
+        ),
+        Change::StartChild { .. } | Change::FinishDelegation { .. } => return Ok(None),
+    };
+    Ok(Some(vec![(op, None)]))
 }
 
 /// Resumes a waiting run whose requests and children are all settled: the
@@ -213,6 +402,8 @@ pub(crate) async fn insert_message(
     Ok(())
 }
 
+/// A change whose statements depend on each other's answers, applied one
+/// statement at a time after the pipelined ones of its commit.
 async fn apply(
     tx: &Transaction<'_>,
     run: RunId,
@@ -220,127 +411,6 @@ async fn apply(
     change: &Change,
 ) -> Result<Option<OutboxRow>> {
     match change {
-        Change::Journal {
-            position,
-            name,
-            value,
-        } => {
-            let stmt = tx
-                .prepare_cached(
-                    "INSERT INTO journal (run_id, position, name, value) VALUES ($1, $2, $3, $4)",
-                )
-                .await?;
-            tx.execute(&stmt, &[&run.0, &(*position as i32), name, value])
-                .await?;
-        }
-        Change::Message(message) => insert_message(tx, thread, run, message).await?,
-        Change::Event { event_type, data } => {
-            insert_event(tx, thread, Some(run), *event_type, data).await?;
-        }
-        Change::Usage { model_call, usage } => {
-            let stmt = tx
-                .prepare_cached(
-                    "INSERT INTO usage (run_id, model_call, input_tokens, output_tokens) VALUES ($1, $2, $3, $4)",
-                )
-                .await?;
-            tx.execute(
-                &stmt,
-                &[
-                    &run.0,
-                    &(*model_call as i32),
-                    &(usage.input_tokens as i64),
-                    &(usage.output_tokens as i64),
-                ],
-            )
-            .await?;
-        }
-        Change::ProposeToolCall {
-            id,
-            name,
-            arguments,
-            kind,
-        } => {
-            let stmt = tx
-                .prepare_cached(
-                    "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, kind, tool_type, status)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, 'proposed')",
-                )
-                .await?;
-            tx.execute(
-                &stmt,
-                &[
-                    &run.0,
-                    &id.as_str(),
-                    &thread.0,
-                    name,
-                    arguments,
-                    &kind.as_str(),
-                    &kind.tool_type(),
-                ],
-            )
-            .await?;
-        }
-        Change::SettleToolCall { id, status, result } => {
-            let sources: Vec<&str> = ToolCallStatus::ALL
-                .iter()
-                .filter(|from| from.can_become(*status))
-                .map(|from| from.as_str())
-                .collect();
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE tool_calls SET status = $3, result = $4
-                     WHERE run_id = $1 AND id = $2 AND status = ANY($5)",
-                )
-                .await?;
-            let n = tx
-                .execute(
-                    &stmt,
-                    &[&run.0, &id.as_str(), &status.as_str(), result, &sources],
-                )
-                .await?;
-            if n != 1 {
-                return Err(Error::Corrupt(format!(
-                    "tool call {id} of run {run} cannot become {status}"
-                )));
-            }
-        }
-        Change::Outbox { message, delay_ms } => {
-            return Ok(Some(outbox::insert(tx, message, *delay_ms).await?));
-        }
-        Change::ParkToolCall {
-            id,
-            kind,
-            reason,
-            arguments,
-            expires_at,
-        } => {
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE tool_calls SET status = 'pending_approval', reason = $3, expires_at = $4,
-                            kind = $5, tool_type = $6, arguments = COALESCE($7, arguments)
-                     WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
-                )
-                .await?;
-            let n = tx
-                .execute(
-                    &stmt,
-                    &[
-                        &run.0,
-                        &id.as_str(),
-                        reason,
-                        expires_at,
-                        &kind.as_str(),
-                        &kind.tool_type(),
-                        arguments,
-                    ],
-                )
-                .await?;
-            if n != 1 {
-                return Err(Error::Corrupt(format!(
-                    "tool call {id} of run {run} is not proposed and cannot park"
-                )));
-            }
-        }
         Change::StartChild {
             call_id,
             child_run_id,
@@ -387,7 +457,7 @@ async fn apply(
                 run_id: *child_run_id,
                 seq: 1,
             };
-            return Ok(Some(outbox::insert(tx, &segment, 0).await?));
+            Ok(Some(outbox::insert(tx, &segment, 0).await?))
         }
         Change::FinishDelegation {
             parent_run_id,
@@ -421,64 +491,13 @@ async fn apply(
                 ],
             )
             .await?;
-            return Ok(resume_if_settled(tx, *parent_run_id)
+            Ok(resume_if_settled(tx, *parent_run_id)
                 .await?
                 .into_iter()
-                .next());
+                .next())
         }
-        Change::RecordParkRequest { id, request } => {
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE tool_calls SET park_request = $3
-                     WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
-                )
-                .await?;
-            tx.execute(&stmt, &[&run.0, &id.as_str(), request]).await?;
-        }
-        Change::RecordToolResult { id, result } => {
-            let stmt = tx
-                .prepare_cached("UPDATE tool_calls SET result = $3 WHERE run_id = $1 AND id = $2")
-                .await?;
-            tx.execute(&stmt, &[&run.0, &id.as_str(), result]).await?;
-        }
-        Change::WaitRun => {
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE runs SET status = 'waiting', updated_at = now(),
-                            lease_owner = NULL, lease_expires_at = NULL
-                     WHERE id = $1 AND status = 'running'",
-                )
-                .await?;
-            if tx.execute(&stmt, &[&run.0]).await? != 1 {
-                return Err(Error::Corrupt(format!("run {run} cannot wait")));
-            }
-        }
-        Change::FinishRun {
-            status,
-            output,
-            error,
-        } => {
-            let sources = RunStatus::sources_of(*status);
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE runs SET status = $2, output = $3, error = $4, finished_at = now(),
-                            updated_at = now(), lease_owner = NULL, lease_expires_at = NULL
-                     WHERE id = $1 AND status = ANY($5)",
-                )
-                .await?;
-            let n = tx
-                .execute(&stmt, &[&run.0, &status.as_str(), output, error, &sources])
-                .await?;
-            if n != 1 {
-                return Err(Error::Corrupt(format!("run {run} cannot become {status}")));
-            }
-        }
-        Change::RecordFailure { error } => {
-            let stmt = tx
-                .prepare_cached("UPDATE runs SET attempts = attempts + 1, error = $2 WHERE id = $1")
-                .await?;
-            tx.execute(&stmt, &[&run.0, error]).await?;
-        }
+        other => Err(Error::Corrupt(format!(
+            "{other:?} is a pipelined change, not a sequential one"
+        ))),
     }
-    Ok(None)
 }

@@ -18,6 +18,7 @@ mod expire;
 mod listen;
 mod migrate;
 mod outbox;
+mod pipeline;
 mod reclaim;
 mod runs;
 mod threads;

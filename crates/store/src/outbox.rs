@@ -20,17 +20,16 @@ pub struct OutboxRow {
     pub delay_ms: u64,
 }
 
+/// Inserts a row: `(message, delay_ms, key)`, returning its id.
+pub(crate) const INSERT: &str = "INSERT INTO outbox (message, delay_ms, key, due_at)
+     VALUES ($1, $2, $3, now() + $2::bigint * interval '1 millisecond') RETURNING id";
+
 pub(crate) async fn insert(
     tx: &Transaction<'_>,
     message: &QueueMessage,
     delay_ms: u64,
 ) -> Result<OutboxRow> {
-    let stmt = tx
-        .prepare_cached(
-            "INSERT INTO outbox (message, delay_ms, key, due_at)
-             VALUES ($1, $2, $3, now() + $2::bigint * interval '1 millisecond') RETURNING id",
-        )
-        .await?;
+    let stmt = tx.prepare_cached(INSERT).await?;
     let body = serde_json::to_value(message)?;
     let row = tx
         .query_one(&stmt, &[&body, &(delay_ms as i64), &message.outbox_key()])
