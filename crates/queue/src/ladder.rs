@@ -95,6 +95,19 @@ impl Route {
     pub fn hops(&self) -> usize {
         self.levels.len() + usize::from(self.lane.is_some())
     }
+
+    /// Where to publish: the exchange and routing key. A message enters the
+    /// ladder at the level of its highest set bit (the levels above would
+    /// only forward it, each an exchange-to-exchange routing step on the
+    /// broker's hot path); a lane with nothing left on the ladder is
+    /// published straight to its queue through the default exchange (`""`).
+    pub fn entry(&self, topology: &Topology) -> (String, String) {
+        match (self.levels.first(), self.lane) {
+            (Some(&top), _) => (topology.delay_level(top), self.key.clone()),
+            (None, Some(lane)) => (String::new(), topology.delay_lane(lane)),
+            (None, None) => (topology.delivery_exchange(), self.key.clone()),
+        }
+    }
 }
 
 /// The cheapest way to delay by `delay_ms` with the given lanes: the plain
@@ -308,11 +321,26 @@ mod tests {
     /// lets each delay queue expire (dead-lettering with its own key when it
     /// has one); returns the levels and lanes visited and the time spent.
     fn simulate(topology: &Topology, plan: &Plan, key: &str) -> (Vec<u8>, Vec<u64>, u64) {
+        simulate_from(topology, plan, &plan.entry_exchange, key)
+    }
+
+    /// As [`simulate`], entering at `exchange` (`""`: the default exchange,
+    /// which routes a key to the queue of that name).
+    fn simulate_from(
+        topology: &Topology,
+        plan: &Plan,
+        exchange: &str,
+        key: &str,
+    ) -> (Vec<u8>, Vec<u64>, u64) {
         let mut key = key.to_owned();
-        let mut exchange = plan.entry_exchange.clone();
+        let mut exchange = exchange.to_owned();
         let (mut levels, mut lanes, mut waited) = (Vec::new(), Vec::new(), 0);
         for _hop in 0..=LEVELS + 1 {
-            let queues = route_key(plan, &exchange, &key);
+            let queues = if exchange.is_empty() {
+                BTreeSet::from([key.clone()])
+            } else {
+                route_key(plan, &exchange, &key)
+            };
             assert_eq!(queues.len(), 1, "{key} from {exchange} reached {queues:?}");
             let queue = queues.into_iter().next().unwrap_or_default();
             if queue == topology.segments_queue() {
@@ -362,13 +390,20 @@ mod tests {
         let topology = topology(lanes);
         let plan = plan(&topology);
         let route = route(delay, &topology.lanes());
-        let (visited, lanes_visited, waited) = simulate(&topology, &plan, &route.key);
-        assert_eq!(waited, u64::from(delay), "delay {delay} via {route:?}");
-        assert_eq!(visited, route.levels);
-        assert_eq!(
-            lanes_visited,
-            route.lane.map(u64::from).into_iter().collect::<Vec<_>>()
-        );
+        // The full key from the ladder's top, and the short cut from where
+        // the route enters, take the same path.
+        let (exchange, key) = route.entry(&topology);
+        for (visited, lanes_visited, waited) in [
+            simulate(&topology, &plan, &route.key),
+            simulate_from(&topology, &plan, &exchange, &key),
+        ] {
+            assert_eq!(waited, u64::from(delay), "delay {delay} via {route:?}");
+            assert_eq!(visited, route.levels);
+            assert_eq!(
+                lanes_visited,
+                route.lane.map(u64::from).into_iter().collect::<Vec<_>>()
+            );
+        }
         assert!(route.hops() <= delay.count_ones() as usize);
     }
 

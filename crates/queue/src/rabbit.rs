@@ -63,7 +63,6 @@ struct Inner {
     url: String,
     topology: Topology,
     segments: ShortString,
-    entry_exchange: ShortString,
     /// The lanes this adapter declared: the only ones it routes to, so a
     /// message never goes to a lane that does not exist.
     lanes: Vec<u32>,
@@ -78,14 +77,12 @@ impl RabbitQueue {
     /// name exists with other arguments).
     pub async fn connect(amqp_url: &str, topology: Topology) -> Result<Self> {
         let segments = short(topology.segments_queue())?;
-        let entry_exchange = short(ladder::plan(&topology).entry_exchange)?;
         let lanes = topology.lanes();
         let queue = Self {
             inner: Arc::new(Inner {
                 url: amqp_url.to_owned(),
                 topology,
                 segments,
-                entry_exchange,
                 lanes,
                 connection: Mutex::new(None),
                 publisher: Mutex::new(None),
@@ -120,9 +117,10 @@ impl QueueAdapter for RabbitQueue {
         if ms == 0 {
             return self.publish(message).await;
         }
-        let key = short(ladder::route(ms, &self.inner.lanes).key)?;
-        let entry = self.inner.entry_exchange.clone();
-        self.inner.publish(entry, key, &message.to_bytes()).await
+        let (exchange, key) = ladder::route(ms, &self.inner.lanes).entry(&self.inner.topology);
+        self.inner
+            .publish(short(exchange)?, short(key)?, &message.to_bytes())
+            .await
     }
 
     async fn consume(&self, prefetch: u16) -> Result<Deliveries> {
