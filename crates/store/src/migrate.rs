@@ -27,6 +27,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "outbox_consumed",
         include_str!("../../../migrations/0005_outbox_consumed.sql"),
     ),
+    (
+        6,
+        "hot_path",
+        include_str!("../../../migrations/0006_hot_path.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

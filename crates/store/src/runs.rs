@@ -169,11 +169,14 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
         FROM journal j WHERE j.run_id = a.id),
        -- a root run sees the thread's earlier turns (root runs only) and its
        -- own user message; a child run sees only its task
+       -- (the run of each message looked up by key: a join let the planner
+       -- hash every run of the database)
        (SELECT coalesce(jsonb_agg(m.body ORDER BY m.id), '[]')
-        FROM messages m JOIN runs r ON r.id = m.run_id
+        FROM messages m
         WHERE m.thread_id = a.thread_id
           AND CASE WHEN a.parent_run_id IS NULL
-                   THEN r.parent_run_id IS NULL AND (m.run_id <> a.id OR m.body->>'role' = 'user')
+                   THEN (m.run_id <> a.id OR m.body->>'role' = 'user')
+                        AND (SELECT r.parent_run_id IS NULL FROM runs r WHERE r.id = m.run_id)
                    ELSE m.run_id = a.id AND m.body->>'role' = 'user' END),
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'id', tc.id, 'kind', tc.kind, 'status', tc.status,
