@@ -6,3 +6,4 @@ pub mod hub;
 pub mod meter;
 pub mod peers;
 pub mod report;
+pub mod wire;

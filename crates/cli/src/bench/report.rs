@@ -61,6 +61,19 @@ impl ConfigResult {
     }
 }
 
+/// The round-trip pass: the same cycle through a counting proxy.
+pub struct RoundTrips {
+    pub n: usize,
+    pub park: crate::bench::wire::WirePer,
+    pub resume: crate::bench::wire::WirePer,
+}
+
+impl RoundTrips {
+    pub fn cycle(&self) -> f64 {
+        self.park.round_trips + self.resume.round_trips
+    }
+}
+
 pub struct Params {
     pub n: usize,
     pub warmup: usize,
@@ -111,6 +124,7 @@ pub fn print_markdown(
     results: &[ConfigResult],
     baselines: &[Baseline],
     peers: Option<&Peers>,
+    round_trips: Option<&RoundTrips>,
     total: Duration,
 ) {
     println!("# agentenkit-bench: park → approve → resume → complete\n");
@@ -189,6 +203,20 @@ pub fn print_markdown(
             fmt(r.publishes.publishes as f64 / n, 2),
             fmt(r.publishes.delayed as f64 / n, 2),
             fmt(r.publishes.delay_hops as f64 / n, 2),
+        );
+    }
+    if let Some(t) = round_trips {
+        println!(
+            "\nSQL round trips per cycle: {} ({} park + {} resume), {} bytes sent and {} received per cycle \
+             (a separate pass of N={} cycles at c=1 through a counting TCP proxy in front of Postgres: \
+             a round trip is a burst of client bytes after an answer, so pipelined statements count once; \
+             the clients' store calls and the worker's together).",
+            fmt(t.cycle(), 2),
+            fmt(t.park.round_trips, 2),
+            fmt(t.resume.round_trips, 2),
+            fmt(t.park.bytes_sent + t.resume.bytes_sent, 0),
+            fmt(t.park.bytes_received + t.resume.bytes_received, 0),
+            t.n
         );
     }
     for r in results {
@@ -289,8 +317,15 @@ pub fn to_json(
     results: &[ConfigResult],
     baselines: &[Baseline],
     peers: Option<&Peers>,
+    round_trips: Option<&RoundTrips>,
 ) -> Value {
     json!({
+        "round_trips": round_trips.map(|t| json!({
+            "n": t.n, "concurrency": 1,
+            "per_cycle": t.cycle(), "per_park": t.park.round_trips, "per_resume": t.resume.round_trips,
+            "bytes_sent_per_cycle": t.park.bytes_sent + t.resume.bytes_sent,
+            "bytes_received_per_cycle": t.park.bytes_received + t.resume.bytes_received,
+        })),
         "system": "agentenkit",
         "params": {
             "n": params.n, "warmup": params.warmup, "queue": params.queue,

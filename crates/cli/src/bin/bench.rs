@@ -25,7 +25,8 @@ use agentenkit_store::{AnswerTarget, OutboxRow, Store, StoreConfig};
 use anyhow::{bail, Context};
 use bench::hub::{self, HookedQueue, Hub, Key, Publishes};
 use bench::meter::{self, Meter, ProcSample};
-use bench::report::{self, ConfigResult, Params};
+use bench::report::{self, ConfigResult, Params, RoundTrips};
+use bench::wire::{self, Proxy};
 use clap::Parser;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -40,11 +41,15 @@ const WAIT: Duration = Duration::from_secs(60);
 )]
 struct Args {
     /// Parked-then-approved runs per concurrency.
+    #[arg(long, env = "BENCH_N", default_value_t = 2000)]
+    n: usize,
     /// Requests for the expiry-accuracy measurement (0 skips it).
     #[arg(long, env = "BENCH_EXPIRY_N", default_value_t = 1000)]
     expiry_n: usize,
-    #[arg(long, env = "BENCH_N", default_value_t = 2000)]
-    n: usize,
+    /// Cycles of the round-trip pass (c=1, through a counting proxy in
+    /// front of Postgres, after the measured configurations; 0 skips it).
+    #[arg(long, env = "BENCH_ROUND_TRIP_N", default_value_t = 200)]
+    round_trip_n: usize,
     /// Full cycles before each configuration's measurement (excluded).
     #[arg(long, env = "BENCH_WARMUP", default_value_t = 50)]
     warmup: usize,
@@ -190,36 +195,31 @@ async fn bench(
     let queue: Arc<dyn QueueAdapter> = hooked.clone();
     let max_c = args.concurrency.iter().copied().max().unwrap_or(1);
     let prefetch = u16::try_from((max_c * 2).max(16)).unwrap_or(u16::MAX);
-    let worker = Worker::new(
-        store.clone(),
-        queue.clone(),
-        registry,
-        WorkerConfig {
-            prefetch,
-            shutdown_grace: Duration::from_secs(5),
-            ..WorkerConfig::default()
-        },
-    );
-    let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    let worker_task = tokio::spawn(async move { worker.run(token).await });
     let ctx = Arc::new(Ctx {
         hooked,
         relay: Relay::new(queue.clone()),
-        store,
+        store: store.clone(),
         hub,
         owner: Owner("bench".into()),
         content: hub::body_text(),
     });
-
-    let outcome = run(args, &ctx, meter, schema, queue_label, prefetch, started).await;
-
-    shutdown.cancel();
-    match worker_task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => eprintln!("worker: {e}"),
-        Err(e) => eprintln!("worker task: {e}"),
-    }
+    let worker = start_worker(&ctx, registry.clone(), prefetch);
+    let measured = run(args, &ctx, meter, schema, queue_label, prefetch).await;
+    worker.stop().await;
+    let outcome = match measured {
+        Ok(measured) => {
+            let round_trips = if args.round_trip_n > 0 {
+                round_trip_pass(args, &ctx, registry, schema)
+                    .await
+                    .map_err(|e| eprintln!("round-trip pass failed: {e:#}"))
+                    .ok()
+            } else {
+                None
+            };
+            measured.report(args, round_trips.as_ref(), started)
+        }
+        Err(e) => Err(e),
+    };
     queue.close().await;
     if args.queue == QueueKind::Rabbitmq {
         match bench::broker::delete_topology(&args.amqp_url, &topology).await {
@@ -240,8 +240,7 @@ async fn run(
     schema: &str,
     queue: String,
     prefetch: u16,
-    started: Instant,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Measured> {
     let postgres = format!(
         "{} (synchronous_commit {}, shared_buffers {}, wal_sync_method {})",
         meter.show("server_version").await?,
@@ -289,24 +288,137 @@ async fn run(
         baseline_secs: args.baseline_secs,
         stats_flush_secs: args.stats_flush_secs,
     };
-    let peers = bench::peers::find(&args.peers_dir).and_then(|p| bench::peers::load(&p));
-    report::print_markdown(
-        &params,
-        &results,
-        &baselines,
-        peers.as_ref(),
-        started.elapsed(),
-    );
-    if let Some(path) = &args.json {
-        let value = report::to_json(&params, &results, &baselines, peers.as_ref());
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
+    Ok(Measured {
+        params,
+        results,
+        baselines,
+    })
+}
+
+/// The measured configurations, printed once the round-trip pass is done.
+struct Measured {
+    params: Params,
+    results: Vec<ConfigResult>,
+    baselines: Vec<meter::Baseline>,
+}
+
+impl Measured {
+    fn report(
+        &self,
+        args: &Args,
+        round_trips: Option<&RoundTrips>,
+        started: Instant,
+    ) -> anyhow::Result<()> {
+        let peers = bench::peers::find(&args.peers_dir).and_then(|p| bench::peers::load(&p));
+        report::print_markdown(
+            &self.params,
+            &self.results,
+            &self.baselines,
+            peers.as_ref(),
+            round_trips,
+            started.elapsed(),
+        );
+        if let Some(path) = &args.json {
+            let value = report::to_json(
+                &self.params,
+                &self.results,
+                &self.baselines,
+                peers.as_ref(),
+                round_trips,
+            );
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(path, serde_json::to_vec_pretty(&value)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
         }
-        std::fs::write(path, serde_json::to_vec_pretty(&value)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        Ok(())
     }
-    Ok(())
+}
+
+/// A worker of the bench, running until stopped.
+struct RunningWorker {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), agentenkit_runtime::worker::WorkerError>>,
+}
+
+impl RunningWorker {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        match self.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("worker: {e}"),
+            Err(e) => eprintln!("worker task: {e}"),
+        }
+    }
+}
+
+fn start_worker(
+    ctx: &Ctx,
+    registry: Arc<agentenkit_runtime::Registry>,
+    prefetch: u16,
+) -> RunningWorker {
+    let queue: Arc<dyn QueueAdapter> = ctx.hooked.clone();
+    let worker = Worker::new(
+        ctx.store.clone(),
+        queue,
+        registry,
+        WorkerConfig {
+            prefetch,
+            shutdown_grace: Duration::from_secs(5),
+            ..WorkerConfig::default()
+        },
+    );
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    RunningWorker {
+        shutdown,
+        task: tokio::spawn(async move { worker.run(token).await }),
+    }
+}
+
+/// The same cycle at c=1 with the clients' and the worker's store behind a
+/// counting proxy: SQL round trips and bytes on the wire per park and per
+/// resume. Warm-up cycles first, so statements are prepared.
+async fn round_trip_pass(
+    args: &Args,
+    main: &Ctx,
+    registry: Arc<agentenkit_runtime::Registry>,
+    schema: &str,
+) -> anyhow::Result<RoundTrips> {
+    let proxy = Proxy::start(wire::upstream(&args.database_url)?).await?;
+    let mut config = StoreConfig::new(proxy.database_url(&args.database_url)?);
+    config.schema = Some(schema.to_owned());
+    config.max_connections = 4;
+    let ctx = Arc::new(Ctx {
+        hooked: main.hooked.clone(),
+        relay: Relay::new(main.hooked.clone()),
+        store: Store::connect(&config)?,
+        hub: main.hub.clone(),
+        owner: main.owner.clone(),
+        content: main.content.clone(),
+    });
+    let worker = start_worker(&ctx, registry, 16);
+    let outcome = async {
+        let n = args.round_trip_n;
+        eprintln!("round-trip pass: {n} cycles at c=1 through a counting proxy");
+        let (warm, _, _) = park_phase(&ctx, 20, 1).await?;
+        resume_phase(&ctx, &warm, 1).await?;
+        let s0 = proxy.sample();
+        let (parked, _, _) = park_phase(&ctx, n, 1).await?;
+        let s1 = proxy.sample();
+        resume_phase(&ctx, &parked, 1).await?;
+        let s2 = proxy.sample();
+        anyhow::Ok(RoundTrips {
+            n,
+            park: s0.per(&s1, n),
+            resume: s1.per(&s2, n),
+        })
+    }
+    .await;
+    worker.stop().await;
+    outcome
 }
 
 /// One configuration: fresh tables, warm-up, then phase A (park N) and
