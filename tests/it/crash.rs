@@ -126,3 +126,49 @@ async fn a_lease_that_ran_out_refuses_the_old_workers_commit() {
     ));
     env.finish().await;
 }
+
+/// A commit goes out as BEGIN, its statements and COMMIT in one round trip:
+/// a row check that fails halfway must still leave nothing behind, and the
+/// connection must come back clean for the next commit.
+#[tokio::test]
+async fn a_commit_whose_row_check_fails_writes_nothing_and_the_next_one_lands() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let (_, run_id) = env.start_turn("agent", "go").await;
+    let run: RunId = run_id.parse().unwrap();
+    let LeaseAttempt::Acquired(held) = env.store.acquire_lease(run, 1, 5_000).await.unwrap() else {
+        panic!("the first lease is free");
+    };
+    let entry = Change::Journal {
+        position: 0,
+        name: "model:0".into(),
+        value: json!("first"),
+    };
+    let broken = [
+        entry.clone(),
+        Change::SettleToolCall {
+            id: "no-such-call".into(),
+            status: agentenkit_core::ToolCallStatus::Executed,
+            result: json!("x"),
+        },
+        Change::Event {
+            event_type: agentenkit_core::EventType::RunFailed,
+            data: json!({}),
+        },
+    ];
+    for _ in 0..3 {
+        let refused = env.store.commit(&held.lease, &broken).await.unwrap_err();
+        assert!(
+            matches!(refused, agentenkit_store::Error::Corrupt(_)),
+            "{refused}"
+        );
+        assert!(env.journal_names(&run_id).await.is_empty());
+    }
+    env.store.commit(&held.lease, &[entry]).await.unwrap();
+    assert_eq!(env.journal_names(&run_id).await, ["model:0"]);
+    let thread_events = env.event_types(&held.lease.thread_id.to_string()).await;
+    assert!(
+        !thread_events.iter().any(|t| t == "RUN_FAILED"),
+        "{thread_events:?}"
+    );
+    env.finish().await;
+}

@@ -7,7 +7,10 @@
 //! the run is left open the resume segment goes into the outbox.
 
 use agentenkit_core::reply::{reduce, refusal, ReplyError, SettledReply, Verdict};
-use agentenkit_core::{EventType, Owner, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind};
+use agentenkit_core::{
+    EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus,
+    ToolKind,
+};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
@@ -15,6 +18,7 @@ use uuid::Uuid;
 
 use crate::commit::{insert_event, resume_if_settled};
 use crate::outbox::OutboxRow;
+use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::{Error, Result, Store};
 
 /// How a reply names the request it answers.
@@ -79,24 +83,80 @@ impl Store {
         call: &ToolCallId,
         verdict: &Verdict,
     ) -> Result<Answered> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let row = locate(&tx, owner, target, call).await?;
-        // Serialize replies to the requests of one run.
-        let stmt = tx
-            .prepare_cached("SELECT status FROM runs WHERE id = $1 FOR NO KEY UPDATE")
-            .await?;
-        tx.query_one(&stmt, &[&row.run_id.0]).await?;
-        let row = locate(&tx, owner, AnswerTarget::Run(row.run_id), call).await?;
+        // The run to lock: a thread's call is found first, outside the
+        // transaction; it is read again, in its run, once the run is locked.
+        let run = match target {
+            AnswerTarget::Run(run) => run,
+            AnswerTarget::Thread(_) => {
+                let client = self.client().await?;
+                locate(&client, owner, target, call).await?.run_id
+            }
+        };
+        let tx = OpenTx::new(self.client().await?);
+        // One round trip: the run's row lock (which serializes replies to
+        // its requests, and expiries, and the worker's fence), then, read
+        // after it, the row and what else of the run is still open.
+        let mut answers = tx
+            .begin_with(vec![
+                Op::new(
+                    "SELECT now() FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+                    vec![Box::new(run.0)],
+                )
+                .expect(Expect::Rows),
+                Op::new(
+                    LOCATE_IN_RUN,
+                    vec![
+                        Box::new(run.0),
+                        Box::new(call.as_str().to_owned()),
+                        Box::new(owner.as_str().to_owned()),
+                    ],
+                )
+                .expect(Expect::Rows),
+                Op::new(
+                    "SELECT status, segment_seq,
+                            (SELECT count(*) FROM tool_calls
+                             WHERE run_id = $1 AND status = 'pending_approval')
+                          + (SELECT count(*) FROM runs WHERE parent_run_id = $1
+                                                      AND status IN ('queued', 'running', 'waiting'))
+                     FROM runs WHERE id = $1",
+                    vec![Box::new(run.0)],
+                )
+                .expect(Expect::Rows),
+            ])
+            .await?
+            .into_iter()
+            .map(Answer::rows);
+        let (locked, located, open) = (answers.next(), answers.next(), answers.next());
+        let (Some(now), Some(row), Some(open)) = (
+            locked.as_ref().and_then(|rows| rows.first()),
+            located.as_ref().and_then(|rows| rows.first()),
+            open.as_ref().and_then(|rows| rows.first()),
+        ) else {
+            tx.rollback().await?;
+            return Err(Error::NotFound {
+                what: "tool call",
+                id: call.to_string(),
+            });
+        };
+        let answered_at: DateTime<Utc> = now.get(0);
+        let row = reply_target(row)?;
         // The kind of wait decides what a reply means; a reply of the
         // wrong shape, or answers that do not fit, record nothing.
-        let mut reply = reduce(row.kind, verdict, &row.arguments).map_err(|e| match e {
+        let reduced = reduce(row.kind, verdict, &row.arguments).map_err(|e| match e {
             ReplyError::Mismatch => Error::ReplyMismatch {
                 kind: row.kind.to_string(),
             },
             ReplyError::InvalidAnswers(issues) => Error::InvalidAnswers(issues),
-        })?;
+        });
+        let mut reply = match reduced {
+            Ok(reply) => reply,
+            Err(e) => {
+                tx.rollback().await?;
+                return Err(e);
+            }
+        };
         if let Some(reason) = refusal(row.status, row.current) {
+            tx.rollback().await?;
             return Ok(Answered::refused(reason));
         }
         // Questions keep their resolved answers in `payload`; a rejection
@@ -105,45 +165,86 @@ impl Store {
             (Some(answers), _) => (Some(serde_json::to_value(answers)?), reply.answers_result()),
             (None, denial) => (reply.payload.clone(), denial),
         };
-        let stmt = tx
-            .prepare_cached(
+        reply.answered_by = Some(owner.to_string());
+        reply.answered_at = Some(answered_at);
+        let mut ops = vec![
+            // Pending, as read under the lock nobody else writes it without.
+            Op::new(
                 "UPDATE tool_calls SET status = $3, payload = $4, result = $5,
-                        answered_by = $6, answered_at = now(), defaulted = $7
-                 WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'
-                 RETURNING answered_at",
-            )
-            .await?;
-        let Some(updated) = tx
-            .query_opt(
-                &stmt,
-                &[
-                    &row.run_id.0,
-                    &call.as_str(),
-                    &reply.status.as_str(),
-                    &payload,
-                    &result,
-                    &owner.as_str(),
-                    &reply.defaulted,
+                        answered_by = $6, answered_at = $7, defaulted = $8
+                 WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'",
+                vec![
+                    Box::new(run.0),
+                    Box::new(call.as_str().to_owned()),
+                    Box::new(reply.status.as_str()),
+                    Box::new(payload),
+                    Box::new(result),
+                    Box::new(owner.as_str().to_owned()),
+                    Box::new(answered_at),
+                    Box::new(reply.defaulted.clone()),
                 ],
             )
-            .await?
-        else {
-            return Ok(Answered::refused("This request was already answered"));
-        };
-        reply.answered_by = Some(owner.to_string());
-        reply.answered_at = Some(updated.get::<_, DateTime<Utc>>(0));
-        // The request's expiry has nothing left to do: its row goes (the
-        // message itself, if already in the broker, is dropped on arrival).
-        crate::outbox::consumed(
-            &tx,
-            &agentenkit_core::QueueMessage::Expiry {
-                run_id: row.run_id,
+            .expect(Expect::One(Error::Corrupt(format!(
+                "tool call {call} of run {run} changed under its run's lock"
+            )))),
+            // The request's expiry has nothing left to do: its row goes
+            // (the message itself, if already in the broker, is dropped on
+            // arrival).
+            crate::outbox::consumed_op(&QueueMessage::Expiry {
+                run_id: run,
                 tool_call_id: call.clone(),
-            },
-        )
-        .await?;
-        let outbox = settle(&tx, &row, call, &reply).await?;
-        tx.commit().await?;
+            }),
+            Op::new(
+                "INSERT INTO events (thread_id, run_id, type, data) VALUES ($1, $2, $3, $4)",
+                vec![
+                    Box::new(row.thread_id.0),
+                    Box::new(Some(run.0)),
+                    Box::new(EventType::InputResolved.as_str()),
+                    Box::new(resolved_event(&row, call, &reply)?),
+                ],
+            ),
+        ];
+        // The last open request of a waiting run (this one is still
+        // pending in `still_open`): the run resumes with its next segment.
+        let status: &str = open.get(0);
+        let seq: i64 = open.get(1);
+        let still_open: i64 = open.get(2);
+        let resume = (status == RunStatus::Waiting.as_str() && still_open == 1).then(|| {
+            QueueMessage::Segment {
+                run_id: run,
+                seq: seq + 1,
+            }
+        });
+        if let Some(segment) = &resume {
+            ops.push(
+                Op::new(
+                    "UPDATE runs SET status = 'queued', segment_seq = $2, updated_at = now()
+                     WHERE id = $1 AND status = 'waiting' AND segment_seq = $3",
+                    vec![Box::new(run.0), Box::new(seq + 1), Box::new(seq)],
+                )
+                .expect(Expect::One(Error::Corrupt(format!(
+                    "run {run} changed under its lock"
+                )))),
+            );
+            ops.push(crate::outbox::insert_op(segment, 0)?);
+        }
+        let answers = tx.commit_with(ops).await?;
+        let outbox = match resume {
+            Some(message) => answers
+                .into_iter()
+                .find_map(|answer| match answer {
+                    Answer::Ids(ids) => ids.first().copied(),
+                    _ => None,
+                })
+                .map(|id| OutboxRow {
+                    id,
+                    message,
+                    delay_ms: 0,
+                })
+                .into_iter()
+                .collect(),
+            None => Vec::new(),
+        };
         Ok(Answered {
             delivered: true,
             error: None,
@@ -279,47 +380,48 @@ impl Store {
     }
 }
 
-/// Finds the addressed row among the owner's calls, preferring the one in
-/// the thread's current run tree.
-async fn locate(
-    tx: &Transaction<'_>,
+/// The addressed row among the owner's calls, preferring the one in the
+/// thread's current run tree. Two statements rather than one with
+/// `run_id = $1 OR thread_id = $1`: a generic plan of the OR scans every call
+/// with this id (bench finding).
+const LOCATE_IN_RUN: &str = "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments,
+           (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current
+    FROM tool_calls tc
+    JOIN runs r ON r.id = tc.run_id
+    JOIN threads t ON t.id = tc.thread_id
+    WHERE tc.run_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
+    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 1";
+const LOCATE_IN_THREAD: &str = "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments,
+           (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current
+    FROM tool_calls tc
+    JOIN runs r ON r.id = tc.run_id
+    JOIN threads t ON t.id = tc.thread_id
+    WHERE tc.thread_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
+    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 1";
+
+/// Finds the addressed row (see [`LOCATE_IN_RUN`]).
+async fn locate<C: deadpool_postgres::GenericClient>(
+    client: &C,
     owner: &Owner,
     target: AnswerTarget,
     call: &ToolCallId,
 ) -> Result<ReplyTarget> {
-    // Two statements rather than one with `run_id = $3 OR thread_id = $4`:
-    // a generic plan of the OR scans every call with this id (bench finding).
-    const SELECT: &str = "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments,
-               (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current
-        FROM tool_calls tc
-        JOIN runs r ON r.id = tc.run_id
-        JOIN threads t ON t.id = tc.thread_id";
-    const ORDER: &str =
-        "ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 1";
-    let row = match target {
-        AnswerTarget::Run(run) => {
-            let stmt = tx
-                .prepare_cached(&format!(
-                    "{SELECT} WHERE tc.run_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed' {ORDER}"
-                ))
-                .await?;
-            tx.query_opt(&stmt, &[&run.0, &call.as_str(), &owner.as_str()])
-                .await?
-        }
-        AnswerTarget::Thread(thread) => {
-            let stmt = tx
-                .prepare_cached(&format!(
-                    "{SELECT} WHERE tc.thread_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed' {ORDER}"
-                ))
-                .await?;
-            tx.query_opt(&stmt, &[&thread.0, &call.as_str(), &owner.as_str()])
-                .await?
-        }
-    }
-    .ok_or_else(|| Error::NotFound {
-        what: "tool call",
-        id: call.to_string(),
-    })?;
+    let (sql, id) = match target {
+        AnswerTarget::Run(run) => (LOCATE_IN_RUN, run.0),
+        AnswerTarget::Thread(thread) => (LOCATE_IN_THREAD, thread.0),
+    };
+    let stmt = client.prepare_cached(sql).await?;
+    let row = client
+        .query_opt(&stmt, &[&id, &call.as_str(), &owner.as_str()])
+        .await?
+        .ok_or_else(|| Error::NotFound {
+            what: "tool call",
+            id: call.to_string(),
+        })?;
+    reply_target(&row)
+}
+
+fn reply_target(row: &tokio_postgres::Row) -> Result<ReplyTarget> {
     Ok(ReplyTarget {
         run_id: RunId(row.get(0)),
         thread_id: ThreadId(row.get(1)),
@@ -331,6 +433,17 @@ async fn locate(
     })
 }
 
+/// The data of `INPUT_RESOLVED`: the reply, and which call it settled.
+fn resolved_event(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) -> Result<Value> {
+    let mut data = serde_json::to_value(reply)?;
+    if let Value::Object(map) = &mut data {
+        map.insert("runId".into(), json!(row.run_id));
+        map.insert("toolCallId".into(), json!(call));
+        map.insert("toolName".into(), json!(row.tool_name));
+    }
+    Ok(data)
+}
+
 /// After a row settled: `INPUT_RESOLVED`, and the resume segment when it was
 /// the run's last open request. Shared by answers and expiry.
 pub(crate) async fn settle(
@@ -339,12 +452,7 @@ pub(crate) async fn settle(
     call: &ToolCallId,
     reply: &SettledReply,
 ) -> Result<Vec<OutboxRow>> {
-    let mut data = serde_json::to_value(reply)?;
-    if let Value::Object(map) = &mut data {
-        map.insert("runId".into(), json!(row.run_id));
-        map.insert("toolCallId".into(), json!(call));
-        map.insert("toolName".into(), json!(row.tool_name));
-    }
+    let data = resolved_event(row, call, reply)?;
     insert_event(
         tx,
         row.thread_id,

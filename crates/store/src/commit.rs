@@ -100,16 +100,13 @@ impl Store {
     }
 
     async fn commit_once(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
         // A new journal entry is progress: the attempts of the step that
         // made it start over.
         let progress = changes.iter().any(|c| matches!(c, Change::Journal { .. }));
-        // The fence first, then every change that is a plain statement, in
-        // one round trip; the few that read before they write after it.
-        // A change that ends the segment (the run waits or finishes) is the
-        // fence itself: one update of the run row, not two (a second update
-        // of a row in one transaction re-checks its foreign keys).
+        // The fence first, then every change that is a plain statement; the
+        // few that read before they write after them. A change that ends the
+        // segment (the run waits or finishes) is the fence itself: one
+        // update of the run row, not two.
         let end = changes
             .iter()
             .find(|c| matches!(c, Change::WaitRun | Change::FinishRun { .. }));
@@ -130,7 +127,24 @@ impl Store {
                 None => sequential.push(change),
             }
         }
-        let answers = pipeline::run(&tx, ops).await?;
+        let client = self.client().await?;
+        let (answers, applied) = if sequential.is_empty() {
+            // The common commit: BEGIN, the statements and COMMIT in one
+            // round trip (the fence and row checks abort it in the database).
+            (pipeline::transact(client, ops).await?, Vec::new())
+        } else {
+            let mut client = client;
+            let tx = client.transaction().await?;
+            let answers = pipeline::run(&tx, ops).await?;
+            let mut outbox = Vec::new();
+            for change in sequential {
+                if let Some(row) = apply(&tx, lease.run_id, lease.thread_id, change).await? {
+                    outbox.push(row);
+                }
+            }
+            tx.commit().await?;
+            (answers, outbox)
+        };
         let mut outbox = Vec::new();
         for (answer, message) in answers.into_iter().zip(messages) {
             if let (Answer::Ids(ids), Some((message, delay_ms))) = (answer, message) {
@@ -143,12 +157,7 @@ impl Store {
                 }
             }
         }
-        for change in sequential {
-            if let Some(row) = apply(&tx, lease.run_id, lease.thread_id, change).await? {
-                outbox.push(row);
-            }
-        }
-        tx.commit().await?;
+        outbox.extend(applied);
         Ok(outbox)
     }
 }
@@ -281,15 +290,7 @@ fn plan(run: RunId, thread: ThreadId, change: &Change) -> Result<Option<Vec<Plan
             ))))
         }
         Change::Outbox { message, delay_ms } => {
-            let op = Op::new(
-                outbox::INSERT,
-                vec![
-                    Box::new(serde_json::to_value(message)?),
-                    Box::new(*delay_ms as i64),
-                    Box::new(message.outbox_key()),
-                ],
-            )
-            .expect(Expect::Ids);
+            let op = outbox::insert_op(message, *delay_ms)?;
             return Ok(Some(vec![(op, Some((message.clone(), *delay_ms)))]));
         }
         Change::ParkToolCall {

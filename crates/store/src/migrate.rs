@@ -32,6 +32,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "hot_path",
         include_str!("../../../migrations/0006_hot_path.sql"),
     ),
+    (
+        7,
+        "row_checks",
+        include_str!("../../../migrations/0007_row_checks.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

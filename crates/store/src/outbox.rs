@@ -9,6 +9,7 @@
 use agentenkit_core::QueueMessage;
 use deadpool_postgres::Transaction;
 
+use crate::pipeline::{Expect, Op};
 use crate::{Result, Store};
 
 /// One message to publish after its commit.
@@ -23,6 +24,19 @@ pub struct OutboxRow {
 /// Inserts a row: `(message, delay_ms, key)`, returning its id.
 pub(crate) const INSERT: &str = "INSERT INTO outbox (message, delay_ms, key, due_at)
      VALUES ($1, $2, $3, now() + $2::bigint * interval '1 millisecond') RETURNING id";
+
+/// The insert of `message` as a pipelined statement ([`Expect::Ids`]).
+pub(crate) fn insert_op(message: &QueueMessage, delay_ms: u64) -> Result<Op> {
+    Ok(Op::new(
+        INSERT,
+        vec![
+            Box::new(serde_json::to_value(message)?),
+            Box::new(delay_ms as i64),
+            Box::new(message.outbox_key()),
+        ],
+    )
+    .expect(Expect::Ids))
+}
 
 pub(crate) async fn insert(
     tx: &Transaction<'_>,
@@ -42,6 +56,14 @@ pub(crate) async fn insert(
 }
 
 /// Deletes the rows of a message that is being handled now.
+/// [`consumed`] as a pipelined statement.
+pub(crate) fn consumed_op(message: &QueueMessage) -> Op {
+    Op::new(
+        "DELETE FROM outbox WHERE key = $1",
+        vec![Box::new(message.outbox_key())],
+    )
+}
+
 pub(crate) async fn consumed(tx: &Transaction<'_>, message: &QueueMessage) -> Result<()> {
     let stmt = tx
         .prepare_cached("DELETE FROM outbox WHERE key = $1")

@@ -226,19 +226,26 @@ impl Store {
         let sources = RunStatus::sources_of(RunStatus::Running);
         let stmt = client.prepare_cached(ACQUIRE).await?;
         let worker = Uuid::now_v7();
-        let acquired = client
-            .query_opt(
-                &stmt,
-                &[
-                    &run.0,
-                    &seq,
-                    &(ttl_ms as f64),
-                    &worker,
-                    &sources,
-                    &QueueMessage::Segment { run_id: run, seq }.outbox_key(),
-                ],
-            )
-            .await?;
+        let key = QueueMessage::Segment { run_id: run, seq }.outbox_key();
+        let pg: &tokio_postgres::Client = &client;
+        // Committed without waiting for its WAL flush, in one round trip: a
+        // lease matters only to the writes fenced by it, and the first
+        // durable commit of the segment (before any tool runs, at the park,
+        // at the finish) flushes the WAL this commit wrote before its own.
+        // If Postgres crashes first, the lease and the consumed outbox row
+        // are lost together: the fence refuses the worker's next commit,
+        // and the reaper re-publishes the segment.
+        let ttl = ttl_ms as f64;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+            [&run.0, &seq, &ttl, &worker, &sources, &key];
+        let (begun, acquired, committed) = futures::join!(
+            pg.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
+            pg.query_opt(&stmt, &params),
+            pg.batch_execute("COMMIT"),
+        );
+        begun?;
+        let acquired = acquired?;
+        committed?;
         let Some(row) = acquired else {
             let stmt = client
                 .prepare_cached(

@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use crate::commit::{insert_event, insert_message};
 use crate::outbox::{self, OutboxRow};
+use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::views::{EventView, MessageView, PendingInput, ThreadView};
 use crate::{Error, Result, Store};
 
@@ -122,76 +122,96 @@ impl Store {
         owner: &Owner,
         content: &str,
     ) -> Result<StartedRun> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
+        let tx = OpenTx::new(self.client().await?);
         // Lock the thread first, then read its current run in a separate
-        // statement: a join under FOR UPDATE would re-check only the locked
-        // row after waiting and see the run as of the statement's start,
-        // letting two concurrent turns both pass.
-        let stmt = tx
-            .prepare_cached(
-                "SELECT agent, current_run_id FROM threads WHERE id = $1 AND owner = $2 FOR NO KEY UPDATE",
-            )
-            .await?;
-        let row = tx
-            .query_opt(&stmt, &[&thread.0, &owner.as_str()])
+        // statement (sent together, run one after the other): a join under
+        // FOR UPDATE would re-check only the locked row after waiting and
+        // see the run as of the statement's start, letting two concurrent
+        // turns both pass.
+        let mut answers = tx
+            .begin_with(vec![
+                Op::new(
+                    "SELECT agent FROM threads WHERE id = $1 AND owner = $2 FOR NO KEY UPDATE",
+                    vec![Box::new(thread.0), Box::new(owner.as_str().to_owned())],
+                )
+                .expect(Expect::Rows),
+                Op::new(
+                    "SELECT r.id, r.status FROM threads t JOIN runs r ON r.id = t.current_run_id
+                     WHERE t.id = $1",
+                    vec![Box::new(thread.0)],
+                )
+                .expect(Expect::Rows),
+            ])
             .await?
-            .ok_or_else(|| not_found(thread))?;
-        let agent: String = row.get(0);
-        if let Some(current) = row.get::<_, Option<Uuid>>(1) {
-            let stmt = tx
-                .prepare_cached("SELECT status FROM runs WHERE id = $1")
-                .await?;
-            let status: String = tx.query_one(&stmt, &[&current]).await?.get(0);
-            if status.parse::<RunStatus>()?.is_active() {
+            .into_iter();
+        let locked = answers.next().map(Answer::rows).unwrap_or_default();
+        let current = answers.next().map(Answer::rows).unwrap_or_default();
+        let Some(agent) = locked.first().map(|row| row.get::<_, String>(0)) else {
+            tx.rollback().await?;
+            return Err(not_found(thread));
+        };
+        if let Some(row) = current.first() {
+            if row.get::<_, &str>(1).parse::<RunStatus>()?.is_active() {
+                tx.rollback().await?;
                 return Err(Error::RunActive {
                     thread_id: thread.to_string(),
-                    run_id: current.to_string(),
+                    run_id: row.get::<_, Uuid>(0).to_string(),
                 });
             }
         }
         let run = RunId::new();
-        let stmt = tx
-            .prepare_cached(
-                "INSERT INTO runs (id, thread_id, root_run_id, name, depth, status, segment_seq)
-                 VALUES ($1, $2, $1, $3, 0, 'queued', 1)",
-            )
+        let segment = QueueMessage::Segment {
+            run_id: run,
+            seq: 1,
+        };
+        let user = serde_json::to_value(Message::User {
+            content: content.to_owned(),
+        })?;
+        let started = json!({ "runId": run, "runName": agent, "depth": 0 });
+        let answers = tx
+            .commit_with(vec![
+                Op::new(
+                    "INSERT INTO runs (id, thread_id, root_run_id, name, depth, status, segment_seq)
+                     VALUES ($1, $2, $1, $3, 0, 'queued', 1)",
+                    vec![Box::new(run.0), Box::new(thread.0), Box::new(agent)],
+                ),
+                Op::new(
+                    "UPDATE threads SET current_run_id = $2 WHERE id = $1",
+                    vec![Box::new(thread.0), Box::new(run.0)],
+                )
+                .expect(Expect::One(Error::Corrupt(format!(
+                    "thread {thread} vanished while locked"
+                )))),
+                Op::new(
+                    "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)",
+                    vec![Box::new(thread.0), Box::new(run.0), Box::new(user)],
+                ),
+                Op::new(
+                    "INSERT INTO events (thread_id, run_id, type, data) VALUES ($1, $2, $3, $4)",
+                    vec![
+                        Box::new(thread.0),
+                        Box::new(Some(run.0)),
+                        Box::new(EventType::RunStarted.as_str()),
+                        Box::new(started),
+                    ],
+                ),
+                outbox::insert_op(&segment, 0)?,
+            ])
             .await?;
-        tx.execute(&stmt, &[&run.0, &thread.0, &agent]).await?;
-        let stmt = tx
-            .prepare_cached("UPDATE threads SET current_run_id = $2 WHERE id = $1")
-            .await?;
-        tx.execute(&stmt, &[&thread.0, &run.0]).await?;
-        insert_message(
-            &tx,
-            thread,
-            run,
-            &Message::User {
-                content: content.to_owned(),
-            },
-        )
-        .await?;
-        insert_event(
-            &tx,
-            thread,
-            Some(run),
-            EventType::RunStarted,
-            &json!({ "runId": run, "runName": agent, "depth": 0 }),
-        )
-        .await?;
-        let segment = outbox::insert(
-            &tx,
-            &QueueMessage::Segment {
-                run_id: run,
-                seq: 1,
-            },
-            0,
-        )
-        .await?;
-        tx.commit().await?;
+        let id = answers
+            .into_iter()
+            .find_map(|answer| match answer {
+                Answer::Ids(ids) => ids.first().copied(),
+                _ => None,
+            })
+            .ok_or_else(|| Error::Corrupt("the outbox insert returned no id".into()))?;
         Ok(StartedRun {
             run_id: run,
-            outbox: vec![segment],
+            outbox: vec![OutboxRow {
+                id,
+                message: segment,
+                delay_ms: 0,
+            }],
         })
     }
 
