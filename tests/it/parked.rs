@@ -60,8 +60,11 @@ async fn a_thousand_parked_threads_hold_no_worker() {
     wait_parked(THREADS).await;
     wait_idle().await;
     let (rss_after, tasks_after) = (rss_bytes(), metrics.num_alive_tasks());
+    // Connections may still open between the batches (each Postgres
+    // connection of the pool and each HTTP keep-alive connection is a task):
+    // a task per parked thread would be 900 more.
     assert!(
-        tasks_after <= tasks_before + 8,
+        tasks_after <= tasks_before + 40,
         "tasks grew with parked threads: {tasks_before} -> {tasks_after}"
     );
     let per_thread = rss_after.saturating_sub(rss_before) / (THREADS as u64 - 100);

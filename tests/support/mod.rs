@@ -81,7 +81,7 @@ impl TestEnv {
         let registry = Arc::new(registry);
         let keys = ApiKeys::parse(&format!("alice:{ALICE},bob:{BOB}")).expect("keys");
         let mut state = AppState::new(store.clone(), queue.clone(), registry.clone(), keys);
-        // Streams must be woken by notifications: the re-read safety net is
+        // Streams must be woken by the event watch: the re-read safety net is
         // pushed out of any test's reach.
         state.stream_reread = Duration::from_secs(3600);
         let shutdown = CancellationToken::new();

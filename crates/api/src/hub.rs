@@ -1,68 +1,105 @@
-//! One LISTEN connection per API process, fanned out to every stream: a
-//! thread's subscribers wake when any process commits an event for it.
+//! One event watch per API process, fanned out to every stream: a thread's
+//! subscribers wake when any process commits an event for it.
+//!
+//! The watch polls the `events` table (see `agentenkit_store::EventWatch`)
+//! while anyone is subscribed, and stops after a while without subscribers.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentenkit_core::ThreadId;
-use agentenkit_store::Store;
-use tokio::sync::{broadcast, OnceCell};
+use agentenkit_store::{EventWatch, Store};
+use tokio::sync::{broadcast, Mutex};
+
+/// A watch without subscribers for this long stops polling.
+const IDLE_STOP: Duration = Duration::from_secs(5);
 
 pub struct EventHub {
     store: Store,
-    sender: OnceCell<broadcast::Sender<ThreadId>>,
+    poll_every: Duration,
+    /// The sender of the running watch; `None` when none runs. Subscribing
+    /// and stopping both hold this lock, so a watch never stops with a
+    /// subscriber it has not seen.
+    running: Arc<Mutex<Option<broadcast::Sender<ThreadId>>>>,
 }
 
 impl EventHub {
-    pub fn new(store: Store) -> Self {
+    pub fn new(store: Store, poll_every: Duration) -> Self {
         Self {
             store,
-            sender: OnceCell::new(),
+            poll_every,
+            running: Arc::new(Mutex::new(None)),
         }
     }
 
-    /// Subscribes to "thread X has new events"; starts the listener on first
-    /// use. A lagging or reconnecting listener can miss a wake-up, so
-    /// streams also re-read on a timer.
+    /// Subscribes to "thread X has new events". The watch starts (or is
+    /// known to run) before this returns, so anything the subscriber then
+    /// waits for is seen. A lagging subscriber can miss a wake-up, so streams
+    /// also re-read on a timer.
     pub async fn subscribe(&self) -> broadcast::Receiver<ThreadId> {
-        self.sender
-            .get_or_init(|| async {
-                let (sender, _) = broadcast::channel(4096);
-                // Listen before the first subscriber reads, so that nothing
-                // it is about to wait for can be committed unheard.
-                let first = match self.store.listen_events().await {
-                    Ok(notifications) => Some(notifications),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot listen for events; retrying");
-                        None
-                    }
-                };
-                tokio::spawn(listen(self.store.clone(), sender.clone(), first));
-                sender
-            })
-            .await
-            .subscribe()
+        let mut running = self.running.lock().await;
+        if let Some(sender) = running.as_ref() {
+            return sender.subscribe();
+        }
+        let watch = match self.store.event_watch().await {
+            Ok(watch) => Some(watch),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the event watch; retrying");
+                None
+            }
+        };
+        let (sender, receiver) = broadcast::channel(4096);
+        *running = Some(sender.clone());
+        tokio::spawn(poll(
+            self.store.clone(),
+            self.poll_every,
+            watch,
+            sender,
+            self.running.clone(),
+        ));
+        receiver
     }
 }
 
-async fn listen(
+async fn poll(
     store: Store,
+    every: Duration,
+    mut watch: Option<EventWatch>,
     sender: broadcast::Sender<ThreadId>,
-    mut first: Option<tokio::sync::mpsc::Receiver<ThreadId>>,
+    running: Arc<Mutex<Option<broadcast::Sender<ThreadId>>>>,
 ) {
+    let mut idle_since = None;
     loop {
-        let listening = match first.take() {
-            Some(notifications) => Ok(notifications),
-            None => store.listen_events().await,
+        tokio::time::sleep(every).await;
+        if sender.receiver_count() == 0 {
+            let since = *idle_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= IDLE_STOP {
+                let mut slot = running.lock().await;
+                // Checked again under the lock: a subscriber may just have come.
+                if sender.receiver_count() == 0 {
+                    *slot = None;
+                    return;
+                }
+            }
+            continue;
+        }
+        idle_since = None;
+        let Some(w) = watch.as_mut() else {
+            // Could not start: try again. Events from before are in the
+            // table, and subscribers re-read on their own timer.
+            watch = store.event_watch().await.ok();
+            continue;
         };
-        match listening {
-            Ok(mut notifications) => {
-                while let Some(thread) = notifications.recv().await {
-                    // No subscriber right now is fine.
+        match store.poll_events(w).await {
+            Ok(threads) => {
+                for thread in threads {
                     let _ = sender.send(thread);
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "cannot listen for events"),
+            Err(e) => {
+                tracing::warn!(error = %e, "event watch poll failed");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }

@@ -22,6 +22,10 @@ pub use error::ApiError;
 /// Bodies above this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// How often a process with open streams asks the store for new events: the
+/// most a live stream lags a commit, and one indexed query per interval.
+pub const STREAM_POLL: Duration = Duration::from_millis(20);
+
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
@@ -33,7 +37,7 @@ pub struct AppState {
     pub metrics: Option<PrometheusHandle>,
     pub hub: Arc<hub::EventHub>,
     /// A stream re-reads its thread this often even without a wake-up, in
-    /// case a notification was missed (listener reconnecting, lagging).
+    /// case one was missed (a lagging subscriber, a failing poll).
     pub stream_reread: Duration,
 }
 
@@ -46,7 +50,7 @@ impl AppState {
     ) -> Self {
         Self {
             relay: Relay::new(queue.clone()),
-            hub: Arc::new(hub::EventHub::new(store.clone())),
+            hub: Arc::new(hub::EventHub::new(store.clone(), STREAM_POLL)),
             stream_reread: Duration::from_secs(5),
             store,
             queue,

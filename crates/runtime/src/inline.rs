@@ -17,6 +17,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Error, Registry, Relay, Result, Worker, WorkerConfig};
 
+/// How often a turn in progress asks the store for news of its thread.
+const POLL: Duration = Duration::from_millis(10);
+/// A turn re-reads its thread at least this often, news or not.
+const REREAD: Duration = Duration::from_millis(500);
+
 /// What the host does when a run waits for a person.
 #[async_trait]
 pub trait Hooks: Send + Sync {
@@ -81,9 +86,10 @@ impl InlineRunner {
         content: &str,
         hooks: &dyn Hooks,
     ) -> Result<RunView> {
+        // Watch before starting, so no event of this turn goes unseen.
+        let mut watch = self.store.event_watch().await.ok();
         let started = self.store.start_run(thread, &self.owner, content).await?;
         self.relay.publish(&started.outbox).await;
-        let mut wake = self.store.listen_events().await.ok();
         loop {
             let view = self.store.get_thread(thread, &self.owner).await?;
             match view.status {
@@ -108,20 +114,16 @@ impl InlineRunner {
                 ThreadStatus::Running => {}
             }
             // Wait for news of this thread (or re-read after a while).
-            let news = async {
-                match wake.as_mut() {
-                    Some(rx) => {
-                        while let Some(t) = rx.recv().await {
-                            if t == thread {
-                                return;
-                            }
-                        }
-                        std::future::pending::<()>().await
-                    }
-                    None => std::future::pending::<()>().await,
+            let deadline = tokio::time::Instant::now() + REREAD;
+            while tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(POLL).await;
+                let Some(w) = watch.as_mut() else { continue };
+                match self.store.poll_events(w).await {
+                    Ok(threads) if threads.contains(&thread) => break,
+                    Ok(_) => {}
+                    Err(_) => watch = None,
                 }
-            };
-            let _ = tokio::time::timeout(Duration::from_millis(500), news).await;
+            }
         }
     }
 

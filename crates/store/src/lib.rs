@@ -15,7 +15,6 @@ mod answer;
 mod commit;
 mod error;
 mod expire;
-mod listen;
 mod migrate;
 mod outbox;
 mod pipeline;
@@ -23,6 +22,7 @@ mod reclaim;
 mod runs;
 mod threads;
 mod views;
+mod watch;
 
 pub use answer::{AnswerTarget, Answered};
 pub use commit::Change;
@@ -33,6 +33,7 @@ pub use reclaim::Reclaimed;
 pub use runs::{CallRow, Delegation, Lease, LeaseAttempt, RunContext};
 pub use threads::StartedRun;
 pub use views::{EventView, MessageView, PendingInput, RunView, ThreadView, UsageView};
+pub use watch::EventWatch;
 
 /// How to reach the database.
 #[derive(Debug, Clone)]
@@ -58,7 +59,6 @@ impl StoreConfig {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
-    pg: tokio_postgres::Config,
     schema: Option<String>,
 }
 
@@ -76,7 +76,7 @@ impl Store {
         }
         pg.application_name("agentenkit");
         let manager = Manager::from_config(
-            pg.clone(),
+            pg,
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -88,7 +88,6 @@ impl Store {
             .map_err(|e| Error::Config(e.to_string()))?;
         Ok(Store {
             pool,
-            pg,
             schema: config.schema.clone(),
         })
     }

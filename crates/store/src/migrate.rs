@@ -37,6 +37,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "row_checks",
         include_str!("../../../migrations/0007_row_checks.sql"),
     ),
+    (
+        8,
+        "no_event_notify",
+        include_str!("../../../migrations/0008_no_event_notify.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

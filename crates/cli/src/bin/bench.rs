@@ -86,11 +86,6 @@ struct Args {
     /// Keep the bench schema (for inspection) instead of dropping it.
     #[arg(long)]
     keep_schema: bool,
-    /// Diagnostic only: disable the triggers on `events` (the NOTIFY of
-    /// every event) in the bench schema, to measure what they cost. The
-    /// figures then are not the product's.
-    #[arg(long)]
-    without_event_triggers: bool,
 }
 
 /// What the client tasks share.
@@ -256,13 +251,6 @@ async fn run(
     admin.batch_execute(&format!(
         "CREATE TABLE {probe} (id bigserial PRIMARY KEY, payload text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
     )).await?;
-    let mut postgres = postgres;
-    if args.without_event_triggers {
-        admin
-            .batch_execute(&format!("ALTER TABLE {schema}.events DISABLE TRIGGER USER"))
-            .await?;
-        postgres.push_str("; DIAGNOSTIC RUN: triggers on events (NOTIFY) disabled");
-    }
     let mut baselines = Vec::new();
     for &c in &args.concurrency {
         admin.batch_execute(&format!("TRUNCATE {probe}")).await?;
