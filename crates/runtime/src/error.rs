@@ -1,7 +1,7 @@
 use thiserror::Error;
 
 /// Errors of the runtime's public API (configuration, registry, start-up).
-/// Errors inside a segment are [`crate::worker::SegmentError`]: they decide
+/// Errors inside a segment are [`crate::agent_loop::SegmentError`]: they decide
 /// what happens to the run, not to the caller.
 #[derive(Debug, Error)]
 pub enum Error {

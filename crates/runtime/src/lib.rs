@@ -4,10 +4,7 @@
 
 pub mod agent;
 pub mod agent_loop;
-mod checkpoint;
 pub mod config;
-mod delegation;
-mod elicitation;
 pub mod error;
 pub mod inline;
 pub mod metrics;

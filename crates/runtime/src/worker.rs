@@ -9,19 +9,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentenkit_core::{EventType, QueueMessage, RunId, RunStatus, ToolCallId, ToolCallStatus};
+use agentenkit_core::{QueueMessage, RunId};
 use agentenkit_queue::{Delivery, QueueAdapter};
-use agentenkit_store::{Change, Expiry, Lease, LeaseAttempt, RunContext, Store};
-use serde_json::json;
+use agentenkit_store::{Expiry, Lease, LeaseAttempt, RunContext, Store};
 use thiserror::Error;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::agent::Registry;
-use crate::agent_loop::{run_turn, Checkpointer, CrashPoint, Outcome};
-
-mod park;
+use crate::agent_loop::segment::{self, RetryPolicy};
+use crate::agent_loop::{Checkpointer, CrashPoint, SegmentError};
 use crate::metrics;
 use crate::relay::Relay;
 
@@ -48,54 +46,6 @@ impl Default for WorkerConfig {
             retry_backoff: Duration::from_millis(500),
             prefetch: 16,
             shutdown_grace: Duration::from_secs(30),
-        }
-    }
-}
-
-/// What went wrong inside a segment, by what to do about it.
-#[derive(Debug, Error)]
-pub enum SegmentError {
-    /// Fail the run: retrying cannot help (non-determinism, step limit).
-    #[error("{0}")]
-    Permanent(String),
-    /// Retry the step after a delay (model error, unavailable tool).
-    #[error("{0}")]
-    Retry(String),
-    /// Another worker holds the run now: stop, change nothing.
-    #[error("lease lost")]
-    LeaseLost,
-    /// The store failed: hand the message back for later.
-    #[error("store: {0}")]
-    Store(agentenkit_store::Error),
-    /// A test's crash point fired: behave as a dead process.
-    #[error("crashed at a crash point")]
-    Crashed,
-    /// A tool asked to park; the step loop turns this into a park and it
-    /// never leaves a segment.
-    #[error("a tool parked outside a step")]
-    Parked(crate::tool::ParkRequest),
-}
-
-impl From<agentenkit_store::Error> for SegmentError {
-    /// Only what can pass is handed back to the queue (connections, the
-    /// pool, deadlocks, serialization failures); an error that would repeat
-    /// on every delivery (bad data, a violated constraint) fails the run
-    /// rather than looping for ever and re-running its tools.
-    fn from(e: agentenkit_store::Error) -> Self {
-        use agentenkit_store::Error as E;
-        match e {
-            E::LeaseLost { .. } => SegmentError::LeaseLost,
-            E::Db(ref db)
-                if db.code().is_some_and(|c| {
-                    let code = c.code();
-                    code.starts_with("22") || code.starts_with("23")
-                }) =>
-            {
-                SegmentError::Permanent(format!("the store refused a write: {e}"))
-            }
-            E::Corrupt(message) => SegmentError::Permanent(message),
-            E::Pool(_) | E::Db(_) => SegmentError::Store(e),
-            other => SegmentError::Permanent(other.to_string()),
         }
     }
 }
@@ -285,32 +235,15 @@ impl Worker {
         );
         // A lost lease (stopped, or taken over) ends the step at once: the
         // run is someone else's now, and every later write would be refused.
-        let result = tokio::select! {
-            result = self.advance(&ctx, &mut cp) => result,
+        let retry = RetryPolicy {
+            max_attempts: inner.config.max_attempts,
+            backoff: inner.config.retry_backoff,
+        };
+        let advanced = tokio::select! {
+            advanced = segment::advance(&inner.registry, &retry, &ctx, &mut cp) => advanced,
             () = lost.cancelled() => Err(SegmentError::LeaseLost),
         };
-        let outcome = match result {
-            Ok(Outcome::Completed { output }) => {
-                self.finish(&ctx, &mut cp, RunStatus::Completed, output, None)
-                    .await
-            }
-            Ok(Outcome::Park { to_park }) => self.park(&ctx, &mut cp, to_park).await,
-            Err(SegmentError::Parked(request)) => {
-                let error = format!("a tool parked ({}) outside a step", request.reason);
-                cp.discard();
-                self.finish(&ctx, &mut cp, RunStatus::Failed, None, Some(error))
-                    .await
-            }
-            Err(SegmentError::Permanent(error)) | Err(SegmentError::Retry(error)) => {
-                tracing::warn!(%error, "run failed");
-                // What the step buffered may be the cause (a write the
-                // store refuses): the failure is recorded without it.
-                cp.discard();
-                self.finish(&ctx, &mut cp, RunStatus::Failed, None, Some(error))
-                    .await
-            }
-            Err(other) => Err(other),
-        };
+        let outcome = segment::end(&inner.registry, &ctx, &mut cp, advanced).await;
         let disposition = match outcome {
             Ok(()) => Disposition::Ack,
             Err(SegmentError::LeaseLost) => {
@@ -411,110 +344,6 @@ impl Worker {
                 }
             }
         }))
-    }
-
-    /// Runs the loop, retrying retryable failures with backoff; returns the
-    /// last error once the attempts are spent.
-    async fn advance(
-        &self,
-        ctx: &RunContext,
-        cp: &mut Checkpointer<'_>,
-    ) -> Result<Outcome, SegmentError> {
-        let inner = &self.inner;
-        let agent = inner
-            .registry
-            .agent(&ctx.name)
-            .ok_or_else(|| SegmentError::Permanent(format!("unknown agent {:?}", ctx.name)))?;
-        let mut attempts = ctx.attempts.max(0) as u32;
-        if attempts >= inner.config.max_attempts {
-            // Earlier workers died in this step (each takeover counts).
-            return Err(SegmentError::Permanent(format!(
-                "the step was attempted {attempts} times without progress"
-            )));
-        }
-        loop {
-            match run_turn(agent, &inner.registry, ctx, cp).await {
-                Err(SegmentError::Retry(error)) => {
-                    attempts += 1;
-                    // What the attempt recorded before it failed is kept:
-                    // the retry replays it.
-                    cp.buffer(vec![Change::RecordFailure {
-                        error: error.clone(),
-                    }]);
-                    cp.flush(None).await?;
-                    if attempts >= inner.config.max_attempts {
-                        return Err(SegmentError::Retry(format!(
-                            "{error} (after {attempts} attempts)"
-                        )));
-                    }
-                    let backoff = inner.config.retry_backoff * 2u32.saturating_pow(attempts - 1);
-                    tracing::info!(%error, attempts, ?backoff, "step failed; retrying");
-                    tokio::time::sleep(backoff.min(Duration::from_secs(30))).await;
-                    cp.rewind();
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// Ends the run; a child run also settles its parent's delegation (its
-    /// output, or its failure, is the delegation's result) and resumes the
-    /// parent when nothing else of it is open.
-    async fn finish(
-        &self,
-        ctx: &RunContext,
-        cp: &mut Checkpointer<'_>,
-        status: RunStatus,
-        output: Option<String>,
-        error: Option<String>,
-    ) -> Result<(), SegmentError> {
-        let lease = &ctx.lease;
-        let delegation = match (ctx.parent_run_id, &ctx.parent_tool_call_id) {
-            (Some(parent_run_id), Some(call)) => Some(match status {
-                RunStatus::Completed => Change::FinishDelegation {
-                    parent_run_id,
-                    call_id: ToolCallId(call.clone()),
-                    status: ToolCallStatus::Executed,
-                    result: json!(output.clone().unwrap_or_default()),
-                },
-                _ => Change::FinishDelegation {
-                    parent_run_id,
-                    call_id: ToolCallId(call.clone()),
-                    status: ToolCallStatus::Failed,
-                    result: json!({
-                        "error": format!("sub-agent {} failed: {}", ctx.name, error.as_deref().unwrap_or("unknown error")),
-                    }),
-                },
-            }),
-            _ => None,
-        };
-        let (event_type, data) = match status {
-            RunStatus::Completed => (
-                EventType::RunCompleted,
-                json!({ "runId": lease.run_id, "output": output }),
-            ),
-            _ => (
-                EventType::RunFailed,
-                json!({ "runId": lease.run_id, "error": error }),
-            ),
-        };
-        cp.commit_end(
-            [
-                Change::FinishRun {
-                    status,
-                    output,
-                    error,
-                },
-                Change::Event { event_type, data },
-            ]
-            .into_iter()
-            .chain(delegation)
-            .collect(),
-            "finish",
-        )
-        .await?;
-        ::metrics::counter!(metrics::RUNS_FINISHED, "status" => status.as_str()).increment(1);
-        Ok(())
     }
 }
 

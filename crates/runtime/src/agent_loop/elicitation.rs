@@ -10,13 +10,12 @@ use agentenkit_core::{EventType, RunId, ToolCallId, ToolCallStatus, ToolKind};
 use agentenkit_store::{Change, RunContext};
 use serde_json::{json, Value};
 
+use super::checkpoint::{Checkpointer, Durability};
+use super::error::SegmentError;
+use super::outcome::{ParkItem, PersistedToolCall, Wait};
+use super::results::{await_reply, record_failure, tool_message};
 use crate::agent::{Intake, ASK_TOOL};
-use crate::agent_loop::{
-    await_reply, record_failure, tool_message, Checkpointer, Durability, ParkItem,
-    PersistedToolCall, Wait,
-};
 use crate::config::IntakeWhen;
-use crate::worker::SegmentError;
 
 /// The call id of a turn's intake row (unique within its run).
 pub const INTAKE_CALL_ID: &str = "intake";

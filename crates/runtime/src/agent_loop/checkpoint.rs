@@ -32,9 +32,8 @@ use agentenkit_store::{CallRow, Change, Lease, Store};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::agent_loop::CrashPoint;
+use super::error::{CrashPoint, SegmentError};
 use crate::relay::Relay;
-use crate::worker::SegmentError;
 
 /// How durable a new journal entry must be before the run goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +50,7 @@ pub enum Durability {
 
 /// Journal access for one segment of one run, fenced by its lease.
 pub struct Checkpointer<'a> {
-    pub(crate) store: &'a Store,
+    pub(super) store: &'a Store,
     relay: &'a Relay,
     lease: &'a Lease,
     replay: Replay,
@@ -102,7 +101,7 @@ impl<'a> Checkpointer<'a> {
     }
 
     /// The run's row of `call`, as this segment knows it.
-    pub(crate) fn call(&self, call: &ToolCallId) -> Result<&CallRow, SegmentError> {
+    pub(super) fn call(&self, call: &ToolCallId) -> Result<&CallRow, SegmentError> {
         self.calls.get(call).ok_or_else(|| {
             SegmentError::Permanent(format!("tool call {call} has no row in its run"))
         })
@@ -116,7 +115,7 @@ impl<'a> Checkpointer<'a> {
     }
 
     /// Adds changes to the next commit.
-    pub(crate) fn buffer(&mut self, changes: Vec<Change>) {
+    pub(super) fn buffer(&mut self, changes: Vec<Change>) {
         for change in &changes {
             self.track(change);
         }
@@ -126,7 +125,7 @@ impl<'a> Checkpointer<'a> {
     /// Right before a tool runs: what the buffer holds of decisions made
     /// outside the journal is committed first, so a tool never runs for a
     /// step a crash could make again differently.
-    pub(crate) async fn before_effect(&mut self, call: &ToolCallId) -> Result<(), SegmentError> {
+    pub(super) async fn before_effect(&mut self, call: &ToolCallId) -> Result<(), SegmentError> {
         if self.pending_decided {
             self.flush(None).await?;
         }
@@ -134,7 +133,7 @@ impl<'a> Checkpointer<'a> {
     }
 
     /// Commits the buffer (if it holds anything).
-    pub(crate) async fn flush(&mut self, label: Option<&str>) -> Result<(), SegmentError> {
+    pub(super) async fn flush(&mut self, label: Option<&str>) -> Result<(), SegmentError> {
         if self.pending.is_empty() && label.is_none() {
             return Ok(());
         }
@@ -160,7 +159,7 @@ impl<'a> Checkpointer<'a> {
 
     /// Commits the buffer together with the change that ends the segment
     /// (`label`: `park` or `finish`).
-    pub(crate) async fn commit_end(
+    pub(super) async fn commit_end(
         &mut self,
         changes: Vec<Change>,
         label: &str,
@@ -171,7 +170,7 @@ impl<'a> Checkpointer<'a> {
 
     /// Forgets what is buffered: the run ends in a way that must not depend
     /// on it (a failure whose cause may be in the buffer itself).
-    pub(crate) fn discard(&mut self) {
+    pub(super) fn discard(&mut self) {
         self.pending.clear();
         self.pending_names.clear();
         self.pending_decided = false;
@@ -257,7 +256,7 @@ impl<'a> Checkpointer<'a> {
     }
 
     /// The status of a call, as this segment knows it.
-    pub(crate) fn status(&self, call: &ToolCallId) -> Result<ToolCallStatus, SegmentError> {
+    pub(super) fn status(&self, call: &ToolCallId) -> Result<ToolCallStatus, SegmentError> {
         Ok(self.call(call)?.status)
     }
 }

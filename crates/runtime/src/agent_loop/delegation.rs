@@ -6,14 +6,14 @@ use agentenkit_core::RunId;
 use agentenkit_store::Delegation;
 use serde_json::{json, Value};
 
-use crate::agent_loop::{
-    record_failure, result_changes, Checkpointer, Durability, PersistedToolCall,
-};
-use crate::worker::SegmentError;
+use super::checkpoint::{Checkpointer, Durability};
+use super::error::SegmentError;
+use super::outcome::PersistedToolCall;
+use super::results::{record_failure, result_changes};
 
 /// The task of a delegation, or the failure the model sees (journaled as
 /// the call's `exec:`) when its input is not `{"task": string}`.
-pub(crate) async fn delegation_task(
+pub(super) async fn delegation_task(
     cp: &mut Checkpointer<'_>,
     run_id: RunId,
     call: &PersistedToolCall,
@@ -36,7 +36,7 @@ pub(crate) async fn delegation_task(
 
 /// The result of a delegation (`exec:<callId>`): the child's final text,
 /// or its failure; `None` while the child has not finished.
-pub(crate) async fn await_delegation(
+pub(super) async fn await_delegation(
     cp: &mut Checkpointer<'_>,
     run_id: RunId,
     call: &PersistedToolCall,

@@ -1,0 +1,287 @@
+//! A step's tool calls: each is persisted once with its kind, then a
+//! function tool runs at most once (`exec:<callId>`), or the call waits.
+
+use agentenkit_core::conversation::ToolCallRequest;
+use agentenkit_core::journal::names;
+use agentenkit_core::{EventType, RunId, ToolCallStatus, ToolKind};
+use agentenkit_store::{Change, RunContext};
+use serde_json::{json, Value};
+use tracing::Instrument;
+
+use super::checkpoint::{Checkpointer, Durability};
+use super::error::SegmentError;
+use super::outcome::{PersistedToolCall, Wait};
+use super::results::{result_changes, without_nul};
+use crate::agent::{Agent, Registry};
+use crate::tool::{Approval, ParkRequest, ToolContext, ToolError};
+
+/// What running a function call came to.
+pub(super) enum Ran {
+    Result(Value),
+    /// The call waits: with how to park it when it parked just now, without
+    /// when it parked in an earlier segment.
+    Parked(Option<Wait>),
+}
+
+/// A function call: its journaled output, or it runs now; a tool that asks
+/// to park (first call) waits like an approval, and one that parked earlier
+/// waits for its reply without running again.
+pub(super) async fn run_function(
+    cp: &mut Checkpointer<'_>,
+    agent: &Agent,
+    registry: &Registry,
+    ctx: &RunContext,
+    call: &PersistedToolCall,
+) -> Result<Ran, SegmentError> {
+    // Whether the call ran, parked, or is still to run comes from durable
+    // state only: its `exec:` entry, its recorded park request, its row.
+    if !cp.next_is(&names::exec(&call.id)) {
+        let row = cp.call(&call.id)?;
+        if row.status != ToolCallStatus::Proposed {
+            return Ok(Ran::Parked(None));
+        }
+        if let Some(recorded) = row.park_request.clone() {
+            let request: ParkRequest = serde_json::from_value(recorded)
+                .map_err(|e| SegmentError::Permanent(format!("unreadable park request: {e}")))?;
+            return Ok(Ran::Parked(Some(Wait::Job(request))));
+        }
+    }
+    match execute(cp, agent, registry, ctx, call, None).await {
+        Ok(result) => Ok(Ran::Result(result)),
+        Err(SegmentError::Parked(request)) => {
+            let recorded = serde_json::to_value(&request)
+                .map_err(|e| SegmentError::Permanent(e.to_string()))?;
+            // The tool ran its first half: its decision to park is
+            // committed at once, like any effect's outcome.
+            cp.buffer(vec![Change::RecordParkRequest {
+                id: call.id.clone(),
+                request: recorded,
+            }]);
+            cp.flush(None).await?;
+            Ok(Ran::Parked(Some(Wait::Job(request))))
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// True when the waiting call has not been parked (or its child started)
+/// yet: the park of this step must do it.
+pub(super) fn needs_park(
+    cp: &Checkpointer<'_>,
+    call: &PersistedToolCall,
+) -> Result<bool, SegmentError> {
+    if call.kind == ToolKind::Delegate {
+        Ok(cp.call(&call.id)?.delegation().is_none())
+    } else {
+        Ok(cp.status(&call.id)? == ToolCallStatus::Proposed)
+    }
+}
+
+/// Resolves the call's kind and persists the row; on replay the kind comes
+/// back from the journal, never from the registry of this process.
+pub(super) async fn persist_tool_call(
+    cp: &mut Checkpointer<'_>,
+    agent: &Agent,
+    registry: &Registry,
+    run_id: RunId,
+    call: &ToolCallRequest,
+) -> Result<PersistedToolCall, SegmentError> {
+    cp.checkpoint(
+        names::persist_toolcall(&call.id),
+        Durability::Decided,
+        || async {
+            let kind = resolve_kind(agent, registry, &call.name);
+            let persisted = PersistedToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+                kind,
+                tool_type: kind.tool_type().to_owned(),
+            };
+            let changes = vec![
+                Change::ProposeToolCall {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    kind,
+                },
+                Change::Event {
+                    event_type: EventType::ToolCall,
+                    data: json!({
+                        "runId": run_id,
+                        "toolCallId": call.id,
+                        "toolName": call.name,
+                        "arguments": call.arguments,
+                        "kind": kind,
+                    }),
+                },
+            ];
+            Ok((persisted, changes))
+        },
+    )
+    .await
+}
+
+/// Runs a function tool once (`exec:<callId>`). A failure the model should
+/// see is the result; an unavailable tool fails the step for a retry.
+pub(super) async fn execute(
+    cp: &mut Checkpointer<'_>,
+    agent: &Agent,
+    registry: &Registry,
+    ctx: &RunContext,
+    call: &PersistedToolCall,
+    approval: Option<Approval>,
+) -> Result<Value, SegmentError> {
+    let span = tracing::info_span!("tool", tool_call_id = %call.id, tool = %call.name);
+    let run_id = ctx.lease.run_id;
+    let name = names::exec(&call.id);
+    if !cp.next_is(&name) {
+        cp.before_effect(&call.id).await?;
+    }
+    cp.checkpoint(name, Durability::Effect, || {
+        async {
+            let answered = approval.is_some();
+            let (result, status) = match invoke(agent, registry, ctx, call, approval).await {
+                Invocation::Done(value) => (value, ToolCallStatus::Executed),
+                Invocation::Failed(value) => (value, ToolCallStatus::Failed),
+                Invocation::Unavailable(message) => return Err(SegmentError::Retry(message)),
+                // The first call parks: nothing is journaled, the step parks
+                // it once every call is handled.
+                Invocation::Park(request) => return Err(SegmentError::Parked(request)),
+            };
+            ::metrics::counter!(crate::metrics::TOOL_EXECUTIONS, "status" => status.as_str())
+                .increment(1);
+            // An answered row is already settled by its answer; only the
+            // result is added.
+            let settle = if answered {
+                Change::RecordToolResult {
+                    id: call.id.clone(),
+                    result: result.clone(),
+                }
+            } else {
+                Change::SettleToolCall {
+                    id: call.id.clone(),
+                    status,
+                    result: result.clone(),
+                }
+            };
+            let mut changes = vec![settle];
+            changes.extend(result_changes(run_id, call, status, &result));
+            Ok((result, changes))
+        }
+        .instrument(span)
+    })
+    .await
+}
+
+/// What running a tool came to.
+enum Invocation {
+    /// The tool's output.
+    Done(Value),
+    /// A failure the model sees, as the tool's result.
+    Failed(Value),
+    /// The tool could not run now; the step is retried.
+    Unavailable(String),
+    /// The tool asks to wait for an outside answer.
+    Park(ParkRequest),
+}
+
+async fn invoke(
+    agent: &Agent,
+    registry: &Registry,
+    ctx: &RunContext,
+    call: &PersistedToolCall,
+    approval: Option<Approval>,
+) -> Invocation {
+    let offered = agent.tools.iter().any(|t| t == &call.name);
+    let Some(tool) = registry.tool(&call.name).filter(|_| offered) else {
+        return Invocation::Failed(json!({ "error": format!("unknown tool {:?}", call.name) }));
+    };
+    let issues = tool.validate(&call.arguments);
+    if !issues.is_empty() {
+        return Invocation::Failed(json!({ "error": "invalid arguments", "issues": issues }));
+    }
+    let tool_ctx = ToolContext {
+        run_id: ctx.lease.run_id,
+        thread_id: ctx.lease.thread_id,
+        tool_call_id: call.id.clone(),
+        approval,
+    };
+    let resumed = tool_ctx.approval.is_some();
+    match tool.tool.execute(call.arguments.clone(), &tool_ctx).await {
+        Ok(value) => Invocation::Done(without_nul(value)),
+        Err(ToolError::Failed(message)) => Invocation::Failed(json!({ "error": message })),
+        Err(ToolError::Transient(message)) => Invocation::Unavailable(message),
+        Err(ToolError::Park(_)) if resumed => Invocation::Failed(json!({
+            "error": "the tool parked again from its resumed call; a second wait needs a new tool call"
+        })),
+        Err(ToolError::Park(request)) => Invocation::Park(request),
+    }
+}
+
+/// The kind of a call, decided once when it is persisted.
+fn resolve_kind(agent: &Agent, registry: &Registry, name: &str) -> ToolKind {
+    if agent.ask && name == crate::agent::ASK_TOOL {
+        return ToolKind::Ask;
+    }
+    if agent.subagents.iter().any(|s| s == name) && registry.agent(name).is_some() {
+        return ToolKind::Delegate;
+    }
+    let offered = agent.tools.iter().any(|t| t == name);
+    match registry.tool(name) {
+        Some(tool) if offered && tool.tool.requires_confirmation() => ToolKind::Approval,
+        _ => ToolKind::Function,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::tool::{mark_requires_confirmation, ToolSpec};
+    use crate::{ScriptedModel, Tool};
+
+    struct Send;
+
+    #[async_trait::async_trait]
+    impl Tool for Send {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: "send".into(),
+                description: String::new(),
+                input_schema: json!({ "type": "object" }),
+            }
+        }
+        async fn execute(&self, _: Value, _: &crate::ToolContext) -> Result<Value, ToolError> {
+            Ok(Value::Null)
+        }
+    }
+
+    /// The kind is decided from configuration once, at persist time.
+    #[test]
+    fn kinds_are_resolved_from_the_agent_and_registry() {
+        let model = Arc::new(ScriptedModel::new(vec![]));
+        let registry = Registry::new()
+            .with_tool(Arc::new(Send))
+            .unwrap()
+            .with_tool(mark_requires_confirmation(Arc::new(Send)).clone())
+            .unwrap();
+        let agent = Agent::new("a", model.clone())
+            .tool("send")
+            .ask(true)
+            .subagent("b");
+        let registry = registry.with_agent(Agent::new("b", model));
+        assert_eq!(resolve_kind(&agent, &registry, "send"), ToolKind::Approval);
+        assert_eq!(resolve_kind(&agent, &registry, "ask"), ToolKind::Ask);
+        assert_eq!(resolve_kind(&agent, &registry, "b"), ToolKind::Delegate);
+        assert_eq!(
+            resolve_kind(&agent, &registry, "unknown"),
+            ToolKind::Function
+        );
+        let plain = Registry::new().with_tool(Arc::new(Send)).unwrap();
+        assert_eq!(resolve_kind(&agent, &plain, "send"), ToolKind::Function);
+    }
+}

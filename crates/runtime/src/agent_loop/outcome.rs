@@ -1,0 +1,55 @@
+//! What a step comes to: the values the loop hands to the end of its
+//! segment (complete, or park these calls) and the journaled shape of a
+//! persisted call. No behaviour: every other part of the loop imports these.
+
+use agentenkit_core::{ToolCallId, ToolKind};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::tool::ParkRequest;
+
+/// How a segment of a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Completed {
+        output: Option<String>,
+    },
+    /// The step finished with calls that wait for an answer; `to_park` are
+    /// the ones not parked yet (a resumed run whose rows are still open
+    /// parks nothing new).
+    Park {
+        to_park: Vec<ParkItem>,
+    },
+}
+
+/// A call of the finished step that waits, and how to park it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParkItem {
+    pub call: PersistedToolCall,
+    pub wait: Wait,
+}
+
+/// What a call waits for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Wait {
+    /// A person's approval, within the agent's TTL.
+    Approval,
+    /// An outside answer the tool asked for (`park_for_input`).
+    Job(ParkRequest),
+    /// A sub-agent's run, started with this task.
+    Delegate { task: String },
+    /// A person's answers to a question set (never expires).
+    Ask { frame: Value, reason: String },
+}
+
+/// The value journaled under `persist:toolcall:<callId>`: the row as
+/// persisted, including the kind resolved for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistedToolCall {
+    pub id: ToolCallId,
+    pub name: String,
+    pub arguments: Value,
+    pub kind: ToolKind,
+    pub tool_type: String,
+}

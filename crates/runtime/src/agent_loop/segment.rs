@@ -1,0 +1,159 @@
+//! A segment from its leased context to its end: the steps (retrying a
+//! retryable failure with backoff), then the commit that ends it: the run
+//! completes, fails, or parks.
+
+use std::time::Duration;
+
+use agentenkit_core::{EventType, RunStatus, ToolCallId, ToolCallStatus};
+use agentenkit_store::{Change, RunContext};
+use serde_json::json;
+
+use super::checkpoint::Checkpointer;
+use super::error::SegmentError;
+use super::outcome::Outcome;
+use super::park::park;
+use super::step::run_turn;
+use crate::agent::Registry;
+use crate::metrics;
+
+/// How a step that failed for a passing reason is retried.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Failed attempts (model errors, unavailable tools) before the run fails.
+    pub max_attempts: u32,
+    /// The first retry waits this long; each next one twice as long.
+    pub backoff: Duration,
+}
+
+/// Ends the segment as `advanced` says: a completed run finishes, a step
+/// that waits parks, a failed one fails the run. What is left is for the
+/// worker to act on (a lost lease, a store outage, a crash point, or an end
+/// that could not be recorded).
+pub async fn end(
+    registry: &Registry,
+    ctx: &RunContext,
+    cp: &mut Checkpointer<'_>,
+    advanced: Result<Outcome, SegmentError>,
+) -> Result<(), SegmentError> {
+    match advanced {
+        Ok(Outcome::Completed { output }) => {
+            finish(ctx, cp, RunStatus::Completed, output, None).await
+        }
+        Ok(Outcome::Park { to_park }) => park(registry, ctx, cp, to_park).await,
+        Err(SegmentError::Parked(request)) => {
+            let error = format!("a tool parked ({}) outside a step", request.reason);
+            cp.discard();
+            finish(ctx, cp, RunStatus::Failed, None, Some(error)).await
+        }
+        Err(SegmentError::Permanent(error)) | Err(SegmentError::Retry(error)) => {
+            tracing::warn!(%error, "run failed");
+            // What the step buffered may be the cause (a write the store
+            // refuses): the failure is recorded without it.
+            cp.discard();
+            finish(ctx, cp, RunStatus::Failed, None, Some(error)).await
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// Runs the loop, retrying retryable failures with backoff; returns the
+/// last error once the attempts are spent.
+pub async fn advance(
+    registry: &Registry,
+    retry: &RetryPolicy,
+    ctx: &RunContext,
+    cp: &mut Checkpointer<'_>,
+) -> Result<Outcome, SegmentError> {
+    let agent = registry
+        .agent(&ctx.name)
+        .ok_or_else(|| SegmentError::Permanent(format!("unknown agent {:?}", ctx.name)))?;
+    let mut attempts = ctx.attempts.max(0) as u32;
+    if attempts >= retry.max_attempts {
+        // Earlier workers died in this step (each takeover counts).
+        return Err(SegmentError::Permanent(format!(
+            "the step was attempted {attempts} times without progress"
+        )));
+    }
+    loop {
+        match run_turn(agent, registry, ctx, cp).await {
+            Err(SegmentError::Retry(error)) => {
+                attempts += 1;
+                // What the attempt recorded before it failed is kept:
+                // the retry replays it.
+                cp.buffer(vec![Change::RecordFailure {
+                    error: error.clone(),
+                }]);
+                cp.flush(None).await?;
+                if attempts >= retry.max_attempts {
+                    return Err(SegmentError::Retry(format!(
+                        "{error} (after {attempts} attempts)"
+                    )));
+                }
+                let backoff = retry.backoff * 2u32.saturating_pow(attempts - 1);
+                tracing::info!(%error, attempts, ?backoff, "step failed; retrying");
+                tokio::time::sleep(backoff.min(Duration::from_secs(30))).await;
+                cp.rewind();
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Ends the run; a child run also settles its parent's delegation (its
+/// output, or its failure, is the delegation's result) and resumes the
+/// parent when nothing else of it is open.
+async fn finish(
+    ctx: &RunContext,
+    cp: &mut Checkpointer<'_>,
+    status: RunStatus,
+    output: Option<String>,
+    error: Option<String>,
+) -> Result<(), SegmentError> {
+    let lease = &ctx.lease;
+    let delegation = match (ctx.parent_run_id, &ctx.parent_tool_call_id) {
+        (Some(parent_run_id), Some(call)) => Some(match status {
+            RunStatus::Completed => Change::FinishDelegation {
+                parent_run_id,
+                call_id: ToolCallId(call.clone()),
+                status: ToolCallStatus::Executed,
+                result: json!(output.clone().unwrap_or_default()),
+            },
+            _ => Change::FinishDelegation {
+                parent_run_id,
+                call_id: ToolCallId(call.clone()),
+                status: ToolCallStatus::Failed,
+                result: json!({
+                    "error": format!("sub-agent {} failed: {}", ctx.name, error.as_deref().unwrap_or("unknown error")),
+                }),
+            },
+        }),
+        _ => None,
+    };
+    let (event_type, data) = match status {
+        RunStatus::Completed => (
+            EventType::RunCompleted,
+            json!({ "runId": lease.run_id, "output": output }),
+        ),
+        _ => (
+            EventType::RunFailed,
+            json!({ "runId": lease.run_id, "error": error }),
+        ),
+    };
+    cp.commit_end(
+        [
+            Change::FinishRun {
+                status,
+                output,
+                error,
+            },
+            Change::Event { event_type, data },
+        ]
+        .into_iter()
+        .chain(delegation)
+        .collect(),
+        "finish",
+    )
+    .await?;
+    ::metrics::counter!(metrics::RUNS_FINISHED, "status" => status.as_str()).increment(1);
+    Ok(())
+}
