@@ -26,7 +26,7 @@ export DATABASE_URL TEST_DATABASE_URL AMQP_URL
 
 PEERS_RUN ?= $(CURDIR)/../shared/peers/run.sh
 
-.PHONY: help services build migrate demo fmt-check clippy test bench bench-peers clean-test-schemas
+.PHONY: help services build migrate demo fmt-check clippy test bench bench-peers bench-park-many clean-test-schemas
 
 help: ## list the targets
 	@echo "agentenkit — make targets:"
@@ -75,7 +75,11 @@ bench: ## the agentenkit benchmark (release build)
 	  exit 1; \
 	fi
 	@bash scripts/services.sh
-	$(CARGO) run --release -q --bin agentenkit-bench
+	$(CARGO) build --release -q --bin agentenkit-bench --bin agentenkit-worker
+	target/release/agentenkit-bench $(BENCH_ARGS)
+
+bench-park-many: ## park 100,000 threads on one worker process and report its memory as they pile up
+	@$(MAKE) bench BENCH_ARGS="--n 200 --expiry-n 0 --round-trip-n 0 --scale-n 0 --park-many 100000"
 
 bench-peers: ## the peer benchmark (LangGraph, DBOS, raw Postgres/RabbitMQ) if present, then the bench, whose ratios read its fresh results
 	@if [ -f "$(PEERS_RUN)" ]; then \

@@ -368,6 +368,19 @@ impl Store {
         Ok(row.get(0))
     }
 
+    /// How many runs have the status, across owners (operators and the
+    /// bench; the reaper's statuses are indexed, the others are a scan).
+    pub async fn count_runs(&self, status: RunStatus) -> Result<i64> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM runs WHERE status = $1",
+                &[&status.as_str()],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
     /// A run as its owner sees it, with its usage rows.
     pub async fn get_run(&self, run: RunId, owner: &Owner) -> Result<RunView> {
         let client = self.client().await?;

@@ -1,7 +1,9 @@
 //! Modules of the `agentenkit-bench` binary (see `src/bin/bench.rs`).
 
 pub mod broker;
+pub mod cycle;
 pub mod expiry;
+pub mod fleet;
 pub mod hub;
 pub mod meter;
 pub mod peers;

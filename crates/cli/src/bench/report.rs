@@ -68,6 +68,14 @@ pub struct RoundTrips {
     pub resume: crate::bench::wire::WirePer,
 }
 
+/// The passes after the measured configurations; each may be skipped.
+#[derive(Default)]
+pub struct Passes {
+    pub round_trips: Option<RoundTrips>,
+    pub scaling: Option<crate::bench::fleet::Scaling>,
+    pub park_many: Option<crate::bench::fleet::ParkMany>,
+}
+
 impl RoundTrips {
     pub fn cycle(&self) -> f64 {
         self.park.round_trips + self.resume.round_trips
@@ -124,7 +132,7 @@ pub fn print_markdown(
     results: &[ConfigResult],
     baselines: &[Baseline],
     peers: Option<&Peers>,
-    round_trips: Option<&RoundTrips>,
+    passes: &Passes,
     total: Duration,
 ) {
     println!("# agentenkit-bench: park → approve → resume → complete\n");
@@ -205,7 +213,7 @@ pub fn print_markdown(
             fmt(r.publishes.delay_hops as f64 / n, 2),
         );
     }
-    if let Some(t) = round_trips {
+    if let Some(t) = &passes.round_trips {
         println!(
             "\nSQL round trips per cycle: {} ({} park + {} resume), {} bytes sent and {} received per cycle \
              (a separate pass of N={} cycles at c=1 through a counting TCP proxy in front of Postgres: \
@@ -217,6 +225,37 @@ pub fn print_markdown(
             fmt(t.park.bytes_sent + t.resume.bytes_sent, 0),
             fmt(t.park.bytes_received + t.resume.bytes_received, 0),
             t.n
+        );
+    }
+    if let Some(s) = &passes.scaling {
+        let figures: Vec<String> = s
+            .cycles_per_s
+            .iter()
+            .map(|(w, v)| format!("{w} process(es) {} cycles/s", fmt(*v, 1)))
+            .collect();
+        println!(
+            "\nWorker processes (agentenkit-worker, each its own pool and broker connection; the bench's \
+             clients at c={}, N={} cycles, completion read from the runs table): {}; ratio {}.",
+            s.c,
+            s.n,
+            figures.join(", "),
+            s.ratio().map_or("n/a".into(), |r| format!("{r:.2}×")),
+        );
+    }
+    if let Some(m) = &passes.park_many {
+        let figures: Vec<String> = m
+            .samples
+            .iter()
+            .map(|(n, rss)| format!("{n}: {}", fmt(*rss as f64 / 1_048_576.0, 1)))
+            .collect();
+        println!(
+            "\nPark-many (one worker process, {} threads parked at c={} in {:.0} s): worker RSS MiB at parked = {}; \
+             largest drift from the first parked sample {}.",
+            m.total,
+            m.c,
+            m.wall.as_secs_f64(),
+            figures.join(", "),
+            m.drift().map_or("n/a".into(), |d| format!("{:.1} %", d * 100.0)),
         );
     }
     for r in results {
@@ -317,10 +356,20 @@ pub fn to_json(
     results: &[ConfigResult],
     baselines: &[Baseline],
     peers: Option<&Peers>,
-    round_trips: Option<&RoundTrips>,
+    passes: &Passes,
 ) -> Value {
     json!({
-        "round_trips": round_trips.map(|t| json!({
+        "worker_processes": passes.scaling.as_ref().map(|s| json!({
+            "n": s.n, "concurrency": s.c,
+            "cycles_per_s": s.cycles_per_s.iter().map(|(w, v)| json!({ "processes": w, "cycles_per_s": v })).collect::<Vec<_>>(),
+            "ratio": s.ratio(),
+        })),
+        "park_many": passes.park_many.as_ref().map(|m| json!({
+            "total": m.total, "concurrency": m.c, "wall_s": m.wall.as_secs_f64(),
+            "rss_bytes": m.samples.iter().map(|(n, rss)| json!({ "parked": n, "rss": rss })).collect::<Vec<_>>(),
+            "drift": m.drift(),
+        })),
+        "round_trips": passes.round_trips.as_ref().map(|t| json!({
             "n": t.n, "concurrency": 1,
             "per_cycle": t.cycle(), "per_park": t.park.round_trips, "per_resume": t.resume.round_trips,
             "bytes_sent_per_cycle": t.park.bytes_sent + t.resume.bytes_sent,

@@ -15,24 +15,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentenkit::{redact, QueueKind, DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL};
-use agentenkit_core::reply::Verdict;
-use agentenkit_core::{Owner, QueueMessage, RunId, ToolCallId};
+use agentenkit_core::Owner;
 use agentenkit_queue::memory::MemoryQueue;
 use agentenkit_queue::rabbit::RabbitQueue;
 use agentenkit_queue::{QueueAdapter, Topology};
-use agentenkit_runtime::{Relay, Worker, WorkerConfig};
-use agentenkit_store::{AnswerTarget, OutboxRow, Store, StoreConfig};
+use agentenkit_runtime::Relay;
+use agentenkit_store::{Store, StoreConfig};
 use anyhow::{bail, Context};
-use bench::hub::{self, HookedQueue, Hub, Key, Publishes};
+use bench::cycle::{park_phase, resume_phase, start_worker, Ctx};
+use bench::fleet::{Fleet, FleetConfig};
+use bench::hub::{self, HookedQueue, Hub, Publishes};
 use bench::meter::{self, Meter, ProcSample};
-use bench::report::{self, ConfigResult, Params, RoundTrips};
+use bench::report::{self, ConfigResult, Params, Passes, RoundTrips};
 use bench::wire::{self, Proxy};
 use clap::Parser;
-use serde_json::json;
-use tokio_util::sync::CancellationToken;
-
-/// How long a client waits for a run to park, resume or complete.
-const WAIT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -83,25 +79,18 @@ struct Args {
     /// Also write the figures as JSON (default path when given no value).
     #[arg(long, env = "BENCH_JSON", num_args = 0..=1, default_missing_value = "target/agentenkit-bench.json")]
     json: Option<PathBuf>,
+    /// Cycles of the scaling pass (1, then 2 `agentenkit-worker` processes,
+    /// at the largest concurrency); 0 skips it. RabbitMQ only.
+    #[arg(long, env = "BENCH_SCALE_N", default_value_t = 1000)]
+    scale_n: usize,
+    /// Threads the park-many pass parks through one worker process,
+    /// sampling its RSS at each quarter; 0 skips it (`make bench-park-many`
+    /// runs 100,000). RabbitMQ only.
+    #[arg(long, env = "BENCH_PARK_MANY", default_value_t = 0)]
+    park_many: usize,
     /// Keep the bench schema (for inspection) instead of dropping it.
     #[arg(long)]
     keep_schema: bool,
-}
-
-/// What the client tasks share.
-struct Ctx {
-    /// The queue as the worker and clients use it, counting publishes.
-    hooked: Arc<HookedQueue>,
-    store: Store,
-    relay: Relay,
-    hub: Arc<Hub>,
-    owner: Owner,
-    content: String,
-}
-
-#[derive(Clone, Copy)]
-struct Parked {
-    run: RunId,
 }
 
 #[tokio::main]
@@ -203,15 +192,17 @@ async fn bench(
     worker.stop().await;
     let outcome = match measured {
         Ok(measured) => {
-            let round_trips = if args.round_trip_n > 0 {
-                round_trip_pass(args, &ctx, registry, schema)
+            let mut passes = Passes::default();
+            if args.round_trip_n > 0 {
+                passes.round_trips = round_trip_pass(args, &ctx, registry, schema)
                     .await
                     .map_err(|e| eprintln!("round-trip pass failed: {e:#}"))
-                    .ok()
-            } else {
-                None
-            };
-            measured.report(args, round_trips.as_ref(), started)
+                    .ok();
+            }
+            if args.queue == QueueKind::Rabbitmq && (args.scale_n > 0 || args.park_many > 0) {
+                fleet_passes(args, &ctx, schema, id, max_c, &mut passes).await;
+            }
+            measured.report(args, &passes, started)
         }
         Err(e) => Err(e),
     };
@@ -291,19 +282,14 @@ struct Measured {
 }
 
 impl Measured {
-    fn report(
-        &self,
-        args: &Args,
-        round_trips: Option<&RoundTrips>,
-        started: Instant,
-    ) -> anyhow::Result<()> {
+    fn report(&self, args: &Args, passes: &Passes, started: Instant) -> anyhow::Result<()> {
         let peers = bench::peers::find(&args.peers_dir).and_then(|p| bench::peers::load(&p));
         report::print_markdown(
             &self.params,
             &self.results,
             &self.baselines,
             peers.as_ref(),
-            round_trips,
+            passes,
             started.elapsed(),
         );
         if let Some(path) = &args.json {
@@ -312,7 +298,7 @@ impl Measured {
                 &self.results,
                 &self.baselines,
                 peers.as_ref(),
-                round_trips,
+                passes,
             );
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir)?;
@@ -325,45 +311,42 @@ impl Measured {
     }
 }
 
-/// A worker of the bench, running until stopped.
-struct RunningWorker {
-    shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<Result<(), agentenkit_runtime::worker::WorkerError>>,
-}
-
-impl RunningWorker {
-    async fn stop(self) {
-        self.shutdown.cancel();
-        match self.task.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("worker: {e}"),
-            Err(e) => eprintln!("worker task: {e}"),
-        }
-    }
-}
-
-fn start_worker(
+/// The passes with worker processes; a failure is reported and skipped.
+async fn fleet_passes(
+    args: &Args,
     ctx: &Ctx,
-    registry: Arc<agentenkit_runtime::Registry>,
-    prefetch: u16,
-) -> RunningWorker {
-    let queue: Arc<dyn QueueAdapter> = ctx.hooked.clone();
-    let worker = Worker::new(
-        ctx.store.clone(),
-        queue,
-        registry,
-        WorkerConfig {
-            prefetch,
-            shutdown_grace: Duration::from_secs(5),
-            ..WorkerConfig::default()
-        },
-    );
-    let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    RunningWorker {
-        shutdown,
-        task: tokio::spawn(async move { worker.run(token).await }),
+    schema: &str,
+    id: &str,
+    c: usize,
+    passes: &mut Passes,
+) {
+    let config = FleetConfig {
+        database_url: args.database_url.clone(),
+        amqp_url: args.amqp_url.clone(),
+        schema: schema.to_owned(),
+        prefix: format!("bench.{id}.fleet"),
+        prefetch: u16::try_from((c * 2).max(16)).unwrap_or(u16::MAX),
+    };
+    let fleet = match Fleet::start(config, ctx.store.clone()).await {
+        Ok(fleet) => fleet,
+        Err(e) => {
+            eprintln!("worker-process passes skipped: {e:#}");
+            return;
+        }
+    };
+    if args.scale_n > 0 {
+        passes.scaling = bench::fleet::scaling(&fleet, args.scale_n, c, &[1, 2])
+            .await
+            .map_err(|e| eprintln!("scaling pass failed: {e:#}"))
+            .ok();
     }
+    if args.park_many > 0 {
+        passes.park_many = bench::fleet::park_many(&fleet, args.park_many, c)
+            .await
+            .map_err(|e| eprintln!("park-many pass failed: {e:#}"))
+            .ok();
+    }
+    fleet.close().await;
 }
 
 /// The same cycle at c=1 with the clients' and the worker's store behind a
@@ -482,154 +465,4 @@ async fn run_config(
             delay_hops: q1.delay_hops - q0.delay_hops,
         },
     })
-}
-
-/// The segment a commit wrote to the outbox.
-fn segment_seq(outbox: &[OutboxRow], run: RunId) -> anyhow::Result<i64> {
-    outbox
-        .iter()
-        .find_map(|row| match row.message {
-            QueueMessage::Segment { run_id, seq } if run_id == run => Some(seq),
-            _ => None,
-        })
-        .with_context(|| format!("no segment of run {run} in the outbox"))
-}
-
-/// Runs `per_item(i)` for i in 0..n on `c` tasks (task w takes w, w+c, …);
-/// returns the results in item order and the wall time.
-async fn fan_out<T, F, Fut>(n: usize, c: usize, per_item: F) -> anyhow::Result<(Vec<T>, Duration)>
-where
-    T: Send + 'static,
-    F: Fn(usize) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = anyhow::Result<T>> + Send,
-{
-    let per_item = Arc::new(per_item);
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..c)
-        .map(|w| {
-            let per_item = per_item.clone();
-            tokio::spawn(async move {
-                let mut out = Vec::new();
-                for i in (w..n).step_by(c) {
-                    out.push((i, per_item(i).await?));
-                }
-                anyhow::Ok(out)
-            })
-        })
-        .collect();
-    let mut all = Vec::with_capacity(n);
-    for task in tasks {
-        all.extend(task.await.context("client task")??);
-    }
-    let wall = start.elapsed();
-    all.sort_by_key(|(i, _)| *i);
-    Ok((all.into_iter().map(|(_, t)| t).collect(), wall))
-}
-
-/// Per-item durations as sorted columns (column j = item[j] of every row).
-fn columns(rows: Vec<Vec<Duration>>) -> Vec<Vec<Duration>> {
-    let width = rows.first().map_or(0, Vec::len);
-    (0..width)
-        .map(|j| {
-            let mut column: Vec<Duration> = rows.iter().filter_map(|r| r.get(j).copied()).collect();
-            column.sort();
-            column
-        })
-        .collect()
-}
-
-/// Phase A: create a thread, start a turn, publish; parked when the worker
-/// acks the first segment. Columns: create_thread call → that ack; store
-/// calls (create_thread, start_run); publish until confirmed; publish call →
-/// the worker got the segment; worker got it → acked.
-async fn park_phase(
-    ctx: &Arc<Ctx>,
-    n: usize,
-    c: usize,
-) -> anyhow::Result<(Vec<Parked>, Vec<Vec<Duration>>, Duration)> {
-    let ctx = ctx.clone();
-    let (items, wall) = fan_out(n, c, move |_| {
-        let ctx = ctx.clone();
-        async move {
-            let t0 = Instant::now();
-            let thread = ctx
-                .store
-                .create_thread(&ctx.owner, "mailer", &json!({}))
-                .await?;
-            let started = ctx
-                .store
-                .start_run(thread.id, &ctx.owner, &ctx.content)
-                .await?;
-            let publishing = Instant::now();
-            ctx.relay.publish(&started.outbox).await;
-            let published = Instant::now();
-            let run = started.run_id;
-            let seq = segment_seq(&started.outbox, run)?;
-            let parked = ctx.hub.wait(Key::Acked(run, seq), WAIT).await?;
-            let delivered = ctx.hub.wait(Key::Delivered(run, seq), WAIT).await?;
-            anyhow::Ok((
-                Parked { run },
-                vec![
-                    parked.saturating_duration_since(t0),
-                    publishing - t0,
-                    published - publishing,
-                    delivered.saturating_duration_since(publishing),
-                    parked.saturating_duration_since(delivered),
-                ],
-            ))
-        }
-    })
-    .await?;
-    let (parked, rows): (Vec<_>, Vec<_>) = items.into_iter().unzip();
-    Ok((parked, columns(rows), wall))
-}
-
-/// Phase B: approve each parked call and publish the resume segment.
-/// Columns: answer call → tool ran; answer call → last segment acked;
-/// the answer call; publish until confirmed; publish call → the worker got
-/// the segment; worker got it → the tool ran; tool ran → acked.
-async fn resume_phase(
-    ctx: &Arc<Ctx>,
-    parked: &[Parked],
-    c: usize,
-) -> anyhow::Result<(Vec<Vec<Duration>>, Duration)> {
-    let ctx = ctx.clone();
-    let parked: Arc<Vec<Parked>> = Arc::new(parked.to_vec());
-    let (rows, wall) = fan_out(parked.len(), c, move |i| {
-        let ctx = ctx.clone();
-        let run = parked[i].run;
-        async move {
-            let t0 = Instant::now();
-            let answered = ctx
-                .store
-                .answer(
-                    &ctx.owner,
-                    AnswerTarget::Run(run),
-                    &ToolCallId::from("c1"),
-                    &Verdict::Approve { payload: None },
-                )
-                .await?;
-            if !answered.delivered {
-                bail!("answer to run {run} refused: {:?}", answered.error);
-            }
-            let publishing = Instant::now();
-            ctx.relay.publish(&answered.outbox).await;
-            let published = Instant::now();
-            let seq = segment_seq(&answered.outbox, run)?;
-            let executed = ctx.hub.wait(Key::Executed(run), WAIT).await?;
-            let completed = ctx.hub.wait(Key::Acked(run, seq), WAIT).await?;
-            let delivered = ctx.hub.wait(Key::Delivered(run, seq), WAIT).await?;
-            anyhow::Ok(vec![
-                executed.saturating_duration_since(t0),
-                completed.saturating_duration_since(t0),
-                publishing - t0,
-                published - publishing,
-                delivered.saturating_duration_since(publishing),
-                executed.saturating_duration_since(delivered),
-                completed.saturating_duration_since(executed),
-            ])
-        }
-    })
-    .await?;
-    Ok((columns(rows), wall))
 }
