@@ -214,3 +214,155 @@ async fn concurrent_turns_on_one_thread_start_exactly_one_run() {
     );
     env.finish().await;
 }
+
+#[tokio::test]
+async fn text_postgres_cannot_store_and_bodies_that_are_not_objects_are_400() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    env.wait_pending(&thread_id, 1).await;
+    let nul = "a\u{0}b";
+    for (path, body) in [
+        (
+            "/agent/tool-call/reject",
+            json!({ "runId": run_id, "toolCallId": "c1", "reason": nul }),
+        ),
+        (
+            "/agent/tool-call/approve",
+            json!({ "runId": run_id, "toolCallId": "c1", "payload": { "note": [nul] } }),
+        ),
+        (
+            "/agent/tool-call/approve",
+            json!({ "runId": run_id, "toolCallId": nul }),
+        ),
+        (
+            "/agent/hitl/respond",
+            json!({ "threadId": thread_id, "toolCallId": "c1", "approved": true, "payload": { nul: 1 } }),
+        ),
+    ] {
+        let (status, body) = env.call("POST", path, Some(ALICE), Some(body)).await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+        assert!(body["message"].as_str().unwrap().contains("NUL"), "{body}");
+    }
+    let (status, body) = env
+        .call("POST", "/threads", Some(ALICE), Some(json!(["agent"])))
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (status, body) = env
+        .call(
+            "POST",
+            "/threads",
+            Some(ALICE),
+            Some(json!({ "agent": nul })),
+        )
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    // Nothing was recorded: the request is still open, and it can be
+    // answered as usual.
+    let pending = env.wait_pending(&thread_id, 1).await;
+    assert_eq!(pending[0]["toolCallId"], "c1");
+    let (_, answer) = env
+        .reply(
+            "/agent/tool-call/approve",
+            ALICE,
+            json!({ "runId": run_id, "toolCallId": "c1" }),
+        )
+        .await;
+    assert_eq!(answer["delivered"], true);
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_reply_of_any_shape_to_a_settled_request_is_not_delivered() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    env.wait_pending(&thread_id, 1).await;
+    let (_, answer) = env
+        .reply(
+            "/agent/tool-call/approve",
+            ALICE,
+            json!({ "runId": run_id, "toolCallId": "c1" }),
+        )
+        .await;
+    assert_eq!(answer["delivered"], true);
+    // Answers and skips are the wrong shape for an approval; once it is
+    // settled they are refused like any late reply, not 409.
+    for (path, body) in [
+        (
+            "/agent/tool-call/answer",
+            json!({ "runId": run_id, "toolCallId": "c1", "answers": { "q": "x" } }),
+        ),
+        (
+            "/agent/tool-call/skip",
+            json!({ "runId": run_id, "toolCallId": "c1" }),
+        ),
+    ] {
+        let (status, body) = env.reply(path, ALICE, body).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["delivered"], false, "{body}");
+        assert_eq!(body["error"], "This request was already answered");
+    }
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn every_error_is_json_and_the_bearer_scheme_is_case_insensitive() {
+    let (env, thread_id, _) = started().await;
+    let (status, body) = env.call("GET", "/nowhere", Some(ALICE), None).await;
+    assert_error(status, &body, StatusCode::NOT_FOUND, "NotFound");
+    let (status, body) = env.call("DELETE", "/threads", Some(ALICE), None).await;
+    assert_error(
+        status,
+        &body,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+    );
+    let (status, body) = env
+        .call("GET", "/threads/not-a-uuid", Some(ALICE), None)
+        .await;
+    assert_error(status, &body, StatusCode::NOT_FOUND, "NotFound");
+    let (status, body) = env
+        .call("GET", "/threads/%FF%FE/events", Some(ALICE), None)
+        .await;
+    assert_error(status, &body, StatusCode::NOT_FOUND, "NotFound");
+    let (status, body) = env
+        .call(
+            "GET",
+            &format!("/threads/{thread_id}/events?after=1&after=2"),
+            Some(ALICE),
+            None,
+        )
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+
+    // 401 says how to authenticate; the scheme's case does not matter.
+    let refused = env
+        .http
+        .get(env.url(&format!("/threads/{thread_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert!(refused.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .starts_with("Bearer"));
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let response = env
+            .http
+            .get(env.url(&format!("/threads/{thread_id}")))
+            .header("authorization", format!("{scheme} {ALICE}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{scheme}");
+    }
+    env.finish().await;
+}

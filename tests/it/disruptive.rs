@@ -70,3 +70,80 @@ async fn an_expiry_in_flight_survives_a_broker_restart() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// Clears the memory alarm even when the test fails half-way.
+struct AlarmGuard;
+
+impl Drop for AlarmGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl")
+            .args(["set_vm_memory_high_watermark", "0.4"])
+            .status();
+    }
+}
+
+#[tokio::test]
+#[ignore = "blocks every publisher of RabbitMQ: run alone by `make test`"]
+async fn an_answer_is_given_when_the_broker_blocks_publishers_and_the_reaper_publishes_later() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start_with(
+        approval_registry(CALL_THEN_DONE, &tool.url),
+        |_| {},
+        |mut state| {
+            state.relay = state.relay.clone().with_timeout(Duration::from_millis(500));
+            state
+        },
+    )
+    .await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    env.wait_pending(&thread_id, 1).await;
+
+    // A memory alarm: the broker blocks every connection that publishes.
+    let alarm = AlarmGuard;
+    rabbitmqctl(&["set_vm_memory_high_watermark", "0"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let (status, answer) = tokio::time::timeout(
+        Duration::from_secs(10),
+        env.reply(
+            "/agent/tool-call/approve",
+            ALICE,
+            json!({ "runId": run_id, "toolCallId": "c1" }),
+        ),
+    )
+    .await
+    .expect("the answer does not wait for the blocked broker");
+    assert_eq!(status.as_u16(), 200);
+    assert_eq!(answer["delivered"], true, "the commit is the answer");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the answer did not wait for the blocked broker: {:?}",
+        started.elapsed()
+    );
+    // The resume segment is still in the outbox, for the reaper.
+    let pg = env.pg_client().await;
+    let waiting: i64 = pg
+        .query_one("SELECT count(*) FROM outbox", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(waiting >= 1, "the unpublished segment stays in the outbox");
+
+    drop(alarm);
+    let config = agentenkit_runtime::reaper::ReaperConfig {
+        outbox_stale_after: Duration::ZERO,
+        ..Default::default()
+    };
+    eventually("the reaper's publish resumes the run", || async {
+        agentenkit_runtime::reaper::reap_once(&env.store, &env.relay, &config)
+            .await
+            .unwrap();
+        let run = env.get(&format!("/runs/{run_id}")).await;
+        (run["status"] == "completed").then_some(())
+    })
+    .await;
+    assert_eq!(tool.calls(), 1, "the tool ran once");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -4,12 +4,16 @@
 mod approvals;
 mod bad_input;
 mod crash;
+mod deploy;
 mod disruptive;
 mod elicitation;
 mod expiry;
 mod golden;
+mod http_tool;
 mod jobs;
+mod limits;
 mod parked;
+mod poison;
 mod reaper;
 mod stream;
 mod subagents;

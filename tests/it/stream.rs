@@ -140,30 +140,72 @@ async fn the_stream_carries_events_live_and_resumes_from_last_event_id() {
 }
 
 #[tokio::test]
-async fn an_event_committed_after_a_later_id_is_still_streamed_in_order() {
+async fn an_event_of_a_transaction_left_open_is_never_skipped_or_reordered() {
     let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
     let thread = env.post("/threads", json!({ "agent": "agent" })).await;
     let thread_id = thread["id"].as_str().unwrap().to_owned();
+    let thread_uuid: uuid::Uuid = thread_id.parse().unwrap();
     let mut stream = SseReader::open(&env, &thread_id, None).await;
-    let insert = format!(
-        "INSERT INTO events (thread_id, type, data) VALUES ('{thread_id}', 'MESSAGE', '{{}}') RETURNING id"
-    );
-    // A takes the lower id and commits last; B takes the higher id and
-    // commits first.
+    // A takes an id for the thread with the store's own statement and stays
+    // open for longer than a second.
     let a = env.pg_client().await;
     a.batch_execute("BEGIN").await.unwrap();
-    let low: i64 = a.query_one(insert.as_str(), &[]).await.unwrap().get(0);
-    let b = env.pg_client().await;
-    let high: i64 = b.query_one(insert.as_str(), &[]).await.unwrap().get(0);
-    assert!(low < high);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let insert = format!("{} RETURNING id", agentenkit_store::INSERT_EVENT_SQL);
+    let low: i64 = a
+        .query_one(
+            insert.as_str(),
+            &[
+                &thread_uuid,
+                &None::<uuid::Uuid>,
+                &"MESSAGE",
+                &json!({ "from": "a" }),
+            ],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // Meanwhile a turn starts on the thread (RUN_STARTED): it must not
+    // commit a higher id of the thread before A ends.
+    let started = tokio::spawn({
+        let http = env.http.clone();
+        let url = env.url(&format!("/threads/{thread_id}/messages"));
+        async move {
+            let response = http
+                .post(url)
+                .bearer_auth(ALICE)
+                .json(&json!({ "content": "go" }))
+                .send()
+                .await
+                .unwrap();
+            (response.status(), tokio::time::Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let committed_at = tokio::time::Instant::now();
     a.batch_execute("COMMIT").await.unwrap();
+    let (status, answered_at) = started.await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert!(
+        answered_at >= committed_at,
+        "the turn's event waited for the open transaction"
+    );
     let first = stream.next().await;
     let second = stream.next().await;
     assert_eq!(
-        (first.0, second.0),
-        (low, high),
-        "the lower id is not skipped"
+        (first.0, first.1.as_str()),
+        (low, "MESSAGE"),
+        "nothing skipped"
     );
+    assert_eq!(second.1, "RUN_STARTED");
+    assert!(second.0 > low, "ids go out in commit order");
+    // A reader polling with `after` sees the same order.
+    let listed = env.get(&format!("/threads/{thread_id}/events")).await;
+    let ids: Vec<i64> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [low, second.0]);
     env.finish().await;
 }

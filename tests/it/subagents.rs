@@ -180,7 +180,7 @@ async fn two_children_parked_at_once_resume_the_parent_only_when_both_are_done_i
         env.reply("/agent/tool-call/approve", ALICE, approve(&second))
             .await;
         let root = env.wait_run_finished(&root_run).await;
-        assert_eq!(root["output"], "both done");
+        assert_eq!(root["output"], "both done", "{root}");
         let journal = env.get(&format!("/runs/{root_run}/journal")).await;
         let values: Vec<_> = journal
             .as_array()
@@ -381,5 +381,117 @@ async fn sub_agents_that_finish_together_resume_their_parent_without_a_deadlock(
     for worker in workers {
         worker.stop().await.unwrap();
     }
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_delegation_past_max_depth_is_a_failure_the_model_sees() {
+    let tool = ToolServer::ok().await;
+    // max_depth 1: root (depth 0) may start the child (1), which may not
+    // start the grandchild (2).
+    let registry = nested(&tool.url, r#"{ text = "grandchild done" }"#).with_max_depth(1);
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    let (_, root_run) = env.start_turn("root", "go").await;
+    let root = env.wait_run_finished(&root_run).await;
+    assert_eq!(root["status"], "completed");
+    assert_eq!(root["output"], "root done");
+    assert_eq!(tool.calls(), 0, "the grandchild never ran");
+    let pg = env.pg_client().await;
+    let rows = pg
+        .query("SELECT id::text, name, depth FROM runs ORDER BY depth", &[])
+        .await
+        .unwrap();
+    let runs: Vec<(String, String, i32)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        runs.iter().map(|r| (r.1.as_str(), r.2)).collect::<Vec<_>>(),
+        [("root", 0), ("child", 1)],
+        "no run was started past max_depth"
+    );
+    let journal = env.get(&format!("/runs/{}/journal", runs[1].0)).await;
+    let exec = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "exec:d2")
+        .expect("the refused delegation has a result");
+    assert_eq!(exec["value"]["error"], "delegation too deep");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn respond_by_thread_to_a_call_id_two_open_requests_share_is_409_naming_both_runs() {
+    let tool = ToolServer::ok().await;
+    // Both children's scripts call their tool as `c1`.
+    let registry = Registry::from_toml(&format!(
+        r#"
+[agents.root]
+subagents = ["left", "right"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [
+      {{ id = "d1", name = "left", arguments = {{ task = "left task" }} }},
+      {{ id = "d2", name = "right", arguments = {{ task = "right task" }} }},
+  ] }},
+  {{ text = "both done" }},
+] }}
+[agents.left]
+tools = ["tool"]
+model = {{ provider = "scripted", script = [ {{ tool_calls = [ {{ id = "c1", name = "tool", arguments = {{ to = "left" }} }} ] }}, {{ text = "left done" }} ] }}
+[agents.right]
+tools = ["tool"]
+model = {{ provider = "scripted", script = [ {{ tool_calls = [ {{ id = "c1", name = "tool", arguments = {{ to = "right" }} }} ] }}, {{ text = "right done" }} ] }}
+[tools.tool]
+type = "http"
+url = "{}"
+requires_confirmation = true
+"#,
+        tool.url
+    ))
+    .unwrap();
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    let (thread_id, root_run) = env.start_turn("root", "go").await;
+    let pending = env.wait_pending(&thread_id, 2).await;
+    let mut runs: Vec<String> = pending
+        .iter()
+        .map(|p| p["runId"].as_str().unwrap().to_owned())
+        .collect();
+    runs.sort();
+    let (status, body) = env
+        .reply(
+            "/agent/hitl/respond",
+            ALICE,
+            json!({ "threadId": thread_id, "toolCallId": "c1", "approved": true }),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 409, "{body}");
+    assert_eq!(body["error"], "AmbiguousToolCallId");
+    let mut named: Vec<String> = body["runIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect();
+    named.sort();
+    assert_eq!(named, runs);
+    assert_eq!(tool.calls(), 0, "nothing was settled");
+    assert_eq!(env.wait_pending(&thread_id, 2).await.len(), 2);
+    // Addressed by run, each is answered.
+    for input in &pending {
+        let (_, answer) = env
+            .reply("/agent/tool-call/approve", ALICE, approve(input))
+            .await;
+        assert_eq!(answer["delivered"], true);
+    }
+    assert_eq!(
+        env.wait_run_finished(&root_run).await["status"],
+        "completed"
+    );
+    assert_eq!(tool.calls(), 2);
+    worker.stop().await.unwrap();
     env.finish().await;
 }

@@ -41,6 +41,8 @@ pub fn test_worker_config() -> WorkerConfig {
         retry_backoff: Duration::from_millis(50),
         prefetch: 8,
         shutdown_grace: Duration::from_secs(5),
+        max_deliveries: 10,
+        hand_back_delay: Duration::from_millis(50),
     }
 }
 
@@ -58,10 +60,21 @@ pub struct TestEnv {
 
 impl TestEnv {
     pub async fn start(registry: Registry) -> TestEnv {
+        Self::start_with(registry, |_| {}, |state| state).await
+    }
+
+    /// Like `start`, with the store's configuration and the API's state
+    /// adjusted first (smaller pools, shorter timeouts, other limits).
+    pub async fn start_with(
+        registry: Registry,
+        store_config: impl FnOnce(&mut StoreConfig),
+        api_state: impl FnOnce(AppState) -> AppState,
+    ) -> TestEnv {
         let id = uuid::Uuid::now_v7().simple().to_string();
         let mut config = StoreConfig::new(database_url());
         config.schema = Some(format!("t_{id}"));
         config.max_connections = 8;
+        store_config(&mut config);
         let store = Store::connect(&config).expect("store config");
         store
             .migrate()
@@ -84,6 +97,7 @@ impl TestEnv {
         // Streams must be woken by the event watch: the re-read safety net is
         // pushed out of any test's reach.
         state.stream_reread = Duration::from_secs(3600);
+        let state = api_state(state);
         let shutdown = CancellationToken::new();
         let (api, _) = agentenkit::serve_api(
             state,
@@ -296,6 +310,34 @@ impl TestEnv {
 
     /// Empties every delay queue (ladder levels and lanes), as if the
     /// broker lost the delayed messages.
+    /// A channel on its own connection, for tests that talk to the broker
+    /// directly (publish raw bytes, read the dead-letter queue).
+    pub async fn amqp_channel(&self) -> (lapin::Connection, lapin::Channel) {
+        let connection =
+            lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+                .await
+                .expect("amqp");
+        let channel = connection.create_channel().await.expect("channel");
+        (connection, channel)
+    }
+
+    /// The bodies in the dead-letter queue, taken off it.
+    pub async fn take_dead_letters(&self) -> Vec<Vec<u8>> {
+        let (_connection, channel) = self.amqp_channel().await;
+        let mut bodies = Vec::new();
+        while let Some(message) = channel
+            .basic_get(
+                self.topology.dead_queue().as_str().into(),
+                lapin::options::BasicGetOptions { no_ack: true },
+            )
+            .await
+            .expect("basic_get")
+        {
+            bodies.push(message.delivery.data.clone());
+        }
+        bodies
+    }
+
     pub async fn purge_delayed_messages(&self) {
         let connection =
             lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())

@@ -59,8 +59,7 @@ impl FromRequestParts<AppState> for Caller {
             .headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(bearer_token)
             .ok_or(ApiError::Unauthorized)?;
         state
             .keys
@@ -71,9 +70,27 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
+/// The token of a `Bearer` credential: the scheme is case-insensitive
+/// (RFC 7235 §2.1), separated from the token by spaces.
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer k1"), Some("k1"));
+        assert_eq!(bearer_token("bearer k1"), Some("k1"));
+        assert_eq!(bearer_token("BEARER   k1 "), Some("k1"));
+        assert_eq!(bearer_token("Basic k1"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearerk1"), None);
+    }
 
     #[test]
     fn parses_owner_key_pairs() {

@@ -1,7 +1,7 @@
 //! One error type for every handler: 4xx with a clear message (not logged
 //! as errors), 5xx with a generic body (logged once, with the cause).
 
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
@@ -11,6 +11,7 @@ pub enum ApiError {
     BadRequest(String),
     Unauthorized,
     NotFound(String),
+    MethodNotAllowed(String),
     Conflict {
         code: &'static str,
         message: String,
@@ -22,6 +23,11 @@ pub enum ApiError {
     },
     /// 422 with the issues, each `{path, message}`.
     InvalidAnswers(Vec<agentenkit_core::questions::Issue>),
+    /// 409 with the runs whose open requests share the call id.
+    AmbiguousToolCall(Vec<agentenkit_core::RunId>),
+    /// 429: a per-owner limit (open streams) is reached.
+    TooManyRequests(String),
+    /// 503 with `Retry-After`: a dependency is unreachable or saturated.
     Unavailable(String),
     Internal(String),
 }
@@ -36,6 +42,9 @@ impl ApiError {
                 "a valid `Authorization: Bearer <key>` header is required".into(),
             ),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "NotFound", m.clone()),
+            ApiError::MethodNotAllowed(m) => {
+                (StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", m.clone())
+            }
             ApiError::Conflict { code, message } => (StatusCode::CONFLICT, code, message.clone()),
             ApiError::PayloadTooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -50,6 +59,18 @@ impl ApiError {
                 "InvalidAnswers",
                 "the answers do not fit the question set; nothing was recorded".into(),
             ),
+            ApiError::AmbiguousToolCall(runs) => (
+                StatusCode::CONFLICT,
+                "AmbiguousToolCallId",
+                format!(
+                    "{} open requests of this thread have this toolCallId (runs {}); answer one by runId through /agent/tool-call/*",
+                    runs.len(),
+                    runs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                ),
+            ),
+            ApiError::TooManyRequests(m) => {
+                (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", m.clone())
+            }
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "Unavailable", m.clone()),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -70,13 +91,51 @@ impl IntoResponse for ApiError {
         if let ApiError::InvalidAnswers(issues) = &self {
             body["issues"] = json!(issues);
         }
-        (status, Json(body)).into_response()
+        if let ApiError::AmbiguousToolCall(runs) = &self {
+            body["runIds"] = json!(runs);
+        }
+        let mut response = (status, Json(body)).into_response();
+        let headers = response.headers_mut();
+        match self {
+            ApiError::Unauthorized => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"agentenkit\""),
+                );
+            }
+            ApiError::Unavailable(_) | ApiError::TooManyRequests(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+impl From<agentenkit_runtime::Error> for ApiError {
+    fn from(e: agentenkit_runtime::Error) -> Self {
+        use agentenkit_runtime::Error as E;
+        match e {
+            E::Store(e) => e.into(),
+            E::InvalidInput(message) => ApiError::BadRequest(message),
+            E::UnknownAgent(name) => ApiError::Unprocessable {
+                code: "UnknownAgent",
+                message: format!("unknown agent {name:?}"),
+            },
+            other => ApiError::Internal(other.to_string()),
+        }
     }
 }
 
 impl From<agentenkit_store::Error> for ApiError {
     fn from(e: agentenkit_store::Error) -> Self {
         use agentenkit_store::Error as E;
+        if e.is_unavailable() {
+            tracing::warn!(error = %e, "the database is unavailable; answering 503");
+            return ApiError::Unavailable(
+                "the database is busy or unreachable; try again (replies and stops are safe to repeat)".into(),
+            );
+        }
         match e {
             E::NotFound { what, .. } => ApiError::NotFound(format!("{what} not found")),
             E::RunActive { run_id, .. } => ApiError::Conflict {
@@ -92,6 +151,7 @@ impl From<agentenkit_store::Error> for ApiError {
                 ),
             },
             E::InvalidAnswers(issues) => ApiError::InvalidAnswers(issues),
+            E::AmbiguousToolCall { run_ids, .. } => ApiError::AmbiguousToolCall(run_ids),
             other => ApiError::Internal(other.to_string()),
         }
     }

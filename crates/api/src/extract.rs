@@ -1,10 +1,12 @@
 //! A JSON body extractor whose every rejection is an [`ApiError`]: 413 over
-//! the size limit, 400 with serde's message for malformed or mistyped JSON.
+//! the size limit, 400 with a message for malformed or mistyped JSON, for a
+//! body that is not a JSON object, and for text Postgres cannot store.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::ApiError;
 
@@ -25,9 +27,105 @@ where
                 ApiError::BadRequest(rejection.body_text())
             }
         })?;
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+        parse_body(&bytes).map(JsonBody)
+    }
+}
+
+/// Every body of the API is a JSON object; serde alone would read a struct
+/// from an array too (`["mailer"]` as `{agent}`), so the shape is checked
+/// first, then every string (keys included) for a NUL character, which a
+/// Postgres `text` or `jsonb` cannot hold.
+pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::BadRequest(format!(
+            "invalid JSON body: expected an object, found {}",
+            kind_of(&value)
+        )));
+    }
+    if let Some(path) = nul_at(&value, "") {
+        return Err(ApiError::BadRequest(format!(
+            "invalid JSON body: text at {} contains a NUL character (\\u0000), which cannot be stored",
+            if path.is_empty() { "/" } else { &path }
+        )));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The JSON pointer of the first string or key holding a NUL, if any.
+fn nul_at(value: &Value, path: &str) -> Option<String> {
+    match value {
+        Value::String(s) => s.contains('\0').then(|| path.to_owned()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_at(item, &format!("{path}/{i}"))),
+        Value::Object(map) => map.iter().find_map(|(key, item)| {
+            let here = format!("{path}/{}", key.replace('~', "~0").replace('/', "~1"));
+            if key.contains('\0') {
+                Some(here)
+            } else {
+                nul_at(item, &here)
+            }
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => None,
+    }
+}
+
+/// A query string read into `T`; a malformed one (a repeated parameter, a
+/// value of the wrong type) is a 400 with a JSON body like every error.
+pub struct QueryParams<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for QueryParams<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::try_from_uri(&parts.uri)
+            .map(|q| QueryParams(q.0))
+            .map_err(|rejection| {
+                ApiError::BadRequest(format!("invalid query string: {}", rejection.body_text()))
+            })
+    }
+}
+
+/// The `{id}` segment of a path, as text; one that cannot be read (bad
+/// percent-encoding) names nothing, so it is a 404 with a JSON body.
+pub struct PathText(pub String);
+
+impl<S> axum::extract::FromRequestParts<S> for PathText
+where
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|path| PathText(path.0))
+            .map_err(|_| ApiError::NotFound(format!("no resource at {}", parts.uri.path())))
     }
 }
 
@@ -36,4 +134,94 @@ where
 pub fn parse_id<T: std::str::FromStr>(text: &str, what: &str) -> Result<T, ApiError> {
     text.parse()
         .map_err(|_| ApiError::NotFound(format!("{what} not found")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Start {
+        #[allow(dead_code)]
+        agent: String,
+        #[serde(default)]
+        #[allow(dead_code)]
+        metadata: Option<Value>,
+    }
+
+    fn message(e: ApiError) -> String {
+        match e {
+            ApiError::BadRequest(m) => m,
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_array_is_not_read_as_a_struct() {
+        let e = parse_body::<Start>(br#"["mailer"]"#).unwrap_err();
+        assert!(message(e).contains("expected an object, found an array"));
+        assert!(parse_body::<Start>(br#"{"agent":"mailer"}"#).is_ok());
+    }
+
+    #[test]
+    fn a_nul_anywhere_is_a_400_naming_where() {
+        let e = parse_body::<Start>(br#"{"agent":"mailer","metadata":{"a":["x","y\u0000"]}}"#)
+            .unwrap_err();
+        assert!(message(e).contains("/metadata/a/1"));
+        let e =
+            parse_body::<Start>(br#"{"agent":"mailer","metadata":{"k\u0000/":1}}"#).unwrap_err();
+        assert!(message(e).contains("/metadata/k\0~1"));
+        let e = parse_body::<Start>(br#"{"agent":"a\u0000"}"#).unwrap_err();
+        assert!(message(e).contains("/agent"));
+    }
+
+    proptest! {
+        /// Whatever the bytes, the parser answers Ok or a 400, never panics.
+        #[test]
+        fn arbitrary_bytes_are_parsed_or_refused_with_a_400(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            match parse_body::<Start>(&bytes) {
+                Ok(_) | Err(ApiError::BadRequest(_)) => {}
+                Err(other) => prop_assert!(false, "unexpected {other:?}"),
+            }
+        }
+
+        /// Any JSON value: accepted only when it is an object with an agent
+        /// and no NUL.
+        #[test]
+        fn arbitrary_json_is_accepted_only_when_storable(value in arb_json()) {
+            let bytes = serde_json::to_vec(&value).unwrap();
+            let parsed = parse_body::<Start>(&bytes);
+            if parsed.is_ok() {
+                prop_assert!(value.is_object());
+                prop_assert!(nul_at(&value, "").is_none());
+            }
+        }
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            "[a-z\u{0}]{0,4}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("agent".to_string()),
+                        Just("metadata".to_string()),
+                        "[a-z\u{0}]{1,3}"
+                    ],
+                    inner,
+                    0..4
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
 }

@@ -26,6 +26,10 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// most a live stream lags a commit, and one indexed query per interval.
 pub const STREAM_POLL: Duration = Duration::from_millis(20);
 
+/// Open streams one owner may hold (`AGENTENKIT_MAX_STREAMS`); past it a
+/// stream request is a 429.
+pub const DEFAULT_MAX_STREAMS: usize = 64;
+
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
@@ -50,7 +54,11 @@ impl AppState {
     ) -> Self {
         Self {
             relay: Relay::new(queue.clone()),
-            hub: Arc::new(hub::EventHub::new(store.clone(), STREAM_POLL)),
+            hub: Arc::new(hub::EventHub::new(
+                store.clone(),
+                STREAM_POLL,
+                DEFAULT_MAX_STREAMS,
+            )),
             stream_reread: Duration::from_secs(5),
             store,
             queue,
@@ -58,6 +66,21 @@ impl AppState {
             keys: Arc::new(keys),
             metrics: metrics_handle(),
         }
+    }
+
+    /// Replies and reclaims as the runtime offers them to Rust callers.
+    pub fn replies(&self) -> agentenkit_runtime::Replies {
+        agentenkit_runtime::Replies::new(self.store.clone(), self.relay.clone())
+    }
+
+    /// The same state with another per-owner limit of open streams.
+    pub fn with_max_streams(mut self, max_per_owner: usize) -> Self {
+        self.hub = Arc::new(hub::EventHub::new(
+            self.store.clone(),
+            STREAM_POLL,
+            max_per_owner.max(1),
+        ));
+        self
     }
 }
 
@@ -81,19 +104,13 @@ pub fn router(state: AppState) -> Router {
 /// query when there is nothing to do (the usual case); a failure only logs
 /// (the reaper will get to it).
 pub(crate) async fn reclaim_on_connect(state: &AppState, scope: agentenkit_store::Scope) {
-    match state.store.has_reclaimable_requests(&scope).await {
-        Ok(false) => return,
-        Ok(true) => {}
-        Err(e) => {
-            tracing::warn!(error = %e, ?scope, "reclaim on connect failed");
-            return;
-        }
-    }
-    let config = agentenkit_runtime::reaper::ReaperConfig::default();
-    if let Err(e) =
-        agentenkit_runtime::reaper::reclaim_requests(&state.store, &state.relay, &config, &scope)
-            .await
-    {
+    let replies = state.replies();
+    let reclaimed = match &scope {
+        agentenkit_store::Scope::Thread(thread) => replies.reclaim_if_orphaned(*thread).await,
+        agentenkit_store::Scope::Owner(owner) => replies.reclaim_owner(owner).await,
+        agentenkit_store::Scope::All => return,
+    };
+    if let Err(e) = reclaimed {
         tracing::warn!(error = %e, ?scope, "reclaim on connect failed");
     }
 }

@@ -27,14 +27,28 @@ pub const DEFAULT_CONFIG: &str = "agentenkit.toml";
 /// Where the services are.
 #[derive(Debug, Clone, Args)]
 pub struct Connections {
-    /// Postgres connection URL.
-    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
+    /// Postgres connection URL [default: postgres://postgres@127.0.0.1:5432/agentenkit].
+    // Neither the value from the environment nor the default is printed by
+    // --help: either may hold a password.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = DEFAULT_DATABASE_URL,
+        hide_env_values = true,
+        hide_default_value = true
+    )]
     pub database_url: String,
     /// Postgres schema to work in (default: the server's search_path).
     #[arg(long, env = "AGENTENKIT_SCHEMA")]
     pub schema: Option<String>,
-    /// RabbitMQ URL.
-    #[arg(long, env = "AMQP_URL", default_value = DEFAULT_AMQP_URL)]
+    /// RabbitMQ URL [default: amqp://guest:***@127.0.0.1:5672/%2f].
+    #[arg(
+        long,
+        env = "AMQP_URL",
+        default_value = DEFAULT_AMQP_URL,
+        hide_env_values = true,
+        hide_default_value = true
+    )]
     pub amqp_url: String,
     /// Prefix of every queue and exchange name.
     #[arg(long, env = "AGENTENKIT_QUEUE_PREFIX", default_value = "agentenkit")]
@@ -94,7 +108,7 @@ impl Connections {
     }
 }
 
-/// API keys from `AGENTENKIT_API_KEYS`.
+/// API keys from `AGENTENKIT_API_KEYS`, and the per-key limits.
 #[derive(Debug, Clone, Args)]
 pub struct KeyConfig {
     /// `owner:key,owner2:key2`
@@ -105,6 +119,9 @@ pub struct KeyConfig {
         hide_env_values = true
     )]
     pub api_keys: String,
+    /// Open event streams one owner may hold; past it a stream is a 429.
+    #[arg(long, env = "AGENTENKIT_MAX_STREAMS", default_value_t = agentenkit_api::DEFAULT_MAX_STREAMS)]
+    pub max_streams: usize,
 }
 
 impl KeyConfig {
@@ -217,6 +234,39 @@ pub fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Debug, Parser)]
+    struct WithConnections {
+        #[command(flatten)]
+        connections: Connections,
+        #[command(flatten)]
+        keys: KeyConfig,
+    }
+
+    #[test]
+    fn help_never_prints_a_secret_from_the_environment_or_a_default() {
+        // Set for this process only; no other test reads these variables.
+        std::env::set_var(
+            "DATABASE_URL",
+            "postgres://app:pg-secret@db:5432/agentenkit",
+        );
+        std::env::set_var("AMQP_URL", "amqp://app:mq-secret@mq:5672/%2f");
+        std::env::set_var("AGENTENKIT_API_KEYS", "alice:key-secret");
+        let help = WithConnections::command().render_long_help().to_string();
+        for secret in ["pg-secret", "mq-secret", "key-secret", "guest:guest"] {
+            assert!(!help.contains(secret), "--help shows {secret}:\n{help}");
+        }
+        assert!(
+            help.contains("DATABASE_URL"),
+            "the variables are still named"
+        );
+        let parsed = WithConnections::parse_from(["x"]);
+        assert_eq!(
+            parsed.connections.database_url,
+            "postgres://app:pg-secret@db:5432/agentenkit"
+        );
+    }
 
     #[test]
     fn durations() {

@@ -55,6 +55,48 @@ impl QueueMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever arrives on the queue, decoding answers and never panics;
+        /// what decodes re-encodes to the same message.
+        #[test]
+        fn any_bytes_decode_or_are_refused(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok(message) = QueueMessage::from_bytes(&bytes) {
+                prop_assert_eq!(QueueMessage::from_bytes(&message.to_bytes()).unwrap(), message);
+            }
+        }
+
+        /// Near-misses of a valid body (a field changed, dropped or added)
+        /// are decoded exactly or refused.
+        #[test]
+        fn mutated_messages_decode_or_are_refused(
+            seq in any::<i64>(),
+            call in ".{0,12}",
+            field in prop_oneof![Just("type"), Just("runId"), Just("seq"), Just("toolCallId"), Just("extra")],
+            value in prop_oneof![
+                Just(serde_json::json!(null)),
+                Just(serde_json::json!(7)),
+                Just(serde_json::json!("segment")),
+                Just(serde_json::json!("expiry")),
+                Just(serde_json::json!("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")),
+                Just(serde_json::json!([1, 2])),
+            ],
+        ) {
+            let run: RunId = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".parse().unwrap();
+            for message in [
+                QueueMessage::Segment { run_id: run, seq },
+                QueueMessage::Expiry { run_id: run, tool_call_id: call.as_str().into() },
+            ] {
+                let mut body: serde_json::Value = serde_json::from_slice(&message.to_bytes()).unwrap();
+                body[field] = value.clone();
+                let bytes = serde_json::to_vec(&body).unwrap();
+                if let Ok(decoded) = QueueMessage::from_bytes(&bytes) {
+                    prop_assert_eq!(QueueMessage::from_bytes(&decoded.to_bytes()).unwrap(), decoded);
+                }
+            }
+        }
+    }
 
     #[test]
     fn segment_wire_form() {

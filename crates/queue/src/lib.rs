@@ -52,6 +52,12 @@ impl Topology {
 
     /// The exchange the delay ladder dead-letters into once a message's
     /// delay has run out; it routes to [`Topology::segments_queue`].
+    /// Where a message goes that kept failing (or could not be read):
+    /// kept for a person to look at, never consumed by workers.
+    pub fn dead_queue(&self) -> String {
+        format!("{}.dead", self.prefix)
+    }
+
     pub fn delivery_exchange(&self) -> String {
         format!("{}.delivery", self.prefix)
     }
@@ -137,16 +143,46 @@ pub struct Delivery {
     pub body: Vec<u8>,
     /// True when the broker delivered this message before.
     pub redelivered: bool,
+    /// Which delivery of the message this is, from 1: hand-backs are
+    /// counted in the message itself, and a broker redelivery (a consumer
+    /// died holding it) counts once more.
+    pub deliveries: u32,
     acker: Box<dyn Acknowledge>,
 }
+
+/// The header that carries how often a message was handed back.
+pub const DELIVERIES_HEADER: &str = "x-agentenkit-deliveries";
 
 impl Delivery {
     pub fn new(body: Vec<u8>, redelivered: bool, acker: Box<dyn Acknowledge>) -> Self {
         Self {
             body,
             redelivered,
+            deliveries: 1 + u32::from(redelivered),
             acker,
         }
+    }
+
+    /// The same delivery, `handed_back` deliveries having come before it
+    /// (read from the message), plus one if the broker redelivered it.
+    pub fn with_handed_back(mut self, handed_back: u32) -> Self {
+        self.deliveries = handed_back
+            .saturating_add(1)
+            .saturating_add(u32::from(self.redelivered));
+        self
+    }
+
+    /// Hands the message back for a later delivery, counted: it goes to the
+    /// back of the queue carrying this delivery's number, then this one is
+    /// acked. If the message cannot be sent back it is requeued as is.
+    pub async fn hand_back(self) -> Result<()> {
+        self.acker.hand_back(self.body, self.deliveries).await
+    }
+
+    /// Moves the message to the dead-letter queue (see
+    /// [`Topology::dead_queue`]), then acks it.
+    pub async fn dead_letter(self) -> Result<()> {
+        self.acker.dead_letter(self.body, self.deliveries).await
     }
 
     pub fn message(&self) -> std::result::Result<QueueMessage, serde_json::Error> {
@@ -168,4 +204,10 @@ impl Delivery {
 pub trait Acknowledge: Send + Sync {
     async fn ack(self: Box<Self>) -> Result<()>;
     async fn nack(self: Box<Self>, requeue: bool) -> Result<()>;
+    /// Sends `body` back to the queue marked as delivered `deliveries`
+    /// times, then acks; requeues the original if that fails.
+    async fn hand_back(self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()>;
+    /// Sends `body` to the dead-letter queue, then acks; requeues the
+    /// original if that fails.
+    async fn dead_letter(self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()>;
 }

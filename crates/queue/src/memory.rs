@@ -25,10 +25,14 @@ use crate::{ladder, Acknowledge, Deliveries, Delivery, Error, QueueAdapter, Resu
 struct Queued {
     body: Vec<u8>,
     redelivered: bool,
+    /// Hand-backs recorded in the message (see `Delivery::hand_back`).
+    handed_back: u32,
 }
 
 struct Shared {
     queue: Mutex<VecDeque<Queued>>,
+    /// Dead-lettered messages, kept for inspection.
+    dead: Mutex<Vec<Vec<u8>>>,
     /// Woken on every push; consumers re-check the queue.
     pushed: Notify,
     closed: CancellationToken,
@@ -45,9 +49,14 @@ impl Shared {
     }
 
     fn push_back(&self, body: Vec<u8>) {
+        self.push_handed_back(body, 0);
+    }
+
+    fn push_handed_back(&self, body: Vec<u8>, handed_back: u32) {
         self.lock().push_back(Queued {
             body,
             redelivered: false,
+            handed_back,
         });
         self.pushed.notify_waiters();
     }
@@ -58,6 +67,7 @@ impl Shared {
         self.lock().push_front(Queued {
             body,
             redelivered: true,
+            handed_back: 0,
         });
         self.pushed.notify_waiters();
     }
@@ -104,6 +114,7 @@ impl MemoryQueue {
         Self {
             shared: Arc::new(Shared {
                 queue: Mutex::new(VecDeque::new()),
+                dead: Mutex::new(Vec::new()),
                 pushed: Notify::new(),
                 closed: CancellationToken::new(),
             }),
@@ -118,6 +129,15 @@ impl MemoryQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The bodies of the messages dead-lettered so far.
+    pub fn dead_letters(&self) -> Vec<Vec<u8>> {
+        self.shared
+            .dead
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     fn check_open(&self) -> Result<()> {
@@ -204,11 +224,10 @@ async fn forward(shared: Arc<Shared>, in_flight: Arc<Semaphore>, sender: mpsc::S
             body: Some(queued.body.clone()),
             _permit: permit,
         };
-        slot.send(Delivery::new(
-            queued.body,
-            queued.redelivered,
-            Box::new(acker),
-        ));
+        slot.send(
+            Delivery::new(queued.body, queued.redelivered, Box::new(acker))
+                .with_handed_back(queued.handed_back),
+        );
     }
 }
 
@@ -237,6 +256,22 @@ impl Acknowledge for MemoryAcker {
         }
         Ok(())
     }
+
+    async fn hand_back(mut self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()> {
+        self.body = None;
+        self.shared.push_handed_back(body, deliveries);
+        Ok(())
+    }
+
+    async fn dead_letter(mut self: Box<Self>, body: Vec<u8>, _deliveries: u32) -> Result<()> {
+        self.body = None;
+        self.shared
+            .dead
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(body);
+        Ok(())
+    }
 }
 
 impl Drop for MemoryAcker {
@@ -257,6 +292,30 @@ mod tests {
     use super::*;
 
     const WAIT: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn a_handed_back_message_counts_its_deliveries_and_a_dead_letter_leaves_the_queue() {
+        let queue = MemoryQueue::new();
+        let message = QueueMessage::Segment {
+            run_id: RunId::new(),
+            seq: 1,
+        };
+        queue.publish(&message).await.unwrap();
+        let mut deliveries = queue.consume(1).await.unwrap();
+        for n in 1..=3 {
+            let delivery = timeout(WAIT, deliveries.next()).await.unwrap().unwrap();
+            assert_eq!(delivery.deliveries, n);
+            delivery.hand_back().await.unwrap();
+        }
+        let delivery = timeout(WAIT, deliveries.next()).await.unwrap().unwrap();
+        assert_eq!(delivery.deliveries, 4);
+        delivery.dead_letter().await.unwrap();
+        assert_eq!(queue.dead_letters(), vec![message.to_bytes()]);
+        assert!(queue.is_empty());
+        assert!(timeout(Duration::from_millis(100), deliveries.next())
+            .await
+            .is_err());
+    }
 
     fn segment(seq: i64) -> QueueMessage {
         QueueMessage::Segment {

@@ -33,7 +33,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::ladder::{self, Target};
-use crate::{Acknowledge, Deliveries, Delivery, Error, QueueAdapter, Result, Topology};
+use crate::{
+    Acknowledge, Deliveries, Delivery, Error, QueueAdapter, Result, Topology, DELIVERIES_HEADER,
+};
 
 /// How long establishing a connection may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -219,6 +221,17 @@ impl Inner {
     /// drain) would otherwise leave the row for the reaper. A retry may
     /// duplicate a message whose confirm was lost: consumers are idempotent.
     async fn publish(&self, exchange: ShortString, key: ShortString, body: &[u8]) -> Result<()> {
+        self.publish_counted(exchange, key, body, None).await
+    }
+
+    /// [`Inner::publish`] with the message's delivery count in its headers.
+    async fn publish_counted(
+        &self,
+        exchange: ShortString,
+        key: ShortString,
+        body: &[u8],
+        deliveries: Option<u32>,
+    ) -> Result<()> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -226,7 +239,7 @@ impl Inner {
                 return Err(Error::Closed);
             }
             let channel = self.publisher().await?;
-            let failure = match publish_once(&channel, &exchange, &key, body).await {
+            let failure = match publish_once(&channel, &exchange, &key, body, deliveries).await {
                 Ok(()) => return Ok(()),
                 Err(PublishFailure::Refused(reason)) => return Err(Error::NotConfirmed(reason)),
                 Err(failure) => failure,
@@ -276,10 +289,16 @@ async fn publish_once(
     exchange: &ShortString,
     key: &ShortString,
     body: &[u8],
+    deliveries: Option<u32>,
 ) -> std::result::Result<(), PublishFailure> {
-    let properties = BasicProperties::default()
+    let mut properties = BasicProperties::default()
         .with_delivery_mode(2) // persistent
         .with_content_type("application/json".into());
+    if let Some(deliveries) = deliveries {
+        let mut headers = FieldTable::default();
+        headers.insert(DELIVERIES_HEADER.into(), AMQPValue::LongUInt(deliveries));
+        properties = properties.with_headers(headers);
+    }
     // `mandatory`: a message no queue takes comes back (and is an error)
     // instead of being confirmed and silently dropped.
     let options = BasicPublishOptions {
@@ -328,15 +347,16 @@ async fn declare(channel: &Channel, topology: &Topology) -> Result<()> {
             .await
             .map_err(|e| broker("declaring exchange", exchange, e))?;
     }
-    let segments = topology.segments_queue();
-    channel
-        .queue_declare(
-            short(segments.as_str())?,
-            queue_options,
-            queue_arguments(topology),
-        )
-        .await
-        .map_err(|e| broker("declaring queue", &segments, e))?;
+    for queue in [topology.segments_queue(), topology.dead_queue()] {
+        channel
+            .queue_declare(
+                short(queue.as_str())?,
+                queue_options,
+                queue_arguments(topology),
+            )
+            .await
+            .map_err(|e| broker("declaring queue", &queue, e))?;
+    }
     for queue in &plan.delay_queues {
         let mut arguments = queue_arguments(topology);
         arguments.insert("x-message-ttl".into(), amqp_int(queue.ttl_ms));
@@ -445,7 +465,7 @@ async fn consume_until_stopped(inner: Arc<Inner>, prefetch: u16, sender: mpsc::S
 }
 
 async fn consume_channel(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     prefetch: u16,
     sender: &mpsc::Sender<Delivery>,
     redeclare: bool,
@@ -488,11 +508,20 @@ async fn consume_channel(
                 return Stopped::Lost(Error::Broker("the broker cancelled the consumer".into()))
             }
         };
+        let handed_back = delivery
+            .properties
+            .headers()
+            .as_ref()
+            .and_then(|headers| headers.inner().get(DELIVERIES_HEADER))
+            .and_then(header_count)
+            .unwrap_or(0);
         let acker = RabbitAcker {
             acker: Some(delivery.acker),
             channel: Some(channel.clone()),
+            inner: Arc::clone(inner),
         };
-        let delivery = Delivery::new(delivery.data, delivery.redelivered, Box::new(acker));
+        let delivery = Delivery::new(delivery.data, delivery.redelivered, Box::new(acker))
+            .with_handed_back(handed_back);
         tokio::select! {
             () = inner.closed.cancelled() => return Stopped::Asked,
             sent = sender.send(delivery) => if sent.is_err() {
@@ -528,6 +557,21 @@ async fn open_consumer_channel(inner: &Inner, prefetch: u16, redeclare: bool) ->
 struct RabbitAcker {
     acker: Option<lapin::Acker>,
     channel: Option<Channel>,
+    /// For hand-backs and dead letters, published with confirms.
+    inner: Arc<Inner>,
+}
+
+/// The delivery count a header holds, whatever integer type carried it.
+fn header_count(value: &AMQPValue) -> Option<u32> {
+    match value {
+        AMQPValue::LongUInt(n) => Some(*n),
+        AMQPValue::LongInt(n) => u32::try_from(*n).ok(),
+        AMQPValue::LongLongInt(n) => u32::try_from(*n).ok(),
+        AMQPValue::ShortUInt(n) => Some(u32::from(*n)),
+        AMQPValue::ShortInt(n) => u32::try_from(*n).ok(),
+        AMQPValue::ShortShortUInt(n) => Some(u32::from(*n)),
+        _ => None,
+    }
 }
 
 impl RabbitAcker {
@@ -555,6 +599,41 @@ impl Acknowledge for RabbitAcker {
             ..BasicNackOptions::default()
         };
         settled(self.take()?.nack(options).await)
+    }
+
+    async fn hand_back(self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()> {
+        let segments = self.inner.segments.clone();
+        self.send_then_ack(segments, body, deliveries).await
+    }
+
+    async fn dead_letter(self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()> {
+        let dead = short(self.inner.topology.dead_queue())?;
+        self.send_then_ack(dead, body, deliveries).await
+    }
+}
+
+impl RabbitAcker {
+    /// Publishes a copy (confirmed) to `queue`, then acks the original; a
+    /// crash in between leaves both, and consumers drop duplicates. If the
+    /// copy cannot be published the original is requeued unchanged.
+    async fn send_then_ack(
+        mut self: Box<Self>,
+        queue: ShortString,
+        body: Vec<u8>,
+        deliveries: u32,
+    ) -> Result<()> {
+        let sent = self
+            .inner
+            .publish_counted(ShortString::default(), queue, &body, Some(deliveries))
+            .await;
+        let acker = self.take()?;
+        match sent {
+            Ok(()) => settled(acker.ack(BasicAckOptions::default()).await),
+            Err(e) => {
+                let _ = acker.nack(requeue_options()).await;
+                Err(e)
+            }
+        }
     }
 }
 

@@ -3,10 +3,13 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agentenkit_core::questions::QuestionSet;
 
-use crate::config::{AgentFile, IntakeWhen, ModelDef, ToolDef, DEFAULT_HITL_TTL_MS};
+use crate::config::{
+    AgentFile, IntakeWhen, ModelDef, ToolDef, DEFAULT_HITL_TTL_MS, DEFAULT_MAX_DEPTH,
+};
 
 /// The name of the built-in question tool. Never registered, no handler:
 /// the kind `ask` is resolved from the agent's configuration alone.
@@ -103,16 +106,42 @@ impl Agent {
     }
 }
 
+/// The longest `timeout_ms` an http tool may set: an hour (a longer job
+/// should park and be answered by `respond`).
+pub const MAX_HTTP_TOOL_TIMEOUT_MS: u64 = 3_600_000;
+
 /// Every agent and tool a deployment knows, by name.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Registry {
     agents: HashMap<String, Arc<Agent>>,
     tools: HashMap<String, RegisteredTool>,
+    max_depth: u32,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            agents: HashMap::new(),
+            tools: HashMap::new(),
+            max_depth: DEFAULT_MAX_DEPTH,
+        }
+    }
 }
 
 impl Registry {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// How deep delegations may nest: a delegation that would start a run
+    /// deeper than this is a tool failure the model sees.
+    pub fn max_depth(&self) -> u32 {
+        self.max_depth
+    }
+
+    pub fn with_max_depth(mut self, max_depth: u32) -> Self {
+        self.max_depth = max_depth;
+        self
     }
 
     /// The expiry delays parks of these agents use unless a tool asks for
@@ -147,7 +176,8 @@ impl Registry {
 
     pub fn from_toml(text: &str) -> Result<Registry> {
         let file = AgentFile::parse(text).map_err(Error::Config)?;
-        let mut registry = Registry::new();
+        let mut registry =
+            Registry::new().with_max_depth(file.max_depth.unwrap_or(DEFAULT_MAX_DEPTH));
         for (name, def) in file.tools {
             let tool: Arc<dyn Tool> = match def {
                 ToolDef::Http {
@@ -155,15 +185,46 @@ impl Registry {
                     description,
                     requires_confirmation,
                     input_schema,
-                } => Arc::new(HttpTool::new(
-                    ToolSpec {
-                        name: name.clone(),
-                        description,
-                        input_schema,
-                    },
-                    url,
-                    requires_confirmation,
-                )),
+                    timeout_ms,
+                    max_response_bytes,
+                } => {
+                    if let Err(e) = reqwest::Url::parse(&url) {
+                        return Err(Error::Config(format!(
+                            "tool {name}: invalid url {}: {e}",
+                            crate::tool::redact_url(&url)
+                        )));
+                    }
+                    let mut tool = HttpTool::new(
+                        ToolSpec {
+                            name: name.clone(),
+                            description,
+                            input_schema,
+                        },
+                        url,
+                        requires_confirmation,
+                    );
+                    match timeout_ms {
+                        Some(ms) if (1..=MAX_HTTP_TOOL_TIMEOUT_MS).contains(&ms) => {
+                            tool = tool.with_timeout(Duration::from_millis(ms));
+                        }
+                        Some(ms) => {
+                            return Err(Error::Config(format!(
+                                "tool {name}: timeout_ms {ms} is not from 1 to {MAX_HTTP_TOOL_TIMEOUT_MS}"
+                            )))
+                        }
+                        None => {}
+                    }
+                    match max_response_bytes {
+                        Some(0) => {
+                            return Err(Error::Config(format!(
+                                "tool {name}: max_response_bytes must be at least 1"
+                            )))
+                        }
+                        Some(bytes) => tool = tool.with_max_response_bytes(bytes),
+                        None => {}
+                    }
+                    Arc::new(tool)
+                }
             };
             registry = registry.with_tool(tool)?;
         }
@@ -235,7 +296,59 @@ impl Registry {
                 }
             }
         }
+        if let Some(cycle) = self.delegation_cycle() {
+            return Err(Error::Config(format!(
+                "delegations form a cycle: {}",
+                cycle.join(" → ")
+            )));
+        }
         Ok(())
+    }
+
+    /// A cycle of delegations (an agent that can reach itself through its
+    /// sub-agents), as the names along it, first repeated at the end.
+    fn delegation_cycle(&self) -> Option<Vec<String>> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Mark {
+            OnPath,
+            Done,
+        }
+        fn visit<'a>(
+            registry: &'a Registry,
+            name: &'a str,
+            marks: &mut HashMap<&'a str, Mark>,
+            path: &mut Vec<&'a str>,
+        ) -> Option<Vec<String>> {
+            match marks.get(name) {
+                Some(Mark::Done) => return None,
+                Some(Mark::OnPath) => {
+                    let start = path.iter().position(|n| *n == name).unwrap_or(0);
+                    let mut cycle: Vec<String> =
+                        path[start..].iter().map(|n| n.to_string()).collect();
+                    cycle.push(name.to_owned());
+                    return Some(cycle);
+                }
+                None => {}
+            }
+            marks.insert(name, Mark::OnPath);
+            path.push(name);
+            if let Some(agent) = registry.agents.get(name) {
+                for sub in &agent.subagents {
+                    if let Some(cycle) = visit(registry, sub, marks, path) {
+                        return Some(cycle);
+                    }
+                }
+            }
+            path.pop();
+            marks.insert(name, Mark::Done);
+            None
+        }
+        let mut names: Vec<&str> = self.agents.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        let mut marks = HashMap::new();
+        names
+            .into_iter()
+            .find_map(|name| visit(self, name, &mut marks, &mut Vec::new()))
     }
 
     pub fn agent(&self, name: &str) -> Option<&Arc<Agent>> {
@@ -294,6 +407,79 @@ pub fn delegation_schema() -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn agents(subagents: &[(&str, &[&str])]) -> String {
+        subagents
+            .iter()
+            .map(|(name, subs)| {
+                let subs: Vec<String> = subs.iter().map(|s| format!("{s:?}")).collect();
+                format!(
+                    "[agents.{name}]\nsubagents = [{}]\nmodel = {{ provider = \"scripted\", script = [] }}\n",
+                    subs.join(", ")
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_cycle_of_delegations_is_refused_when_the_file_loads() {
+        let own = Registry::from_toml(&agents(&[("a", &["a"])]))
+            .err()
+            .unwrap();
+        assert!(
+            own.to_string().contains("delegations form a cycle: a → a"),
+            "{own}"
+        );
+        let long = Registry::from_toml(&agents(&[("a", &["b"]), ("b", &["c"]), ("c", &["a"])]))
+            .err()
+            .unwrap();
+        assert!(long.to_string().contains("a → b → c → a"), "{long}");
+        // A diamond shares a sub-agent without a cycle.
+        let diamond = Registry::from_toml(&agents(&[
+            ("a", &["b", "c"]),
+            ("b", &["d"]),
+            ("c", &["d"]),
+            ("d", &[]),
+        ]));
+        assert!(diamond.is_ok());
+    }
+
+    #[test]
+    fn an_http_tools_limits_are_checked_when_the_file_loads() {
+        let tool = |extra: &str| {
+            Registry::from_toml(&format!(
+                "[tools.t]\ntype = \"http\"\nurl = \"http://127.0.0.1:1/x\"\n{extra}\n"
+            ))
+        };
+        assert!(tool("timeout_ms = 1500\nmax_response_bytes = 4096").is_ok());
+        let zero = tool("timeout_ms = 0").err().unwrap().to_string();
+        assert!(zero.contains("timeout_ms 0"), "{zero}");
+        let long = tool("timeout_ms = 3600001").err().unwrap().to_string();
+        assert!(long.contains("timeout_ms"), "{long}");
+        let empty = tool("max_response_bytes = 0").err().unwrap().to_string();
+        assert!(empty.contains("max_response_bytes"), "{empty}");
+        let bad =
+            Registry::from_toml("[tools.t]\ntype = \"http\"\nurl = \"not a url?token=s3cret\"\n")
+                .err()
+                .unwrap()
+                .to_string();
+        assert!(
+            bad.contains("invalid url") && !bad.contains("s3cret"),
+            "{bad}"
+        );
+    }
+
+    #[test]
+    fn max_depth_comes_from_the_file_or_defaults_to_8() {
+        assert_eq!(
+            Registry::from_toml(&agents(&[("a", &[])]))
+                .unwrap()
+                .max_depth(),
+            8
+        );
+        let file = format!("max_depth = 2\n{}", agents(&[("a", &[])]));
+        assert_eq!(Registry::from_toml(&file).unwrap().max_depth(), 2);
+    }
 
     #[test]
     fn dangling_names_are_configuration_errors() {

@@ -7,12 +7,19 @@ use serde_json::Value;
 
 use crate::model::ScriptEntry;
 
+/// How deep sub-agents nest unless the agent file says otherwise.
+pub const DEFAULT_MAX_DEPTH: u32 = 8;
+
 /// The default TTL of a park: 15 minutes.
 pub const DEFAULT_HITL_TTL_MS: u64 = 900_000;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentFile {
+    /// How deep delegations may nest (the root run is depth 0); default
+    /// [`DEFAULT_MAX_DEPTH`].
+    #[serde(default)]
+    pub max_depth: Option<u32>,
     #[serde(default)]
     pub agents: BTreeMap<String, AgentDef>,
     #[serde(default)]
@@ -74,6 +81,14 @@ pub enum ToolDef {
         requires_confirmation: bool,
         #[serde(default = "any_object")]
         input_schema: Value,
+        /// The whole call may take this long (default 60 s); a timeout is
+        /// transient, retried like an unreachable endpoint.
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        /// An answer longer than this is a failure the model sees (default
+        /// 1 MiB).
+        #[serde(default)]
+        max_response_bytes: Option<u64>,
     },
 }
 
@@ -90,6 +105,40 @@ impl AgentFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text: the agent file parser and the registry built from it
+        /// answer with a value or an error, never a panic.
+        #[test]
+        fn any_text_is_parsed_or_refused(text in "\\PC{0,300}") {
+            let _ = AgentFile::parse(&text);
+            let _ = crate::Registry::from_toml(&text);
+        }
+
+        /// A valid file with a slice cut out or a fragment spliced in (the
+        /// edits a person makes) is parsed or refused, never a panic.
+        #[test]
+        fn edited_files_are_parsed_or_refused(
+            cut in 0usize..400,
+            len in 0usize..40,
+            splice in prop_oneof![
+                Just(""), Just("["), Just("]"), Just("}"), Just("\""), Just("= "),
+                Just("hitl_ttl_ms = -1\n"), Just("hitl_ttl_ms = 0\n"),
+                Just("subagents = [\"mailer\"]\n"), Just("max_depth = 0\n"),
+                Just("timeout_ms = 0\n"), Just("type = \"grpc\"\n"),
+                Just("[agents.x]\n"), Just("tools = [\"nope\"]\n"),
+            ],
+        ) {
+            let mut text = SPEC_EXAMPLE.to_owned();
+            let start = cut.min(text.len());
+            let end = (start + len).min(text.len());
+            if text.is_char_boundary(start) && text.is_char_boundary(end) {
+                text.replace_range(start..end, splice);
+            }
+            let _ = crate::Registry::from_toml(&text);
+        }
+    }
 
     const SPEC_EXAMPLE: &str = r#"
 [agents.mailer]

@@ -11,6 +11,10 @@ pub enum Error {
     Config(String),
     #[error("unknown agent {0:?}")]
     UnknownAgent(String),
+    /// A caller's input that cannot be stored or names nothing (an empty
+    /// call id, text with a NUL character): nothing was changed.
+    #[error("{0}")]
+    InvalidInput(String),
     #[error(transparent)]
     Store(#[from] agentenkit_store::Error),
     #[error(transparent)]

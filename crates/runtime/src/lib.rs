@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod model;
 pub mod reaper;
 pub mod relay;
+pub mod replies;
 pub mod tool;
 pub mod worker;
 
@@ -18,6 +19,7 @@ pub use agent::{Agent, Registry};
 pub use error::{Error, Result};
 pub use model::{Model, ModelError, ModelRequest, ScriptEntry, ScriptedModel};
 pub use relay::Relay;
+pub use replies::Replies;
 pub use tool::{
     park_for_input, Approval, HttpTool, ParkRequest, Tool, ToolContext, ToolError, ToolSpec,
 };

@@ -12,3 +12,6 @@ pub const PARKS: &str = "agentenkit_parks_total";
 pub const ANSWERS: &str = "agentenkit_answers_total";
 pub const EXPIRIES: &str = "agentenkit_expiries_total";
 pub const EXPIRIES_RESCHEDULED: &str = "agentenkit_expiries_rescheduled_total";
+/// Messages moved to the dead-letter queue (unreadable, or still failing
+/// after `max_deliveries`).
+pub const DEAD_LETTERS: &str = "agentenkit_dead_letters_total";

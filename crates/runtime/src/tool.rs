@@ -156,26 +156,107 @@ impl RegisteredTool {
 }
 
 /// A tool served over HTTP: POSTs `{arguments, approval, idempotencyKey}`
-/// to `url`; the JSON answer is the result. A 4xx answer is a failure the
-/// model sees; a 5xx or an unreachable endpoint is transient.
+/// to `url`; the JSON answer is the result. A 4xx answer (a redirect too:
+/// none is followed), an answer over `max_response_bytes` or one that is not
+/// JSON is a failure the model sees; a 5xx, a timeout or an unreachable
+/// endpoint is transient. Errors name the endpoint without its credentials
+/// or query string, which may hold a token.
 pub struct HttpTool {
     spec: ToolSpec,
     url: String,
+    /// `url` as errors and events may show it.
+    shown_url: String,
     requires_confirmation: bool,
+    max_response_bytes: u64,
     client: reqwest::Client,
 }
 
+/// Defaults of an http tool's limits (SPEC §14).
+pub const HTTP_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+pub const HTTP_TOOL_MAX_RESPONSE_BYTES: u64 = 1024 * 1024;
+/// How much of a failed answer's body the model is shown.
+const ERROR_BODY_CHARS: usize = 512;
+
 impl HttpTool {
     pub fn new(spec: ToolSpec, url: impl Into<String>, requires_confirmation: bool) -> Self {
+        let url = url.into();
         Self {
             spec,
-            url: url.into(),
+            shown_url: redact_url(&url),
+            url,
             requires_confirmation,
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()
-                .unwrap_or_default(),
+            max_response_bytes: HTTP_TOOL_MAX_RESPONSE_BYTES,
+            client: Self::client(HTTP_TOOL_TIMEOUT),
         }
+    }
+
+    /// The whole call (connect, send, read the answer) may take `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.client = Self::client(timeout);
+        self
+    }
+
+    /// Answers longer than this are a failure the model sees.
+    pub fn with_max_response_bytes(mut self, bytes: u64) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    fn client(timeout: Duration) -> reqwest::Client {
+        reqwest::Client::builder()
+            .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default()
+    }
+
+    /// The body, read chunk by chunk and refused past the cap (a declared
+    /// `Content-Length` over it is refused before reading).
+    async fn read_capped(&self, mut response: reqwest::Response) -> Result<Vec<u8>, ToolError> {
+        let cap = self.max_response_bytes;
+        let too_large = || {
+            ToolError::Failed(format!(
+                "{}: the answer is larger than {cap} bytes",
+                self.shown_url
+            ))
+        };
+        if response.content_length().is_some_and(|n| n > cap) {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| ToolError::Transient(format!("{}: {}", self.shown_url, e.without_url())))?
+        {
+            if body.len() as u64 + chunk.len() as u64 > cap {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+}
+
+/// `url` without its user info, query and fragment, where a token may hide.
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) => {
+            let hidden = !parsed.username().is_empty()
+                || parsed.password().is_some()
+                || parsed.query().is_some()
+                || parsed.fragment().is_some();
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            let mut shown = parsed.to_string();
+            if hidden {
+                shown.push_str(" (credentials and query hidden)");
+            }
+            shown
+        }
+        Err(_) => "<an invalid url>".into(),
     }
 }
 
@@ -204,19 +285,28 @@ impl Tool for HttpTool {
             .json(&body)
             .send()
             .await
-            .map_err(|e| ToolError::Transient(format!("{}: {e}", self.url)))?;
+            .map_err(|e| {
+                ToolError::Transient(format!("{}: {}", self.shown_url, e.without_url()))
+            })?;
         let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| ToolError::Transient(format!("{}: {e}", self.url)))?;
         if status.is_server_error() {
-            return Err(ToolError::Transient(format!("{}: HTTP {status}", self.url)));
+            return Err(ToolError::Transient(format!(
+                "{}: HTTP {status}",
+                self.shown_url
+            )));
         }
+        if status.is_redirection() {
+            return Err(ToolError::Failed(format!(
+                "HTTP {status}: the tool answered with a redirect, which is not followed"
+            )));
+        }
+        let bytes = self.read_capped(response).await?;
         if !status.is_success() {
-            return Err(ToolError::Failed(format!("HTTP {status}: {text}")));
+            let text = String::from_utf8_lossy(&bytes);
+            let shown: String = text.chars().take(ERROR_BODY_CHARS).collect();
+            return Err(ToolError::Failed(format!("HTTP {status}: {shown}")));
         }
-        let answer: Value = serde_json::from_str(&text)
+        let answer: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ToolError::Failed(format!("the tool answered invalid JSON: {e}")))?;
         match answer.get("park") {
             Some(park) if answer.as_object().is_some_and(|o| o.len() == 1) => {

@@ -36,6 +36,12 @@ pub struct WorkerConfig {
     pub prefetch: u16,
     /// On shutdown, how long in-flight segments may take to finish.
     pub shutdown_grace: Duration,
+    /// A message handed back this many times (the store kept failing for
+    /// it) goes to the dead-letter queue instead of looping for ever.
+    pub max_deliveries: u32,
+    /// How long a handed-back message waits before it goes back, so that a
+    /// failing dependency is not hammered.
+    pub hand_back_delay: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -46,6 +52,8 @@ impl Default for WorkerConfig {
             retry_backoff: Duration::from_millis(500),
             prefetch: 16,
             shutdown_grace: Duration::from_secs(30),
+            max_deliveries: 10,
+            hand_back_delay: Duration::from_millis(500),
         }
     }
 }
@@ -62,7 +70,10 @@ pub enum WorkerError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Disposition {
     Ack,
+    /// Hand it back, counted; past `max_deliveries`, dead-letter it.
     Requeue,
+    /// It can never succeed (unreadable): to the dead-letter queue now.
+    DeadLetter,
     Crashed,
 }
 
@@ -182,17 +193,29 @@ impl Worker {
                 self.expiry(run_id, tool_call_id).instrument(span).await
             }
             Err(e) => {
-                tracing::warn!(error = %e, "unreadable message dropped");
-                Disposition::Ack
+                tracing::error!(error = %e, "unreadable message: dead-lettered");
+                Disposition::DeadLetter
             }
         };
         ::metrics::histogram!(metrics::SEGMENT_SECONDS).record(started.elapsed().as_secs_f64());
         let settled = match disposition {
             Disposition::Ack => delivery.ack().await,
+            Disposition::Requeue if delivery.deliveries >= self.inner.config.max_deliveries => {
+                tracing::error!(
+                    deliveries = delivery.deliveries,
+                    "message still failing after its last delivery: dead-lettered"
+                );
+                ::metrics::counter!(metrics::DEAD_LETTERS).increment(1);
+                delivery.dead_letter().await
+            }
             Disposition::Requeue => {
                 // Give the store a moment before the message comes back.
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                delivery.nack(true).await
+                tokio::time::sleep(self.inner.config.hand_back_delay).await;
+                delivery.hand_back().await
+            }
+            Disposition::DeadLetter => {
+                ::metrics::counter!(metrics::DEAD_LETTERS).increment(1);
+                delivery.dead_letter().await
             }
             Disposition::Crashed => {
                 // A dead process acks nothing: the broker redelivers once
@@ -264,6 +287,7 @@ impl Worker {
         let label = match disposition {
             Disposition::Ack => "done",
             Disposition::Requeue => "requeued",
+            Disposition::DeadLetter => "dead_lettered",
             Disposition::Crashed => "crashed",
         };
         ::metrics::counter!(metrics::SEGMENTS, "outcome" => label).increment(1);

@@ -16,7 +16,7 @@ use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::commit::{insert_event, resume_if_settled};
+use crate::commit::{event_op, insert_event, resume_if_settled};
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::{Error, Result, Store};
@@ -140,6 +140,11 @@ impl Store {
         };
         let answered_at: DateTime<Utc> = now.get(0);
         let row = reply_target(row)?;
+        // A request no longer open refuses every reply, whatever its shape.
+        if let Some(reason) = refusal(row.status, row.current) {
+            tx.rollback().await?;
+            return Ok(Answered::refused(reason));
+        }
         // The kind of wait decides what a reply means; a reply of the
         // wrong shape, or answers that do not fit, record nothing.
         let reduced = reduce(row.kind, verdict, &row.arguments).map_err(|e| match e {
@@ -155,10 +160,6 @@ impl Store {
                 return Err(e);
             }
         };
-        if let Some(reason) = refusal(row.status, row.current) {
-            tx.rollback().await?;
-            return Ok(Answered::refused(reason));
-        }
         // Questions keep their resolved answers in `payload`; a rejection
         // keeps the denial the model will see in `result`.
         let (payload, result) = match (&reply.answers, reply.denial()) {
@@ -194,15 +195,6 @@ impl Store {
                 run_id: run,
                 tool_call_id: call.clone(),
             }),
-            Op::new(
-                "INSERT INTO events (thread_id, run_id, type, data) VALUES ($1, $2, $3, $4)",
-                vec![
-                    Box::new(row.thread_id.0),
-                    Box::new(Some(run.0)),
-                    Box::new(EventType::InputResolved.as_str()),
-                    Box::new(resolved_event(&row, call, &reply)?),
-                ],
-            ),
         ];
         // The last open request of a waiting run (this one is still
         // pending in `still_open`): the run resumes with its next segment.
@@ -228,6 +220,13 @@ impl Store {
             );
             ops.push(crate::outbox::insert_op(segment, 0)?);
         }
+        // The event last, after every row lock (see INSERT_EVENT_SQL).
+        ops.push(event_op(
+            row.thread_id,
+            Some(run),
+            EventType::InputResolved,
+            resolved_event(&row, call, &reply)?,
+        ));
         let answers = tx.commit_with(ops).await?;
         let outbox = match resume {
             Some(message) => answers
@@ -397,9 +396,12 @@ const LOCATE_IN_THREAD: &str = "SELECT tc.run_id, tc.thread_id, tc.status, tc.ki
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
     WHERE tc.thread_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
-    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 1";
+    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 16";
 
-/// Finds the addressed row (see [`LOCATE_IN_RUN`]).
+/// Finds the addressed row (see [`LOCATE_IN_RUN`]). By thread, a call id
+/// that names more than one open request of the current run tree (two
+/// sub-agents' scripts may both say `c1`) is ambiguous: which one the
+/// caller meant is not for the store to guess.
 async fn locate<C: deadpool_postgres::GenericClient>(
     client: &C,
     owner: &Owner,
@@ -411,14 +413,27 @@ async fn locate<C: deadpool_postgres::GenericClient>(
         AnswerTarget::Thread(thread) => (LOCATE_IN_THREAD, thread.0),
     };
     let stmt = client.prepare_cached(sql).await?;
-    let row = client
-        .query_opt(&stmt, &[&id, &call.as_str(), &owner.as_str()])
+    let rows = client
+        .query(&stmt, &[&id, &call.as_str(), &owner.as_str()])
         .await?
-        .ok_or_else(|| Error::NotFound {
-            what: "tool call",
-            id: call.to_string(),
-        })?;
-    reply_target(&row)
+        .iter()
+        .map(reply_target)
+        .collect::<Result<Vec<_>>>()?;
+    let open: Vec<RunId> = rows
+        .iter()
+        .filter(|r| r.current && r.status == ToolCallStatus::PendingApproval)
+        .map(|r| r.run_id)
+        .collect();
+    if open.len() > 1 {
+        return Err(Error::AmbiguousToolCall {
+            tool_call_id: call.to_string(),
+            run_ids: open,
+        });
+    }
+    rows.into_iter().next().ok_or_else(|| Error::NotFound {
+        what: "tool call",
+        id: call.to_string(),
+    })
 }
 
 fn reply_target(row: &tokio_postgres::Row) -> Result<ReplyTarget> {
@@ -453,6 +468,9 @@ pub(crate) async fn settle(
     reply: &SettledReply,
 ) -> Result<Vec<OutboxRow>> {
     let data = resolved_event(row, call, reply)?;
+    let outbox = resume_if_settled(tx, row.run_id).await?;
+    // The event last, after every row lock (see INSERT_EVENT_SQL); the
+    // caller commits right after.
     insert_event(
         tx,
         row.thread_id,
@@ -461,7 +479,7 @@ pub(crate) async fn settle(
         &data,
     )
     .await?;
-    resume_if_settled(tx, row.run_id).await
+    Ok(outbox)
 }
 
 /// A settled row's reply, or its status while it is not settled.

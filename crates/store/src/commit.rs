@@ -113,8 +113,19 @@ impl Store {
         let mut ops = vec![fence(lease, progress, end)];
         let mut messages: Vec<Option<(QueueMessage, u64)>> = vec![None];
         let mut sequential = Vec::new();
+        // Events go last, after every row lock (see INSERT_EVENT_SQL).
+        let mut events = Vec::new();
         for change in changes {
             if end.is_some_and(|end| std::ptr::eq(end, change)) {
+                continue;
+            }
+            if let Change::Event { event_type, data } = change {
+                events.push(event_op(
+                    lease.thread_id,
+                    Some(lease.run_id),
+                    *event_type,
+                    data.clone(),
+                ));
                 continue;
             }
             match plan(lease.run_id, lease.thread_id, change)? {
@@ -131,6 +142,7 @@ impl Store {
         let (answers, applied) = if sequential.is_empty() {
             // The common commit: BEGIN, the statements and COMMIT in one
             // round trip (the fence and row checks abort it in the database).
+            ops.extend(events);
             (pipeline::transact(client, ops).await?, Vec::new())
         } else {
             let mut client = client;
@@ -138,10 +150,11 @@ impl Store {
             let answers = pipeline::run(&tx, ops).await?;
             let mut outbox = Vec::new();
             for change in sequential {
-                if let Some(row) = apply(&tx, lease.run_id, lease.thread_id, change).await? {
-                    outbox.push(row);
-                }
+                let (row, event) = apply(&tx, lease.run_id, lease.thread_id, change).await?;
+                outbox.extend(row);
+                events.extend(event);
             }
+            pipeline::run(&tx, events).await?;
             tx.commit().await?;
             (answers, outbox)
         };
@@ -232,15 +245,9 @@ fn plan(run: RunId, thread: ThreadId, change: &Change) -> Result<Option<Vec<Plan
                 Box::new(serde_json::to_value(message)?),
             ],
         ),
-        Change::Event { event_type, data } => Op::new(
-            "INSERT INTO events (thread_id, run_id, type, data) VALUES ($1, $2, $3, $4)",
-            vec![
-                Box::new(thread.0),
-                Box::new(Some(run.0)),
-                Box::new(event_type.as_str()),
-                Box::new(data.clone()),
-            ],
-        ),
+        Change::Event { event_type, data } => {
+            event_op(thread, Some(run), *event_type, data.clone())
+        }
         Change::Usage { model_call, usage } => Op::new(
             "INSERT INTO usage (run_id, model_call, input_tokens, output_tokens) VALUES ($1, $2, $3, $4)",
             vec![
@@ -390,6 +397,46 @@ pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Resul
     Ok(vec![outbox::insert(tx, &segment, 0).await?])
 }
 
+/// Inserts one event of thread `$1`, its id taken only once this
+/// transaction holds the thread's event lock (an advisory lock, held to
+/// commit): a later event of the thread waits for this transaction to end
+/// before it takes its id, so a thread's ids are handed out in commit order
+/// and a reader that sees an event has seen every earlier one. Readers
+/// (`after=N`, streams) can then never skip an event.
+///
+/// Every transaction inserts its events *last*, after every row lock it
+/// takes: whoever holds the event lock waits for nothing more, so the lock
+/// cannot close a cycle of waits.
+pub const INSERT_EVENT_SQL: &str = "WITH ordered AS (
+        SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))
+    INSERT INTO events (thread_id, run_id, type, data)
+    SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb FROM ordered";
+const INSERT_EVENT_RETURNING: &str = "WITH ordered AS (
+        SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))
+    INSERT INTO events (thread_id, run_id, type, data)
+    SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb FROM ordered RETURNING id";
+
+/// An event insert as a pipelined statement (see [`INSERT_EVENT_SQL`]):
+/// it goes after every other statement of its transaction.
+pub(crate) fn event_op(
+    thread: ThreadId,
+    run: Option<RunId>,
+    event_type: EventType,
+    data: Value,
+) -> Op {
+    Op::new(
+        INSERT_EVENT_SQL,
+        vec![
+            Box::new(thread.0),
+            Box::new(run.map(|r| r.0)),
+            Box::new(event_type.as_str()),
+            Box::new(data),
+        ],
+    )
+}
+
+/// An event insert in a transaction that has taken every row lock it will
+/// take (see [`INSERT_EVENT_SQL`]).
 pub(crate) async fn insert_event(
     tx: &Transaction<'_>,
     thread: ThreadId,
@@ -397,11 +444,7 @@ pub(crate) async fn insert_event(
     event_type: EventType,
     data: &Value,
 ) -> Result<i64> {
-    let stmt = tx
-        .prepare_cached(
-            "INSERT INTO events (thread_id, run_id, type, data) VALUES ($1, $2, $3, $4) RETURNING id",
-        )
-        .await?;
+    let stmt = tx.prepare_cached(INSERT_EVENT_RETURNING).await?;
     let row = tx
         .query_one(
             &stmt,
@@ -427,12 +470,14 @@ pub(crate) async fn insert_message(
 
 /// A change whose statements depend on each other's answers, applied one
 /// statement at a time after the pipelined ones of its commit.
+/// Returns the outbox row it wrote and the event it leaves for the end of
+/// the transaction.
 async fn apply(
     tx: &Transaction<'_>,
     run: RunId,
     thread: ThreadId,
     change: &Change,
-) -> Result<Option<OutboxRow>> {
+) -> Result<(Option<OutboxRow>, Option<Op>)> {
     match change {
         Change::StartChild {
             call_id,
@@ -462,25 +507,23 @@ async fn apply(
                 },
             )
             .await?;
-            insert_event(
-                tx,
+            let started = event_op(
                 thread,
                 Some(*child_run_id),
                 EventType::RunStarted,
-                &serde_json::json!({
+                serde_json::json!({
                     "runId": child_run_id,
                     "runName": name,
                     "depth": depth,
                     "parentRunId": run,
                     "parentToolCallId": call_id,
                 }),
-            )
-            .await?;
+            );
             let segment = QueueMessage::Segment {
                 run_id: *child_run_id,
                 seq: 1,
             };
-            Ok(Some(outbox::insert(tx, &segment, 0).await?))
+            Ok((Some(outbox::insert(tx, &segment, 0).await?), Some(started)))
         }
         Change::FinishDelegation {
             parent_run_id,
@@ -514,10 +557,13 @@ async fn apply(
                 ],
             )
             .await?;
-            Ok(resume_if_settled(tx, *parent_run_id)
-                .await?
-                .into_iter()
-                .next())
+            Ok((
+                resume_if_settled(tx, *parent_run_id)
+                    .await?
+                    .into_iter()
+                    .next(),
+                None,
+            ))
         }
         other => Err(Error::Corrupt(format!(
             "{other:?} is a pipelined change, not a sequential one"

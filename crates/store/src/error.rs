@@ -21,6 +21,13 @@ pub enum Error {
     /// Answers that do not fit the stored question set.
     #[error("the answers do not fit the question set")]
     InvalidAnswers(Vec<agentenkit_core::questions::Issue>),
+    /// `respond` by thread named a call id that more than one open request
+    /// of the current run tree has.
+    #[error("tool call {tool_call_id} is open in more than one run: {run_ids:?}")]
+    AmbiguousToolCall {
+        tool_call_id: String,
+        run_ids: Vec<agentenkit_core::RunId>,
+    },
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("migration {version} failed: {message}")]
@@ -40,6 +47,24 @@ impl From<serde_json::Error> for Error {
 }
 
 impl Error {
+    /// The database is unreachable or saturated (no pooled connection
+    /// within the wait, a connection lost, a statement cancelled by
+    /// `statement_timeout`): nothing was committed, and trying again later
+    /// may succeed. The API answers 503.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Pool(_) => true,
+            Error::Db(e) => {
+                e.is_closed()
+                    || e.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED)
+                    || e.code() == Some(&tokio_postgres::error::SqlState::TOO_MANY_CONNECTIONS)
+                    || e.code() == Some(&tokio_postgres::error::SqlState::ADMIN_SHUTDOWN)
+                    || e.code() == Some(&tokio_postgres::error::SqlState::CANNOT_CONNECT_NOW)
+            }
+            _ => false,
+        }
+    }
+
     /// Postgres aborted the transaction for a deadlock or a serialization
     /// failure: everything it did rolled back, so running it again is safe.
     pub fn is_conflict(&self) -> bool {

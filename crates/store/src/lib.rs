@@ -7,6 +7,7 @@
 //! transaction and returned, so the caller publishes them right after.
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
@@ -25,7 +26,7 @@ mod views;
 mod watch;
 
 pub use answer::{AnswerTarget, Answered};
-pub use commit::Change;
+pub use commit::{Change, INSERT_EVENT_SQL};
 pub use error::{Error, Result};
 pub use expire::{Expiry, Scope};
 pub use outbox::OutboxRow;
@@ -43,6 +44,13 @@ pub struct StoreConfig {
     /// default (`public`). Tests use one schema each.
     pub schema: Option<String>,
     pub max_connections: usize,
+    /// How long a caller waits for a pooled connection (and for a new one
+    /// to connect) before [`Error::Unavailable`]: a saturated pool answers
+    /// 503 rather than hanging requests.
+    pub pool_wait: Duration,
+    /// The server's `statement_timeout` for this store's sessions
+    /// (migrations lift it for their own transactions).
+    pub statement_timeout: Duration,
 }
 
 impl StoreConfig {
@@ -51,6 +59,8 @@ impl StoreConfig {
             database_url: database_url.into(),
             schema: None,
             max_connections: 16,
+            pool_wait: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -68,12 +78,18 @@ impl Store {
     pub fn connect(config: &StoreConfig) -> Result<Store> {
         let mut pg = tokio_postgres::Config::from_str(&config.database_url)
             .map_err(|e| Error::Config(format!("invalid database url: {e}")))?;
+        let mut options = format!(
+            "-c statement_timeout={}",
+            config.statement_timeout.as_millis()
+        );
         if let Some(schema) = &config.schema {
             if !is_plain_identifier(schema) {
                 return Err(Error::Config(format!("invalid schema name {schema:?}")));
             }
-            pg.options(format!("-c search_path={schema}"));
+            options.push_str(&format!(" -c search_path={schema}"));
         }
+        pg.options(options);
+        pg.connect_timeout(config.pool_wait);
         pg.application_name("agentenkit");
         let manager = Manager::from_config(
             pg,
@@ -84,6 +100,10 @@ impl Store {
         );
         let pool = Pool::builder(manager)
             .max_size(config.max_connections.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(config.pool_wait))
+            .create_timeout(Some(config.pool_wait))
+            .recycle_timeout(Some(config.pool_wait))
             .build()
             .map_err(|e| Error::Config(e.to_string()))?;
         Ok(Store {

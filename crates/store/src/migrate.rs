@@ -69,6 +69,9 @@ impl Store {
         let mut applied = Vec::new();
         for &(version, name, sql) in MIGRATIONS {
             let tx = client.transaction().await?;
+            // A migration (or waiting for another process's) may take
+            // longer than the sessions' statement_timeout allows a request.
+            tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
                 .await?;
             let done = tx

@@ -186,16 +186,9 @@ impl Store {
                     "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)",
                     vec![Box::new(thread.0), Box::new(run.0), Box::new(user)],
                 ),
-                Op::new(
-                    "INSERT INTO events (thread_id, run_id, type, data) VALUES ($1, $2, $3, $4)",
-                    vec![
-                        Box::new(thread.0),
-                        Box::new(Some(run.0)),
-                        Box::new(EventType::RunStarted.as_str()),
-                        Box::new(started),
-                    ],
-                ),
                 outbox::insert_op(&segment, 0)?,
+                // Last, after every row lock (see INSERT_EVENT_SQL).
+                crate::commit::event_op(thread, Some(run), EventType::RunStarted, started),
             ])
             .await?;
         let id = answers
@@ -268,48 +261,6 @@ impl Store {
                 })
             })
             .collect()
-    }
-
-    /// Events for a live stream: like `list_events`, but an event is
-    /// returned only once no transaction that started before it is still
-    /// open (or once it is a second old, so a long transaction elsewhere
-    /// delays streams at most that long). Otherwise a stream could pass the
-    /// id of an event whose transaction commits later. `held_back` says an
-    /// event exists past the last one returned: read again soon.
-    pub async fn stream_events(
-        &self,
-        thread: ThreadId,
-        owner: &Owner,
-        after: i64,
-        limit: i64,
-    ) -> Result<(Vec<EventView>, bool)> {
-        let client = self.client().await?;
-        self.check_owner(&client, thread, owner).await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT id, run_id, type, data, created_at,
-                        (xid < pg_snapshot_xmin(pg_current_snapshot())
-                         OR created_at < now() - interval '1 second') AS visible
-                 FROM events WHERE thread_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-            )
-            .await?;
-        let rows = client.query(&stmt, &[&thread.0, &after, &limit]).await?;
-        let mut events = Vec::with_capacity(rows.len());
-        for r in &rows {
-            if !r.get::<_, bool>(5) {
-                // Everything from here on waits: ids must go out in order.
-                return Ok((events, true));
-            }
-            events.push(EventView {
-                id: r.get(0),
-                thread_id: thread,
-                run_id: r.get::<_, Option<Uuid>>(1).map(RunId),
-                event_type: r.get::<_, &str>(2).parse()?,
-                data: r.get(3),
-                created_at: r.get(4),
-            });
-        }
-        Ok((events, false))
     }
 
     async fn check_owner(

@@ -1,9 +1,8 @@
 //! Replies to open requests: approve, reject, and the webhook-facing
 //! respond. Who answered is the key's owner, never a field of the body.
 
-use agentenkit_core::reply::Verdict;
-use agentenkit_core::{Owner, RunId, ThreadId, ToolCallId};
-use agentenkit_store::{AnswerTarget, PendingInput};
+use agentenkit_core::{RunId, ThreadId};
+use agentenkit_store::{Answered, PendingInput};
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -68,10 +67,12 @@ pub async fn approve(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Approve>,
 ) -> Result<Json<Delivery>, ApiError> {
-    let verdict = Verdict::Approve {
-        payload: body.payload,
-    };
-    deliver_to_run(&state, &owner, &body.run_id, &body.tool_call_id, verdict).await
+    let run = run_id(&body.run_id)?;
+    let answered = state
+        .replies()
+        .approve(&owner, run, &body.tool_call_id, body.payload)
+        .await?;
+    Ok(delivery(answered))
 }
 
 pub async fn reject(
@@ -79,10 +80,12 @@ pub async fn reject(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Reject>,
 ) -> Result<Json<Delivery>, ApiError> {
-    let verdict = Verdict::Reject {
-        reason: body.reason,
-    };
-    deliver_to_run(&state, &owner, &body.run_id, &body.tool_call_id, verdict).await
+    let run = run_id(&body.run_id)?;
+    let answered = state
+        .replies()
+        .reject(&owner, run, &body.tool_call_id, body.reason)
+        .await?;
+    Ok(delivery(answered))
 }
 
 /// Answers to a question set, resolved on the server against the stored
@@ -92,10 +95,12 @@ pub async fn answer(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Answer>,
 ) -> Result<Json<Delivery>, ApiError> {
-    let verdict = Verdict::Answer {
-        answers: body.answers,
-    };
-    deliver_to_run(&state, &owner, &body.run_id, &body.tool_call_id, verdict).await
+    let run = run_id(&body.run_id)?;
+    let answered = state
+        .replies()
+        .answer(&owner, run, &body.tool_call_id, body.answers)
+        .await?;
+    Ok(delivery(answered))
 }
 
 /// A question set left unanswered: the defaults, persisted as rejected.
@@ -104,14 +109,12 @@ pub async fn skip(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Skip>,
 ) -> Result<Json<Delivery>, ApiError> {
-    deliver_to_run(
-        &state,
-        &owner,
-        &body.run_id,
-        &body.tool_call_id,
-        Verdict::Skip,
-    )
-    .await
+    let run = run_id(&body.run_id)?;
+    let answered = state
+        .replies()
+        .skip(&owner, run, &body.tool_call_id)
+        .await?;
+    Ok(delivery(answered))
 }
 
 pub async fn respond(
@@ -120,52 +123,29 @@ pub async fn respond(
     JsonBody(body): JsonBody<Respond>,
 ) -> Result<Json<Delivery>, ApiError> {
     let thread: ThreadId = parse_id(&body.thread_id, "tool call")?;
-    let verdict = Verdict::from_respond(body.approved, body.payload);
-    deliver(
-        &state,
-        &owner,
-        AnswerTarget::Thread(thread),
-        &body.tool_call_id,
-        verdict,
-    )
-    .await
+    let answered = state
+        .replies()
+        .respond(
+            &owner,
+            thread,
+            &body.tool_call_id,
+            body.approved,
+            body.payload,
+        )
+        .await?;
+    Ok(delivery(answered))
 }
 
-/// approve / reject / answer / skip: the reply is addressed by run.
-async fn deliver_to_run(
-    state: &AppState,
-    owner: &Owner,
-    run_id: &str,
-    call: &str,
-    verdict: Verdict,
-) -> Result<Json<Delivery>, ApiError> {
-    let run: RunId = parse_id(run_id, "tool call")?;
-    deliver(state, owner, AnswerTarget::Run(run), call, verdict).await
+/// A malformed run id names no call of the caller's: 404 like an unknown one.
+fn run_id(text: &str) -> Result<RunId, ApiError> {
+    parse_id(text, "tool call")
 }
 
-async fn deliver(
-    state: &AppState,
-    owner: &Owner,
-    target: AnswerTarget,
-    call: &str,
-    verdict: Verdict,
-) -> Result<Json<Delivery>, ApiError> {
-    if call.is_empty() {
-        return Err(ApiError::BadRequest("toolCallId must not be empty".into()));
-    }
-    let call = ToolCallId(call.to_owned());
-    let answered = state.store.answer(owner, target, &call, &verdict).await?;
-    state.relay.publish(&answered.outbox).await;
-    let outcome = if answered.delivered {
-        "delivered"
-    } else {
-        "refused"
-    };
-    ::metrics::counter!(agentenkit_runtime::metrics::ANSWERS, "outcome" => outcome).increment(1);
-    Ok(Json(Delivery {
+fn delivery(answered: Answered) -> Json<Delivery> {
+    Json(Delivery {
         delivered: answered.delivered,
         error: answered.error,
-    }))
+    })
 }
 
 /// Every open request of the caller's threads.

@@ -1,9 +1,10 @@
 //! Routes, one module per resource.
 
+use axum::http::{Method, Uri};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::AppState;
+use crate::{ApiError, AppState};
 
 mod answers;
 mod health;
@@ -33,4 +34,15 @@ pub fn router() -> Router<AppState> {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
+}
+
+/// Every error is JSON, an unknown route too.
+async fn unknown_route(uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("no route {}", uri.path()))
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!("{} does not take {method}", uri.path()))
 }

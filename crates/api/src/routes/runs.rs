@@ -1,16 +1,16 @@
 use agentenkit_core::{JournalEntry, RunId};
 use agentenkit_store::RunView;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 
 use crate::auth::Caller;
-use crate::extract::parse_id;
+use crate::extract::{parse_id, PathText};
 use crate::{ApiError, AppState};
 
 pub async fn get(
     State(state): State<AppState>,
     Caller(owner): Caller,
-    Path(id): Path<String>,
+    PathText(id): PathText,
 ) -> Result<Json<RunView>, ApiError> {
     let run: RunId = parse_id(&id, "run")?;
     Ok(Json(state.store.get_run(run, &owner).await?))
@@ -19,7 +19,7 @@ pub async fn get(
 pub async fn journal(
     State(state): State<AppState>,
     Caller(owner): Caller,
-    Path(id): Path<String>,
+    PathText(id): PathText,
 ) -> Result<Json<Vec<JournalEntry>>, ApiError> {
     let run: RunId = parse_id(&id, "run")?;
     Ok(Json(state.store.get_journal(run, &owner).await?))

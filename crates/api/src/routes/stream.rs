@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use agentenkit_core::{Owner, ThreadId};
 use agentenkit_store::EventView;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use serde::Deserialize;
-use tokio::sync::broadcast;
 
 use crate::auth::Caller;
-use crate::extract::parse_id;
+use crate::extract::{parse_id, PathText, QueryParams};
+use crate::hub::Subscription;
 use crate::{ApiError, AppState};
 
 const PAGE: i64 = 500;
@@ -28,8 +28,8 @@ pub struct StreamQuery {
 pub async fn stream(
     State(state): State<AppState>,
     Caller(owner): Caller,
-    Path(id): Path<String>,
-    Query(query): Query<StreamQuery>,
+    PathText(id): PathText,
+    QueryParams(query): QueryParams<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
@@ -49,7 +49,16 @@ pub async fn stream(
         },
     };
     // Subscribe before the first read, so no event falls between the two.
-    let wake = state.hub.subscribe().await;
+    let wake = state
+        .hub
+        .subscribe(thread, &owner)
+        .await
+        .map_err(|too_many| {
+            ApiError::TooManyRequests(format!(
+                "this key already holds {} open streams; close one first",
+                too_many.max
+            ))
+        })?;
     let cursor = Cursor {
         state,
         owner,
@@ -71,7 +80,7 @@ struct Cursor {
     thread: ThreadId,
     after: i64,
     buffered: VecDeque<EventView>,
-    wake: broadcast::Receiver<ThreadId>,
+    wake: Subscription,
 }
 
 impl Cursor {
@@ -89,20 +98,19 @@ impl Cursor {
                         .data(data),
                 );
             }
+            // Wake-ups from here on are news this read may not include.
+            self.wake.mark_seen();
+            // A thread's event ids are handed out in commit order, so what
+            // a read sees is a prefix of what will ever be there: reading
+            // past the last id seen never skips an event.
             match self
                 .state
                 .store
-                .stream_events(self.thread, &self.owner, self.after, PAGE)
+                .list_events(self.thread, &self.owner, self.after, PAGE)
                 .await
             {
-                Ok((events, _)) if !events.is_empty() => {
+                Ok(events) if !events.is_empty() => {
                     self.buffered.extend(events);
-                    continue;
-                }
-                Ok((_, true)) => {
-                    // An event waits for an older transaction: look again
-                    // shortly (its own notification may already be spent).
-                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
                 Ok(_) => {}
@@ -117,22 +125,6 @@ impl Cursor {
 
     /// Until this thread has news, or the re-read timer fires.
     async fn wait(&mut self) {
-        let deadline = tokio::time::sleep(self.state.stream_reread);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                _ = &mut deadline => return,
-                woke = self.wake.recv() => match woke {
-                    Ok(thread) if thread == self.thread => return,
-                    Ok(_) => {}
-                    // Missed wake-ups: re-read to be sure.
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    Err(broadcast::error::RecvError::Closed) => {
-                        deadline.as_mut().await;
-                        return;
-                    }
-                },
-            }
-        }
+        let _ = tokio::time::timeout(self.state.stream_reread, self.wake.changed()).await;
     }
 }

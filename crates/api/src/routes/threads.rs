@@ -1,13 +1,13 @@
 use agentenkit_core::ThreadId;
 use agentenkit_store::{EventView, MessageView, ThreadView};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::auth::Caller;
-use crate::extract::{parse_id, JsonBody};
+use crate::extract::{parse_id, JsonBody, PathText, QueryParams};
 use crate::{ApiError, AppState};
 
 /// Longest user message accepted (characters are bytes here; the body
@@ -57,7 +57,7 @@ pub async fn create(
 pub async fn get(
     State(state): State<AppState>,
     Caller(owner): Caller,
-    Path(id): Path<String>,
+    PathText(id): PathText,
 ) -> Result<Json<ThreadView>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     Ok(Json(state.store.get_thread(thread, &owner).await?))
@@ -72,7 +72,7 @@ pub struct PostMessage {
 pub async fn post_message(
     State(state): State<AppState>,
     Caller(owner): Caller,
-    Path(id): Path<String>,
+    PathText(id): PathText,
     JsonBody(body): JsonBody<PostMessage>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
@@ -100,7 +100,7 @@ pub async fn post_message(
 pub async fn list_messages(
     State(state): State<AppState>,
     Caller(owner): Caller,
-    Path(id): Path<String>,
+    PathText(id): PathText,
 ) -> Result<Json<Vec<MessageView>>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     Ok(Json(state.store.list_messages(thread, &owner).await?))
@@ -114,8 +114,8 @@ pub struct EventsQuery {
 pub async fn list_events(
     State(state): State<AppState>,
     Caller(owner): Caller,
-    Path(id): Path<String>,
-    Query(query): Query<EventsQuery>,
+    PathText(id): PathText,
+    QueryParams(query): QueryParams<EventsQuery>,
 ) -> Result<Json<Vec<EventView>>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     let after = match query.after.as_deref() {
@@ -136,7 +136,7 @@ pub async fn list_events(
 pub async fn stop(
     State(state): State<AppState>,
     Caller(owner): Caller,
-    Path(id): Path<String>,
+    PathText(id): PathText,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     let stopped = state.store.stop_thread(thread, &owner).await?;

@@ -20,7 +20,7 @@ pub async fn delete_topology(amqp_url: &str, topology: &Topology) -> anyhow::Res
         .await
         .context("connecting to RabbitMQ to delete the bench topology")?;
     let plan = ladder::plan(topology);
-    let mut queues = vec![topology.segments_queue()];
+    let mut queues = vec![topology.segments_queue(), topology.dead_queue()];
     queues.extend(plan.delay_queues.into_iter().map(|q| q.name));
     let mut failed = 0;
     let mut channel = connection.create_channel().await?;

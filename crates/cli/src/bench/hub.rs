@@ -199,17 +199,19 @@ impl QueueAdapter for HookedQueue {
                     }
                     _ => None,
                 };
-                let (body, redelivered) = (delivery.body.clone(), delivery.redelivered);
+                let (body, redelivered, deliveries) = (
+                    delivery.body.clone(),
+                    delivery.redelivered,
+                    delivery.deliveries,
+                );
                 let acker = HookAck {
                     delivery,
                     hub: hub.clone(),
                     key,
                 };
-                if tx
-                    .send(Delivery::new(body, redelivered, Box::new(acker)))
-                    .await
-                    .is_err()
-                {
+                let mut hooked = Delivery::new(body, redelivered, Box::new(acker));
+                hooked.deliveries = deliveries;
+                if tx.send(hooked).await.is_err() {
                     // Dropped unsettled: the broker redelivers it.
                     break;
                 }
@@ -245,6 +247,24 @@ impl Acknowledge for HookAck {
     async fn nack(self: Box<Self>, requeue: bool) -> agentenkit_queue::Result<()> {
         self.hub.nacks.fetch_add(1, Ordering::Relaxed);
         self.delivery.nack(requeue).await
+    }
+
+    async fn hand_back(
+        self: Box<Self>,
+        _body: Vec<u8>,
+        _deliveries: u32,
+    ) -> agentenkit_queue::Result<()> {
+        self.hub.nacks.fetch_add(1, Ordering::Relaxed);
+        self.delivery.hand_back().await
+    }
+
+    async fn dead_letter(
+        self: Box<Self>,
+        _body: Vec<u8>,
+        _deliveries: u32,
+    ) -> agentenkit_queue::Result<()> {
+        self.hub.nacks.fetch_add(1, Ordering::Relaxed);
+        self.delivery.dead_letter().await
     }
 }
 

@@ -99,7 +99,8 @@ async fn main() -> anyhow::Result<()> {
                 every,
                 shutdown.clone(),
             ));
-            let state = AppState::new(store, queue, registry, keys.load()?);
+            let state = AppState::new(store, queue, registry, keys.load()?)
+                .with_max_streams(keys.max_streams);
             let (addr, served) = serve_api(state, listen, shutdown).await?;
             tracing::info!(%addr, queue = ?connections.queue, "agentenkit dev: API, worker and reaper running");
             served.await?;

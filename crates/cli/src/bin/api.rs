@@ -32,7 +32,8 @@ async fn main() -> anyhow::Result<()> {
         cli.connections.queue(&[]).await?,
         cli.agents.load()?,
         cli.keys.load()?,
-    );
+    )
+    .with_max_streams(cli.keys.max_streams);
     let (addr, served) = serve_api(state, cli.listen, shutdown_on_signal()).await?;
     tracing::info!(%addr, "API listening");
     served.await?;

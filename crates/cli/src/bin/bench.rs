@@ -57,9 +57,9 @@ struct Args {
         value_delimiter = ','
     )]
     concurrency: Vec<usize>,
-    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true, hide_default_value = true)]
     database_url: String,
-    #[arg(long, env = "AMQP_URL", default_value = DEFAULT_AMQP_URL)]
+    #[arg(long, env = "AMQP_URL", default_value = DEFAULT_AMQP_URL, hide_env_values = true, hide_default_value = true)]
     amqp_url: String,
     #[arg(long, env = "BENCH_QUEUE", value_enum, default_value_t = QueueKind::Rabbitmq)]
     queue: QueueKind,

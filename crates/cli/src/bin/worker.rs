@@ -22,6 +22,10 @@ struct Cli {
     /// Failed attempts of a step before its run fails.
     #[arg(long, env = "AGENTENKIT_MAX_ATTEMPTS", default_value_t = 3)]
     max_attempts: u32,
+    /// Deliveries of a message that keeps failing before it goes to the
+    /// dead-letter queue `<prefix>.dead`.
+    #[arg(long, env = "AGENTENKIT_MAX_DELIVERIES", default_value_t = 10)]
+    max_deliveries: u32,
 }
 
 #[tokio::main]
@@ -35,6 +39,7 @@ async fn main() -> anyhow::Result<()> {
         prefetch: cli.prefetch,
         lease_ttl: cli.lease_ttl,
         max_attempts: cli.max_attempts,
+        max_deliveries: cli.max_deliveries.max(1),
         ..WorkerConfig::default()
     };
     let worker = Worker::new(store, queue, registry, config);

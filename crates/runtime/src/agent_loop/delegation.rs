@@ -12,12 +12,29 @@ use super::outcome::PersistedToolCall;
 use super::results::{record_failure, result_changes};
 
 /// The task of a delegation, or the failure the model sees (journaled as
-/// the call's `exec:`) when its input is not `{"task": string}`.
+/// the call's `exec:`) when its input is not `{"task": string}` or the
+/// child would run deeper than `max_depth` (a run at `depth` delegating
+/// starts one at `depth + 1`).
 pub(super) async fn delegation_task(
     cp: &mut Checkpointer<'_>,
     run_id: RunId,
     call: &PersistedToolCall,
+    depth: i32,
+    max_depth: u32,
 ) -> Result<Result<String, Value>, SegmentError> {
+    // Only a delegation that has no child yet is refused: one started
+    // under a larger limit goes on whatever the configuration says now.
+    let started = cp.next_is(&names::exec(&call.id)) || cp.call(&call.id)?.delegation().is_some();
+    if !started && i64::from(depth) + 1 > i64::from(max_depth) {
+        let failure = json!({
+            "error": "delegation too deep",
+            "message": format!(
+                "this run is at depth {depth}; a sub-agent would run at depth {}, past max_depth {max_depth}",
+                depth + 1
+            ),
+        });
+        return Ok(Err(record_failure(cp, run_id, call, failure).await?));
+    }
     let task = call
         .arguments
         .get("task")

@@ -110,10 +110,14 @@ pub async fn run_turn(
                     Ok(wait) => waiting.push((persisted, Some(wait))),
                     Err(result) => conversation.push(tool_message(&persisted, result)),
                 },
-                ToolKind::Delegate => match delegation_task(cp, run_id, &persisted).await? {
-                    Ok(task) => waiting.push((persisted, Some(Wait::Delegate { task }))),
-                    Err(result) => conversation.push(tool_message(&persisted, result)),
-                },
+                ToolKind::Delegate => {
+                    match delegation_task(cp, run_id, &persisted, ctx.depth, registry.max_depth())
+                        .await?
+                    {
+                        Ok(task) => waiting.push((persisted, Some(Wait::Delegate { task }))),
+                        Err(result) => conversation.push(tool_message(&persisted, result)),
+                    }
+                }
                 other => {
                     return Err(SegmentError::Permanent(format!(
                         "tool call {} has kind {other}, which this worker cannot run",

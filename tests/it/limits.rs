@@ -1,0 +1,115 @@
+//! Nothing waits without a limit: a saturated pool and a stuck statement
+//! are 503s with `Retry-After`, and an owner's open streams are capped.
+
+use std::time::Duration;
+
+use agentenkit_tests::*;
+use axum::http::StatusCode;
+use serde_json::json;
+
+#[tokio::test]
+async fn a_saturated_pool_and_a_stuck_statement_are_503_not_a_hang() {
+    let env = TestEnv::start_with(
+        registry(CALL_THEN_DONE, "http://127.0.0.1:9/"),
+        |config| {
+            config.max_connections = 1;
+            config.pool_wait = Duration::from_millis(300);
+            config.statement_timeout = Duration::from_millis(1000);
+        },
+        |state| state,
+    )
+    .await;
+    // Another session holds the threads table: creating a thread waits on
+    // it, holding the pool's only connection.
+    let locker = env.pg_client().await;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE threads IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let stuck = tokio::spawn({
+        let http = env.http.clone();
+        let url = env.url("/threads");
+        async move {
+            let response = http
+                .post(url)
+                .bearer_auth(ALICE)
+                .json(&json!({ "agent": "agent" }))
+                .send()
+                .await
+                .unwrap();
+            let retry_after = response.headers().get("retry-after").cloned();
+            let status = response.status();
+            let body: serde_json::Value = response.json().await.unwrap();
+            (status, retry_after, body)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Meanwhile the pool is empty: readiness answers within the pool wait.
+    let started = std::time::Instant::now();
+    let ready = env.http.get(env.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(ready.headers()["retry-after"], "1");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The stuck statement is cancelled by the statement timeout: a 503.
+    let (status, retry_after, body) = tokio::time::timeout(Duration::from_secs(10), stuck)
+        .await
+        .expect("the request ends")
+        .unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"], "Unavailable");
+    assert!(retry_after.is_some());
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    // Nothing was created, and the store works again.
+    let pg = env.pg_client().await;
+    let threads: i64 = pg
+        .query_one("SELECT count(*) FROM threads", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(threads, 0);
+    let (status, _) = env
+        .call(
+            "POST",
+            "/threads",
+            Some(ALICE),
+            Some(json!({ "agent": "agent" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn an_owner_past_its_stream_limit_gets_429_and_a_closed_stream_frees_a_place() {
+    let env = TestEnv::start_with(
+        registry(CALL_THEN_DONE, "http://127.0.0.1:9/"),
+        |_| {},
+        |state| state.with_max_streams(2),
+    )
+    .await;
+    let thread = env.post("/threads", json!({ "agent": "agent" })).await;
+    let path = format!("/threads/{}/stream", thread["id"].as_str().unwrap());
+    let open = || env.http.get(env.url(&path)).bearer_auth(ALICE).send();
+    let first = open().await.unwrap();
+    let _second = open().await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let refused = open().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "TooManyRequests");
+    // Another owner has places of its own.
+    let (status, _) = env.call("GET", &path, Some(BOB), None).await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "bob cannot see alice's thread"
+    );
+    drop(first);
+    eventually("a closed stream frees its place", || async {
+        let response = open().await.unwrap();
+        (response.status() == StatusCode::OK).then_some(())
+    })
+    .await;
+    env.finish().await;
+}

@@ -1,0 +1,86 @@
+//! No message loops for ever: what cannot be read, and what keeps failing
+//! past its last delivery, goes to the dead-letter queue; the run is not
+//! lost (the reaper re-enqueues it once the cause is gone).
+
+use std::time::Duration;
+
+use agentenkit_core::QueueMessage;
+use agentenkit_runtime::reaper::{reap_once, ReaperConfig};
+use agentenkit_tests::*;
+
+#[tokio::test]
+async fn an_unreadable_message_is_dead_lettered_at_once() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let worker = env.spawn_worker();
+    let (_connection, channel) = env.amqp_channel().await;
+    channel
+        .basic_publish(
+            "".into(),
+            env.topology.segments_queue().as_str().into(),
+            lapin::options::BasicPublishOptions::default(),
+            b"{not a message",
+            lapin::BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let dead = eventually("the message is dead-lettered", || async {
+        let dead = env.take_dead_letters().await;
+        (!dead.is_empty()).then_some(dead)
+    })
+    .await;
+    assert_eq!(dead, vec![b"{not a message".to_vec()]);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_segment_failing_past_its_last_delivery_is_dead_lettered_and_the_run_recovers() {
+    let tool = ToolServer::ok().await;
+    let mut env = TestEnv::start_with(
+        registry(CALL_THEN_DONE, &tool.url),
+        |config| config.statement_timeout = Duration::from_millis(300),
+        |state| state,
+    )
+    .await;
+    env.worker_config.max_deliveries = 3;
+    // Another session holds the run's row: every lease attempt times out.
+    let (_, run_id) = env.start_turn("agent", "go").await;
+    let run: uuid::Uuid = run_id.parse().unwrap();
+    let locker = env.pg_client().await;
+    locker.batch_execute("BEGIN").await.unwrap();
+    locker
+        .execute("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE", &[&run])
+        .await
+        .unwrap();
+    let worker = env.spawn_worker();
+    let dead = eventually("the segment is dead-lettered", || async {
+        let dead = env.take_dead_letters().await;
+        (!dead.is_empty()).then_some(dead)
+    })
+    .await;
+    assert_eq!(dead.len(), 1);
+    assert!(matches!(
+        QueueMessage::from_bytes(&dead[0]),
+        Ok(QueueMessage::Segment { run_id: r, .. }) if r.0 == run
+    ));
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    // Nothing consumes it now; the run waits queued for the reaper.
+    let config = ReaperConfig {
+        stalled_after: Duration::ZERO,
+        ..ReaperConfig::default()
+    };
+    eventually(
+        "the reaper re-enqueues the run and it completes",
+        || async {
+            reap_once(&env.store, &env.relay, &config).await.unwrap();
+            let run = env.get(&format!("/runs/{run_id}")).await;
+            (run["status"] == "completed").then_some(())
+        },
+    )
+    .await;
+    assert_eq!(tool.calls(), 1);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
