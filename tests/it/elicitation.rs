@@ -538,3 +538,84 @@ model = {{ provider = "scripted", script = [
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_thread_start_intake_stopped_before_an_answer_is_asked_again_next_turn() {
+    let env = TestEnv::start(intake_agent("thread-start")).await;
+    let worker = env.spawn_worker();
+    let (thread_id, first) = env.start_turn("agent", "go").await;
+    env.wait_pending(&thread_id, 1).await;
+    env.post(&format!("/threads/{thread_id}/stop"), json!({}))
+        .await;
+    assert_eq!(env.wait_run_finished(&first).await["status"], "cancelled");
+    // Nobody answered: the next turn asks again.
+    let second = env
+        .post(
+            &format!("/threads/{thread_id}/messages"),
+            json!({ "content": "again" }),
+        )
+        .await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let input = env.wait_pending(&thread_id, 1).await.remove(0);
+    assert_eq!(input["runId"], second.as_str());
+    env.reply("/agent/tool-call/skip", ALICE, target(&input))
+        .await;
+    assert_eq!(env.wait_run_finished(&second).await["status"], "completed");
+    // Skipped counts as asked: the third turn does not ask.
+    let third = env
+        .post(
+            &format!("/threads/{thread_id}/messages"),
+            json!({ "content": "more" }),
+        )
+        .await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(env.wait_run_finished(&third).await["status"], "completed");
+    assert_eq!(env.journal_names(&third).await, ["intake:ask", "model:0"]);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_deploy_that_removes_the_intake_does_not_break_a_run_waiting_on_it() {
+    let env = TestEnv::start(intake_agent("every-turn")).await;
+    let old = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    let input = env.wait_pending(&thread_id, 1).await.remove(0);
+    old.stop().await.unwrap();
+    // The new deploy's agent has no intake any more.
+    let without_intake = Registry::from_toml(
+        r#"
+[agents.agent]
+model = { provider = "scripted", script = [ { text = "Done." } ] }
+"#,
+    )
+    .unwrap();
+    let new = env.spawn(agentenkit_runtime::Worker::new(
+        env.store.clone(),
+        env.queue.clone(),
+        std::sync::Arc::new(without_intake),
+        env.worker_config.clone(),
+    ));
+    env.reply(
+        "/agent/tool-call/answer",
+        ALICE,
+        with(target(&input), "answers", json!({ "langs": ["go"] })),
+    )
+    .await;
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(
+        env.journal_names(&run_id).await,
+        ["intake:ask", "intake:answers", "model:0"]
+    );
+    // The journal holds the set the run asked.
+    let journal = env.get(&format!("/runs/{run_id}/journal")).await;
+    assert_eq!(journal[0]["value"]["asks"], true);
+    assert_eq!(journal[0]["value"]["set"]["questions"][1]["id"], "langs");
+    new.stop().await.unwrap();
+    env.finish().await;
+}

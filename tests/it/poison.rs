@@ -84,3 +84,39 @@ async fn a_segment_failing_past_its_last_delivery_is_dead_lettered_and_the_run_r
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_run_whose_rows_cannot_be_read_fails_instead_of_looping() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    // No worker yet: the run is queued. Then one of its messages is made
+    // unreadable, as a bad migration or a hand edit could.
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    let pg = env.pg_client().await;
+    let thread: uuid::Uuid = thread_id.parse().unwrap();
+    let run: uuid::Uuid = run_id.parse().unwrap();
+    pg.execute(
+        "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, '{\"role\": \"user\", \"content\": 42}')",
+        &[&thread, &run],
+    )
+    .await
+    .unwrap();
+    let worker = env.spawn_worker();
+    let finished = env.wait_run_finished(&run_id).await;
+    assert_eq!(finished["status"], "failed", "{finished}");
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap()
+            .contains("could not be continued"),
+        "{finished}"
+    );
+    assert!(env
+        .event_types(&thread_id)
+        .await
+        .contains(&"RUN_FAILED".to_owned()));
+    // Acked, not handed back: nothing reached the dead-letter queue.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(env.take_dead_letters().await.is_empty());
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -149,7 +149,8 @@ impl TestEnv {
         self.spawn(self.worker().with_crash_point(crash))
     }
 
-    fn spawn(&self, worker: Worker) -> WorkerHandle {
+    /// Starts `worker` (built with another registry, say: a new deploy).
+    pub fn spawn(&self, worker: Worker) -> WorkerHandle {
         let stop = self.shutdown.child_token();
         let token = stop.clone();
         let task = tokio::spawn(async move { worker.run(token).await });

@@ -239,10 +239,7 @@ impl Worker {
                 ::metrics::counter!(metrics::SEGMENTS, "outcome" => "dropped").increment(1);
                 return Disposition::Ack;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "could not take the lease");
-                return Disposition::Requeue;
-            }
+            Err(e) => return self.acquire_failed(run_id, e).await,
         };
         tracing::Span::current().record("thread_id", tracing::field::display(ctx.lease.thread_id));
         let lost = CancellationToken::new();
@@ -292,6 +289,40 @@ impl Worker {
         };
         ::metrics::counter!(metrics::SEGMENTS, "outcome" => label).increment(1);
         disposition
+    }
+
+    /// The lease could not be taken. A passing failure (the database is
+    /// busy or unreachable, a conflict) hands the segment back; one that
+    /// would repeat on every delivery (the run's rows cannot be read, a
+    /// write of it breaks a constraint) fails the run, so its message does
+    /// not loop.
+    async fn acquire_failed(&self, run_id: RunId, e: agentenkit_store::Error) -> Disposition {
+        let reason = match SegmentError::from(e) {
+            SegmentError::Permanent(reason) => reason,
+            other => {
+                tracing::warn!(error = %other, "could not take the lease");
+                return Disposition::Requeue;
+            }
+        };
+        tracing::error!(error = %reason, "the run cannot be read or written; failing it");
+        match self
+            .inner
+            .store
+            .fail_run(run_id, &format!("the run could not be continued: {reason}"))
+            .await
+        {
+            Ok(outbox) => {
+                if outbox.is_some() {
+                    ::metrics::counter!(metrics::RUNS_FINISHED, "status" => "failed").increment(1);
+                }
+                self.inner.relay.publish(&outbox.unwrap_or_default()).await;
+                Disposition::Ack
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not fail the run; segment handed back");
+                Disposition::Requeue
+            }
+        }
     }
 
     /// An expiry message: expires the request if it is still open and due;

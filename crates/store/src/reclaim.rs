@@ -68,3 +68,77 @@ impl Store {
         Ok(reclaimed)
     }
 }
+
+impl Store {
+    /// Fails a run that cannot go on whoever holds it (its rows cannot be
+    /// read, a write of it breaks a constraint): `failed` with `error`,
+    /// `RUN_FAILED`, and for a child the parent's delegation settles as a
+    /// failure (resuming the parent when nothing else of it is open), as a
+    /// failing run would itself. A worker holding its lease loses it. One
+    /// transaction; returns the parent's resume segment to publish, if any,
+    /// or `None` when the run had already ended.
+    pub async fn fail_run(&self, run: RunId, error: &str) -> Result<Option<Vec<OutboxRow>>> {
+        crate::error::retry_conflicts(|| self.fail_run_once(run, error)).await
+    }
+
+    async fn fail_run_once(&self, run: RunId, error: &str) -> Result<Option<Vec<OutboxRow>>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // The parent first, as every other writer locks a tree top down
+        // (an answer to the parent, a sibling finishing).
+        let stmt = tx
+            .prepare_cached(
+                "SELECT p.id FROM runs c JOIN runs p ON p.id = c.parent_run_id
+                 WHERE c.id = $1 FOR NO KEY UPDATE OF p",
+            )
+            .await?;
+        let parent: Option<uuid::Uuid> = tx.query_opt(&stmt, &[&run.0]).await?.map(|r| r.get(0));
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE runs SET status = 'failed', error = $2, finished_at = now(), updated_at = now(),
+                        lease_owner = NULL, lease_expires_at = NULL
+                 WHERE id = $1 AND status IN ('queued', 'running', 'waiting')
+                 RETURNING thread_id, name, parent_tool_call_id",
+            )
+            .await?;
+        let Some(row) = tx.query_opt(&stmt, &[&run.0, &error]).await? else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let thread = agentenkit_core::ThreadId(row.get(0));
+        let name: String = row.get(1);
+        let parent_call: Option<String> = row.get(2);
+        // Its open requests go with it.
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE tool_calls SET status = 'cancelled'
+                 WHERE run_id = $1 AND status IN ('proposed', 'pending_approval')",
+            )
+            .await?;
+        tx.execute(&stmt, &[&run.0]).await?;
+        let mut outbox = Vec::new();
+        if let (Some(parent), Some(call)) = (parent, parent_call) {
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE tool_calls SET status = 'failed', result = $3
+                     WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
+                )
+                .await?;
+            let result = serde_json::json!({
+                "error": format!("sub-agent {name} failed: {error}"),
+            });
+            tx.execute(&stmt, &[&parent, &call, &result]).await?;
+            outbox = crate::commit::resume_if_settled(&tx, RunId(parent)).await?;
+        }
+        crate::commit::insert_event(
+            &tx,
+            thread,
+            Some(run),
+            agentenkit_core::EventType::RunFailed,
+            &serde_json::json!({ "runId": run, "error": error }),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Some(outbox))
+    }
+}

@@ -334,8 +334,10 @@ impl Store {
         })
     }
 
-    /// Whether an earlier run of `agent` on this thread already asked its
-    /// intake (for `when = "thread-start"`).
+    /// Whether an earlier run of `agent` on this thread had its intake
+    /// answered or skipped (for `when = "thread-start"`): an asking that was
+    /// stopped (or failed) before anyone answered does not count, so the
+    /// next turn asks again.
     pub async fn intake_asked_before(
         &self,
         thread: ThreadId,
@@ -347,7 +349,8 @@ impl Store {
             .prepare_cached(
                 "SELECT EXISTS (SELECT 1 FROM tool_calls tc JOIN runs r ON r.id = tc.run_id
                                 WHERE tc.thread_id = $1 AND tc.run_id <> $2 AND tc.id = 'intake'
-                                  AND tc.kind = 'ask' AND r.name = $3)",
+                                  AND tc.kind = 'ask' AND r.name = $3
+                                  AND tc.status IN ('executed', 'rejected'))",
             )
             .await?;
         Ok(client

@@ -8,6 +8,7 @@ use agentenkit_core::journal::names;
 use agentenkit_core::questions::QuestionSet;
 use agentenkit_core::{EventType, RunId, ToolCallId, ToolCallStatus, ToolKind};
 use agentenkit_store::{Change, RunContext};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::checkpoint::{Checkpointer, Durability};
@@ -39,20 +40,20 @@ pub fn frame(
     })
 }
 
-fn intake_call(intake: &Intake) -> PersistedToolCall {
+fn intake_call(set: &QuestionSet) -> PersistedToolCall {
     PersistedToolCall {
         id: ToolCallId(INTAKE_CALL_ID.to_owned()),
         name: ASK_TOOL.to_owned(),
-        arguments: serde_json::to_value(&intake.set).unwrap_or_default(),
+        arguments: serde_json::to_value(set).unwrap_or_default(),
         kind: ToolKind::Ask,
         tool_type: ToolKind::Ask.tool_type().to_owned(),
     }
 }
 
 /// The intake's own assistant message: its preamble and the `ask` call.
-fn intake_message(call: &PersistedToolCall, intake: &Intake) -> Message {
+fn intake_message(call: &PersistedToolCall, set: &QuestionSet) -> Message {
     Message::Assistant {
-        content: intake.set.preamble.clone(),
+        content: set.preamble.clone(),
         tool_calls: vec![ToolCallRequest {
             id: call.id.clone(),
             name: call.name.clone(),
@@ -61,25 +62,50 @@ fn intake_message(call: &PersistedToolCall, intake: &Intake) -> Message {
     }
 }
 
-/// Runs the intake before the first model call: `intake:ask` (the verdict,
-/// read back from the journal on replay, never recomputed) and, on turns
-/// that ask, `intake:answers`. `Some(to_park)` when the turn must wait.
+/// The `intake:ask` journal entry: whether this turn asks, and the question
+/// set it asked, so that a deploy that edits or removes the intake does not
+/// change what a run in flight replays.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum IntakeAsk {
+    Journaled {
+        asks: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        set: Option<QuestionSet>,
+    },
+    /// Written before the set was journaled with the verdict: the set is
+    /// the configured one.
+    Bare(bool),
+}
+
+/// Runs the intake before the first model call: `intake:ask` (the verdict
+/// and the question set, read back from the journal on replay, never
+/// recomputed) and, on turns that ask, `intake:answers`. `Some(to_park)`
+/// when the turn must wait. A run whose journal holds an intake replays it
+/// even if the agent has none any more; `Ok(None)` without either.
 pub async fn intake(
     cp: &mut Checkpointer<'_>,
-    intake: &Intake,
+    intake: Option<&Intake>,
     ctx: &RunContext,
     conversation: &mut Vec<Message>,
 ) -> Result<Option<Vec<ParkItem>>, SegmentError> {
+    if intake.is_none() && !cp.next_is(names::INTAKE_ASK) {
+        return Ok(None);
+    }
     let run_id = ctx.lease.run_id;
-    let call = intake_call(intake);
     let store = cp.store.clone();
-    let asks: bool = cp
+    let verdict: IntakeAsk = cp
         .checkpoint(
             names::INTAKE_ASK.to_owned(),
             Durability::Decided,
             || async {
+                let intake = intake.ok_or_else(|| {
+                    SegmentError::Permanent("an intake ran without one configured".into())
+                })?;
                 let asks = match intake.when {
                     IntakeWhen::EveryTurn => true,
+                    // Asked before = answered or skipped on an earlier turn;
+                    // an asking stopped before anyone answered asks again.
                     IntakeWhen::ThreadStart => {
                         !store
                             .intake_asked_before(ctx.lease.thread_id, run_id, &ctx.name)
@@ -88,7 +114,8 @@ pub async fn intake(
                 };
                 let mut changes = Vec::new();
                 if asks {
-                    let message = intake_message(&call, intake);
+                    let call = intake_call(&intake.set);
+                    let message = intake_message(&call, &intake.set);
                     changes.push(Change::Event {
                         event_type: EventType::Message,
                         data: json!({ "runId": run_id, "message": message }),
@@ -101,14 +128,38 @@ pub async fn intake(
                         kind: ToolKind::Ask,
                     });
                 }
-                Ok((asks, changes))
+                // A turn that does not ask journals a bare `false`, as it
+                // always has; one that asks journals the set it asked.
+                let verdict = if asks {
+                    IntakeAsk::Journaled {
+                        asks,
+                        set: Some(intake.set.clone()),
+                    }
+                } else {
+                    IntakeAsk::Bare(false)
+                };
+                Ok((verdict, changes))
             },
         )
         .await?;
-    if !asks {
-        return Ok(None);
-    }
-    conversation.push(intake_message(&call, intake));
+    let set = match verdict {
+        IntakeAsk::Journaled { asks: false, .. } | IntakeAsk::Bare(false) => return Ok(None),
+        IntakeAsk::Journaled {
+            asks: true,
+            set: Some(set),
+        } => set,
+        IntakeAsk::Journaled {
+            asks: true,
+            set: None,
+        }
+        | IntakeAsk::Bare(true) => intake.map(|i| i.set.clone()).ok_or_else(|| {
+            SegmentError::Permanent(
+                "this run asked an intake that the agent no longer has, from before intakes were journaled".into(),
+            )
+        })?,
+    };
+    let call = intake_call(&set);
+    conversation.push(intake_message(&call, &set));
     match await_reply(cp, run_id, &call, names::INTAKE_ANSWERS.to_owned()).await? {
         Ok(reply) => {
             let result = reply.answers_result().unwrap_or_default();
@@ -161,4 +212,40 @@ pub async fn ask_call(
         frame,
         reason: "ask".into(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_intake_verdict_reads_both_journal_forms() {
+        // Journals written before the set was journaled hold a bare bool.
+        assert!(matches!(
+            serde_json::from_value::<IntakeAsk>(json!(true)).unwrap(),
+            IntakeAsk::Bare(true)
+        ));
+        let set = QuestionSet {
+            preamble: Some("Before I start".into()),
+            questions: vec![],
+        };
+        let asked = IntakeAsk::Journaled {
+            asks: true,
+            set: Some(set.clone()),
+        };
+        let written = serde_json::to_value(&asked).unwrap();
+        assert_eq!(written["asks"], true);
+        match serde_json::from_value::<IntakeAsk>(written).unwrap() {
+            IntakeAsk::Journaled {
+                asks: true,
+                set: Some(read),
+            } => assert_eq!(read, set),
+            other => panic!("{other:?}"),
+        }
+        // A turn that does not ask journals a bare false, as before.
+        assert_eq!(
+            serde_json::to_value(IntakeAsk::Bare(false)).unwrap(),
+            json!(false)
+        );
+    }
 }

@@ -38,11 +38,15 @@ pub async fn run_turn(
     // Call ids key the rows of a run: a model that reuses one cannot be
     // followed (decided from the journal's responses, so replay agrees).
     let mut call_ids: HashSet<ToolCallId> = HashSet::new();
-    if let Some(intake) = &agent.intake {
+    // The intake's row id is the agent's, whether or not this turn asks
+    // (and a run that asked keeps it after a deploy removed the intake).
+    if agent.intake.is_some() || cp.next_is(names::INTAKE_ASK) {
         call_ids.insert(ToolCallId(elicitation::INTAKE_CALL_ID.to_owned()));
-        if let Some(to_park) = elicitation::intake(cp, intake, ctx, &mut conversation).await? {
-            return Ok(Outcome::Park { to_park });
-        }
+    }
+    if let Some(to_park) =
+        elicitation::intake(cp, agent.intake.as_ref(), ctx, &mut conversation).await?
+    {
+        return Ok(Outcome::Park { to_park });
     }
     for n in 0..MAX_MODEL_CALLS {
         let response: ModelResponse = cp
