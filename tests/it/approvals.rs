@@ -485,3 +485,47 @@ async fn a_rust_caller_approves_through_the_runtime_without_http() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_stop_aborted_by_a_deadlock_is_retried_not_a_500() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    // No worker: the run stays queued.
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    let thread: uuid::Uuid = thread_id.parse().unwrap();
+    let run: uuid::Uuid = run_id.parse().unwrap();
+    // Another session holds the run's row and will ask for the thread's,
+    // which the stop takes first: a deadlock. Its own deadlock timer is
+    // long, so Postgres aborts the stop's transaction.
+    let other = env.pg_client().await;
+    other
+        .batch_execute("BEGIN; SET LOCAL deadlock_timeout = '10s'")
+        .await
+        .unwrap();
+    other
+        .execute("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE", &[&run])
+        .await
+        .unwrap();
+    let stop = tokio::spawn({
+        let http = env.http.clone();
+        let url = env.url(&format!("/threads/{thread_id}/stop"));
+        async move {
+            let response = http.post(url).bearer_auth(ALICE).send().await.unwrap();
+            (response.status(), response.json::<Value>().await.unwrap())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Waits until Postgres breaks the deadlock by aborting the stop.
+    other
+        .execute("SELECT 1 FROM threads WHERE id = $1 FOR UPDATE", &[&thread])
+        .await
+        .unwrap();
+    other.batch_execute("ROLLBACK").await.unwrap();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(10), stop)
+        .await
+        .expect("the stop ends")
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["stopped"], json!([run_id]));
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "cancelled");
+    env.finish().await;
+}

@@ -130,7 +130,7 @@ impl From<agentenkit_runtime::Error> for ApiError {
 impl From<agentenkit_store::Error> for ApiError {
     fn from(e: agentenkit_store::Error) -> Self {
         use agentenkit_store::Error as E;
-        if e.is_unavailable() {
+        if e.is_unavailable() || e.is_conflict() {
             tracing::warn!(error = %e, "the database is unavailable; answering 503");
             return ApiError::Unavailable(
                 "the database is busy or unreachable; try again (replies and stops are safe to repeat)".into(),
