@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod demo;
+pub mod ops;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -160,8 +161,15 @@ pub async fn serve_api(
 /// Installs the tracing subscriber (binaries only): `RUST_LOG` filters,
 /// logs go to stderr so stdout stays data.
 pub fn init_tracing() {
+    init_tracing_at("info,lapin=off");
+}
+
+/// Logs to stderr at `default` unless `RUST_LOG` says otherwise. Commands
+/// whose output is for a person at a terminal (a transcript, a prompt, an
+/// operator command) log at `warn` so that log lines do not land in it.
+pub fn init_tracing_at(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=off"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

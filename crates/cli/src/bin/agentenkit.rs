@@ -4,9 +4,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use agentenkit::ops::OpsCommand;
 use agentenkit::{
-    init_tracing, parse_duration, serve_api, shutdown_on_signal, AgentConfig, Connections,
-    KeyConfig, DEFAULT_LISTEN,
+    init_tracing, init_tracing_at, parse_duration, serve_api, shutdown_on_signal, AgentConfig,
+    Connections, KeyConfig, DEFAULT_LISTEN,
 };
 use agentenkit_api::AppState;
 use agentenkit_runtime::reaper::{reap_every, ReaperConfig};
@@ -62,12 +63,22 @@ enum Command {
         #[command(flatten)]
         connections: Connections,
     },
+    /// Operator commands over the HTTP API (AGENTENKIT_URL, AGENTENKIT_API_KEY).
+    #[command(flatten)]
+    Ops(OpsCommand),
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    init_tracing();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    match &cli.command {
+        // Output for a person at a terminal: no log lines in it.
+        Command::Chat { .. } | Command::Demo { .. } | Command::Ops(_) => {
+            init_tracing_at("warn,lapin=off")
+        }
+        Command::Migrate { .. } | Command::Dev { .. } => init_tracing(),
+    }
+    match cli.command {
         Command::Migrate { connections } => {
             let applied = connections.store()?.migrate().await?;
             println!("{}", serde_json::json!({ "applied": applied }));
@@ -114,6 +125,14 @@ async fn main() -> anyhow::Result<()> {
             owner,
         } => agentenkit::chat::run(connections, agents, agent, owner).await?,
         Command::Demo { connections } => agentenkit::demo::run(connections).await?,
+        Command::Ops(command) => {
+            let outcome = command.run().await?;
+            print!("{}", outcome.output);
+            std::io::Write::flush(&mut std::io::stdout())?;
+            if outcome.exit_code != 0 {
+                std::process::exit(outcome.exit_code);
+            }
+        }
     }
     Ok(())
 }

@@ -1,0 +1,568 @@
+//! The operator's command line: the inbox, replies, threads and runs, over
+//! the HTTP API (`AGENTENKIT_URL`, `AGENTENKIT_API_KEY`). Text for people
+//! by default, the API's own JSON with `--json`.
+//!
+//! Exit codes: 0 done (a reply delivered), 1 the API refused or could not
+//! be reached (its `{error, message}` is printed), 3 a reply was not
+//! delivered (the request was no longer open; the reason is printed).
+
+use std::fmt::Write as _;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+/// Where the API is and who calls it.
+#[derive(Debug, Clone, Args)]
+pub struct ApiTarget {
+    /// The API's base URL.
+    #[arg(
+        long = "url",
+        env = "AGENTENKIT_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub url: String,
+    /// The API key to call with.
+    #[arg(
+        long = "api-key",
+        env = "AGENTENKIT_API_KEY",
+        default_value = "",
+        hide_env_values = true,
+        hide_default_value = true
+    )]
+    pub api_key: String,
+    /// Print the API's JSON answer instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The operator's commands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum OpsCommand {
+    /// Every open request of the key's threads.
+    Inbox {
+        #[command(flatten)]
+        api: ApiTarget,
+    },
+    /// Approves a request (the tool runs with the payload).
+    Approve {
+        #[command(flatten)]
+        api: ApiTarget,
+        run: String,
+        call: String,
+        /// JSON handed to the tool as `approval.payload`.
+        #[arg(long, value_parser = parse_json)]
+        payload: Option<Value>,
+    },
+    /// Rejects a request (the tool does not run; the model sees the reason).
+    Reject {
+        #[command(flatten)]
+        api: ApiTarget,
+        run: String,
+        call: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Answers a question set: `{"<questionId>": ["value", ...]}`.
+    Answer {
+        #[command(flatten)]
+        api: ApiTarget,
+        run: String,
+        call: String,
+        #[arg(long, value_parser = parse_json)]
+        answers: Value,
+    },
+    /// Leaves a question set unanswered (its defaults).
+    Skip {
+        #[command(flatten)]
+        api: ApiTarget,
+        run: String,
+        call: String,
+    },
+    /// The webhook form: approve (`--approved`) or reject by thread.
+    Respond {
+        #[command(flatten)]
+        api: ApiTarget,
+        thread: String,
+        call: String,
+        #[arg(long)]
+        approved: bool,
+        #[arg(long, value_parser = parse_json)]
+        payload: Option<Value>,
+    },
+    /// Threads.
+    Threads {
+        #[command(subcommand)]
+        command: ThreadsCommand,
+    },
+    /// Runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum ThreadsCommand {
+    /// A thread: its agent, status, current run and open requests.
+    Show {
+        #[command(flatten)]
+        api: ApiTarget,
+        id: String,
+    },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum RunsCommand {
+    /// A run: status, tree, output or error; `--journal` adds its journal.
+    Show {
+        #[command(flatten)]
+        api: ApiTarget,
+        id: String,
+        #[arg(long)]
+        journal: bool,
+    },
+}
+
+fn parse_json(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
+}
+
+/// What a command printed, and how the process should exit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub output: String,
+    pub exit_code: i32,
+}
+
+impl Outcome {
+    fn ok(output: String) -> Self {
+        Outcome {
+            output,
+            exit_code: 0,
+        }
+    }
+}
+
+/// Exit code of a reply that was not delivered.
+pub const NOT_DELIVERED: i32 = 3;
+
+impl OpsCommand {
+    /// Runs the command against the API. `Err` only when the API could not
+    /// be reached or answered something unreadable; a refusal is an
+    /// `Outcome` with exit code 1 and the API's message.
+    pub async fn run(self) -> anyhow::Result<Outcome> {
+        match self {
+            OpsCommand::Inbox { api } => {
+                let client = Client::new(&api)?;
+                client
+                    .get("/agent/inbox", |inbox| Ok(render_inbox(inbox)))
+                    .await
+            }
+            OpsCommand::Approve {
+                api,
+                run,
+                call,
+                payload,
+            } => {
+                let mut body = json!({ "runId": run, "toolCallId": call });
+                if let Some(payload) = payload {
+                    body["payload"] = payload;
+                }
+                Client::new(&api)?
+                    .reply("/agent/tool-call/approve", body)
+                    .await
+            }
+            OpsCommand::Reject {
+                api,
+                run,
+                call,
+                reason,
+            } => {
+                let mut body = json!({ "runId": run, "toolCallId": call });
+                if let Some(reason) = reason {
+                    body["reason"] = json!(reason);
+                }
+                Client::new(&api)?
+                    .reply("/agent/tool-call/reject", body)
+                    .await
+            }
+            OpsCommand::Answer {
+                api,
+                run,
+                call,
+                answers,
+            } => {
+                let body = json!({ "runId": run, "toolCallId": call, "answers": answers });
+                Client::new(&api)?
+                    .reply("/agent/tool-call/answer", body)
+                    .await
+            }
+            OpsCommand::Skip { api, run, call } => {
+                let body = json!({ "runId": run, "toolCallId": call });
+                Client::new(&api)?
+                    .reply("/agent/tool-call/skip", body)
+                    .await
+            }
+            OpsCommand::Respond {
+                api,
+                thread,
+                call,
+                approved,
+                payload,
+            } => {
+                let mut body =
+                    json!({ "threadId": thread, "toolCallId": call, "approved": approved });
+                if let Some(payload) = payload {
+                    body["payload"] = payload;
+                }
+                Client::new(&api)?.reply("/agent/hitl/respond", body).await
+            }
+            OpsCommand::Threads {
+                command: ThreadsCommand::Show { api, id },
+            } => {
+                let client = Client::new(&api)?;
+                client
+                    .get(&format!("/threads/{}", segment(&id)), |thread| {
+                        Ok(render_thread(thread))
+                    })
+                    .await
+            }
+            OpsCommand::Runs {
+                command: RunsCommand::Show { api, id, journal },
+            } => {
+                let client = Client::new(&api)?;
+                let path = format!("/runs/{}", segment(&id));
+                let run = match client.fetch(&path).await? {
+                    Ok(run) => run,
+                    Err(refused) => return Ok(refused),
+                };
+                let journal = if journal {
+                    match client.fetch(&format!("{path}/journal")).await? {
+                        Ok(entries) => Some(entries),
+                        Err(refused) => return Ok(refused),
+                    }
+                } else {
+                    None
+                };
+                if api.json {
+                    let mut value = run;
+                    if let Some(entries) = journal {
+                        value["journal"] = entries;
+                    }
+                    return Ok(Outcome::ok(pretty(&value)));
+                }
+                Ok(Outcome::ok(render_run(&run, journal.as_ref())))
+            }
+        }
+    }
+}
+
+/// A path segment as typed, with anything that would change the path
+/// percent-encoded (an id is a UUID; anything else gets a 404 from the API).
+fn segment(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c.to_string()
+            } else {
+                let mut buf = [0u8; 4];
+                c.encode_utf8(&mut buf)
+                    .bytes()
+                    .map(|b| format!("%{b:02X}"))
+                    .collect()
+            }
+        })
+        .collect()
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+    json: bool,
+}
+
+impl Client {
+    fn new(api: &ApiTarget) -> anyhow::Result<Client> {
+        if api.api_key.is_empty() {
+            anyhow::bail!("no API key: set AGENTENKIT_API_KEY (or pass --api-key)");
+        }
+        Ok(Client {
+            http: reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(30))
+                .build()?,
+            base: api.url.trim_end_matches('/').to_owned(),
+            key: api.api_key.clone(),
+            json: api.json,
+        })
+    }
+
+    /// The API's JSON answer, or the refusal to print.
+    async fn fetch(&self, path: &str) -> anyhow::Result<Result<Value, Outcome>> {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .with_context(|| format!("reaching the API at {}", self.base))?;
+        self.read(response).await
+    }
+
+    async fn get(
+        &self,
+        path: &str,
+        render: impl FnOnce(&Value) -> anyhow::Result<String>,
+    ) -> anyhow::Result<Outcome> {
+        match self.fetch(path).await? {
+            Ok(value) if self.json => Ok(Outcome::ok(pretty(&value))),
+            Ok(value) => Ok(Outcome::ok(render(&value)?)),
+            Err(refused) => Ok(refused),
+        }
+    }
+
+    async fn reply(&self, path: &str, body: Value) -> anyhow::Result<Outcome> {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("reaching the API at {}", self.base))?;
+        let answer = match self.read(response).await? {
+            Ok(answer) => answer,
+            Err(refused) => return Ok(refused),
+        };
+        let delivered = answer["delivered"].as_bool().unwrap_or(false);
+        let output = if self.json {
+            pretty(&answer)
+        } else if delivered {
+            "delivered\n".to_owned()
+        } else {
+            format!(
+                "not delivered: {}\n",
+                answer["error"].as_str().unwrap_or("no reason given")
+            )
+        };
+        Ok(Outcome {
+            output,
+            exit_code: if delivered { 0 } else { NOT_DELIVERED },
+        })
+    }
+
+    async fn read(&self, response: reqwest::Response) -> anyhow::Result<Result<Value, Outcome>> {
+        let status = response.status();
+        let text = response.text().await.context("reading the API's answer")?;
+        let value: Value = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "the API answered {status} with something that is not JSON: {}",
+                text.chars().take(200).collect::<String>()
+            )
+        })?;
+        if status.is_success() {
+            return Ok(Ok(value));
+        }
+        let output = if self.json {
+            pretty(&value)
+        } else {
+            format!(
+                "error: {} {}: {}\n",
+                status.as_u16(),
+                value["error"].as_str().unwrap_or("Error"),
+                value["message"].as_str().unwrap_or("")
+            )
+        };
+        Ok(Err(Outcome {
+            output,
+            exit_code: 1,
+        }))
+    }
+}
+
+fn pretty(value: &Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// A value on one line, cut to `max` characters.
+fn short(value: &Value, max: usize) -> String {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if text.chars().count() > max {
+        let cut: String = text.chars().take(max).collect();
+        format!("{cut}…")
+    } else {
+        text
+    }
+}
+
+fn text(value: &Value) -> &str {
+    value.as_str().unwrap_or("-")
+}
+
+fn render_inbox(inbox: &Value) -> String {
+    let items = inbox.as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        return "no open requests\n".to_owned();
+    }
+    let mut out = String::new();
+    for item in items {
+        render_pending(&mut out, item);
+    }
+    let _ = writeln!(out, "{} open request(s)", items.len());
+    out
+}
+
+fn render_pending(out: &mut String, item: &Value) {
+    let expires = item["expiresAt"].as_str().unwrap_or("never");
+    let _ = writeln!(
+        out,
+        "{} {} ({}) — run {} call {} — {} {} depth {}, expires {}",
+        text(&item["kind"]),
+        text(&item["toolName"]),
+        text(&item["reason"]),
+        text(&item["runId"]),
+        text(&item["toolCallId"]),
+        text(&item["runName"]),
+        text(&item["threadId"]),
+        item["depth"],
+        expires,
+    );
+    let _ = writeln!(out, "    arguments: {}", short(&item["arguments"], 200));
+}
+
+fn render_thread(thread: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "thread {}  agent {}  status {}  current run {}",
+        text(&thread["id"]),
+        text(&thread["agent"]),
+        text(&thread["status"]),
+        text(&thread["currentRunId"]),
+    );
+    let pending = thread["pendingInputs"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if pending.is_empty() {
+        out.push_str("no open requests\n");
+    }
+    for item in pending {
+        render_pending(&mut out, item);
+    }
+    out
+}
+
+fn render_run(run: &Value, journal: Option<&Value>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "run {}  {} (depth {})  status {}",
+        text(&run["id"]),
+        text(&run["name"]),
+        run["depth"],
+        text(&run["status"]),
+    );
+    let _ = writeln!(
+        out,
+        "  thread {}  parent run {}",
+        text(&run["threadId"]),
+        text(&run["parentRunId"]),
+    );
+    if let Some(output) = run["output"].as_str() {
+        let _ = writeln!(out, "  output: {}", short(&json!(output), 500));
+    }
+    if let Some(error) = run["error"].as_str() {
+        let _ = writeln!(out, "  error: {error}");
+    }
+    if let Some(entries) = journal.and_then(Value::as_array) {
+        let _ = writeln!(out, "  journal ({} entries):", entries.len());
+        for entry in entries {
+            let _ = writeln!(
+                out,
+                "  {:>4}  {}  {}",
+                entry["position"],
+                text(&entry["name"]),
+                short(&entry["value"], 160),
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: OpsCommand,
+    }
+
+    #[test]
+    fn commands_parse_with_their_json_arguments() {
+        let parsed = Cli::try_parse_from([
+            "x",
+            "approve",
+            "RUN",
+            "c1",
+            "--payload",
+            r#"{"note": 1}"#,
+            "--api-key",
+            "k",
+        ])
+        .unwrap();
+        match parsed.command {
+            OpsCommand::Approve { payload, api, .. } => {
+                assert_eq!(payload, Some(json!({ "note": 1 })));
+                assert_eq!(api.api_key, "k");
+            }
+            other => panic!("{other:?}"),
+        }
+        let refused = Cli::try_parse_from(["x", "answer", "RUN", "c1", "--answers", "{nope"]);
+        assert!(refused.unwrap_err().to_string().contains("not JSON"));
+        let runs = Cli::try_parse_from(["x", "runs", "show", "R", "--journal", "--json"]).unwrap();
+        assert!(matches!(
+            runs.command,
+            OpsCommand::Runs {
+                command: RunsCommand::Show {
+                    journal: true,
+                    api: ApiTarget { json: true, .. },
+                    ..
+                }
+            }
+        ));
+    }
+
+    #[test]
+    fn an_id_cannot_change_the_path() {
+        assert_eq!(segment("01a2-ff"), "01a2-ff");
+        assert_eq!(segment("../agent/inbox"), "%2E%2E%2Fagent%2Finbox");
+        assert_eq!(segment("a b?c"), "a%20b%3Fc");
+    }
+
+    #[test]
+    fn the_inbox_reads_as_lines() {
+        assert_eq!(render_inbox(&json!([])), "no open requests\n");
+        let text = render_inbox(&json!([{
+            "kind": "approval", "toolName": "send_email", "reason": "approval", "runId": "R",
+            "toolCallId": "c1", "runName": "mailer", "threadId": "T", "depth": 0,
+            "expiresAt": null, "arguments": { "to": "a@b.c" }
+        }]));
+        assert!(
+            text.contains("approval send_email (approval) — run R call c1"),
+            "{text}"
+        );
+        assert!(text.contains("expires never"));
+        assert!(text.contains(r#"arguments: {"to":"a@b.c"}"#));
+        assert!(text.ends_with("1 open request(s)\n"));
+    }
+}
