@@ -220,3 +220,45 @@ async fn an_unavailable_tool_is_retried_and_its_output_journaled_once() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn the_shipped_agent_file_completes_a_turn_as_it_is() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agentenkit.toml");
+    let env = TestEnv::start(agentenkit_runtime::Registry::from_file(&file).unwrap()).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("mailer", "Send it").await;
+    // Its intake asks first; then send_email waits for approval.
+    let intake = env.wait_pending(&thread_id, 1).await.remove(0);
+    assert_eq!(intake["kind"], "ask");
+    env.reply(
+        "/agent/tool-call/skip",
+        ALICE,
+        json!({ "runId": run_id, "toolCallId": intake["toolCallId"] }),
+    )
+    .await;
+    let approval = eventually("send_email waits for approval", || async {
+        let pending = env.get(&format!("/threads/{thread_id}")).await["pendingInputs"].clone();
+        (pending[0]["toolName"] == "send_email").then_some(pending[0].clone())
+    })
+    .await;
+    let (_, answer) = env
+        .reply(
+            "/agent/tool-call/approve",
+            ALICE,
+            json!({ "runId": run_id, "toolCallId": approval["toolCallId"] }),
+        )
+        .await;
+    assert_eq!(answer["delivered"], true);
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let journal = env.get(&format!("/runs/{run_id}/journal")).await;
+    let exec = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "exec:c1")
+        .unwrap();
+    assert_eq!(exec["value"]["echo"]["to"], "a@b.c");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -48,7 +48,10 @@ fn an_operator_command_that_cannot_reach_the_api_says_so_and_exits_non_zero() {
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("reaching the API at http://127.0.0.1:9"), "{stderr}");
+    assert!(
+        stderr.contains("reaching the API at http://127.0.0.1:9"),
+        "{stderr}"
+    );
     let no_key = Command::new(env!("CARGO_BIN_EXE_agentenkit"))
         .args(["approve", "RUN", "c1"])
         .env_remove("AGENTENKIT_API_KEY")

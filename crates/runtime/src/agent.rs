@@ -15,7 +15,7 @@ use crate::config::{
 /// the kind `ask` is resolved from the agent's configuration alone.
 pub const ASK_TOOL: &str = "ask";
 use crate::model::{Model, ScriptedModel};
-use crate::tool::{HttpTool, RegisteredTool, Tool, ToolSpec};
+use crate::tool::{EchoTool, HttpTool, RegisteredTool, Tool, ToolSpec};
 use crate::{Error, Result};
 
 /// An agent: a model, a system prompt and the tools it may call.
@@ -225,6 +225,18 @@ impl Registry {
                     }
                     Arc::new(tool)
                 }
+                ToolDef::Echo {
+                    description,
+                    requires_confirmation,
+                    input_schema,
+                } => Arc::new(EchoTool::new(
+                    ToolSpec {
+                        name: name.clone(),
+                        description,
+                        input_schema,
+                    },
+                    requires_confirmation,
+                )),
             };
             registry = registry.with_tool(tool)?;
         }

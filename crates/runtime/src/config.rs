@@ -90,6 +90,16 @@ pub enum ToolDef {
         #[serde(default)]
         max_response_bytes: Option<u64>,
     },
+    /// Answers `{"echo": <arguments>}` without calling anything: for trying
+    /// an agent file out before its services exist.
+    Echo {
+        #[serde(default)]
+        description: String,
+        #[serde(default)]
+        requires_confirmation: bool,
+        #[serde(default = "any_object")]
+        input_schema: Value,
+    },
 }
 
 fn any_object() -> Value {
@@ -171,7 +181,10 @@ input_schema = { type = "object", required = ["to"], properties = { to = { type 
         let ToolDef::Http {
             requires_confirmation,
             ..
-        } = &file.tools["send_email"];
+        } = &file.tools["send_email"]
+        else {
+            panic!("send_email is an http tool");
+        };
         assert!(requires_confirmation);
     }
 

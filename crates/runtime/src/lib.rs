@@ -21,6 +21,7 @@ pub use model::{Model, ModelError, ModelRequest, ScriptEntry, ScriptedModel};
 pub use relay::Relay;
 pub use replies::Replies;
 pub use tool::{
-    park_for_input, Approval, HttpTool, ParkRequest, Tool, ToolContext, ToolError, ToolSpec,
+    park_for_input, Approval, EchoTool, HttpTool, ParkRequest, Tool, ToolContext, ToolError,
+    ToolSpec,
 };
 pub use worker::{Worker, WorkerConfig};

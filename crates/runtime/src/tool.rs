@@ -317,6 +317,43 @@ impl Tool for HttpTool {
     }
 }
 
+/// The tool of an agent file's `type = "echo"`: answers
+/// `{"echo": <arguments>}` (and the approval's payload, when there was one)
+/// without calling anything, so an agent file can be tried before its
+/// services exist.
+pub struct EchoTool {
+    spec: ToolSpec,
+    requires_confirmation: bool,
+}
+
+impl EchoTool {
+    pub fn new(spec: ToolSpec, requires_confirmation: bool) -> Self {
+        Self {
+            spec,
+            requires_confirmation,
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for EchoTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn requires_confirmation(&self) -> bool {
+        self.requires_confirmation
+    }
+
+    async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        let mut answer = json!({ "echo": arguments });
+        if let Some(payload) = ctx.approval().and_then(|a| a.payload.clone()) {
+            answer["payload"] = payload;
+        }
+        Ok(answer)
+    }
+}
+
 /// The longest wait a park may ask for: the delay ladder's reach (49 days).
 pub const MAX_TTL_MS: u64 = agentenkit_queue::ladder::MAX_DELAY_MS;
 
@@ -362,6 +399,37 @@ mod tests {
         async fn execute(&self, arguments: Value, _ctx: &ToolContext) -> Result<Value, ToolError> {
             Ok(arguments)
         }
+    }
+
+    #[tokio::test]
+    async fn an_echo_tool_answers_its_arguments_and_the_approvals_payload() {
+        let echo = EchoTool::new(
+            ToolSpec {
+                name: "send_email".into(),
+                description: String::new(),
+                input_schema: json!({ "type": "object" }),
+            },
+            true,
+        );
+        assert!(echo.requires_confirmation());
+        let mut ctx = ToolContext {
+            run_id: RunId::new(),
+            thread_id: ThreadId::new(),
+            tool_call_id: "c1".into(),
+            approval: None,
+        };
+        assert_eq!(
+            echo.execute(json!({ "to": "a" }), &ctx).await.unwrap(),
+            json!({ "echo": { "to": "a" } })
+        );
+        ctx.approval = Some(Approval {
+            approved: true,
+            payload: Some(json!({ "note": 1 })),
+        });
+        assert_eq!(
+            echo.execute(json!({ "to": "a" }), &ctx).await.unwrap(),
+            json!({ "echo": { "to": "a" }, "payload": { "note": 1 } })
+        );
     }
 
     #[test]
