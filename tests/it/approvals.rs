@@ -36,6 +36,10 @@ async fn approve_runs_the_tool_once_with_the_approval_and_the_run_completes() {
     assert_eq!(input["depth"], 0);
     assert!(input["expiresAt"].is_string());
     assert_eq!(tool.calls(), 0, "nothing runs before the approval");
+    assert!(!env
+        .metrics_text()
+        .await
+        .contains("agentenkit_answer_wait_seconds_count"));
     assert_eq!(
         env.get(&format!("/runs/{run_id}")).await["status"],
         "waiting"
@@ -79,6 +83,12 @@ async fn approve_runs_the_tool_once_with_the_approval_and_the_run_completes() {
     assert_eq!(
         tool.bodies()[0]["approval"],
         json!({ "approved": true, "payload": { "note": "go" } })
+    );
+    // The wait from park to answer is measured, once.
+    let metrics = env.metrics_text().await;
+    assert!(
+        metrics.contains("agentenkit_answer_wait_seconds_count 1"),
+        "{metrics}"
     );
 
     let journal = env.get(&format!("/runs/{run_id}/journal")).await;

@@ -91,6 +91,11 @@ async fn an_unanswered_approval_expires_on_time_with_no_api_and_the_run_goes_on(
         late,
         json!({ "delivered": false, "error": "This request has expired" })
     );
+    let metrics = env.metrics_text().await;
+    assert!(
+        metrics.contains("agentenkit_expiry_lateness_seconds_bucket{by=\"worker\",le=\"1\"}"),
+        "{metrics}"
+    );
     worker.stop().await.unwrap();
     env.finish().await;
 }

@@ -311,6 +311,18 @@ impl TestEnv {
 
     /// Empties every delay queue (ladder levels and lanes), as if the
     /// broker lost the delayed messages.
+    /// The process's `/metrics` text.
+    pub async fn metrics_text(&self) -> String {
+        self.http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     /// A channel on its own connection, for tests that talk to the broker
     /// directly (publish raw bytes, read the dead-letter queue).
     pub async fn amqp_channel(&self) -> (lapin::Connection, lapin::Channel) {

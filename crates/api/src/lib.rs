@@ -89,7 +89,40 @@ impl AppState {
 pub fn metrics_handle() -> Option<PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
-        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
+        .get_or_init(|| {
+            use agentenkit_runtime::metrics as m;
+            use metrics_exporter_prometheus::Matcher;
+            // Real histograms (buckets), not the exporter's default
+            // summaries, so they aggregate across processes.
+            let buckets: [(&str, &[f64]); 3] = [
+                (
+                    m::SEGMENT_SECONDS,
+                    &[
+                        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                        10.0, 30.0,
+                    ],
+                ),
+                (
+                    m::ANSWER_WAIT_SECONDS,
+                    &[
+                        0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0,
+                    ],
+                ),
+                (
+                    m::EXPIRY_LATENESS_SECONDS,
+                    &[
+                        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
+                    ],
+                ),
+            ];
+            let mut builder = PrometheusBuilder::new();
+            for (name, bounds) in buckets {
+                builder = builder
+                    .set_buckets_for_metric(Matcher::Full(name.to_owned()), bounds)
+                    .ok()?;
+            }
+            builder.install_recorder().ok()
+        })
         .clone()
 }
 

@@ -160,20 +160,46 @@ pub async fn serve_api(
 
 /// Installs the tracing subscriber (binaries only): `RUST_LOG` filters,
 /// logs go to stderr so stdout stays data.
-pub fn init_tracing() {
-    init_tracing_at("info,lapin=off");
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// For people: one readable line per event.
+    #[default]
+    Text,
+    /// For log shippers: one JSON object per line, span fields included
+    /// (thread_id, run_id, tool_call_id).
+    Json,
+}
+
+/// The log options every binary takes.
+#[derive(Debug, Clone, Args)]
+pub struct LogConfig {
+    /// `text` or `json` (one object per line, for log shippers).
+    #[arg(long, env = "AGENTENKIT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+}
+
+pub fn init_tracing(format: LogFormat) {
+    init_tracing_at("info,lapin=off", format);
 }
 
 /// Logs to stderr at `default` unless `RUST_LOG` says otherwise. Commands
 /// whose output is for a person at a terminal (a transcript, a prompt, an
 /// operator command) log at `warn` so that log lines do not land in it.
-pub fn init_tracing_at(default: &str) {
+pub fn init_tracing_at(default: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
 }
 
 /// A token cancelled on Ctrl-C or SIGTERM.

@@ -60,3 +60,34 @@ fn an_operator_command_that_cannot_reach_the_api_says_so_and_exits_non_zero() {
     assert_eq!(no_key.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&no_key.stderr).contains("AGENTENKIT_API_KEY"));
 }
+
+#[tokio::test]
+async fn log_format_json_writes_one_json_object_per_line() {
+    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+    let output = Command::new(env!("CARGO_BIN_EXE_agentenkit"))
+        .args(["migrate", "--schema", &schema, "--log-format", "json"])
+        .env("DATABASE_URL", database_url())
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["level"] == "INFO" && l["fields"]["message"] == "migration applied"),
+        "{stderr}"
+    );
+    let (client, connection) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .await
+        .unwrap();
+}

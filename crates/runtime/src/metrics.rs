@@ -15,3 +15,9 @@ pub const EXPIRIES_RESCHEDULED: &str = "agentenkit_expiries_rescheduled_total";
 /// Messages moved to the dead-letter queue (unreadable, or still failing
 /// after `max_deliveries`).
 pub const DEAD_LETTERS: &str = "agentenkit_dead_letters_total";
+/// From a request's parking to the reply that settled it (delivered
+/// replies only), seconds.
+pub const ANSWER_WAIT_SECONDS: &str = "agentenkit_answer_wait_seconds";
+/// How long after its `expires_at` a request expired, seconds; `by` is
+/// `worker` (the delayed message) or `reaper` (an overdue request).
+pub const EXPIRY_LATENESS_SECONDS: &str = "agentenkit_expiry_lateness_seconds";

@@ -152,6 +152,9 @@ impl Replies {
             "refused"
         };
         ::metrics::counter!(metrics::ANSWERS, "outcome" => outcome).increment(1);
+        if let Some(waited) = answered.waited {
+            ::metrics::histogram!(metrics::ANSWER_WAIT_SECONDS).record(waited.as_secs_f64());
+        }
         Ok(answered)
     }
 }

@@ -329,8 +329,10 @@ impl Worker {
     /// an early delivery is re-scheduled for the remainder, never applied.
     async fn expiry(&self, run_id: RunId, call: agentenkit_core::ToolCallId) -> Disposition {
         match self.inner.store.expire(run_id, &call).await {
-            Ok(Expiry::Expired { outbox }) => {
+            Ok(Expiry::Expired { outbox, late_ms }) => {
                 ::metrics::counter!(metrics::EXPIRIES).increment(1);
+                ::metrics::histogram!(metrics::EXPIRY_LATENESS_SECONDS, "by" => "worker")
+                    .record(late_ms as f64 / 1000.0);
                 tracing::info!("request expired");
                 self.inner.relay.publish(&outbox).await;
                 Disposition::Ack

@@ -36,6 +36,8 @@ pub enum AnswerTarget {
 pub struct Answered {
     pub delivered: bool,
     pub error: Option<String>,
+    /// How long the request waited for this reply, when delivered.
+    pub waited: Option<std::time::Duration>,
     /// The resume segment, when this reply closed the run's last request.
     pub outbox: Vec<OutboxRow>,
 }
@@ -45,6 +47,7 @@ impl Answered {
         Answered {
             delivered: false,
             error: Some(reason.to_owned()),
+            waited: None,
             outbox: vec![],
         }
     }
@@ -60,6 +63,9 @@ pub(crate) struct ReplyTarget {
     pub tool_name: String,
     pub current: bool,
     pub arguments: Value,
+    /// Seconds since the row was written (the call was proposed and, for
+    /// a request, parked in the same commit).
+    pub waited_secs: f64,
 }
 
 impl Store {
@@ -247,6 +253,7 @@ impl Store {
         Ok(Answered {
             delivered: true,
             error: None,
+            waited: Some(std::time::Duration::from_secs_f64(row.waited_secs.max(0.0))),
             outbox,
         })
     }
@@ -384,14 +391,16 @@ impl Store {
 /// `run_id = $1 OR thread_id = $1`: a generic plan of the OR scans every call
 /// with this id (bench finding).
 const LOCATE_IN_RUN: &str = "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments,
-           (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current
+           (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
+           extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited
     FROM tool_calls tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
     WHERE tc.run_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
     ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 1";
 const LOCATE_IN_THREAD: &str = "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments,
-           (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current
+           (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
+           extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited
     FROM tool_calls tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
@@ -445,6 +454,7 @@ fn reply_target(row: &tokio_postgres::Row) -> Result<ReplyTarget> {
         tool_name: row.get(4),
         arguments: row.get(5),
         current: row.get(6),
+        waited_secs: row.get(7),
     })
 }
 

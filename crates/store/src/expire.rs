@@ -16,7 +16,12 @@ use crate::{Result, Store};
 pub enum Expiry {
     /// The request expired now; `outbox` holds the resume segment if it was
     /// the run's last open request.
-    Expired { outbox: Vec<OutboxRow> },
+    Expired {
+        outbox: Vec<OutboxRow>,
+        /// How long after `expires_at` it expired (the delay path's and the
+        /// handler's lateness).
+        late_ms: u64,
+    },
     /// Not due yet (an early delivery): re-scheduled for the remainder.
     NotDue {
         remaining_ms: u64,
@@ -109,10 +114,12 @@ impl Store {
             tool_name: row.get(5),
             current: true,
             arguments: row.get(6),
+            waited_secs: 0.0,
         };
         let outbox = settle(&tx, &target, call, &reply).await?;
         tx.commit().await?;
-        Ok(Expiry::Expired { outbox })
+        let late_ms = (now - expires_at).num_milliseconds().max(0) as u64;
+        Ok(Expiry::Expired { outbox, late_ms })
     }
 
     /// Whether anything in `scope` needs reclaiming: an overdue request, or

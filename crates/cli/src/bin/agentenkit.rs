@@ -7,7 +7,7 @@ use std::time::Duration;
 use agentenkit::ops::OpsCommand;
 use agentenkit::{
     init_tracing, init_tracing_at, parse_duration, serve_api, shutdown_on_signal, AgentConfig,
-    Connections, KeyConfig, DEFAULT_LISTEN,
+    Connections, KeyConfig, LogConfig, DEFAULT_LISTEN,
 };
 use agentenkit_api::AppState;
 use agentenkit_runtime::reaper::{reap_every, ReaperConfig};
@@ -20,6 +20,8 @@ use clap::{Parser, Subcommand};
     about = "A durable agent runtime whose runs can wait for a person"
 )]
 struct Cli {
+    #[command(flatten)]
+    log: LogConfig,
     #[command(subcommand)]
     command: Command,
 }
@@ -74,9 +76,9 @@ async fn main() -> anyhow::Result<()> {
     match &cli.command {
         // Output for a person at a terminal: no log lines in it.
         Command::Chat { .. } | Command::Demo { .. } | Command::Ops(_) => {
-            init_tracing_at("warn,lapin=off")
+            init_tracing_at("warn,lapin=off", cli.log.log_format)
         }
-        Command::Migrate { .. } | Command::Dev { .. } => init_tracing(),
+        Command::Migrate { .. } | Command::Dev { .. } => init_tracing(cli.log.log_format),
     }
     match cli.command {
         Command::Migrate { connections } => {

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use agentenkit::{
-    init_tracing, serve_api, shutdown_on_signal, AgentConfig, Connections, KeyConfig,
+    init_tracing, serve_api, shutdown_on_signal, AgentConfig, Connections, KeyConfig, LogConfig,
     DEFAULT_LISTEN,
 };
 use agentenkit_api::AppState;
@@ -12,6 +12,8 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(version, about = "Serves the agentenkit HTTP API")]
 struct Cli {
+    #[command(flatten)]
+    log: LogConfig,
     #[command(flatten)]
     connections: Connections,
     #[command(flatten)]
@@ -25,8 +27,8 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    init_tracing();
     let cli = Cli::parse();
+    init_tracing(cli.log.log_format);
     let state = AppState::new(
         cli.connections.store()?,
         cli.connections.queue(&[]).await?,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use agentenkit::{init_tracing, parse_duration, shutdown_on_signal, Connections};
+use agentenkit::{init_tracing, parse_duration, shutdown_on_signal, Connections, LogConfig};
 use agentenkit_runtime::reaper::{reap_every, reap_once, ReaperConfig};
 use agentenkit_runtime::Relay;
 use clap::Parser;
@@ -11,6 +11,8 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(version, about = "Reclaims orphaned runs and unpublished messages")]
 struct Cli {
+    #[command(flatten)]
+    log: LogConfig,
     #[command(flatten)]
     connections: Connections,
     /// One pass, then exit (for cron).
@@ -26,8 +28,8 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    init_tracing();
     let cli = Cli::parse();
+    init_tracing(cli.log.log_format);
     let store = cli.connections.store()?;
     let queue = cli.connections.queue(&[]).await?;
     let relay = Relay::new(queue);

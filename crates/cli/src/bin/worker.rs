@@ -2,13 +2,17 @@
 
 use std::time::Duration;
 
-use agentenkit::{init_tracing, parse_duration, shutdown_on_signal, AgentConfig, Connections};
+use agentenkit::{
+    init_tracing, parse_duration, shutdown_on_signal, AgentConfig, Connections, LogConfig,
+};
 use agentenkit_runtime::{Worker, WorkerConfig};
 use clap::Parser;
 
 #[derive(Debug, Parser)]
 #[command(version, about = "Consumes run segments and advances runs")]
 struct Cli {
+    #[command(flatten)]
+    log: LogConfig,
     #[command(flatten)]
     connections: Connections,
     #[command(flatten)]
@@ -30,8 +34,8 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    init_tracing();
     let cli = Cli::parse();
+    init_tracing(cli.log.log_format);
     let registry = cli.agents.load()?;
     let store = cli.connections.store()?;
     let queue = cli.connections.queue(&registry.delay_lanes()).await?;
