@@ -209,3 +209,49 @@ async fn an_event_of_a_transaction_left_open_is_never_skipped_or_reordered() {
     assert_eq!(ids, [low, second.0]);
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_stopping_api_ends_its_open_streams_and_exits() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let thread = env.post("/threads", json!({ "agent": "agent" })).await;
+    let thread_id = thread["id"].as_str().unwrap().to_owned();
+    // A second API process on the same store, stopped while a stream is open.
+    let keys = agentenkit_api::ApiKeys::parse(&format!("alice:{ALICE}")).unwrap();
+    let state = agentenkit_api::AppState::new(
+        env.store.clone(),
+        env.queue.clone(),
+        env.registry.clone(),
+        keys,
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (addr, served) =
+        agentenkit::serve_api(state, "127.0.0.1:0".parse().unwrap(), shutdown.clone())
+            .await
+            .unwrap();
+    let mut stream = env
+        .http
+        .get(format!("http://{addr}/threads/{thread_id}/stream"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(5), served)
+        .await
+        .expect("the server stops although a stream was open")
+        .unwrap();
+    // The stream ended cleanly (the client reconnects with Last-Event-ID).
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match stream.chunk().await {
+                Ok(Some(_)) => continue,
+                other => return other.map(|_| ()),
+            }
+        }
+    })
+    .await
+    .expect("the stream ends");
+    assert!(end.is_ok(), "{end:?}");
+    env.finish().await;
+}

@@ -43,6 +43,10 @@ pub struct AppState {
     /// A stream re-reads its thread this often even without a wake-up, in
     /// case one was missed (a lagging subscriber, a failing poll).
     pub stream_reread: Duration,
+    /// Cancelled when the server stops: open streams end (the client
+    /// reconnects elsewhere with `Last-Event-ID`), so a graceful shutdown
+    /// does not wait for them for ever.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
@@ -65,6 +69,7 @@ impl AppState {
             registry,
             keys: Arc::new(keys),
             metrics: metrics_handle(),
+            shutdown: tokio_util::sync::CancellationToken::new(),
         }
     }
 

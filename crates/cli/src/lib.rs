@@ -146,6 +146,10 @@ pub async fn serve_api(
         .await
         .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
+    // Streams end when the server is asked to stop, so that the graceful
+    // shutdown (which waits for open connections) does not wait for ever.
+    let mut state = state;
+    state.shutdown = shutdown.clone();
     let app = agentenkit_api::router(state);
     let handle = tokio::spawn(async move {
         let served = axum::serve(listener, app)
@@ -158,8 +162,6 @@ pub async fn serve_api(
     Ok((addr, handle))
 }
 
-/// Installs the tracing subscriber (binaries only): `RUST_LOG` filters,
-/// logs go to stderr so stdout stays data.
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -179,6 +181,8 @@ pub struct LogConfig {
     pub log_format: LogFormat,
 }
 
+/// Installs the tracing subscriber (binaries only): `RUST_LOG` filters,
+/// logs go to stderr so stdout stays data.
 pub fn init_tracing(format: LogFormat) {
     init_tracing_at("info,lapin=off", format);
 }

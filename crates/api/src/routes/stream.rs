@@ -119,12 +119,18 @@ impl Cursor {
                     return None;
                 }
             }
-            self.wait().await;
+            if !self.wait().await {
+                return None;
+            }
         }
     }
 
-    /// Until this thread has news, or the re-read timer fires.
-    async fn wait(&mut self) {
-        let _ = tokio::time::timeout(self.state.stream_reread, self.wake.changed()).await;
+    /// Until this thread has news, or the re-read timer fires; `false`
+    /// when the server is stopping (the stream ends).
+    async fn wait(&mut self) -> bool {
+        tokio::select! {
+            () = self.state.shutdown.cancelled() => false,
+            _ = tokio::time::timeout(self.state.stream_reread, self.wake.changed()) => true,
+        }
     }
 }

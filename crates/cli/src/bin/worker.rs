@@ -23,6 +23,10 @@ struct Cli {
     /// How long a run's lease lasts without a commit.
     #[arg(long, env = "AGENTENKIT_LEASE_TTL", default_value = "30s", value_parser = parse_duration)]
     lease_ttl: Duration,
+    /// On SIGTERM, how long in-flight segments may take to finish before
+    /// they are handed back (keep it under the platform's kill deadline).
+    #[arg(long, env = "AGENTENKIT_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
+    shutdown_grace: Duration,
     /// Failed attempts of a step before its run fails.
     #[arg(long, env = "AGENTENKIT_MAX_ATTEMPTS", default_value_t = 3)]
     max_attempts: u32,
@@ -44,10 +48,12 @@ async fn main() -> anyhow::Result<()> {
         lease_ttl: cli.lease_ttl,
         max_attempts: cli.max_attempts,
         max_deliveries: cli.max_deliveries.max(1),
+        shutdown_grace: cli.shutdown_grace,
         ..WorkerConfig::default()
     };
     let worker = Worker::new(store, queue, registry, config);
     tracing::info!("worker started");
     worker.run(shutdown_on_signal()).await?;
+    tracing::info!("worker stopped");
     Ok(())
 }
