@@ -62,3 +62,18 @@ fn no_kubernetes_manifest_ships_an_api_key() {
         }
     }
 }
+
+#[test]
+fn the_reaper_cronjob_forbids_overlaps_and_keda_scales_on_the_segments_queue() {
+    let cronjob = deploy_file("k8s/reaper-cronjob.yaml");
+    assert!(cronjob.contains("concurrencyPolicy: Forbid"), "{cronjob}");
+    let keda = deploy_file("k8s/keda.yaml");
+    let segments = agentenkit_queue::Topology::default().segments_queue();
+    assert!(
+        keda.contains(&format!("queueName: {segments}")),
+        "keda.yaml must scale on {segments}"
+    );
+    assert!(deploy_file("k8s/pdb.yaml").contains("kind: PodDisruptionBudget"));
+    let worker = deploy_file("k8s/worker.yaml");
+    assert!(worker.contains("AGENTENKIT_SHUTDOWN_GRACE"));
+}
