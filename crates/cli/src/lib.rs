@@ -162,6 +162,44 @@ pub async fn serve_api(
     Ok((addr, handle))
 }
 
+/// Serves `/metrics` (Prometheus text) alone on `listen`, for processes
+/// without the API (workers); returns the bound address.
+pub async fn serve_metrics(
+    listen: SocketAddr,
+    shutdown: CancellationToken,
+) -> anyhow::Result<SocketAddr> {
+    let handle = agentenkit_api::metrics_handle()
+        .context("another metrics recorder is installed in this process")?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let addr = listener.local_addr()?;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let handle = handle.clone();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4",
+                    )],
+                    handle.render(),
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+    Ok(addr)
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {

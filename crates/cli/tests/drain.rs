@@ -85,7 +85,17 @@ url = "{tool_url}"
     );
     let relay = Relay::new(queue.clone() as Arc<dyn QueueAdapter>);
 
+    // A free port for the worker's own /metrics.
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentenkit-worker"))
+        .env(
+            "AGENTENKIT_METRICS_LISTEN",
+            format!("127.0.0.1:{metrics_port}"),
+        )
         .env("DATABASE_URL", database_url())
         .env("AGENTENKIT_SCHEMA", &schema)
         .env("AMQP_URL", amqp_url())
@@ -113,6 +123,17 @@ url = "{tool_url}"
         assert!(tokio::time::Instant::now() < deadline, "the tool never ran");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The worker process serves its own metrics.
+    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("agentenkit_model_calls_total"),
+        "{metrics}"
+    );
     let pid = worker.id().unwrap().to_string();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid])

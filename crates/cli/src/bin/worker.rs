@@ -27,6 +27,10 @@ struct Cli {
     /// they are handed back (keep it under the platform's kill deadline).
     #[arg(long, env = "AGENTENKIT_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     shutdown_grace: Duration,
+    /// Serve Prometheus metrics on this address at `/metrics` (e.g.
+    /// `0.0.0.0:9090`); none when unset.
+    #[arg(long, env = "AGENTENKIT_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Failed attempts of a step before its run fails.
     #[arg(long, env = "AGENTENKIT_MAX_ATTEMPTS", default_value_t = 3)]
     max_attempts: u32,
@@ -51,9 +55,14 @@ async fn main() -> anyhow::Result<()> {
         shutdown_grace: cli.shutdown_grace,
         ..WorkerConfig::default()
     };
+    let shutdown = shutdown_on_signal();
+    if let Some(listen) = cli.metrics_listen {
+        let addr = agentenkit::serve_metrics(listen, shutdown.clone()).await?;
+        tracing::info!(%addr, "metrics at /metrics");
+    }
     let worker = Worker::new(store, queue, registry, config);
     tracing::info!("worker started");
-    worker.run(shutdown_on_signal()).await?;
+    worker.run(shutdown).await?;
     tracing::info!("worker stopped");
     Ok(())
 }
