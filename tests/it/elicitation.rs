@@ -619,3 +619,61 @@ model = { provider = "scripted", script = [ { text = "Done." } ] }
     new.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_deploy_that_adds_an_intake_does_not_break_a_run_already_waiting() {
+    // Before the deploy: no intake; the run parks on an approval.
+    let before = Registry::from_toml(
+        r#"
+[agents.agent]
+tools = ["tool"]
+model = { provider = "scripted", script = [
+  { tool_calls = [ { id = "c1", name = "tool", arguments = { to = "a@b.c" } } ] },
+  { text = "Done." },
+] }
+[tools.tool]
+type = "echo"
+requires_confirmation = true
+"#,
+    )
+    .unwrap();
+    let env = TestEnv::start(before).await;
+    let old = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    let input = env.wait_pending(&thread_id, 1).await.remove(0);
+    old.stop().await.unwrap();
+    // After it: the same agent asks an intake first.
+    let after = Registry::from_toml(&format!(
+        r#"
+[agents.agent]
+tools = ["tool"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "tool", arguments = {{ to = "a@b.c" }} }} ] }},
+  {{ text = "Done." }},
+] }}
+[agents.agent.intake]
+when = "every-turn"
+questions = {QUESTIONS}
+[tools.tool]
+type = "echo"
+requires_confirmation = true
+"#
+    ))
+    .unwrap();
+    let new = env.spawn(agentenkit_runtime::Worker::new(
+        env.store.clone(),
+        env.queue.clone(),
+        std::sync::Arc::new(after),
+        env.worker_config.clone(),
+    ));
+    env.reply("/agent/tool-call/approve", ALICE, target(&input))
+        .await;
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert!(!env
+        .journal_names(&run_id)
+        .await
+        .contains(&"intake:ask".to_owned()));
+    new.stop().await.unwrap();
+    env.finish().await;
+}

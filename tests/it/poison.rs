@@ -120,3 +120,66 @@ async fn a_run_whose_rows_cannot_be_read_fails_instead_of_looping() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn failing_a_run_that_waits_on_sub_agents_ends_them_and_their_requests() {
+    let tool = ToolServer::ok().await;
+    let registry = agentenkit_runtime::Registry::from_toml(&format!(
+        r#"
+[agents.root]
+subagents = ["child"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "d1", name = "child", arguments = {{ task = "mail it" }} }} ] }},
+  {{ text = "root done" }},
+] }}
+[agents.child]
+tools = ["tool"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "tool", arguments = {{ to = "a@b.c" }} }} ] }},
+  {{ text = "child done" }},
+] }}
+[tools.tool]
+type = "http"
+url = "{}"
+requires_confirmation = true
+"#,
+        tool.url
+    ))
+    .unwrap();
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    let (thread_id, root_run) = env.start_turn("root", "go").await;
+    let input = env.wait_pending(&thread_id, 1).await.remove(0);
+    let root: agentenkit_core::RunId = root_run.parse().unwrap();
+    env.store
+        .fail_run(root, "the operator failed it")
+        .await
+        .unwrap();
+    assert_eq!(
+        env.get(&format!("/runs/{root_run}")).await["status"],
+        "failed"
+    );
+    let child = input["runId"].as_str().unwrap();
+    assert_eq!(
+        env.get(&format!("/runs/{child}")).await["status"],
+        "cancelled"
+    );
+    assert!(env.get("/agent/inbox").await.as_array().unwrap().is_empty());
+    let (_, late) = env
+        .reply(
+            "/agent/tool-call/approve",
+            ALICE,
+            serde_json::json!({ "runId": child, "toolCallId": "c1" }),
+        )
+        .await;
+    assert_eq!(late["delivered"], false);
+    assert!(env
+        .event_types(&thread_id)
+        .await
+        .contains(&"RUN_CANCELLED".to_owned()));
+    // Failing it again changes nothing.
+    assert!(env.store.fail_run(root, "again").await.unwrap().is_none());
+    assert_eq!(tool.calls(), 0);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

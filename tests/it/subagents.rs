@@ -495,3 +495,54 @@ requires_confirmation = true
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_refused_delegation_beside_an_approval_replays_after_the_approval() {
+    let tool = ToolServer::ok().await;
+    // max_depth 0: the root may not delegate at all; in the same step it
+    // also asks for an approval, so the step is replayed after the answer.
+    let registry = Registry::from_toml(&format!(
+        r#"
+[agents.root]
+subagents = ["child"]
+tools = ["tool"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [
+      {{ id = "d1", name = "child", arguments = {{ task = "too deep" }} }},
+      {{ id = "c1", name = "tool", arguments = {{ to = "a@b.c" }} }},
+  ] }},
+  {{ text = "root done" }},
+] }}
+[agents.child]
+model = {{ provider = "scripted", script = [ {{ text = "child done" }} ] }}
+[tools.tool]
+type = "http"
+url = "{}"
+requires_confirmation = true
+"#,
+        tool.url
+    ))
+    .unwrap()
+    .with_max_depth(0);
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    let (thread_id, root_run) = env.start_turn("root", "go").await;
+    let pending = env.wait_pending(&thread_id, 1).await;
+    let (_, answer) = env
+        .reply("/agent/tool-call/approve", ALICE, approve(&pending[0]))
+        .await;
+    assert_eq!(answer["delivered"], true);
+    let root = env.wait_run_finished(&root_run).await;
+    assert_eq!(root["status"], "completed", "{root}");
+    let journal = env.get(&format!("/runs/{root_run}/journal")).await;
+    let refused = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "exec:d1")
+        .unwrap();
+    assert_eq!(refused["value"]["error"], "delegation too deep");
+    assert_eq!(tool.calls(), 1);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

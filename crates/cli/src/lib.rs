@@ -137,6 +137,9 @@ impl KeyConfig {
 
 /// Serves the API on `listen` until `shutdown`; returns the bound address
 /// through `bound` (port 0 picks a free port).
+/// How long a stopping API waits for open requests and streams to end.
+pub const API_DRAIN: Duration = Duration::from_secs(25);
+
 pub async fn serve_api(
     state: AppState,
     listen: SocketAddr,
@@ -151,12 +154,25 @@ pub async fn serve_api(
     let mut state = state;
     state.shutdown = shutdown.clone();
     let app = agentenkit_api::router(state);
+    let stopping = shutdown.clone();
     let handle = tokio::spawn(async move {
         let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "API server stopped");
+            .with_graceful_shutdown(async move { shutdown.cancelled().await });
+        // Streams end on shutdown when polled; a client that stopped
+        // reading is not polled, so the drain has a deadline.
+        let deadline = async {
+            stopping.cancelled().await;
+            tokio::time::sleep(API_DRAIN).await;
+        };
+        tokio::select! {
+            served = served => {
+                if let Err(e) = served {
+                    tracing::error!(error = %e, "API server stopped");
+                }
+            }
+            () = deadline => {
+                tracing::warn!(after = ?API_DRAIN, "open connections did not close; API stopped");
+            }
         }
     });
     Ok((addr, handle))

@@ -238,23 +238,23 @@ impl HttpTool {
     }
 }
 
-/// `url` without its user info, query and fragment, where a token may hide.
+/// `url` as errors, events and the model may see it: its origin only. User
+/// info, path, query and fragment can all carry a secret (webhook URLs put
+/// their token in the path).
 pub fn redact_url(url: &str) -> String {
     match reqwest::Url::parse(url) {
-        Ok(mut parsed) => {
-            let hidden = !parsed.username().is_empty()
+        Ok(parsed) => {
+            let origin = parsed.origin().ascii_serialization();
+            let more = !parsed.username().is_empty()
                 || parsed.password().is_some()
+                || parsed.path() != "/"
                 || parsed.query().is_some()
                 || parsed.fragment().is_some();
-            let _ = parsed.set_username("");
-            let _ = parsed.set_password(None);
-            parsed.set_query(None);
-            parsed.set_fragment(None);
-            let mut shown = parsed.to_string();
-            if hidden {
-                shown.push_str(" (credentials and query hidden)");
+            if more {
+                format!("{origin}/…")
+            } else {
+                origin
             }
-            shown
         }
         Err(_) => "<an invalid url>".into(),
     }

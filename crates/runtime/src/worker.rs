@@ -206,6 +206,9 @@ impl Worker {
                     "message still failing after its last delivery: dead-lettered"
                 );
                 ::metrics::counter!(metrics::DEAD_LETTERS).increment(1);
+                // If the dead-letter publish fails the message is requeued:
+                // not at once, or it would spin.
+                tokio::time::sleep(self.inner.config.hand_back_delay).await;
                 delivery.dead_letter().await
             }
             Disposition::Requeue => {
@@ -215,6 +218,7 @@ impl Worker {
             }
             Disposition::DeadLetter => {
                 ::metrics::counter!(metrics::DEAD_LETTERS).increment(1);
+                tokio::time::sleep(self.inner.config.hand_back_delay).await;
                 delivery.dead_letter().await
             }
             Disposition::Crashed => {
@@ -312,6 +316,7 @@ impl Worker {
             .await
         {
             Ok(outbox) => {
+                ::metrics::counter!(metrics::SEGMENTS, "outcome" => "run_failed").increment(1);
                 if outbox.is_some() {
                     ::metrics::counter!(metrics::RUNS_FINISHED, "status" => "failed").increment(1);
                 }

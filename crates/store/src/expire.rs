@@ -52,13 +52,15 @@ impl Store {
             run_id: run,
             tool_call_id: call.clone(),
         };
-        // Whatever this finds, the message has been handled.
-        outbox::consumed(&tx, &message).await?;
-        // Same lock order as an answer (run, then row): the two serialize.
+        // Same lock order as an answer (run, then its rows, then the
+        // outbox row both delete): the two serialize instead of deadlocking.
         let stmt = tx
             .prepare_cached("SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE")
             .await?;
-        if tx.query_opt(&stmt, &[&run.0]).await?.is_none() {
+        let locked = tx.query_opt(&stmt, &[&run.0]).await?.is_some();
+        // Whatever this finds, the message has been handled.
+        outbox::consumed(&tx, &message).await?;
+        if !locked {
             tx.commit().await?;
             return Ok(Expiry::Gone);
         }

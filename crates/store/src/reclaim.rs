@@ -84,8 +84,10 @@ impl Store {
     async fn fail_run_once(&self, run: RunId, error: &str) -> Result<Option<Vec<OutboxRow>>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        // The parent first, as every other writer locks a tree top down
-        // (an answer to the parent, a sibling finishing).
+        // The parent first, then the run, then its descendants. A child
+        // finishing locks itself before its parent, so this order can meet
+        // one in a deadlock; Postgres then aborts one side and
+        // `retry_conflicts` runs it again.
         let stmt = tx
             .prepare_cached(
                 "SELECT p.id FROM runs c JOIN runs p ON p.id = c.parent_run_id
@@ -108,14 +110,34 @@ impl Store {
         let thread = agentenkit_core::ThreadId(row.get(0));
         let name: String = row.get(1);
         let parent_call: Option<String> = row.get(2);
-        // Its open requests go with it.
+        // Its sub-agents go with it, and every open request of them all.
+        let stmt = tx
+            .prepare_cached(
+                "WITH RECURSIVE tree AS (
+                     SELECT id FROM runs WHERE parent_run_id = $1
+                     UNION ALL
+                     SELECT r.id FROM runs r JOIN tree t ON r.parent_run_id = t.id)
+                 UPDATE runs SET status = 'cancelled', finished_at = now(), updated_at = now(),
+                        lease_owner = NULL, lease_expires_at = NULL, error = 'its parent run failed'
+                 WHERE id IN (SELECT id FROM tree) AND status IN ('queued', 'running', 'waiting')
+                 RETURNING id",
+            )
+            .await?;
+        let cancelled: Vec<uuid::Uuid> = tx
+            .query(&stmt, &[&run.0])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut ended = cancelled.clone();
+        ended.push(run.0);
         let stmt = tx
             .prepare_cached(
                 "UPDATE tool_calls SET status = 'cancelled'
-                 WHERE run_id = $1 AND status IN ('proposed', 'pending_approval')",
+                 WHERE run_id = ANY($1) AND status IN ('proposed', 'pending_approval')",
             )
             .await?;
-        tx.execute(&stmt, &[&run.0]).await?;
+        tx.execute(&stmt, &[&ended]).await?;
         let mut outbox = Vec::new();
         if let (Some(parent), Some(call)) = (parent, parent_call) {
             let stmt = tx
@@ -129,6 +151,17 @@ impl Store {
             });
             tx.execute(&stmt, &[&parent, &call, &result]).await?;
             outbox = crate::commit::resume_if_settled(&tx, RunId(parent)).await?;
+        }
+        // Events last, after every row lock (see INSERT_EVENT_SQL).
+        for child in &cancelled {
+            crate::commit::insert_event(
+                &tx,
+                thread,
+                Some(RunId(*child)),
+                agentenkit_core::EventType::RunCancelled,
+                &serde_json::json!({ "runId": child, "reason": "its parent run failed" }),
+            )
+            .await?;
         }
         crate::commit::insert_event(
             &tx,

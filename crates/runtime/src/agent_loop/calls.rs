@@ -210,7 +210,10 @@ async fn invoke(
     let resumed = tool_ctx.approval.is_some();
     match tool.tool.execute(call.arguments.clone(), &tool_ctx).await {
         Ok(value) => Invocation::Done(without_nul(value)),
-        Err(ToolError::Failed(message)) => Invocation::Failed(json!({ "error": message })),
+        // A tool's own words may hold what Postgres cannot store.
+        Err(ToolError::Failed(message)) => {
+            Invocation::Failed(without_nul(json!({ "error": message })))
+        }
         Err(ToolError::Transient(message)) => Invocation::Unavailable(message),
         Err(ToolError::Park(_)) if resumed => Invocation::Failed(json!({
             "error": "the tool parked again from its resumed call; a second wait needs a new tool call"

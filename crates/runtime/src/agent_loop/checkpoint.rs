@@ -93,6 +93,11 @@ impl<'a> Checkpointer<'a> {
         self.replay.is_next(name).unwrap_or(false)
     }
 
+    /// True while the journal still has entries to read back.
+    pub fn is_replaying(&self) -> bool {
+        self.replay.is_replaying()
+    }
+
     /// True when the next checkpoint is `name` and already recorded.
     pub fn is_recorded(&self, name: &str) -> Result<bool, SegmentError> {
         self.replay

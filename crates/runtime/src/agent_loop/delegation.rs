@@ -22,9 +22,17 @@ pub(super) async fn delegation_task(
     depth: i32,
     max_depth: u32,
 ) -> Result<Result<String, Value>, SegmentError> {
-    // Only a delegation that has no child yet is refused: one started
-    // under a larger limit goes on whatever the configuration says now.
-    let started = cp.next_is(&names::exec(&call.id)) || cp.call(&call.id)?.delegation().is_some();
+    // Refused before (too deep, or bad arguments): the failure was
+    // journaled right here; read it back whatever the configuration says
+    // now. A delegation's own result is journaled later, after every call
+    // of the step was persisted, so an `exec:` here is always a refusal.
+    if cp.next_is(&names::exec(&call.id)) {
+        let recorded = json!({ "error": "a refused delegation was replayed without its journal" });
+        return Ok(Err(record_failure(cp, run_id, call, recorded).await?));
+    }
+    // Only a delegation that has no child yet is refused for depth: one
+    // started under a larger limit goes on whatever the limit is now.
+    let started = cp.call(&call.id)?.child.is_some();
     if !started && i64::from(depth) + 1 > i64::from(max_depth) {
         let failure = json!({
             "error": "delegation too deep",

@@ -89,7 +89,11 @@ pub async fn intake(
     ctx: &RunContext,
     conversation: &mut Vec<Message>,
 ) -> Result<Option<Vec<ParkItem>>, SegmentError> {
-    if intake.is_none() && !cp.next_is(names::INTAKE_ASK) {
+    // The journal decides for a run that has one: it asked an intake (even
+    // if the agent has none now), or it began without one (even if the
+    // agent has one now). Only a fresh run asks the configured intake.
+    let journaled = cp.next_is(names::INTAKE_ASK);
+    if !journaled && (intake.is_none() || cp.is_replaying()) {
         return Ok(None);
     }
     let run_id = ctx.lease.run_id;

@@ -38,9 +38,10 @@ pub async fn run_turn(
     // Call ids key the rows of a run: a model that reuses one cannot be
     // followed (decided from the journal's responses, so replay agrees).
     let mut call_ids: HashSet<ToolCallId> = HashSet::new();
-    // The intake's row id is the agent's, whether or not this turn asks
-    // (and a run that asked keeps it after a deploy removed the intake).
-    if agent.intake.is_some() || cp.next_is(names::INTAKE_ASK) {
+    // The intake's row id is taken when the journal says the run has an
+    // intake, or a fresh run of an agent with one starts (a deploy that adds
+    // or removes an intake leaves runs in flight as they began).
+    if cp.next_is(names::INTAKE_ASK) || (agent.intake.is_some() && !cp.is_replaying()) {
         call_ids.insert(ToolCallId(elicitation::INTAKE_CALL_ID.to_owned()));
     }
     if let Some(to_park) =
