@@ -172,3 +172,29 @@ async fn a_commit_whose_row_check_fails_writes_nothing_and_the_next_one_lands() 
     );
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_worker_killed_mid_step_is_taken_over_within_the_default_lease() {
+    let tool = ToolServer::ok().await;
+    let mut env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    // The production default, not the tests' short lease.
+    env.worker_config.lease_ttl = agentenkit_runtime::WorkerConfig::default().lease_ttl;
+    assert!(env.worker_config.lease_ttl < Duration::from_secs(5));
+    let doomed = env.spawn_crashing_worker("exec:c1");
+    let (_, run_id) = env.start_turn("agent", "go").await;
+    assert!(doomed.died().await.is_err(), "the crash point fired");
+    let killed_at = std::time::Instant::now();
+    // Another worker of the fleet gets the redelivered segment at once and
+    // takes the run over when the dead worker's lease runs out.
+    let rescuer = env.spawn_worker();
+    let run = env.wait_run_finished(&run_id).await;
+    let takeover = killed_at.elapsed();
+    assert_eq!(run["status"], "completed");
+    assert_eq!(tool.calls(), 1, "the tool ran once");
+    assert!(
+        takeover < Duration::from_secs(5),
+        "taken over after {takeover:?}"
+    );
+    rescuer.stop().await.unwrap();
+    env.finish().await;
+}

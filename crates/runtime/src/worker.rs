@@ -47,7 +47,10 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
-            lease_ttl: Duration::from_secs(30),
+            // Short, and kept alive by a heartbeat every quarter while a
+            // step runs: a worker killed mid-step is taken over within it
+            // (the segment is redelivered at once), not after half a minute.
+            lease_ttl: Duration::from_secs(4),
             max_attempts: 3,
             retry_backoff: Duration::from_millis(500),
             prefetch: 16,

@@ -20,8 +20,10 @@ struct Cli {
     /// Segments in flight at once.
     #[arg(long, env = "AGENTENKIT_PREFETCH", default_value_t = 16)]
     prefetch: u16,
-    /// How long a run's lease lasts without a commit.
-    #[arg(long, env = "AGENTENKIT_LEASE_TTL", default_value = "30s", value_parser = parse_duration)]
+    /// How long a run's lease lasts without a commit or heartbeat (a
+    /// heartbeat every quarter of it keeps a long step's lease): the most a
+    /// killed worker's run waits before another worker takes it over.
+    #[arg(long, env = "AGENTENKIT_LEASE_TTL", default_value = "4s", value_parser = parse_duration)]
     lease_ttl: Duration,
     /// On SIGTERM, how long in-flight segments may take to finish before
     /// they are handed back (keep it under the platform's kill deadline).
