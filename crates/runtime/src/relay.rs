@@ -1,10 +1,12 @@
 //! The outbox relay: publishes what a commit wrote to the outbox. The rows
 //! stay until the messages' handlers delete them (in the transactions they
-//! commit anyway), so a publish costs no transaction; a failed or lost
-//! publish leaves the row for the reaper, so a message is never lost, only
-//! (rarely) delivered twice; consumers dedupe.
+//! commit anyway), so a publish costs no transaction. A publish that fails
+//! (the broker is down, or blocks publishers) is kept and retried by the
+//! relay itself, with backoff, as soon as the broker answers again; the row
+//! also stays for the reaper, so a message is never lost even if this
+//! process dies, only (rarely) delivered twice; consumers dedupe.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agentenkit_queue::QueueAdapter;
@@ -13,15 +15,36 @@ use agentenkit_store::OutboxRow;
 use crate::metrics;
 
 /// How long one publish may take (the broker's confirm included) before
-/// the relay gives up on it and leaves the row to the reaper. A broker that
-/// blocks publishers (a memory or disk alarm) must not hang an HTTP answer
-/// whose transaction has committed.
+/// the relay gives up on it for now. A broker that blocks publishers (a
+/// memory or disk alarm) must not hang an HTTP answer whose transaction has
+/// committed.
 pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Failed publishes a relay keeps for its own retries; past this the oldest
+/// are left to the reaper alone (their rows are in the outbox).
+const MAX_RETRYING: usize = 10_000;
+/// First and longest wait between retries.
+const RETRY_MIN: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct Relay {
     queue: Arc<dyn QueueAdapter>,
     timeout: Duration,
+    retrying: Arc<Retrying>,
+}
+
+#[derive(Default)]
+struct Retrying {
+    rows: Mutex<Vec<OutboxRow>>,
+    /// A retry task runs (at most one per relay and its clones).
+    running: Mutex<bool>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Plain data: a panic elsewhere cannot leave it half updated.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Relay {
@@ -29,6 +52,7 @@ impl Relay {
         Self {
             queue,
             timeout: PUBLISH_TIMEOUT,
+            retrying: Arc::default(),
         }
     }
 
@@ -38,10 +62,19 @@ impl Relay {
         self
     }
 
-    /// Publishes `rows`. Never fails: what could not be published stays in
-    /// the outbox for the reaper.
+    /// Publishes `rows`. Never fails: what could not be published is
+    /// retried in the background, and stays in the outbox for the reaper.
     pub async fn publish(&self, rows: &[OutboxRow]) {
+        let failed = self.publish_now(rows).await;
+        if !failed.is_empty() {
+            self.retry_later(failed);
+        }
+    }
+
+    /// Publishes each row once; returns those that failed.
+    async fn publish_now(&self, rows: &[OutboxRow]) -> Vec<OutboxRow> {
         let mut published = 0u64;
+        let mut failed = Vec::new();
         for row in rows {
             let send = async {
                 if row.delay_ms == 0 {
@@ -62,15 +95,170 @@ impl Relay {
                     tracing::warn!(
                         outbox_id = row.id,
                         timeout_ms = self.timeout.as_millis() as u64,
-                        "publish timed out; the reaper will retry"
+                        "publish timed out; retrying in the background"
                     );
+                    failed.push(row.clone());
                 }
                 Ok(Err(e)) => {
                     ::metrics::counter!(metrics::OUTBOX_PUBLISH_FAILURES).increment(1);
-                    tracing::warn!(outbox_id = row.id, error = %e, "publish failed; the reaper will retry");
+                    tracing::warn!(outbox_id = row.id, error = %e, "publish failed; retrying in the background");
+                    failed.push(row.clone());
                 }
             }
         }
         ::metrics::counter!(metrics::OUTBOX_PUBLISHED).increment(published);
+        failed
+    }
+
+    /// Keeps `rows` for the retry task, starting it if none runs.
+    fn retry_later(&self, rows: Vec<OutboxRow>) {
+        {
+            let mut kept = lock(&self.retrying.rows);
+            kept.extend(rows);
+            let excess = kept.len().saturating_sub(MAX_RETRYING);
+            // The oldest go first; the reaper still has their rows.
+            kept.drain(..excess);
+        }
+        let mut running = lock(&self.retrying.running);
+        if *running {
+            return;
+        }
+        // Without a runtime (a sync caller at shutdown) the reaper retries.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        *running = true;
+        let relay = self.clone();
+        runtime.spawn(async move { relay.retry_until_empty().await });
+    }
+
+    /// Retries with a doubling wait until everything kept is published.
+    async fn retry_until_empty(self) {
+        let mut wait = RETRY_MIN;
+        loop {
+            tokio::time::sleep(wait).await;
+            let rows = std::mem::take(&mut *lock(&self.retrying.rows));
+            let failed = if rows.is_empty() {
+                Vec::new()
+            } else {
+                self.publish_now(&rows).await
+            };
+            let published = rows.len() - failed.len();
+            if published > 0 {
+                tracing::info!(published, "outbox messages published after a retry");
+            }
+            let mut kept = lock(&self.retrying.rows);
+            // Rows failed again go before any added meanwhile.
+            let added = std::mem::replace(&mut *kept, failed);
+            kept.extend(added);
+            if kept.is_empty() {
+                // Under the rows' lock, so a row added now sees `running`
+                // false and starts a new task.
+                *lock(&self.retrying.running) = false;
+                return;
+            }
+            wait = if published > 0 {
+                RETRY_MIN
+            } else {
+                (wait * 2).min(RETRY_MAX)
+            };
+        }
+    }
+
+    /// Rows waiting for a retry (for tests and diagnostics).
+    pub fn retrying(&self) -> usize {
+        lock(&self.retrying.rows).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use agentenkit_core::{QueueMessage, RunId};
+    use agentenkit_queue::memory::MemoryQueue;
+    use agentenkit_queue::{Deliveries, Error as QueueError};
+    use async_trait::async_trait;
+
+    use super::*;
+
+    /// The in-process queue, refusing its first `failures` publishes as a
+    /// broker that is down would.
+    struct Flaky {
+        inner: MemoryQueue,
+        failures: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl QueueAdapter for Flaky {
+        async fn publish(&self, message: &QueueMessage) -> agentenkit_queue::Result<()> {
+            if self
+                .failures
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(QueueError::Connection("the broker is down".into()));
+            }
+            self.inner.publish(message).await
+        }
+        async fn publish_delayed(
+            &self,
+            message: &QueueMessage,
+            delay: Duration,
+        ) -> agentenkit_queue::Result<()> {
+            self.inner.publish_delayed(message, delay).await
+        }
+        async fn consume(&self, prefetch: u16) -> agentenkit_queue::Result<Deliveries> {
+            self.inner.consume(prefetch).await
+        }
+        async fn ready(&self) -> agentenkit_queue::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn row(id: i64) -> OutboxRow {
+        OutboxRow {
+            id,
+            message: QueueMessage::Segment {
+                run_id: RunId::new(),
+                seq: 1,
+            },
+            delay_ms: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_publish_is_retried_until_the_broker_takes_it() {
+        let inner = MemoryQueue::new();
+        let queue = Arc::new(Flaky {
+            inner: inner.clone(),
+            failures: AtomicUsize::new(3),
+        });
+        let relay = Relay::new(queue);
+        relay.publish(&[row(1), row(2)]).await;
+        assert_eq!(inner.len(), 0);
+        assert_eq!(relay.retrying(), 2, "both kept for a retry");
+        // The retries back off (250 ms, 500 ms, …) until the broker answers.
+        wait_for(|| inner.len() == 2).await;
+        assert_eq!(relay.retrying(), 0);
+        // A later failure starts a new retry task.
+        let flaky = Arc::new(Flaky {
+            inner: inner.clone(),
+            failures: AtomicUsize::new(1),
+        });
+        let relay = Relay::new(flaky);
+        relay.publish(&[row(3)]).await;
+        wait_for(|| inner.len() == 3).await;
+    }
+
+    async fn wait_for(done: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not retried in time"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
