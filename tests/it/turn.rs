@@ -21,6 +21,18 @@ async fn a_turn_runs_end_to_end_through_the_queue() {
         2,
         "one usage row per model call"
     );
+    // Read from what each model call reported (the journal's model:<n>).
+    let journal = env.get(&format!("/runs/{run_id}/journal")).await;
+    assert_eq!(run["usage"][1]["modelCall"], 1);
+    assert_eq!(
+        run["usage"][0]["inputTokens"],
+        journal[0]["value"]["usage"]["inputTokens"]
+    );
+    assert_eq!(
+        run["usage"][1]["outputTokens"],
+        journal[3]["value"]["usage"]["outputTokens"]
+    );
+    assert!(run["usage"][0]["inputTokens"].as_i64().unwrap() > 0);
 
     assert_eq!(
         env.journal_names(&run_id).await,

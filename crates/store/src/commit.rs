@@ -1,7 +1,7 @@
 //! The one write path of a worker: a list of changes applied in one
 //! transaction, fenced by the worker's lease.
 
-use agentenkit_core::conversation::{Message, Usage};
+use agentenkit_core::conversation::Message;
 use agentenkit_core::{
     EventType, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
@@ -27,8 +27,6 @@ pub enum Change {
     Message(Message),
     /// An event on the thread's stream.
     Event { event_type: EventType, data: Value },
-    /// Token usage of one model call.
-    Usage { model_call: u32, usage: Usage },
     /// A tool call as the model proposed it, with its resolved kind.
     ProposeToolCall {
         id: ToolCallId,
@@ -248,15 +246,6 @@ fn plan(run: RunId, thread: ThreadId, change: &Change) -> Result<Option<Vec<Plan
         Change::Event { event_type, data } => {
             event_op(thread, Some(run), *event_type, data.clone())
         }
-        Change::Usage { model_call, usage } => Op::new(
-            "INSERT INTO usage (run_id, model_call, input_tokens, output_tokens) VALUES ($1, $2, $3, $4)",
-            vec![
-                Box::new(run.0),
-                Box::new(*model_call as i32),
-                Box::new(usage.input_tokens as i64),
-                Box::new(usage.output_tokens as i64),
-            ],
-        ),
         Change::ProposeToolCall {
             id,
             name,

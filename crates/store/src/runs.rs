@@ -384,7 +384,7 @@ impl Store {
         Ok(row.get(0))
     }
 
-    /// A run as its owner sees it, with its usage rows.
+    /// A run as its owner sees it, with the usage of each model call.
     pub async fn get_run(&self, run: RunId, owner: &Owner) -> Result<RunView> {
         let client = self.client().await?;
         let stmt = client
@@ -399,9 +399,15 @@ impl Store {
             .query_opt(&stmt, &[&run.0, &owner.as_str()])
             .await?
             .ok_or_else(|| not_found(run))?;
+        // Usage is what each journaled model answer reported (the `usage`
+        // table is no longer written; it is dropped in a later release, once
+        // no worker of an older release writes to it).
         let stmt = client
             .prepare_cached(
-                "SELECT model_call, input_tokens, output_tokens FROM usage WHERE run_id = $1 ORDER BY model_call",
+                "SELECT substr(name, 7)::int,
+                        coalesce((value->'usage'->>'inputTokens')::bigint, 0),
+                        coalesce((value->'usage'->>'outputTokens')::bigint, 0)
+                 FROM journal WHERE run_id = $1 AND name LIKE 'model:%' ORDER BY position",
             )
             .await?;
         let usage = client

@@ -75,10 +75,7 @@ pub async fn run_turn(
                         data: json!({ "runId": run_id, "message": message }),
                     },
                     Change::Message(message),
-                    Change::Usage {
-                        model_call: n,
-                        usage: response.usage,
-                    },
+                    // No usage row: the journal's `model:<n>` holds it.
                 ];
                 Ok((response, changes))
             })
