@@ -384,6 +384,19 @@ impl Store {
         Ok(row.get(0))
     }
 
+    /// Which of `runs` have `status` now (one query, primary-key lookups).
+    pub async fn runs_with_status(&self, runs: &[RunId], status: RunStatus) -> Result<Vec<RunId>> {
+        let client = self.client().await?;
+        let ids: Vec<Uuid> = runs.iter().map(|r| r.0).collect();
+        let rows = client
+            .query(
+                "SELECT id FROM runs WHERE id = ANY($1) AND status = $2",
+                &[&ids, &status.as_str()],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| RunId(r.get(0))).collect())
+    }
+
     /// A run as its owner sees it, with the usage of each model call.
     pub async fn get_run(&self, run: RunId, owner: &Owner) -> Result<RunView> {
         let client = self.client().await?;

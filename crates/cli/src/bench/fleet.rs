@@ -134,7 +134,6 @@ impl Fleet {
     /// Parks `n` runs with `c` clients; returns them and the time until the
     /// last one waits.
     pub async fn park(&self, n: usize, c: usize) -> anyhow::Result<(Vec<RunId>, Duration)> {
-        let waiting_before = self.count(RunStatus::Waiting).await?;
         let start = Instant::now();
         let runs = self
             .fan_out(n, c, |fleet, _| async move {
@@ -150,8 +149,7 @@ impl Fleet {
                 anyhow::Ok(started.run_id)
             })
             .await?;
-        self.settle(RunStatus::Waiting, waiting_before + n as i64)
-            .await?;
+        self.settle(&runs, RunStatus::Waiting).await?;
         Ok((runs, start.elapsed()))
     }
 
@@ -160,10 +158,10 @@ impl Fleet {
     pub async fn approve(&self, runs: Vec<RunId>, c: usize) -> anyhow::Result<Duration> {
         let runs = Arc::new(runs);
         let n = runs.len();
-        let completed_before = self.count(RunStatus::Completed).await?;
         let start = Instant::now();
+        let answering = runs.clone();
         self.fan_out(n, c, move |fleet, i| {
-            let run = runs[i];
+            let run = answering[i];
             async move {
                 let answered = fleet
                     .store
@@ -182,8 +180,7 @@ impl Fleet {
             }
         })
         .await?;
-        self.settle(RunStatus::Completed, completed_before + n as i64)
-            .await?;
+        self.settle(&runs, RunStatus::Completed).await?;
         Ok(start.elapsed())
     }
 
@@ -234,24 +231,36 @@ impl Fleet {
         Ok(all.into_iter().map(|(_, t)| t).collect())
     }
 
-    async fn count(&self, status: RunStatus) -> anyhow::Result<i64> {
-        Ok(self.store.count_runs(status).await?)
-    }
-
-    /// Waits until `want` runs have the status.
-    async fn settle(&self, status: RunStatus, want: i64) -> anyhow::Result<()> {
+    /// Waits until every one of `runs` has the status. Only the runs not
+    /// yet seen there are asked for again, so the check costs less as the
+    /// batch settles (a count over every run with the status grew with the
+    /// 100,000 parked by park-many).
+    async fn settle(&self, runs: &[RunId], status: RunStatus) -> anyhow::Result<()> {
         let deadline = Instant::now() + SETTLE;
+        let mut left: std::collections::HashSet<RunId> = runs.iter().copied().collect();
         loop {
-            let have = self.count(status).await?;
-            if have >= want {
+            let pending: Vec<RunId> = left.iter().copied().collect();
+            for chunk in pending.chunks(10_000) {
+                for run in self.store.runs_with_status(chunk, status).await? {
+                    left.remove(&run);
+                }
+            }
+            if left.is_empty() {
                 return Ok(());
             }
+            let have = runs.len() - left.len();
             if Instant::now() > deadline {
-                bail!("only {have} of {want} runs became {status} within {SETTLE:?}");
+                bail!(
+                    "only {have} of {} runs became {status} within {SETTLE:?}",
+                    runs.len()
+                );
             }
             let workers = self.workers.lock().expect("not poisoned").clone();
             if let Some(pid) = workers.into_iter().find(|pid| !alive(*pid)) {
-                bail!("worker process {pid} exited while {have} of {want} runs were {status} (its stderr is above)");
+                bail!(
+                    "worker process {pid} exited while {have} of {} runs were {status} (its stderr is above)",
+                    runs.len()
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
