@@ -198,3 +198,49 @@ async fn a_worker_killed_mid_step_is_taken_over_within_the_default_lease() {
     rescuer.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_worker_that_cannot_renew_its_lease_gives_the_run_up_and_the_next_one_finishes_it() {
+    // A tool slower than the (test) lease: only heartbeats keep it.
+    let tool = ToolServer::start_with_delay(Duration::from_secs(3), |n, _| {
+        (axum::http::StatusCode::OK, json!({ "sent": n }))
+    })
+    .await;
+    let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (_, run_id) = env.start_turn("agent", "go").await;
+    let run: uuid::Uuid = run_id.parse().unwrap();
+    eventually("the tool is called", || async {
+        (tool.calls() == 1).then_some(())
+    })
+    .await;
+    // The database stalls for this run: its heartbeats cannot commit.
+    let staller = env.pg_client().await;
+    staller.batch_execute("BEGIN").await.unwrap();
+    staller
+        .execute("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE", &[&run])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    staller.batch_execute("ROLLBACK").await.unwrap();
+    // The worker gave the run up and handed its segment back; it (or any
+    // worker) takes the run again once the old lease has run out.
+    let finished = env.wait_run_finished(&run_id).await;
+    assert_eq!(finished["status"], "completed", "{finished}");
+    assert_eq!(
+        env.journal_names(&run_id).await,
+        ["model:0", "persist:toolcall:c1", "exec:c1", "model:1"]
+    );
+    // The abandoned call and its retry carry one idempotency key.
+    let keys: Vec<_> = tool
+        .bodies()
+        .iter()
+        .map(|b| b["idempotencyKey"].clone())
+        .collect();
+    assert!(
+        keys.len() >= 2 && keys.iter().all(|k| *k == keys[0]),
+        "{keys:?}"
+    );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -250,7 +250,8 @@ impl Worker {
         };
         tracing::Span::current().record("thread_id", tracing::field::display(ctx.lease.thread_id));
         let lost = CancellationToken::new();
-        let _heartbeat = self.heartbeat(ctx.lease.clone(), lost.clone());
+        let given_up = CancellationToken::new();
+        let _heartbeat = self.heartbeat(ctx.lease.clone(), lost.clone(), given_up.clone());
         let inner = &self.inner;
         let mut cp = Checkpointer::new(
             &inner.store,
@@ -273,6 +274,13 @@ impl Worker {
         let outcome = segment::end(&inner.registry, &ctx, &mut cp, advanced).await;
         let disposition = match outcome {
             Ok(()) => Disposition::Ack,
+            // This worker let go of a lease it could not renew: the run is
+            // nobody's yet, so its segment goes back for the next worker
+            // (which takes the run once the lease has run out).
+            Err(SegmentError::LeaseLost) if given_up.is_cancelled() => {
+                tracing::warn!("the lease could not be renewed; segment handed back");
+                Disposition::Requeue
+            }
             Err(SegmentError::LeaseLost) => {
                 tracing::info!("lease lost; another worker carries on");
                 Disposition::Ack
@@ -376,12 +384,9 @@ impl Worker {
             match self.inner.store.acquire_lease(run_id, seq, ttl_ms).await? {
                 LeaseAttempt::Acquired(ctx) => return Ok(Some(*ctx)),
                 LeaseAttempt::Stale => return Ok(None),
-                LeaseAttempt::Held { until } if attempt == 0 => {
-                    let left = (until - chrono::Utc::now())
-                        .to_std()
-                        .unwrap_or_default()
-                        .min(ttl);
-                    tokio::time::sleep(left + Duration::from_millis(50)).await;
+                LeaseAttempt::Held { left, .. } if attempt == 0 => {
+                    // The database's clock decides when the lease ends.
+                    tokio::time::sleep(left.min(ttl) + Duration::from_millis(50)).await;
                 }
                 LeaseAttempt::Held { .. } => return Ok(None),
             }
@@ -390,22 +395,44 @@ impl Worker {
     }
 
     /// Keeps the lease alive while a slow step runs; stops when dropped.
-    /// A passing store error is retried at the next beat; a lost lease
-    /// cancels `lost`.
-    fn heartbeat(&self, lease: Lease, lost: CancellationToken) -> AbortOnDrop {
+    /// Each beat may take a quarter of the lease. A lost lease cancels
+    /// `lost`; so does a lease this worker could not renew for most of its
+    /// life (the database unreachable or stalled): another worker may take
+    /// the run over at the lease's end, and this one must stop acting on it
+    /// (its tool included) rather than find out at its next commit.
+    fn heartbeat(
+        &self,
+        lease: Lease,
+        lost: CancellationToken,
+        given_up: CancellationToken,
+    ) -> AbortOnDrop {
         let store = self.inner.store.clone();
-        let every = self.inner.config.lease_ttl / 4;
+        let ttl = self.inner.config.lease_ttl;
+        let every = ttl / 4;
         AbortOnDrop(tokio::spawn(async move {
+            let mut renewed = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(every).await;
-                match store.commit(&lease, &[]).await {
-                    Ok(_) => {}
-                    Err(agentenkit_store::Error::LeaseLost { .. }) => {
+                let renewal = store.renew_lease(&lease, every);
+                match tokio::time::timeout(every + every / 2, renewal).await {
+                    Ok(Ok(_)) => renewed = tokio::time::Instant::now(),
+                    Ok(Err(agentenkit_store::Error::LeaseLost { .. })) => {
                         tracing::info!("lease lost while the step ran");
                         lost.cancel();
                         return;
                     }
-                    Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
+                    Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
+                    Err(_) => tracing::warn!(timeout = ?every, "heartbeat timed out; retrying"),
+                }
+                // One more beat could not end before the lease does.
+                if renewed.elapsed() + every * 2 > ttl {
+                    tracing::warn!(
+                        since = ?renewed.elapsed(),
+                        "the lease could not be renewed; giving the run up before it runs out"
+                    );
+                    given_up.cancel();
+                    lost.cancel();
+                    return;
                 }
             }
         }))

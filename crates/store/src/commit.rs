@@ -173,6 +173,24 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Extends `lease` (a heartbeat), in one round trip. The statement may
+    /// run `within` at most on the server too: a renewal that waited on a
+    /// stalled database must not land later, after its worker gave the run
+    /// up, and extend a lease nobody acts on.
+    pub async fn renew_lease(&self, lease: &Lease, within: std::time::Duration) -> Result<()> {
+        let ops = vec![
+            Op::new(
+                "SELECT set_config('statement_timeout', $1, true)",
+                vec![Box::new(format!("{}ms", within.as_millis().max(1)))],
+            ),
+            fence(lease, false, None),
+        ];
+        pipeline::transact(self.client().await?, ops).await?;
+        Ok(())
+    }
+}
+
 /// Extends the lease if it is still this worker's, or ends it with the
 /// segment (`end`: the run waits, or finishes); the row lock taken here
 /// also orders concurrent writers of the same run.

@@ -205,9 +205,12 @@ pub enum Delegation {
 #[derive(Debug)]
 pub enum LeaseAttempt {
     Acquired(Box<RunContext>),
-    /// Another worker holds the run until then.
+    /// Another worker holds the run until then, which is `left` from now
+    /// by the database's clock (wait for `left`, not for `until` by the
+    /// local clock, which may be skewed).
     Held {
         until: DateTime<Utc>,
+        left: std::time::Duration,
     },
     /// The segment is not the run's current one, or the run is not
     /// runnable (waiting, finished): a duplicate or late delivery to drop.
@@ -249,7 +252,9 @@ impl Store {
         let Some(row) = acquired else {
             let stmt = client
                 .prepare_cached(
-                    "SELECT segment_seq, status, lease_expires_at FROM runs WHERE id = $1",
+                    "SELECT segment_seq, status, lease_expires_at,
+                            extract(epoch FROM greatest(lease_expires_at - now(), interval '0'))::float8
+                     FROM runs WHERE id = $1",
                 )
                 .await?;
             return Ok(match client.query_opt(&stmt, &[&run.0]).await? {
@@ -257,9 +262,15 @@ impl Store {
                     let current: i64 = row.get(0);
                     let status: RunStatus = row.get::<_, &str>(1).parse()?;
                     let until: Option<DateTime<Utc>> = row.get(2);
+                    let left: Option<f64> = row.get(3);
                     match until {
                         Some(until) if current == seq && status == RunStatus::Running => {
-                            LeaseAttempt::Held { until }
+                            LeaseAttempt::Held {
+                                until,
+                                left: std::time::Duration::from_secs_f64(
+                                    left.unwrap_or(0.0).max(0.0),
+                                ),
+                            }
                         }
                         _ => LeaseAttempt::Stale,
                     }
