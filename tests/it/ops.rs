@@ -147,10 +147,25 @@ async fn refusals_print_the_apis_error_and_exit_1() {
         "{}",
         wrong_key.output
     );
+    // An id that is not a UUID never reaches the API (`..` would change
+    // the path once URL-parsed).
+    let traversal = OpsCommand::Runs {
+        command: RunsCommand::Show {
+            api: target(&env, ALICE, false),
+            id: "..".into(),
+            journal: true,
+        },
+    }
+    .run()
+    .await;
+    assert!(traversal
+        .unwrap_err()
+        .to_string()
+        .contains("is not a run id"));
     let unknown = OpsCommand::Runs {
         command: RunsCommand::Show {
             api: target(&env, ALICE, false),
-            id: "../agent/inbox".into(),
+            id: uuid::Uuid::now_v7().to_string(),
             journal: false,
         },
     }

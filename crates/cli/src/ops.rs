@@ -223,16 +223,17 @@ impl OpsCommand {
             } => {
                 let client = Client::new(&api)?;
                 client
-                    .get(&format!("/threads/{}", segment(&id)), |thread| {
-                        Ok(render_thread(thread))
-                    })
+                    .get(
+                        &format!("/threads/{}", id_segment(&id, "thread")?),
+                        |thread| Ok(render_thread(thread)),
+                    )
                     .await
             }
             OpsCommand::Runs {
                 command: RunsCommand::Show { api, id, journal },
             } => {
                 let client = Client::new(&api)?;
-                let path = format!("/runs/{}", segment(&id));
+                let path = format!("/runs/{}", id_segment(&id, "run")?);
                 let run = match client.fetch(&path).await? {
                     Ok(run) => run,
                     Err(refused) => return Ok(refused),
@@ -258,22 +259,14 @@ impl OpsCommand {
     }
 }
 
-/// A path segment as typed, with anything that would change the path
-/// percent-encoded (an id is a UUID; anything else gets a 404 from the API).
-fn segment(id: &str) -> String {
-    id.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c.to_string()
-            } else {
-                let mut buf = [0u8; 4];
-                c.encode_utf8(&mut buf)
-                    .bytes()
-                    .map(|b| format!("%{b:02X}"))
-                    .collect()
-            }
-        })
-        .collect()
+/// An id for a path: ids are UUIDs, and anything else is refused here
+/// (percent-encoding alone would not do: URL parsers read `%2E%2E` as `..`).
+fn id_segment(id: &str, what: &str) -> anyhow::Result<String> {
+    let parsed: uuid::Uuid = id
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{id:?} is not a {what} id (a UUID)"))?;
+    Ok(parsed.hyphenated().to_string())
 }
 
 struct Client {
@@ -544,9 +537,13 @@ mod tests {
 
     #[test]
     fn an_id_cannot_change_the_path() {
-        assert_eq!(segment("01a2-ff"), "01a2-ff");
-        assert_eq!(segment("../agent/inbox"), "%2E%2E%2Fagent%2Finbox");
-        assert_eq!(segment("a b?c"), "a%20b%3Fc");
+        let id = "01a23393-2524-73d5-8fc1-66b0f4425275";
+        assert_eq!(id_segment(id, "run").unwrap(), id);
+        assert_eq!(id_segment(&id.to_uppercase(), "run").unwrap(), id);
+        for bad in ["..", ".", "../agent/inbox", "%2E%2E", "a b?c", ""] {
+            let refused = id_segment(bad, "run").unwrap_err().to_string();
+            assert!(refused.contains("is not a run id"), "{bad}: {refused}");
+        }
     }
 
     #[test]
