@@ -7,7 +7,7 @@
 //! process dies, only (rarely) delivered twice; consumers dedupe.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agentenkit_queue::QueueAdapter;
 use agentenkit_store::OutboxRow;
@@ -35,7 +35,9 @@ pub struct Relay {
 
 #[derive(Default)]
 struct Retrying {
-    rows: Mutex<Vec<OutboxRow>>,
+    /// Rows to publish again, each with when it was kept (a delayed
+    /// message is sent again with what is left of its delay).
+    rows: Mutex<Vec<(OutboxRow, Instant)>>,
     /// A retry task runs (at most one per relay and its clones).
     running: Mutex<bool>,
 }
@@ -114,10 +116,14 @@ impl Relay {
     fn retry_later(&self, rows: Vec<OutboxRow>) {
         {
             let mut kept = lock(&self.retrying.rows);
-            kept.extend(rows);
-            let excess = kept.len().saturating_sub(MAX_RETRYING);
-            // The oldest go first; the reaper still has their rows.
-            kept.drain(..excess);
+            let now = Instant::now();
+            for row in rows {
+                // Once per outbox row (the reaper may hand one over again).
+                if !kept.iter().any(|(k, _)| k.id == row.id) {
+                    kept.push((row, now));
+                }
+            }
+            cap(&mut kept);
         }
         let mut running = lock(&self.retrying.running);
         if *running {
@@ -137,7 +143,18 @@ impl Relay {
         let mut wait = RETRY_MIN;
         loop {
             tokio::time::sleep(wait).await;
-            let rows = std::mem::take(&mut *lock(&self.retrying.rows));
+            let kept = std::mem::take(&mut *lock(&self.retrying.rows));
+            // A delayed message goes again with what is left of its delay:
+            // an outage never makes it fire early, and late only by what
+            // the outage cost.
+            let rows: Vec<OutboxRow> = kept
+                .into_iter()
+                .map(|(mut row, kept_at)| {
+                    let spent = u64::try_from(kept_at.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    row.delay_ms = row.delay_ms.saturating_sub(spent);
+                    row
+                })
+                .collect();
             let failed = if rows.is_empty() {
                 Vec::new()
             } else {
@@ -149,8 +166,15 @@ impl Relay {
             }
             let mut kept = lock(&self.retrying.rows);
             // Rows failed again go before any added meanwhile.
-            let added = std::mem::replace(&mut *kept, failed);
-            kept.extend(added);
+            let now = Instant::now();
+            let again = failed.into_iter().map(|row| (row, now)).collect();
+            let added = std::mem::replace(&mut *kept, again);
+            for (row, at) in added {
+                if !kept.iter().any(|(k, _)| k.id == row.id) {
+                    kept.push((row, at));
+                }
+            }
+            cap(&mut kept);
             if kept.is_empty() {
                 // Under the rows' lock, so a row added now sees `running`
                 // false and starts a new task.
@@ -171,6 +195,13 @@ impl Relay {
     }
 }
 
+/// Keeps at most `MAX_RETRYING` rows; the oldest go (the reaper still has
+/// them in the outbox).
+fn cap(kept: &mut Vec<(OutboxRow, Instant)>) {
+    let excess = kept.len().saturating_sub(MAX_RETRYING);
+    kept.drain(..excess);
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -187,6 +218,8 @@ mod tests {
     struct Flaky {
         inner: MemoryQueue,
         failures: AtomicUsize,
+        /// The delays of the delayed publishes that went through.
+        delays: std::sync::Mutex<Vec<Duration>>,
     }
 
     #[async_trait]
@@ -206,7 +239,15 @@ mod tests {
             message: &QueueMessage,
             delay: Duration,
         ) -> agentenkit_queue::Result<()> {
-            self.inner.publish_delayed(message, delay).await
+            if self
+                .failures
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(QueueError::Connection("the broker is down".into()));
+            }
+            self.delays.lock().unwrap().push(delay);
+            self.inner.publish(message).await
         }
         async fn consume(&self, prefetch: u16) -> agentenkit_queue::Result<Deliveries> {
             self.inner.consume(prefetch).await
@@ -233,6 +274,7 @@ mod tests {
         let queue = Arc::new(Flaky {
             inner: inner.clone(),
             failures: AtomicUsize::new(3),
+            delays: Default::default(),
         });
         let relay = Relay::new(queue);
         relay.publish(&[row(1), row(2)]).await;
@@ -245,10 +287,35 @@ mod tests {
         let flaky = Arc::new(Flaky {
             inner: inner.clone(),
             failures: AtomicUsize::new(1),
+            delays: Default::default(),
         });
         let relay = Relay::new(flaky);
         relay.publish(&[row(3)]).await;
         wait_for(|| inner.len() == 3).await;
+    }
+
+    #[tokio::test]
+    async fn a_row_is_kept_once_and_a_delayed_one_goes_again_with_what_is_left_of_its_delay() {
+        let inner = MemoryQueue::new();
+        let queue = Arc::new(Flaky {
+            inner: inner.clone(),
+            failures: AtomicUsize::new(3),
+            delays: Default::default(),
+        });
+        let relay = Relay::new(queue.clone());
+        let mut delayed = row(7);
+        delayed.delay_ms = 60_000;
+        relay.publish(std::slice::from_ref(&delayed)).await;
+        // The same outbox row handed over again (a reaper claim) is kept once.
+        relay.publish(std::slice::from_ref(&delayed)).await;
+        assert_eq!(relay.retrying(), 1);
+        wait_for(|| inner.len() == 1).await;
+        let delays = queue.delays.lock().unwrap().clone();
+        assert_eq!(delays.len(), 1);
+        assert!(
+            delays[0] < Duration::from_millis(60_000) && delays[0] > Duration::from_millis(55_000),
+            "the remaining delay, not the whole: {delays:?}"
+        );
     }
 
     async fn wait_for(done: impl Fn() -> bool) {
