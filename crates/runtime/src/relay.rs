@@ -117,13 +117,7 @@ impl Relay {
         {
             let mut kept = lock(&self.retrying.rows);
             let now = Instant::now();
-            for row in rows {
-                // Once per outbox row (the reaper may hand one over again).
-                if !kept.iter().any(|(k, _)| k.id == row.id) {
-                    kept.push((row, now));
-                }
-            }
-            cap(&mut kept);
+            keep(&mut kept, rows.into_iter().map(|row| (row, now)));
         }
         let mut running = lock(&self.retrying.running);
         if *running {
@@ -167,14 +161,11 @@ impl Relay {
             let mut kept = lock(&self.retrying.rows);
             // Rows failed again go before any added meanwhile.
             let now = Instant::now();
-            let again = failed.into_iter().map(|row| (row, now)).collect();
-            let added = std::mem::replace(&mut *kept, again);
-            for (row, at) in added {
-                if !kept.iter().any(|(k, _)| k.id == row.id) {
-                    kept.push((row, at));
-                }
-            }
-            cap(&mut kept);
+            let added = std::mem::take(&mut *kept);
+            keep(
+                &mut kept,
+                failed.into_iter().map(|row| (row, now)).chain(added),
+            );
             if kept.is_empty() {
                 // Under the rows' lock, so a row added now sees `running`
                 // false and starts a new task.
@@ -195,9 +186,18 @@ impl Relay {
     }
 }
 
-/// Keeps at most `MAX_RETRYING` rows; the oldest go (the reaper still has
-/// them in the outbox).
-fn cap(kept: &mut Vec<(OutboxRow, Instant)>) {
+/// Adds `rows` to `kept`, each outbox row once (the reaper may hand one
+/// over again), and keeps at most `MAX_RETRYING`: the oldest go (the reaper
+/// still has them in the outbox).
+fn keep(
+    kept: &mut Vec<(OutboxRow, Instant)>,
+    rows: impl IntoIterator<Item = (OutboxRow, Instant)>,
+) {
+    for (row, at) in rows {
+        if !kept.iter().any(|(k, _)| k.id == row.id) {
+            kept.push((row, at));
+        }
+    }
     let excess = kept.len().saturating_sub(MAX_RETRYING);
     kept.drain(..excess);
 }
@@ -222,16 +222,23 @@ mod tests {
         delays: std::sync::Mutex<Vec<Duration>>,
     }
 
+    impl Flaky {
+        /// Refuses while failures are left to spend.
+        fn down(&self) -> agentenkit_queue::Result<()> {
+            match self
+                .failures
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            {
+                Ok(_) => Err(QueueError::Connection("the broker is down".into())),
+                Err(_) => Ok(()),
+            }
+        }
+    }
+
     #[async_trait]
     impl QueueAdapter for Flaky {
         async fn publish(&self, message: &QueueMessage) -> agentenkit_queue::Result<()> {
-            if self
-                .failures
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
-                return Err(QueueError::Connection("the broker is down".into()));
-            }
+            self.down()?;
             self.inner.publish(message).await
         }
         async fn publish_delayed(
@@ -239,13 +246,7 @@ mod tests {
             message: &QueueMessage,
             delay: Duration,
         ) -> agentenkit_queue::Result<()> {
-            if self
-                .failures
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
-                return Err(QueueError::Connection("the broker is down".into()));
-            }
+            self.down()?;
             self.delays.lock().unwrap().push(delay);
             self.inner.publish(message).await
         }

@@ -201,19 +201,19 @@ impl Worker {
             }
         };
         ::metrics::histogram!(metrics::SEGMENT_SECONDS).record(started.elapsed().as_secs_f64());
-        let settled = match disposition {
-            Disposition::Ack => delivery.ack().await,
+        // A hand-back past the last delivery is a dead letter like any other.
+        let disposition = match disposition {
             Disposition::Requeue if delivery.deliveries >= self.inner.config.max_deliveries => {
                 tracing::error!(
                     deliveries = delivery.deliveries,
                     "message still failing after its last delivery: dead-lettered"
                 );
-                ::metrics::counter!(metrics::DEAD_LETTERS).increment(1);
-                // If the dead-letter publish fails the message is requeued:
-                // not at once, or it would spin.
-                tokio::time::sleep(self.inner.config.hand_back_delay).await;
-                delivery.dead_letter().await
+                Disposition::DeadLetter
             }
+            other => other,
+        };
+        let settled = match disposition {
+            Disposition::Ack => delivery.ack().await,
             Disposition::Requeue => {
                 // Give the store a moment before the message comes back.
                 tokio::time::sleep(self.inner.config.hand_back_delay).await;
@@ -221,6 +221,8 @@ impl Worker {
             }
             Disposition::DeadLetter => {
                 ::metrics::counter!(metrics::DEAD_LETTERS).increment(1);
+                // If the dead-letter publish fails the message is requeued:
+                // not at once, or it would spin.
                 tokio::time::sleep(self.inner.config.hand_back_delay).await;
                 delivery.dead_letter().await
             }

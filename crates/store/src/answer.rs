@@ -364,13 +364,7 @@ impl Store {
             }
             stopped.extend(more);
         }
-        let stmt = tx
-            .prepare_cached(
-                "UPDATE tool_calls SET status = 'cancelled'
-                 WHERE run_id = ANY($1) AND status IN ('proposed', 'pending_approval')",
-            )
-            .await?;
-        tx.execute(&stmt, &[&stopped]).await?;
+        cancel_open_calls(&tx, &stopped).await?;
         for run in &stopped {
             insert_event(
                 &tx,
@@ -467,6 +461,18 @@ fn resolved_event(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) ->
         map.insert("toolName".into(), json!(row.tool_name));
     }
     Ok(data)
+}
+
+/// Cancels every call of `runs` not yet settled (their runs ended).
+pub(crate) async fn cancel_open_calls(tx: &Transaction<'_>, runs: &[Uuid]) -> Result<()> {
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE tool_calls SET status = 'cancelled'
+             WHERE run_id = ANY($1) AND status IN ('proposed', 'pending_approval')",
+        )
+        .await?;
+    tx.execute(&stmt, &[&runs]).await?;
+    Ok(())
 }
 
 /// After a row settled: `INPUT_RESOLVED`, and the resume segment when it was

@@ -404,6 +404,17 @@ pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Resul
     Ok(vec![outbox::insert(tx, &segment, 0).await?])
 }
 
+/// The statement of [`INSERT_EVENT_SQL`], as a literal both it and the
+/// `RETURNING` form are made from.
+macro_rules! insert_event_sql {
+    () => {
+        "WITH ordered AS (
+        SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))
+    INSERT INTO events (thread_id, run_id, type, data)
+    SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb FROM ordered"
+    };
+}
+
 /// Inserts one event of thread `$1`, its id taken only once this
 /// transaction holds the thread's event lock (an advisory lock, held to
 /// commit): a later event of the thread waits for this transaction to end
@@ -414,14 +425,8 @@ pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Resul
 /// Every transaction inserts its events *last*, after every row lock it
 /// takes: whoever holds the event lock waits for nothing more, so the lock
 /// cannot close a cycle of waits.
-pub const INSERT_EVENT_SQL: &str = "WITH ordered AS (
-        SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))
-    INSERT INTO events (thread_id, run_id, type, data)
-    SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb FROM ordered";
-const INSERT_EVENT_RETURNING: &str = "WITH ordered AS (
-        SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))
-    INSERT INTO events (thread_id, run_id, type, data)
-    SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb FROM ordered RETURNING id";
+pub const INSERT_EVENT_SQL: &str = insert_event_sql!();
+const INSERT_EVENT_RETURNING: &str = concat!(insert_event_sql!(), " RETURNING id");
 
 /// An event insert as a pipelined statement (see [`INSERT_EVENT_SQL`]):
 /// it goes after every other statement of its transaction.

@@ -131,13 +131,7 @@ impl Store {
             .collect();
         let mut ended = cancelled.clone();
         ended.push(run.0);
-        let stmt = tx
-            .prepare_cached(
-                "UPDATE tool_calls SET status = 'cancelled'
-                 WHERE run_id = ANY($1) AND status IN ('proposed', 'pending_approval')",
-            )
-            .await?;
-        tx.execute(&stmt, &[&ended]).await?;
+        crate::answer::cancel_open_calls(&tx, &ended).await?;
         let mut outbox = Vec::new();
         if let (Some(parent), Some(call)) = (parent, parent_call) {
             let stmt = tx
