@@ -12,6 +12,7 @@ mod golden;
 mod http_tool;
 mod jobs;
 mod limits;
+mod openapi;
 mod ops;
 mod parked;
 mod poison;

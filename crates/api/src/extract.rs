@@ -129,6 +129,18 @@ where
     }
 }
 
+/// An event id a client sends back (`after`, `Last-Event-ID`): a
+/// non-negative integer; anything else is a 400 naming `what`.
+pub fn parse_event_id(text: &str, what: &str) -> Result<i64, ApiError> {
+    match text.trim().parse::<i64>() {
+        Ok(id) if id >= 0 => Ok(id),
+        _ => Err(ApiError::BadRequest(format!(
+            "{what} must be an event id (a whole number, 0 or more), not {:?}",
+            text.chars().take(64).collect::<String>()
+        ))),
+    }
+}
+
 /// Parses a path id; a malformed id names nothing, so it is a 404 like an
 /// unknown one.
 pub fn parse_id<T: std::str::FromStr>(text: &str, what: &str) -> Result<T, ApiError> {
@@ -138,6 +150,15 @@ pub fn parse_id<T: std::str::FromStr>(text: &str, what: &str) -> Result<T, ApiEr
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_event_id_is_a_whole_number_of_zero_or_more() {
+        assert_eq!(super::parse_event_id("0", "after").unwrap(), 0);
+        assert_eq!(super::parse_event_id(" 42 ", "after").unwrap(), 42);
+        for bad in ["-1", "x", "", "1.5", "null", "9223372036854775808"] {
+            assert!(super::parse_event_id(bad, "after").is_err(), "{bad}");
+        }
+    }
+
     use super::*;
     use proptest::prelude::*;
     use serde::Deserialize;

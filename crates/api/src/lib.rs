@@ -14,10 +14,12 @@ mod auth;
 mod error;
 mod extract;
 mod hub;
+mod openapi;
 mod routes;
 
 pub use auth::{ApiKeys, ApiKeysError};
 pub use error::ApiError;
+pub use openapi::document as openapi_document;
 
 /// Bodies above this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -47,6 +49,8 @@ pub struct AppState {
     /// reconnects elsewhere with `Last-Event-ID`), so a graceful shutdown
     /// does not wait for them for ever.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// `GET /openapi.json`, rendered on first request.
+    openapi: Arc<OnceLock<String>>,
 }
 
 impl AppState {
@@ -70,12 +74,23 @@ impl AppState {
             keys: Arc::new(keys),
             metrics: metrics_handle(),
             shutdown: tokio_util::sync::CancellationToken::new(),
+            openapi: Arc::default(),
         }
     }
 
     /// Replies and reclaims as the runtime offers them to Rust callers.
     pub fn replies(&self) -> agentenkit_runtime::Replies {
         agentenkit_runtime::Replies::new(self.store.clone(), self.relay.clone())
+    }
+
+    /// The OpenAPI document of this deployment (its agents listed).
+    pub(crate) fn openapi_text(&self) -> &str {
+        self.openapi.get_or_init(|| {
+            let mut agents: Vec<&str> = self.registry.agent_names().collect();
+            agents.sort_unstable();
+            let doc = openapi::document_for(&agents);
+            serde_json::to_string_pretty(&doc).unwrap_or_default()
+        })
     }
 
     /// The same state with another per-owner limit of open streams.
@@ -133,6 +148,7 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
 
 pub fn router(state: AppState) -> Router {
     routes::router()
+        .0
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }

@@ -7,6 +7,7 @@ use crate::ids::ToolCallId;
 
 /// One tool call as the model proposed it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCallRequest {
     pub id: ToolCallId,
     pub name: String,
@@ -37,6 +38,7 @@ pub struct ModelResponse {
 
 /// One message of a thread's conversation, as stored and as sent to models.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
     User {

@@ -14,6 +14,7 @@ macro_rules! uuid_id {
             Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
         )]
         #[serde(transparent)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         pub struct $name(pub Uuid);
 
         impl $name {
@@ -59,6 +60,7 @@ uuid_id!(RunId, "run");
 /// The model's id for one tool call (`c1`, `call_abc…`). Unique within a run.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCallId(pub String);
 
 impl ToolCallId {

@@ -38,6 +38,7 @@ pub mod names {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JournalEntry {
     pub position: u32,
     pub name: String,

@@ -16,6 +16,7 @@ pub const MAX_OPTIONS: usize = 50;
 pub const MAX_STRING_BYTES: usize = 4096;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QuestionSet {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preamble: Option<String>,
@@ -23,6 +24,7 @@ pub struct QuestionSet {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Question {
     pub id: String,
     pub prompt: String,
@@ -33,6 +35,7 @@ pub struct Question {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QuestionOption {
     pub value: String,
     pub label: String,
@@ -40,6 +43,7 @@ pub struct QuestionOption {
 
 /// One thing wrong with a question set or an answer: where, and what.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Issue {
     /// A JSON pointer into the checked document (`/questions/0/defaults`).
     pub path: String,

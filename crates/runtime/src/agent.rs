@@ -22,6 +22,8 @@ use crate::{Error, Result};
 #[derive(Clone)]
 pub struct Agent {
     pub name: String,
+    /// What the agent is for, shown to people choosing one (`GET /agents`).
+    pub description: Option<String>,
     pub system: String,
     pub model: Arc<dyn Model>,
     pub tools: Vec<String>,
@@ -62,6 +64,7 @@ impl Agent {
     pub fn new(name: impl Into<String>, model: Arc<dyn Model>) -> Self {
         Self {
             name: name.into(),
+            description: None,
             system: String::new(),
             model,
             tools: vec![],
@@ -81,6 +84,12 @@ impl Agent {
     /// Asks `intake` before the first model call of a turn.
     pub fn intake(mut self, intake: Intake) -> Self {
         self.intake = Some(intake);
+        self
+    }
+
+    /// What the agent is for, shown to people choosing one.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
         self
     }
 
@@ -256,6 +265,7 @@ impl Registry {
                 )));
             }
             agent.ask = def.ask;
+            agent.description = def.description.filter(|d| !d.trim().is_empty());
             if let Some(intake) = def.intake {
                 let set = QuestionSet {
                     preamble: intake.preamble,

@@ -29,6 +29,9 @@ pub struct AgentFile {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentDef {
+    /// What the agent is for, shown to people choosing one.
+    #[serde(default)]
+    pub description: Option<String>,
     #[serde(default)]
     pub system: String,
     #[serde(default)]

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadView {
     pub id: ThreadId,
@@ -19,6 +20,7 @@ pub struct ThreadView {
 
 /// An open request: a tool call waiting for a person or an outside system.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PendingInput {
     pub tool_call_id: String,
@@ -31,21 +33,27 @@ pub struct PendingInput {
     pub run_name: String,
     pub depth: i32,
     pub expires_at: Option<DateTime<Utc>>,
+    /// The question set, for asks.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<agentenkit_core::questions::QuestionSet>))]
     pub request: Option<Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MessageView {
     pub id: i64,
     pub run_id: RunId,
+    /// The message itself: `role` and what that role carries.
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(value_type = agentenkit_core::conversation::Message))]
     pub body: Value,
     pub created_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct EventView {
     pub id: i64,
@@ -58,6 +66,7 @@ pub struct EventView {
 }
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RunView {
     pub id: RunId,
@@ -76,6 +85,7 @@ pub struct RunView {
 }
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct UsageView {
     pub model_call: i32,

@@ -7,61 +7,97 @@ use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::auth::Caller;
 use crate::extract::{parse_id, JsonBody};
+use crate::openapi::ErrorBody;
 use crate::{ApiError, AppState};
 
-#[derive(Debug, Serialize)]
+/// What became of a reply. `delivered: false` is not an error of the
+/// request: the call was already answered, expired or cancelled, and
+/// `error` says which.
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Delivery {
     delivered: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     error: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Approve {
+    #[schema(format = Uuid)]
     run_id: String,
+    #[schema(min_length = 1, pattern = "^[^\\u0000]*$")]
     tool_call_id: String,
+    /// Given to the tool (approvals) or returned as the job's result.
     #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::StorableJson>)]
     payload: Option<Value>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Reject {
+    #[schema(format = Uuid)]
     run_id: String,
+    #[schema(min_length = 1, pattern = "^[^\\u0000]*$")]
     tool_call_id: String,
     #[serde(default)]
+    #[schema(pattern = "^[^\\u0000]*$")]
     reason: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Answer {
+    #[schema(format = Uuid)]
     run_id: String,
+    #[schema(min_length = 1, pattern = "^[^\\u0000]*$")]
     tool_call_id: String,
+    #[schema(value_type = crate::openapi::AnswerMap)]
     answers: Value,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Skip {
+    #[schema(format = Uuid)]
     run_id: String,
+    #[schema(min_length = 1, pattern = "^[^\\u0000]*$")]
     tool_call_id: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Respond {
+    #[schema(format = Uuid)]
     thread_id: String,
+    #[schema(min_length = 1, pattern = "^[^\\u0000]*$")]
     tool_call_id: String,
     approved: bool,
+    /// Given to the tool (approvals) or returned as the job's result.
     #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::StorableJson>)]
     payload: Option<Value>,
 }
 
+/// Approves a call waiting for approval, or settles a job (`payload` is its
+/// result). Who answered is the key's owner.
+#[utoipa::path(post, path = "/agent/tool-call/approve", tag = "replies",
+    request_body = Approve,
+    responses(
+        (status = 200, body = Delivery),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
+        (status = 409, description = "`HumanReplyMismatchError`: the call takes no reply of this kind", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn approve(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -75,6 +111,19 @@ pub async fn approve(
     Ok(delivery(answered))
 }
 
+/// Rejects a call: the model sees the rejection and the reason.
+#[utoipa::path(post, path = "/agent/tool-call/reject", tag = "replies",
+    request_body = Reject,
+    responses(
+        (status = 200, body = Delivery),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
+        (status = 409, description = "`HumanReplyMismatchError`: the call takes no reply of this kind", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn reject(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -90,6 +139,19 @@ pub async fn reject(
 
 /// Answers to a question set, resolved on the server against the stored
 /// set (omitted questions take their defaults).
+#[utoipa::path(post, path = "/agent/tool-call/answer", tag = "replies",
+    request_body = Answer,
+    responses(
+        (status = 200, body = Delivery),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
+        (status = 409, description = "`HumanReplyMismatchError`: the call waits for approve or reject", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 422, description = "`InvalidAnswers`, with every issue", body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn answer(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -104,6 +166,18 @@ pub async fn answer(
 }
 
 /// A question set left unanswered: the defaults, persisted as rejected.
+#[utoipa::path(post, path = "/agent/tool-call/skip", tag = "replies",
+    request_body = Skip,
+    responses(
+        (status = 200, body = Delivery),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
+        (status = 409, description = "`HumanReplyMismatchError`: the call waits for approve or reject", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn skip(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -117,6 +191,20 @@ pub async fn skip(
     Ok(delivery(answered))
 }
 
+/// The webhook-facing reply, by thread and call id: `approved` with an
+/// optional payload.
+#[utoipa::path(post, path = "/agent/hitl/respond", tag = "replies",
+    request_body = Respond,
+    responses(
+        (status = 200, body = Delivery),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
+        (status = 409, description = "`AmbiguousToolCallId`: open requests of several runs share the id (answer by runId), or `HumanReplyMismatchError`", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn respond(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -149,6 +237,13 @@ fn delivery(answered: Answered) -> Json<Delivery> {
 }
 
 /// Every open request of the caller's threads.
+#[utoipa::path(get, path = "/agent/inbox", tag = "replies",
+    responses(
+        (status = 200, body = Vec<PendingInput>),
+        (status = 401, body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn inbox(
     State(state): State<AppState>,
     Caller(owner): Caller,

@@ -2,16 +2,32 @@ use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
 
+use crate::openapi::ErrorBody;
 use crate::{ApiError, AppState};
 
-pub async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// `ok` (liveness) or `ready` (readiness).
+    status: &'static str,
 }
 
-/// Ready when both the database and the broker answer.
-pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
+    responses((status = 200, body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// Readiness: both the database and the broker answer.
+#[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
+    responses(
+        (status = 200, body = Health),
+        (status = 503, description = "The database or the broker is unreachable", body = ErrorBody),
+    ))]
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     // The cause is logged, not echoed: this route needs no key.
     state.store.ready().await.map_err(|e| {
         tracing::warn!(error = %e, "not ready: database");
@@ -21,9 +37,12 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
         tracing::warn!(error = %e, "not ready: broker");
         ApiError::Unavailable("the broker is unreachable".into())
     })?;
-    Ok(Json(json!({ "status": "ready" })))
+    Ok(Json(Health { status: "ready" }))
 }
 
+/// Prometheus text: the counters and histograms the README lists.
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(()),
+    responses((status = 200, content_type = "text/plain; version=0.0.4", body = String)))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let text = state
         .metrics
@@ -31,4 +50,14 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         .map(|h| h.render())
         .unwrap_or_default();
     ([(CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// This document (OpenAPI 3.1).
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", security(()),
+    responses((status = 200, content_type = "application/json", body = Object)))]
+pub async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(CONTENT_TYPE, "application/json")],
+        state.openapi_text().to_owned(),
+    )
 }

@@ -1,41 +1,50 @@
-//! Routes, one module per resource.
+//! Routes, one module per resource. Each handler is registered together
+//! with its OpenAPI description (`routes!`), so the document served at
+//! `/openapi.json` lists exactly the routes that exist.
 
 use axum::http::{Method, Uri};
-use axum::routing::{get, post};
 use axum::Router;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use crate::openapi::ApiDoc;
 use crate::{ApiError, AppState};
 
+mod agents;
 mod answers;
 mod health;
 mod runs;
 mod stream;
 mod threads;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/threads", post(threads::create))
-        .route("/threads/{id}", get(threads::get))
-        .route(
-            "/threads/{id}/messages",
-            post(threads::post_message).get(threads::list_messages),
-        )
-        .route("/threads/{id}/events", get(threads::list_events))
-        .route("/threads/{id}/stop", post(threads::stop))
-        .route("/threads/{id}/stream", get(stream::stream))
-        .route("/runs/{id}", get(runs::get))
-        .route("/runs/{id}/journal", get(runs::journal))
-        .route("/agent/tool-call/approve", post(answers::approve))
-        .route("/agent/tool-call/reject", post(answers::reject))
-        .route("/agent/tool-call/answer", post(answers::answer))
-        .route("/agent/tool-call/skip", post(answers::skip))
-        .route("/agent/hitl/respond", post(answers::respond))
-        .route("/agent/inbox", get(answers::inbox))
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
+/// The routes and the document describing them.
+pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(threads::create))
+        .routes(routes!(threads::get))
+        .routes(routes!(threads::post_message, threads::list_messages))
+        .routes(routes!(threads::list_events))
+        .routes(routes!(threads::stop))
+        .routes(routes!(stream::stream))
+        .routes(routes!(runs::get))
+        .routes(routes!(runs::journal))
+        .routes(routes!(answers::approve))
+        .routes(routes!(answers::reject))
+        .routes(routes!(answers::answer))
+        .routes(routes!(answers::skip))
+        .routes(routes!(answers::respond))
+        .routes(routes!(answers::inbox))
+        .routes(routes!(agents::list))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+        .routes(routes!(health::openapi))
+        .split_for_parts();
+    let router = router
         .fallback(unknown_route)
-        .method_not_allowed_fallback(wrong_method)
+        .method_not_allowed_fallback(wrong_method);
+    (router, doc)
 }
 
 /// Every error is JSON, an unknown route too.

@@ -14,17 +14,40 @@ use futures::Stream;
 use serde::Deserialize;
 
 use crate::auth::Caller;
-use crate::extract::{parse_id, PathText, QueryParams};
+use crate::extract::{parse_event_id, parse_id, PathText, QueryParams};
 use crate::hub::Subscription;
+use crate::openapi::ErrorBody;
 use crate::{ApiError, AppState};
 
 const PAGE: i64 = 500;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct StreamQuery {
+    /// Start after this event id when no `Last-Event-ID` is sent.
+    #[param(value_type = Option<i64>, minimum = 0, nullable = false)]
     after: Option<String>,
 }
 
+/// The thread's events live, as Server-Sent Events: `id:` is the event id,
+/// `event:` its type, `data:` the event as JSON. Reconnect with
+/// `Last-Event-ID` to resume; runs are reclaimed on connect.
+#[utoipa::path(get, path = "/threads/{id}/stream", tag = "threads",
+    params(
+        ("id" = ThreadId, Path, description = "The thread"),
+        ("Last-Event-ID" = Option<i64>, Header, minimum = 0, nullable = false,
+            description = "Resume after this event id (wins over `after`)"),
+        StreamQuery,
+    ),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = crate::openapi::StreamEvent),
+        (status = 400, description = "`Last-Event-ID` or `after` is not an event id", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+        (status = 429, description = "The key holds too many open streams", body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn stream(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -36,17 +59,16 @@ pub async fn stream(
     // Ownership first: another owner's thread is a 404, not an empty stream.
     state.store.get_thread(thread, &owner).await?;
     crate::reclaim_on_connect(&state, agentenkit_store::Scope::Thread(thread)).await;
+    // Both are checked when both are sent; the header (what a reconnecting
+    // client knows last) wins.
+    let after_query = match query.after.as_deref() {
+        None | Some("") => 0,
+        Some(text) => parse_event_id(text, "after")?,
+    };
     let after = match headers.get("last-event-id").map(|v| v.to_str()) {
-        Some(Ok(text)) => text.trim().parse::<i64>().map_err(|_| {
-            ApiError::BadRequest(format!("Last-Event-ID must be an event id, not {text:?}"))
-        })?,
+        Some(Ok(text)) => parse_event_id(text, "Last-Event-ID")?,
         Some(Err(_)) => return Err(ApiError::BadRequest("Last-Event-ID is not text".into())),
-        None => match query.after.as_deref() {
-            None | Some("") => 0,
-            Some(text) => text.parse::<i64>().map_err(|_| {
-                ApiError::BadRequest(format!("after must be an event id, not {text:?}"))
-            })?,
-        },
+        None => after_query,
     };
     // Subscribe before the first read, so no event falls between the two.
     let wake = state

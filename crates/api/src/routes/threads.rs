@@ -1,13 +1,15 @@
-use agentenkit_core::ThreadId;
+use agentenkit_core::{RunId, ThreadId, ThreadStatus};
 use agentenkit_store::{EventView, MessageView, ThreadView};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
-use crate::extract::{parse_id, JsonBody, PathText, QueryParams};
+use crate::extract::{parse_event_id, parse_id, JsonBody, PathText, QueryParams};
+use crate::openapi::ErrorBody;
 use crate::{ApiError, AppState};
 
 /// Longest user message accepted (characters are bytes here; the body
@@ -15,19 +17,41 @@ use crate::{ApiError, AppState};
 const MAX_CONTENT_BYTES: usize = 256 * 1024;
 const MAX_EVENTS_PER_PAGE: i64 = 1000;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateThread {
+    /// An agent of the agent file (`GET /agents`).
     agent: String,
+    /// Kept with the thread and returned with it.
     #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::StorableObject>)]
     metadata: Option<Value>,
 }
 
+#[derive(Serialize, ToSchema)]
+pub struct CreatedThread {
+    id: ThreadId,
+    agent: String,
+    status: ThreadStatus,
+}
+
+/// Starts a thread with an agent; its first turn is a message.
+#[utoipa::path(post, path = "/threads", tag = "threads",
+    request_body = CreateThread,
+    responses(
+        (status = 201, body = CreatedThread),
+        (status = 400, description = "Malformed JSON, or metadata that is not an object", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 422, description = "`UnknownAgent`", body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn create(
     State(state): State<AppState>,
     Caller(owner): Caller,
     JsonBody(body): JsonBody<CreateThread>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<CreatedThread>), ApiError> {
     if state.registry.agent(&body.agent).is_none() {
         return Err(ApiError::Unprocessable {
             code: "UnknownAgent",
@@ -50,10 +74,24 @@ pub async fn create(
         .await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "id": thread.id, "agent": thread.agent, "status": thread.status })),
+        Json(CreatedThread {
+            id: thread.id,
+            agent: thread.agent,
+            status: thread.status,
+        }),
     ))
 }
 
+/// A thread, its status and its open requests.
+#[utoipa::path(get, path = "/threads/{id}", tag = "threads",
+    params(("id" = ThreadId, Path, description = "The thread")),
+    responses(
+        (status = 200, body = ThreadView),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn get(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -63,18 +101,45 @@ pub async fn get(
     Ok(Json(state.store.get_thread(thread, &owner).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostMessage {
+    /// The user's message: not blank, at most 256 KiB (of UTF-8), no NUL.
+    #[schema(
+        min_length = 1,
+        max_length = 262144,
+        // Something besides white space (Rust's `char::is_whitespace`).
+        pattern = "^[^\\u0000]*[^\\u0000\\u0009-\\u000d\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$"
+    )]
     content: String,
 }
 
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StartedRun {
+    run_id: RunId,
+}
+
+/// Starts a turn: a run that answers the message.
+#[utoipa::path(post, path = "/threads/{id}/messages", tag = "threads",
+    params(("id" = ThreadId, Path, description = "The thread")),
+    request_body = PostMessage,
+    responses(
+        (status = 202, body = StartedRun),
+        (status = 400, description = "Malformed JSON or blank content", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+        (status = 409, description = "`RunActive`: a run is active or waiting", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn post_message(
     State(state): State<AppState>,
     Caller(owner): Caller,
     PathText(id): PathText,
     JsonBody(body): JsonBody<PostMessage>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<StartedRun>), ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     if body.content.trim().is_empty() {
         return Err(ApiError::BadRequest("content must not be empty".into()));
@@ -93,10 +158,22 @@ pub async fn post_message(
     state.relay.publish(&started.outbox).await;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "runId": started.run_id })),
+        Json(StartedRun {
+            run_id: started.run_id,
+        }),
     ))
 }
 
+/// The conversation: user and assistant messages, tool calls and results.
+#[utoipa::path(get, path = "/threads/{id}/messages", tag = "threads",
+    params(("id" = ThreadId, Path, description = "The thread")),
+    responses(
+        (status = 200, body = Vec<MessageView>),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn list_messages(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -106,11 +183,25 @@ pub async fn list_messages(
     Ok(Json(state.store.list_messages(thread, &owner).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
+    /// Only events with a larger id (the last id seen); default 0.
+    #[param(value_type = Option<i64>, minimum = 0, nullable = false)]
     after: Option<String>,
 }
 
+/// The thread's events after `after`, oldest first, at most 1000.
+#[utoipa::path(get, path = "/threads/{id}/events", tag = "threads",
+    params(("id" = ThreadId, Path, description = "The thread"), EventsQuery),
+    responses(
+        (status = 200, body = Vec<EventView>),
+        (status = 400, description = "`after` is not an event id", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn list_events(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -120,9 +211,7 @@ pub async fn list_events(
     let thread: ThreadId = parse_id(&id, "thread")?;
     let after = match query.after.as_deref() {
         None | Some("") => 0,
-        Some(text) => text.parse::<i64>().map_err(|_| {
-            ApiError::BadRequest(format!("after must be an event id, not {text:?}"))
-        })?,
+        Some(text) => parse_event_id(text, "after")?,
     };
     Ok(Json(
         state
@@ -132,13 +221,29 @@ pub async fn list_events(
     ))
 }
 
+#[derive(Serialize, ToSchema)]
+pub struct Stopped {
+    /// The runs stopped: the current run and its sub-agents (none when the
+    /// thread was idle).
+    stopped: Vec<RunId>,
+}
+
 /// Stops the thread's current run tree.
+#[utoipa::path(post, path = "/threads/{id}/stop", tag = "threads",
+    params(("id" = ThreadId, Path, description = "The thread")),
+    responses(
+        (status = 202, body = Stopped),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
 pub async fn stop(
     State(state): State<AppState>,
     Caller(owner): Caller,
     PathText(id): PathText,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Stopped>), ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     let stopped = state.store.stop_thread(thread, &owner).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({ "stopped": stopped }))))
+    Ok((StatusCode::ACCEPTED, Json(Stopped { stopped })))
 }

@@ -65,6 +65,9 @@ enum Command {
         #[command(flatten)]
         connections: Connections,
     },
+    /// Prints the API's OpenAPI 3.1 document (as `GET /openapi.json` serves
+    /// it), for client generators.
+    Openapi,
     /// Operator commands over the HTTP API (AGENTENKIT_URL, AGENTENKIT_API_KEY).
     #[command(flatten)]
     Ops(OpsCommand),
@@ -78,7 +81,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Chat { .. } | Command::Demo { .. } | Command::Ops(_) => {
             init_tracing_at("warn,lapin=off", cli.log.log_format)
         }
-        Command::Migrate { .. } | Command::Dev { .. } => init_tracing(cli.log.log_format),
+        Command::Migrate { .. } | Command::Dev { .. } | Command::Openapi => {
+            init_tracing(cli.log.log_format)
+        }
     }
     match cli.command {
         Command::Migrate { connections } => {
@@ -127,6 +132,10 @@ async fn main() -> anyhow::Result<()> {
             owner,
         } => agentenkit::chat::run(connections, agents, agent, owner).await?,
         Command::Demo { connections } => agentenkit::demo::run(connections).await?,
+        Command::Openapi => println!(
+            "{}",
+            serde_json::to_string_pretty(&agentenkit_api::openapi_document())?
+        ),
         Command::Ops(command) => {
             let outcome = command.run().await?;
             print!("{}", outcome.output);
