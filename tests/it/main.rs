@@ -16,6 +16,7 @@ mod openapi;
 mod ops;
 mod parked;
 mod poison;
+mod providers;
 mod reaper;
 mod stream;
 mod subagents;

@@ -2,6 +2,8 @@
 //! its own RabbitMQ names, an API on 127.0.0.1:0, workers it can start and
 //! kill, and HTTP tool endpoints that count their calls.
 
+pub mod providers;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -112,7 +114,9 @@ impl TestEnv {
             queue,
             registry,
             api,
-            http: reqwest::Client::new(),
+            http: agentenkit_runtime::tls::http_client()
+                .build()
+                .expect("http client"),
             worker_config: test_worker_config(),
             topology,
             shutdown,

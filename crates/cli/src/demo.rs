@@ -98,7 +98,7 @@ pub async fn run(mut connections: Connections) -> anyhow::Result<()> {
 }
 
 async fn converse(addr: SocketAddr) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
+    let http = agentenkit_runtime::tls::http_client().build()?;
     let base = format!("http://{addr}");
     let call = |req: reqwest::RequestBuilder| async move {
         let response = req.bearer_auth(KEY).send().await?;

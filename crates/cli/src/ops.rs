@@ -282,7 +282,7 @@ impl Client {
             anyhow::bail!("no API key: set AGENTENKIT_API_KEY (or pass --api-key)");
         }
         Ok(Client {
-            http: reqwest::Client::builder()
+            http: agentenkit_runtime::tls::http_client()
                 .timeout(std::time::Duration::from_secs(30))
                 .build()?,
             base: api.url.trim_end_matches('/').to_owned(),

@@ -124,7 +124,11 @@ url = "{tool_url}"
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // The worker process serves its own metrics.
-    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+    let metrics = agentenkit_runtime::tls::http_client()
+        .build()
+        .unwrap()
+        .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .send()
         .await
         .unwrap()
         .text()

@@ -7,14 +7,12 @@ use std::time::Duration;
 
 use agentenkit_core::questions::QuestionSet;
 
-use crate::config::{
-    AgentFile, IntakeWhen, ModelDef, ToolDef, DEFAULT_HITL_TTL_MS, DEFAULT_MAX_DEPTH,
-};
+use crate::config::{AgentFile, IntakeWhen, ToolDef, DEFAULT_HITL_TTL_MS, DEFAULT_MAX_DEPTH};
 
 /// The name of the built-in question tool. Never registered, no handler:
 /// the kind `ask` is resolved from the agent's configuration alone.
 pub const ASK_TOOL: &str = "ask";
-use crate::model::{Model, ScriptedModel};
+use crate::model::Model;
 use crate::tool::{EchoTool, HttpTool, RegisteredTool, Tool, ToolSpec};
 use crate::{Error, Result};
 
@@ -250,9 +248,7 @@ impl Registry {
             registry = registry.with_tool(tool)?;
         }
         for (name, def) in file.agents {
-            let model: Arc<dyn Model> = match def.model {
-                ModelDef::Scripted { script } => Arc::new(ScriptedModel::new(script)),
-            };
+            let model = crate::model::from_def(&name, def.model)?;
             let mut agent = Agent::new(name, model).system(def.system);
             agent.tools = def.tools;
             agent.subagents = def.subagents;

@@ -70,7 +70,42 @@ pub enum IntakeWhen {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "provider", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ModelDef {
-    Scripted { script: Vec<ScriptEntry> },
+    Scripted {
+        script: Vec<ScriptEntry>,
+    },
+    /// Any OpenAI-compatible Chat Completions server. `base_url` defaults
+    /// to `OPENAI_BASE_URL`, then OpenAI's; the key is read from
+    /// `api_key_env` (default `OPENAI_API_KEY`); none sends no header.
+    Openai {
+        model: String,
+        #[serde(default)]
+        base_url: Option<String>,
+        #[serde(default)]
+        api_key_env: Option<String>,
+        #[serde(default)]
+        temperature: Option<f64>,
+        #[serde(default)]
+        max_tokens: Option<u32>,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        #[serde(default)]
+        max_retries: Option<u32>,
+    },
+    /// The Messages API. The key is read from `api_key_env` (default
+    /// `ANTHROPIC_API_KEY`).
+    Anthropic {
+        model: String,
+        #[serde(default)]
+        base_url: Option<String>,
+        #[serde(default)]
+        api_key_env: Option<String>,
+        #[serde(default)]
+        max_tokens: Option<u32>,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        #[serde(default)]
+        max_retries: Option<u32>,
+    },
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -173,11 +208,52 @@ input_schema = { type = "object", required = ["to"], properties = { to = { type 
 "#;
 
     #[test]
+    fn parses_the_spec_12_providers() {
+        let file = AgentFile::parse(
+            r#"
+[agents.a]
+model = { provider = "openai", model = "gpt-4o-mini", base_url = "https://api.openai.com/v1",
+          api_key_env = "OPENAI_API_KEY", temperature = 0.2, max_tokens = 1024,
+          timeout_ms = 120000, max_retries = 4 }
+[agents.b]
+model = { provider = "anthropic", model = "claude-sonnet-4-5", base_url = "https://api.anthropic.com",
+          api_key_env = "ANTHROPIC_API_KEY", max_tokens = 1024, timeout_ms = 120000, max_retries = 4 }
+"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            &file.agents["a"].model,
+            ModelDef::Openai { model, max_retries: Some(4), .. } if model == "gpt-4o-mini"
+        ));
+        assert!(matches!(
+            &file.agents["b"].model,
+            ModelDef::Anthropic {
+                max_tokens: Some(1024),
+                ..
+            }
+        ));
+        assert!(crate::Registry::from_toml(
+            "[agents.a]\nmodel = { provider = \"openai\", model = \"m\", base_url = \"ftp://x\" }"
+        )
+        .is_err());
+        assert!(crate::Registry::from_toml(
+            "[agents.a]\nmodel = { provider = \"anthropic\", model = \"m\", max_tokens = 0 }"
+        )
+        .is_err());
+        assert!(crate::Registry::from_toml(
+            "[agents.a]\nmodel = { provider = \"openai\", model = \"m\", timeout_ms = 0 }"
+        )
+        .is_err());
+    }
+
+    #[test]
     fn parses_the_spec_example() {
         let file = AgentFile::parse(SPEC_EXAMPLE).unwrap();
         let mailer = &file.agents["mailer"];
         assert_eq!(mailer.tools, ["send_email"]);
-        let ModelDef::Scripted { script } = &mailer.model;
+        let ModelDef::Scripted { script } = &mailer.model else {
+            panic!("mailer has a scripted model");
+        };
         assert_eq!(script.len(), 2);
         assert_eq!(script[0].tool_calls[0].id.as_str(), "c1");
         assert_eq!(script[1].text.as_deref(), Some("Done."));

@@ -12,12 +12,16 @@ pub mod model;
 pub mod reaper;
 pub mod relay;
 pub mod replies;
+pub mod tls;
 pub mod tool;
 pub mod worker;
 
 pub use agent::{Agent, Registry};
 pub use error::{Error, Result};
-pub use model::{Model, ModelError, ModelRequest, ScriptEntry, ScriptedModel};
+pub use model::{
+    AnthropicModel, ApiKey, Model, ModelError, ModelRequest, OpenAiModel, ScriptEntry,
+    ScriptedModel,
+};
 pub use relay::Relay;
 pub use replies::Replies;
 pub use tool::{

@@ -203,7 +203,7 @@ impl HttpTool {
     }
 
     fn client(timeout: Duration) -> reqwest::Client {
-        reqwest::Client::builder()
+        crate::tls::http_client()
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
             .build()

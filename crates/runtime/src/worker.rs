@@ -292,7 +292,11 @@ impl Worker {
                 Disposition::Requeue
             }
             Err(SegmentError::Crashed) => Disposition::Crashed,
-            Err(SegmentError::Permanent(e)) | Err(SegmentError::Retry(e)) => {
+            Err(
+                e @ (SegmentError::Permanent(_)
+                | SegmentError::Retry(_)
+                | SegmentError::ModelRefused { .. }),
+            ) => {
                 tracing::error!(error = %e, "could not record the run's end");
                 Disposition::Requeue
             }

@@ -197,6 +197,13 @@ async fn invoke(
     let Some(tool) = registry.tool(&call.name).filter(|_| offered) else {
         return Invocation::Failed(json!({ "error": format!("unknown tool {:?}", call.name) }));
     };
+    // Text a model wrote that is not JSON was kept as a string.
+    if !call.arguments.is_object() {
+        return Invocation::Failed(json!({
+            "error": "invalid arguments: expected a JSON object",
+            "arguments": call.arguments,
+        }));
+    }
     let issues = tool.validate(&call.arguments);
     if !issues.is_empty() {
         return Invocation::Failed(json!({ "error": "invalid arguments", "issues": issues }));

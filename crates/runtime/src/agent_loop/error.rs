@@ -18,6 +18,10 @@ pub enum SegmentError {
     /// Retry the step after a delay (model error, unavailable tool).
     #[error("{0}")]
     Retry(String),
+    /// The model provider refused the request (a 4xx other than 408, 409
+    /// and 429): fail the run at once with the provider's own message.
+    #[error("the model provider refused the request ({status}): {message}")]
+    ModelRefused { status: u16, message: String },
     /// Another worker holds the run now: stop, change nothing.
     #[error("lease lost")]
     LeaseLost,

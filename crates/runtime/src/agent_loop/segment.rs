@@ -43,14 +43,26 @@ pub async fn end(
         Err(SegmentError::Parked(request)) => {
             let error = format!("a tool parked ({}) outside a step", request.reason);
             cp.discard();
-            finish(ctx, cp, RunStatus::Failed, None, Some(error)).await
+            finish(ctx, cp, RunStatus::Failed, None, Some(error.into())).await
+        }
+        Err(refused @ SegmentError::ModelRefused { .. }) => {
+            tracing::warn!(error = %refused, "run failed: the model provider refused");
+            cp.discard();
+            finish(
+                ctx,
+                cp,
+                RunStatus::Failed,
+                None,
+                Some(Failure::from(refused)),
+            )
+            .await
         }
         Err(SegmentError::Permanent(error)) | Err(SegmentError::Retry(error)) => {
             tracing::warn!(%error, "run failed");
             // What the step buffered may be the cause (a write the store
             // refuses): the failure is recorded without it.
             cp.discard();
-            finish(ctx, cp, RunStatus::Failed, None, Some(error)).await
+            finish(ctx, cp, RunStatus::Failed, None, Some(error.into())).await
         }
         Err(other) => Err(other),
     }
@@ -99,6 +111,37 @@ pub async fn advance(
     }
 }
 
+/// Why a run failed: the text its row and its parent keep, and what
+/// `RUN_FAILED` carries besides `runId`.
+struct Failure {
+    text: String,
+    event: serde_json::Value,
+}
+
+impl From<String> for Failure {
+    fn from(text: String) -> Self {
+        Failure {
+            event: json!({ "error": text }),
+            text,
+        }
+    }
+}
+
+impl From<SegmentError> for Failure {
+    fn from(e: SegmentError) -> Self {
+        match e {
+            SegmentError::ModelRefused {
+                status,
+                ref message,
+            } => Failure {
+                event: json!({ "error": "model", "status": status, "message": message }),
+                text: e.to_string(),
+            },
+            other => Failure::from(other.to_string()),
+        }
+    }
+}
+
 /// Ends the run; a child run also settles its parent's delegation (its
 /// output, or its failure, is the delegation's result) and resumes the
 /// parent when nothing else of it is open.
@@ -107,9 +150,13 @@ async fn finish(
     cp: &mut Checkpointer<'_>,
     status: RunStatus,
     output: Option<String>,
-    error: Option<String>,
+    failure: Option<Failure>,
 ) -> Result<(), SegmentError> {
     let lease = &ctx.lease;
+    let (error, failed_event) = match failure {
+        Some(Failure { text, event }) => (Some(text), event),
+        None => (None, json!({})),
+    };
     let delegation = match (ctx.parent_run_id, &ctx.parent_tool_call_id) {
         (Some(parent_run_id), Some(call)) => Some(match status {
             RunStatus::Completed => Change::FinishDelegation {
@@ -134,10 +181,11 @@ async fn finish(
             EventType::RunCompleted,
             json!({ "runId": lease.run_id, "output": output }),
         ),
-        _ => (
-            EventType::RunFailed,
-            json!({ "runId": lease.run_id, "error": error }),
-        ),
+        _ => {
+            let mut data = failed_event;
+            data["runId"] = json!(lease.run_id);
+            (EventType::RunFailed, data)
+        }
     };
     cp.commit_end(
         [

@@ -58,11 +58,12 @@ pub async fn run_turn(
                     messages: &conversation,
                     tools: &tools,
                 };
-                let response = agent
-                    .model
-                    .complete(request)
-                    .await
-                    .map_err(|e| SegmentError::Retry(e.to_string()))?;
+                let response = agent.model.complete(request).await.map_err(|e| match e {
+                    crate::ModelError::Transient(_) => SegmentError::Retry(e.to_string()),
+                    crate::ModelError::Refused { status, message } => {
+                        SegmentError::ModelRefused { status, message }
+                    }
+                })?;
                 let response: ModelResponse = serde_json::to_value(&response)
                     .map(without_nul)
                     .and_then(serde_json::from_value)

@@ -1,31 +1,10 @@
-//! Models: what a run asks for its next step.
+//! `provider = "scripted"`: a model that plays a script, for tests and demos.
 
-use agentenkit_core::conversation::{Message, ModelResponse, ToolCallRequest, Usage};
+use agentenkit_core::conversation::{ModelResponse, ToolCallRequest, Usage};
 use async_trait::async_trait;
 use serde::Deserialize;
-use thiserror::Error;
 
-use crate::tool::ToolSpec;
-
-/// One call to a model. `call_index` is the n of `model:<n>`: stable across
-/// replays, so a scripted model answers the same call the same way.
-#[derive(Debug, Clone, Copy)]
-pub struct ModelRequest<'a> {
-    pub call_index: u32,
-    pub system: &'a str,
-    pub messages: &'a [Message],
-    pub tools: &'a [ToolSpec],
-}
-
-/// A model call that failed; the step is retried, then the run fails.
-#[derive(Debug, Clone, Error)]
-#[error("model call failed: {0}")]
-pub struct ModelError(pub String);
-
-#[async_trait]
-pub trait Model: Send + Sync {
-    async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError>;
-}
+use super::{Model, ModelError, ModelRequest};
 
 /// One entry of a scripted model (`provider = "scripted"`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -65,9 +44,9 @@ impl Model for ScriptedModel {
         let entry = self
             .script
             .get(index)
-            .ok_or_else(|| ModelError("the script is empty".into()))?;
+            .ok_or_else(|| ModelError::Transient("the script is empty".into()))?;
         if let Some(error) = &entry.error {
-            return Err(ModelError(error.clone()));
+            return Err(ModelError::Transient(error.clone()));
         }
         let sent: usize = request.system.len()
             + request
