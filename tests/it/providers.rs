@@ -439,3 +439,53 @@ async fn a_worker_killed_after_the_park_never_calls_the_model_for_that_step_agai
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_provider_is_reached_over_tls_with_a_certificate_the_test_made() {
+    let tool = ToolServer::ok().await;
+    let (fake, ca_pem) =
+        FakeProvider::start_tls(Wire::Anthropic, vec![anthropic_text("Secure.")]).await;
+    assert!(fake.url.starts_with("https://localhost:"));
+    let mut trusted = settings(&fake.url, Some(KEY));
+    trusted.extra_roots_pem = vec![ca_pem];
+    let model: Arc<dyn Model> = Arc::new(
+        AnthropicModel::new(AnthropicConfig {
+            model: "claude-test".into(),
+            max_tokens: 64,
+            provider: trusted,
+        })
+        .unwrap(),
+    );
+    // The same server, not trusted: the handshake fails, which is retried
+    // as a connection error and then fails the step; never a plain-text
+    // fallback.
+    let mut untrusted = settings(&fake.url, Some(KEY));
+    untrusted.max_retries = 0;
+    let stranger: Arc<dyn Model> = Arc::new(
+        AnthropicModel::new(AnthropicConfig {
+            model: "claude-test".into(),
+            max_tokens: 64,
+            provider: untrusted,
+        })
+        .unwrap(),
+    );
+    let registry =
+        registry_with(model, &tool.url, false).with_agent(Agent::new("stranger", stranger));
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    let (_, run_id) = env.start_turn("llm", "hi").await;
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], "Secure.");
+    assert_eq!(fake.accepted().len(), 1);
+    let (_, refused_run) = env.start_turn("stranger", "hi").await;
+    let run = env.wait_run_finished(&refused_run).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        run["error"].as_str().unwrap().contains("could not connect"),
+        "{run}"
+    );
+    assert_eq!(fake.requests().len(), 1, "no request passed without trust");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -120,6 +120,41 @@ impl FakeProvider {
     /// Answers the n-th request it accepts with `script[n]` (the last one
     /// again past the end).
     pub async fn start(wire: Wire, script: Vec<Reply>) -> FakeProvider {
+        Self::serve(wire, script, None).await
+    }
+
+    /// Like `start`, over HTTPS with a certificate for `localhost` issued
+    /// by a CA made for this call; returns the CA's certificate (PEM) to
+    /// trust.
+    pub async fn start_tls(wire: Wire, script: Vec<Reply>) -> (FakeProvider, Vec<u8>) {
+        agentenkit_runtime::tls::install_crypto_provider();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "agentenkit test CA");
+        let ca_key = rcgen::KeyPair::generate().expect("ca key");
+        let ca = ca_params.self_signed(&ca_key).expect("ca cert");
+        let server_key = rcgen::KeyPair::generate().expect("server key");
+        let server = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .expect("server params")
+            .signed_by(&server_key, &ca, &ca_key)
+            .expect("server cert");
+        let tls = axum_server::tls_rustls::RustlsConfig::from_pem(
+            server.pem().into_bytes(),
+            server_key.serialize_pem().into_bytes(),
+        )
+        .await
+        .expect("tls config");
+        let fake = Self::serve(wire, script, Some(tls)).await;
+        (fake, ca.pem().into_bytes())
+    }
+
+    async fn serve(
+        wire: Wire,
+        script: Vec<Reply>,
+        tls: Option<axum_server::tls_rustls::RustlsConfig>,
+    ) -> FakeProvider {
         let state = Arc::new(State {
             wire,
             script: Mutex::new(script.into()),
@@ -138,16 +173,30 @@ impl FakeProvider {
                 async move { answer(&state, &headers, &body) }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let scheme = match tls {
+            Some(tls) => {
+                tokio::spawn(async move {
+                    let _ = axum_server::from_tcp_rustls(listener, tls)
+                        .serve(app.into_make_service())
+                        .await;
+                });
+                "https"
+            }
+            None => {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                tokio::spawn(async move {
+                    let _ = axum::serve(listener, app).await;
+                });
+                "http"
+            }
+        };
+        // `localhost`: the name the test certificate is issued for.
         let url = match wire {
-            Wire::OpenAi => format!("http://{addr}/v1"),
-            Wire::Anthropic => format!("http://{addr}"),
+            Wire::OpenAi => format!("{scheme}://localhost:{port}/v1"),
+            Wire::Anthropic => format!("{scheme}://localhost:{port}"),
         };
         FakeProvider { url, state }
     }

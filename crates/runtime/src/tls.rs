@@ -1,6 +1,6 @@
 //! TLS is rustls with the ring provider: nothing to build against OpenSSL.
-//! Certificates are checked against the platform's roots (the system store
-//! on Linux, where `SSL_CERT_FILE` adds a private CA).
+//! Certificates are checked against the platform's roots (rustls-platform-
+//! verifier), plus any a provider is given (`ProviderSettings::extra_roots_pem`).
 
 /// Makes ring the process's rustls provider, once; a provider installed
 /// earlier (by the embedding application) is kept.

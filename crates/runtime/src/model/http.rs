@@ -53,6 +53,9 @@ pub struct ProviderSettings {
     /// The first backoff; it doubles per retry up to `backoff_cap`.
     pub backoff: Duration,
     pub backoff_cap: Duration,
+    /// Certificates (PEM) trusted besides the platform's roots: a private
+    /// CA of a gateway or of a local server.
+    pub extra_roots_pem: Vec<Vec<u8>>,
 }
 
 impl ProviderSettings {
@@ -68,6 +71,7 @@ impl ProviderSettings {
             max_retries: Self::DEFAULT_MAX_RETRIES,
             backoff: Duration::from_millis(500),
             backoff_cap: Duration::from_secs(30),
+            extra_roots_pem: Vec::new(),
         }
     }
 }
@@ -87,7 +91,15 @@ pub(super) struct ProviderClient {
 
 impl ProviderClient {
     pub(super) fn new(provider: &'static str, settings: ProviderSettings) -> Result<Self, String> {
+        let mut extra_roots = Vec::new();
+        for pem in &settings.extra_roots_pem {
+            extra_roots.extend(
+                reqwest::Certificate::from_pem_bundle(pem)
+                    .map_err(|e| format!("{provider} client: a trusted certificate: {e}"))?,
+            );
+        }
         let client = crate::tls::http_client()
+            .tls_certs_merge(extra_roots)
             .timeout(settings.timeout)
             .connect_timeout(settings.connect_timeout)
             .redirect(reqwest::redirect::Policy::none())
