@@ -377,7 +377,10 @@ async fn the_fuzzer_finds_no_server_error_and_no_answer_outside_the_document() {
             .args(["--url", &api])
             .args(["-H", &format!("Authorization: Bearer {ALICE}")])
             .args(["--checks", "all"])
-            .args(["--max-examples", "40", "--seed", "7", "--workers", "2"])
+            .args(["--max-examples", "40", "--seed", "7"])
+            // One worker: hypothesis describes lambdas by parsing source, which
+            // is not thread-safe ("AST constructor recursion depth mismatch").
+            .args(["--workers", "1"])
             .args(["--request-timeout", "10"])
             .args(["--report", "junit", "--report-junit-path"])
             .arg(&report)

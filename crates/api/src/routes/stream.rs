@@ -62,7 +62,7 @@ pub async fn stream(
     // Both are checked when both are sent; the header (what a reconnecting
     // client knows last) wins.
     let after_query = match query.after.as_deref() {
-        None | Some("") => 0,
+        None => 0,
         Some(text) => parse_event_id(text, "after")?,
     };
     let after = match headers.get("last-event-id").map(|v| v.to_str()) {

@@ -210,7 +210,7 @@ pub async fn list_events(
 ) -> Result<Json<Vec<EventView>>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     let after = match query.after.as_deref() {
-        None | Some("") => 0,
+        None => 0,
         Some(text) => parse_event_id(text, "after")?,
     };
     Ok(Json(
