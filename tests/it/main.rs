@@ -20,4 +20,5 @@ mod providers;
 mod reaper;
 mod stream;
 mod subagents;
+mod tls;
 mod turn;

@@ -95,6 +95,51 @@ pub fn anthropic_text(text: &str) -> Reply {
     }))
 }
 
+/// A CA made for one test and a certificate it issued for `localhost`.
+pub struct TestCertificates {
+    pub ca_pem: String,
+    pub server_pem: String,
+    pub server_key_pem: String,
+}
+
+impl TestCertificates {
+    pub fn issue() -> TestCertificates {
+        agentenkit_runtime::tls::install_crypto_provider();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "agentenkit test CA");
+        let ca_key = rcgen::KeyPair::generate().expect("ca key");
+        let ca = ca_params.self_signed(&ca_key).expect("ca cert");
+        let server_key = rcgen::KeyPair::generate().expect("server key");
+        let server = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .expect("server params")
+            .signed_by(&server_key, &ca, &ca_key)
+            .expect("server cert");
+        TestCertificates {
+            ca_pem: ca.pem(),
+            server_pem: server.pem(),
+            server_key_pem: server_key.serialize_pem(),
+        }
+    }
+
+    /// A rustls server configuration presenting the `localhost` certificate.
+    pub fn server_config(&self) -> rustls::ServerConfig {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(self.server_pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .expect("server certificate");
+        let key = PrivateKeyDer::from_pem_slice(self.server_key_pem.as_bytes()).expect("key");
+        rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("server config")
+    }
+}
+
 /// A request as the fake saw it, and why it refused it, if it did.
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -127,27 +172,15 @@ impl FakeProvider {
     /// by a CA made for this call; returns the CA's certificate (PEM) to
     /// trust.
     pub async fn start_tls(wire: Wire, script: Vec<Reply>) -> (FakeProvider, Vec<u8>) {
-        agentenkit_runtime::tls::install_crypto_provider();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca");
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "agentenkit test CA");
-        let ca_key = rcgen::KeyPair::generate().expect("ca key");
-        let ca = ca_params.self_signed(&ca_key).expect("ca cert");
-        let server_key = rcgen::KeyPair::generate().expect("server key");
-        let server = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-            .expect("server params")
-            .signed_by(&server_key, &ca, &ca_key)
-            .expect("server cert");
+        let issued = TestCertificates::issue();
         let tls = axum_server::tls_rustls::RustlsConfig::from_pem(
-            server.pem().into_bytes(),
-            server_key.serialize_pem().into_bytes(),
+            issued.server_pem.clone().into_bytes(),
+            issued.server_key_pem.clone().into_bytes(),
         )
         .await
         .expect("tls config");
         let fake = Self::serve(wire, script, Some(tls)).await;
-        (fake, ca.pem().into_bytes())
+        (fake, issued.ca_pem.into_bytes())
     }
 
     async fn serve(

@@ -51,6 +51,10 @@ pub struct Connections {
         hide_default_value = true
     )]
     pub amqp_url: String,
+    /// A CA certificate (PEM file) trusted for an `amqps://` broker besides
+    /// the platform's roots.
+    #[arg(long, env = "AGENTENKIT_AMQP_CA_FILE")]
+    pub amqp_ca_file: Option<PathBuf>,
     /// Prefix of every queue and exchange name.
     #[arg(long, env = "AGENTENKIT_QUEUE_PREFIX", default_value = "agentenkit")]
     pub queue_prefix: String,
@@ -97,8 +101,14 @@ impl Connections {
                     queue_expires: None,
                     delay_lanes: delay_lanes.to_vec(),
                 };
+                let ca_pem = match &self.amqp_ca_file {
+                    Some(path) => Some(std::fs::read_to_string(path).with_context(|| {
+                        format!("reading the broker's CA certificate {}", path.display())
+                    })?),
+                    None => None,
+                };
                 Arc::new(
-                    RabbitQueue::connect(&self.amqp_url, topology)
+                    RabbitQueue::connect_with_ca(&self.amqp_url, topology, ca_pem)
                         .await
                         .with_context(|| {
                             format!("connecting to RabbitMQ at {}", redact(&self.amqp_url))

@@ -63,6 +63,9 @@ impl std::fmt::Debug for RabbitQueue {
 
 struct Inner {
     url: String,
+    /// Certificates (PEM) trusted for `amqps://` besides the platform's
+    /// roots: a private CA.
+    ca_pem: Option<String>,
     topology: Topology,
     segments: ShortString,
     /// The lanes this adapter declared: the only ones it routes to, so a
@@ -78,11 +81,22 @@ impl RabbitQueue {
     /// is unreachable or refuses the declarations (e.g. a queue of the same
     /// name exists with other arguments).
     pub async fn connect(amqp_url: &str, topology: Topology) -> Result<Self> {
+        Self::connect_with_ca(amqp_url, topology, None).await
+    }
+
+    /// Like `connect`; an `amqps://` broker's certificate may also be
+    /// issued by `ca_pem` (PEM), a private CA.
+    pub async fn connect_with_ca(
+        amqp_url: &str,
+        topology: Topology,
+        ca_pem: Option<String>,
+    ) -> Result<Self> {
         let segments = short(topology.segments_queue())?;
         let lanes = topology.lanes();
         let queue = Self {
             inner: Arc::new(Inner {
                 url: amqp_url.to_owned(),
+                ca_pem,
                 topology,
                 segments,
                 lanes,
@@ -168,11 +182,18 @@ impl Inner {
         }
         let name = format!("agentenkit {}", self.topology.prefix);
         let properties = ConnectionProperties::default().with_connection_name(name.into());
-        let connection =
-            tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(&self.url, properties))
-                .await
-                .map_err(|_| Error::Connection("timed out connecting to the broker".into()))?
-                .map_err(|e| Error::Connection(e.to_string()))?;
+        let builder = lapin::DefaultConnectionBuilder::new()
+            .map_err(|e| Error::Connection(e.to_string()))?
+            .with_uri_str(self.url.clone())
+            .with_properties(properties)
+            .with_tls_config(lapin::tcp::OwnedTLSConfig {
+                identity: None,
+                cert_chain: self.ca_pem.clone(),
+            });
+        let connection = tokio::time::timeout(CONNECT_TIMEOUT, builder.connect())
+            .await
+            .map_err(|_| Error::Connection("timed out connecting to the broker".into()))?
+            .map_err(|e| Error::Connection(e.to_string()))?;
         let channel = connection
             .create_channel()
             .await

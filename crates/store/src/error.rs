@@ -4,9 +4,9 @@ use thiserror::Error;
 pub enum Error {
     #[error("store configuration: {0}")]
     Config(String),
-    #[error("database pool: {0}")]
+    #[error("database pool: {}", with_causes(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
-    #[error("database: {0}")]
+    #[error("database: {}", with_causes(.0))]
     Db(#[from] tokio_postgres::Error),
     #[error("{what} {id} not found")]
     NotFound { what: &'static str, id: String },
@@ -32,6 +32,22 @@ pub enum Error {
     Corrupt(String),
     #[error("migration {version} failed: {message}")]
     Migration { version: i32, message: String },
+}
+
+/// An error and what caused it, as one line: "error performing TLS
+/// handshake" alone does not say that the certificate names another host.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 impl From<agentenkit_core::Error> for Error {

@@ -22,6 +22,7 @@ mod pipeline;
 mod reclaim;
 mod runs;
 mod threads;
+mod tls;
 mod views;
 mod watch;
 
@@ -33,6 +34,7 @@ pub use outbox::OutboxRow;
 pub use reclaim::Reclaimed;
 pub use runs::{CallRow, Delegation, Lease, LeaseAttempt, RunContext};
 pub use threads::StartedRun;
+pub use tls::SslMode;
 pub use views::{EventView, MessageView, PendingInput, RunView, ThreadView, UsageView};
 pub use watch::EventWatch;
 
@@ -76,7 +78,8 @@ impl Store {
     /// Builds the pool; connections open lazily, so this does not fail when
     /// the server is down (`ready` tells).
     pub fn connect(config: &StoreConfig) -> Result<Store> {
-        let mut pg = tokio_postgres::Config::from_str(&config.database_url)
+        let split = tls::split_url(&config.database_url)?;
+        let mut pg = tokio_postgres::Config::from_str(&split.url)
             .map_err(|e| Error::Config(format!("invalid database url: {e}")))?;
         let mut options = format!(
             "-c statement_timeout={}",
@@ -91,13 +94,17 @@ impl Store {
         pg.options(options);
         pg.connect_timeout(config.pool_wait);
         pg.application_name("agentenkit");
-        let manager = Manager::from_config(
-            pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match tls::client_config(&split)? {
+            Some(tls) => Manager::from_config(
+                pg,
+                tokio_postgres_rustls::MakeRustlsConnect::new(tls),
+                manager_config,
+            ),
+            None => Manager::from_config(pg, NoTls, manager_config),
+        };
         let pool = Pool::builder(manager)
             .max_size(config.max_connections.max(1))
             .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -121,6 +128,29 @@ impl Store {
         let client = self.client().await?;
         client.simple_query("SELECT 1").await?;
         Ok(())
+    }
+
+    /// Whether this store's connections are encrypted (`pg_stat_ssl`), for
+    /// the startup log and for checking a deployment's `sslmode`.
+    pub async fn connection_encrypted(&self) -> Result<bool> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)",
+                &[],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// A server setting (`SHOW name`).
+    pub async fn setting(&self, name: &str) -> Result<String> {
+        if !is_plain_identifier(name) {
+            return Err(Error::Config(format!("invalid setting name {name:?}")));
+        }
+        let client = self.client().await?;
+        let row = client.query_one(&format!("SHOW {name}"), &[]).await?;
+        Ok(row.get(0))
     }
 
     /// The schema this store works in, if not the default.
