@@ -28,6 +28,10 @@ struct Chat {
 
 impl Chat {
     async fn start(agent_file: &str, agent: &str) -> Chat {
+        Self::start_with_env(agent_file, agent, &[]).await
+    }
+
+    async fn start_with_env(agent_file: &str, agent: &str, env: &[(&str, &str)]) -> Chat {
         let id = uuid::Uuid::now_v7().simple().to_string();
         let dir = std::env::temp_dir().join(format!("agentenkit-chat-{id}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -42,6 +46,7 @@ impl Chat {
             .arg(&config)
             .env("DATABASE_URL", database_url())
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -188,5 +193,96 @@ questions = [
         "{done}"
     );
     assert!(done.contains(r#""defaulted":["scope"]"#), "{done}");
+    chat.quit().await;
+}
+
+/// An OpenAI-compatible server: a tool call first, then text; it records
+/// each request's Authorization header and messages.
+async fn openai_server() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
+) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = seen.clone();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(move |headers: axum::http::HeaderMap, Json(body): Json<Value>| {
+            let seen = recorded.clone();
+            async move {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                let n = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.push((auth, body));
+                    seen.len()
+                };
+                let message = if n == 1 {
+                    json!({ "role": "assistant", "content": null, "tool_calls": [
+                        { "id": "call_9", "type": "function",
+                          "function": { "name": "send_email", "arguments": "{\"to\":\"ada@example.com\"}" } }
+                    ] })
+                } else {
+                    json!({ "role": "assistant", "content": "Sent it." })
+                };
+                Json(json!({
+                    "choices": [{ "index": 0, "message": message }],
+                    "usage": { "prompt_tokens": 10, "completion_tokens": 2 },
+                }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), seen)
+}
+
+#[tokio::test]
+async fn chat_talks_to_an_openai_compatible_server_named_by_the_environment() {
+    let url = tool_server().await;
+    let (base_url, seen) = openai_server().await;
+    let mut chat = Chat::start_with_env(
+        &format!(
+            r#"
+[agents.mailer]
+system = "You send email."
+tools = ["send_email"]
+model = {{ provider = "openai", model = "gpt-test" }}
+[tools.send_email]
+type = "http"
+url = "{url}"
+requires_confirmation = true
+"#
+        ),
+        "mailer",
+        &[
+            ("OPENAI_BASE_URL", &base_url),
+            ("OPENAI_API_KEY", "sk-chat-key"),
+        ],
+    )
+    .await;
+    chat.wait_for("you> ").await;
+    chat.type_line("mail ada").await;
+    let prompt = chat.wait_for("Approve? [y/N] ").await;
+    assert!(
+        prompt.contains("mailer wants to call send_email"),
+        "{prompt}"
+    );
+    chat.type_line("y").await;
+    let done = chat.wait_for("assistant: Sent it.").await;
+    assert!(!done.contains("sk-chat-key"), "{done}");
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].0, "Bearer sk-chat-key");
+        assert_eq!(seen[0].1["model"], "gpt-test");
+        assert_eq!(seen[0].1["messages"][0]["content"], "You send email.");
+        let result = &seen[1].1["messages"][3];
+        assert_eq!(result["role"], "tool");
+        assert_eq!(result["tool_call_id"], "call_9");
+    }
     chat.quit().await;
 }

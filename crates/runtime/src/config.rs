@@ -90,6 +90,9 @@ pub enum ModelDef {
         timeout_ms: Option<u64>,
         #[serde(default)]
         max_retries: Option<u32>,
+        /// A CA certificate (PEM file) trusted besides the platform's roots.
+        #[serde(default)]
+        ca_file: Option<String>,
     },
     /// The Messages API. The key is read from `api_key_env` (default
     /// `ANTHROPIC_API_KEY`).
@@ -105,6 +108,9 @@ pub enum ModelDef {
         timeout_ms: Option<u64>,
         #[serde(default)]
         max_retries: Option<u32>,
+        /// A CA certificate (PEM file) trusted besides the platform's roots.
+        #[serde(default)]
+        ca_file: Option<String>,
     },
 }
 
@@ -244,6 +250,14 @@ model = { provider = "anthropic", model = "claude-sonnet-4-5", base_url = "https
             "[agents.a]\nmodel = { provider = \"openai\", model = \"m\", timeout_ms = 0 }"
         )
         .is_err());
+        let missing_ca = crate::Registry::from_toml(
+            "[agents.a]\nmodel = { provider = \"openai\", model = \"m\", ca_file = \"/nonexistent/ca.pem\" }",
+        );
+        assert!(
+            matches!(&missing_ca, Err(e) if e.to_string().contains("ca_file")),
+            "{:?}",
+            missing_ca.err()
+        );
     }
 
     #[test]

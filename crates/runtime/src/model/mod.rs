@@ -64,7 +64,8 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
     let settings = |base_url: String,
                     key_env: &str,
                     timeout_ms: Option<u64>,
-                    max_retries: Option<u32>|
+                    max_retries: Option<u32>,
+                    ca_file: Option<String>|
      -> crate::Result<ProviderSettings> {
         let url = reqwest::Url::parse(&base_url)
             .map_err(|e| invalid(format!("base_url {base_url:?}: {e}")))?;
@@ -88,6 +89,11 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
             }
             settings.max_retries = n;
         }
+        if let Some(path) = ca_file {
+            let pem =
+                std::fs::read(&path).map_err(|e| invalid(format!("ca_file {path:?}: {e}")))?;
+            settings.extra_roots_pem.push(pem);
+        }
         Ok(settings)
     };
     let positive = |n: Option<u32>| match n {
@@ -104,6 +110,7 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
             max_tokens,
             timeout_ms,
             max_retries,
+            ca_file,
         } => {
             if temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
                 return Err(invalid("temperature must be from 0 to 2".into()));
@@ -120,7 +127,7 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
                 model,
                 temperature,
                 max_tokens: positive(max_tokens)?,
-                provider: settings(base_url, &key_env, timeout_ms, max_retries)?,
+                provider: settings(base_url, &key_env, timeout_ms, max_retries, ca_file)?,
             };
             Arc::new(OpenAiModel::new(config).map_err(invalid)?)
         }
@@ -131,13 +138,14 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
             max_tokens,
             timeout_ms,
             max_retries,
+            ca_file,
         } => {
             let base_url = base_url.unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_owned());
             let key_env = api_key_env.unwrap_or_else(|| "ANTHROPIC_API_KEY".to_owned());
             let config = AnthropicConfig {
                 model,
                 max_tokens: positive(max_tokens)?.unwrap_or(anthropic::DEFAULT_MAX_TOKENS),
-                provider: settings(base_url, &key_env, timeout_ms, max_retries)?,
+                provider: settings(base_url, &key_env, timeout_ms, max_retries, ca_file)?,
             };
             Arc::new(AnthropicModel::new(config).map_err(invalid)?)
         }
