@@ -112,6 +112,7 @@ async fn the_broker_is_reached_over_amqps_with_a_private_ca() {
         prefix: format!("test.{}", uuid::Uuid::now_v7().simple()),
         queue_expires: Some(Duration::from_secs(60)),
         delay_lanes: vec![],
+        ..Topology::default()
     };
     let queue = RabbitQueue::connect_with_ca(&url, topology.clone(), Some(issued.ca_pem.clone()))
         .await

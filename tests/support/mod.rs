@@ -87,6 +87,7 @@ impl TestEnv {
             prefix: format!("test.{id}"),
             queue_expires: Some(Duration::from_secs(60)),
             delay_lanes: registry.delay_lanes(),
+            ..Topology::default()
         };
         let queue: Arc<dyn QueueAdapter> = Arc::new(
             RabbitQueue::connect(&amqp_url(), topology.clone())

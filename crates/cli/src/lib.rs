@@ -55,6 +55,10 @@ pub struct Connections {
     /// the platform's roots.
     #[arg(long, env = "AGENTENKIT_AMQP_CA_FILE")]
     pub amqp_ca_file: Option<PathBuf>,
+    /// `classic`, or `quorum` for a RabbitMQ cluster (replicated queues,
+    /// at-least-once dead-lettering through the delay queues).
+    #[arg(long, env = "AGENTENKIT_QUEUE_TYPE", default_value = "classic")]
+    pub queue_type: agentenkit_queue::QueueType,
     /// Prefix of every queue and exchange name.
     #[arg(long, env = "AGENTENKIT_QUEUE_PREFIX", default_value = "agentenkit")]
     pub queue_prefix: String,
@@ -100,6 +104,7 @@ impl Connections {
                     prefix: self.queue_prefix.clone(),
                     queue_expires: None,
                     delay_lanes: delay_lanes.to_vec(),
+                    queue_type: self.queue_type,
                 };
                 let ca_pem = match &self.amqp_ca_file {
                     Some(path) => Some(std::fs::read_to_string(path).with_context(|| {

@@ -77,6 +77,7 @@ url = "{tool_url}"
         prefix: prefix.clone(),
         queue_expires: None,
         delay_lanes: vec![900_000],
+        ..Topology::default()
     };
     let queue = Arc::new(
         RabbitQueue::connect(&amqp_url(), topology.clone())

@@ -369,6 +369,7 @@ mod tests {
             prefix: "t".to_owned(),
             queue_expires: None,
             delay_lanes: lanes.to_vec(),
+            ..Topology::default()
         }
     }
 

@@ -32,6 +32,31 @@ pub struct Topology {
     /// Delays (ms) that get a lane of their own: one hop instead of one per
     /// set bit (see [`ladder`]). The agents' configured TTLs.
     pub delay_lanes: Vec<u64>,
+    /// Classic queues (one node), or quorum queues for a cluster: replicated,
+    /// and dead-lettering at least once, so a node lost while a message
+    /// waits in a delay queue loses no expiry.
+    pub queue_type: QueueType,
+}
+
+/// How the segment, dead-letter and delay queues are declared
+/// (`AGENTENKIT_QUEUE_TYPE`). A queue keeps its type: switching an existing
+/// deployment needs a new prefix (or its queues deleted while empty).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QueueType {
+    #[default]
+    Classic,
+    Quorum,
+}
+
+impl std::str::FromStr for QueueType {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "classic" => Ok(QueueType::Classic),
+            "quorum" => Ok(QueueType::Quorum),
+            other => Err(format!("unknown queue type {other:?} (classic or quorum)")),
+        }
+    }
 }
 
 impl Default for Topology {
@@ -40,6 +65,7 @@ impl Default for Topology {
             prefix: "agentenkit".to_owned(),
             queue_expires: None,
             delay_lanes: Vec::new(),
+            queue_type: QueueType::Classic,
         }
     }
 }

@@ -391,6 +391,18 @@ async fn declare(channel: &Channel, topology: &Topology) -> Result<()> {
                 AMQPValue::LongString(key.clone().into()),
             );
         }
+        if topology.queue_type == crate::QueueType::Quorum {
+            // A message leaves a delay queue only once the next hop has it:
+            // at-least-once dead-lettering (which needs reject-publish).
+            arguments.insert(
+                "x-dead-letter-strategy".into(),
+                AMQPValue::LongString("at-least-once".into()),
+            );
+            arguments.insert(
+                "x-overflow".into(),
+                AMQPValue::LongString("reject-publish".into()),
+            );
+        }
         channel
             .queue_declare(short(queue.name.as_str())?, queue_options, arguments)
             .await
@@ -430,6 +442,12 @@ async fn declare(channel: &Channel, topology: &Topology) -> Result<()> {
 
 fn queue_arguments(topology: &Topology) -> FieldTable {
     let mut arguments = FieldTable::default();
+    if topology.queue_type == crate::QueueType::Quorum {
+        arguments.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString("quorum".into()),
+        );
+    }
     if let Some(expires) = topology.queue_expires {
         let ms = u64::try_from(expires.as_millis()).unwrap_or(u64::MAX);
         arguments.insert("x-expires".into(), amqp_int(ms.max(1)));

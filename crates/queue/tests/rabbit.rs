@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agentenkit_core::{QueueMessage, RunId};
 use agentenkit_queue::rabbit::RabbitQueue;
-use agentenkit_queue::{ladder, Deliveries, Delivery, Error, QueueAdapter, Topology};
+use agentenkit_queue::{ladder, Deliveries, Delivery, Error, QueueAdapter, QueueType, Topology};
 use anyhow::{bail, Context, Result};
 use tokio::time::{timeout, Instant};
 
@@ -25,6 +25,7 @@ fn topology() -> Topology {
         prefix: format!("test.{}", uuid::Uuid::new_v4()),
         queue_expires: Some(Duration::from_secs(60)),
         delay_lanes: vec![],
+        ..Topology::default()
     }
 }
 
@@ -307,6 +308,47 @@ async fn consumer_and_publisher_survive_a_lost_connection() -> Result<()> {
     assert_eq!(delivery.message()?, after);
     delivery.ack().await?;
     queue.ready().await?;
+    queue.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn quorum_queues_carry_segments_and_delays_through_lane_and_ladder() -> Result<()> {
+    let topology = Topology {
+        delay_lanes: vec![300],
+        queue_type: QueueType::Quorum,
+        ..topology()
+    };
+    let queue = connect(&topology).await?;
+    let mut deliveries = queue.consume(4).await?;
+    let now = segment(1);
+    queue.publish(&now).await?;
+    let delivery = next(&mut deliveries).await?;
+    assert_eq!(delivery.message()?, now);
+    delivery.ack().await?;
+    // A lane hop and a ladder of hops, both dead-lettered at least once.
+    for (seq, ms) in [(2, 300), (3, 301)] {
+        let delay = Duration::from_millis(ms);
+        let message = segment(seq);
+        let start = Instant::now();
+        queue.publish_delayed(&message, delay).await?;
+        let delivery = next(&mut deliveries).await?;
+        let elapsed = start.elapsed();
+        assert_eq!(delivery.message()?, message);
+        assert!(elapsed >= delay, "arrived after {elapsed:?}");
+        assert!(elapsed < delay + DELAY_SLACK, "arrived after {elapsed:?}");
+        delivery.ack().await?;
+    }
+    // The queues really are quorum queues: declaring them classic is refused.
+    let classic = Topology {
+        queue_type: QueueType::Classic,
+        ..topology.clone()
+    };
+    let refused = RabbitQueue::connect(&amqp_url(), classic)
+        .await
+        .err()
+        .context("a classic declaration of a quorum queue must be refused")?;
+    assert!(refused.to_string().contains("x-queue-type"), "{refused}");
     queue.close().await;
     Ok(())
 }

@@ -43,6 +43,7 @@ pub async fn run(database_url: &str, amqp_url: &str, n: usize) -> anyhow::Result
         queue_expires: Some(Duration::from_secs(1800)),
         // TTLs drawn at random: no lane fits; this measures the ladder.
         delay_lanes: vec![],
+        ..Topology::default()
     };
     let queue: Arc<dyn QueueAdapter> =
         Arc::new(RabbitQueue::connect(amqp_url, topology.clone()).await?);

@@ -88,6 +88,7 @@ impl Fleet {
             // `close` deletes it.
             queue_expires: None,
             delay_lanes: registry.delay_lanes(),
+            ..Topology::default()
         };
         let queue: Arc<dyn QueueAdapter> = Arc::new(
             RabbitQueue::connect(&config.amqp_url, topology.clone())

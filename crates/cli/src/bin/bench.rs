@@ -162,6 +162,7 @@ async fn bench(
         queue_expires: Some(Duration::from_secs(1800)),
         // As the worker binary declares them: a lane per configured TTL.
         delay_lanes: registry.delay_lanes(),
+        ..Topology::default()
     };
     let (inner, queue_label): (Arc<dyn QueueAdapter>, String) = match args.queue {
         QueueKind::Memory => (Arc::new(MemoryQueue::new()), "memory (in-process)".into()),
