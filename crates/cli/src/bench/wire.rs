@@ -92,11 +92,14 @@ impl Proxy {
     }
 
     /// `database_url` with its host and port replaced by the proxy's, as a
-    /// keyword/value connection string.
+    /// keyword/value connection string, in plain text: the proxy counts
+    /// the protocol's bursts, which TLS records would hide (the store's
+    /// default, like libpq's, is to encrypt when the server offers it).
     pub fn database_url(&self, database_url: &str) -> anyhow::Result<String> {
-        let config: tokio_postgres::Config =
-            database_url.parse().context("parsing the database url")?;
-        let mut out = format!("host=127.0.0.1 port={}", self.port);
+        let config: tokio_postgres::Config = without_tls(database_url)
+            .parse()
+            .context("parsing the database url")?;
+        let mut out = format!("host=127.0.0.1 port={} sslmode=disable", self.port);
         if let Some(user) = config.get_user() {
             out.push_str(&format!(" user='{}'", quote(user)));
         }
@@ -128,9 +131,24 @@ impl Drop for Proxy {
 }
 
 /// `host:port` of the first host of a database url.
+/// A `postgres://` URL without its TLS parameters (tokio-postgres cannot
+/// read libpq's `verify-ca`/`verify-full`, and the proxy speaks plain text).
+fn without_tls(database_url: &str) -> String {
+    let parts: Vec<&str> = database_url
+        .split(['?', '&'])
+        .filter(|part| !part.starts_with("sslmode=") && !part.starts_with("sslrootcert="))
+        .collect();
+    match parts.split_first() {
+        Some((head, [])) => (*head).to_owned(),
+        Some((head, rest)) => format!("{head}?{}", rest.join("&")),
+        None => String::new(),
+    }
+}
+
 pub fn upstream(database_url: &str) -> anyhow::Result<String> {
-    let config: tokio_postgres::Config =
-        database_url.parse().context("parsing the database url")?;
+    let config: tokio_postgres::Config = without_tls(database_url)
+        .parse()
+        .context("parsing the database url")?;
     let host = match config.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
         _ => anyhow::bail!("the round-trip pass needs a TCP database host"),
@@ -203,5 +221,30 @@ async fn relay(client: TcpStream, server: TcpStream, counters: Arc<Counters>) {
     tokio::select! {
         () = to_server => {}
         () = to_client => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_proxy_url_drops_tls_parameters_and_keeps_the_rest() {
+        assert_eq!(
+            super::without_tls(
+                "postgres://u@db/app?sslmode=verify-full&sslrootcert=/ca.pem&application_name=x"
+            ),
+            "postgres://u@db/app?application_name=x"
+        );
+        assert_eq!(
+            super::without_tls("postgres://u@db/app?sslmode=require"),
+            "postgres://u@db/app"
+        );
+        assert_eq!(
+            super::without_tls("postgres://u@db/app"),
+            "postgres://u@db/app"
+        );
+        assert_eq!(
+            super::upstream("postgres://u@127.0.0.1:5432/app?sslmode=verify-full").unwrap(),
+            "127.0.0.1:5432"
+        );
     }
 }
