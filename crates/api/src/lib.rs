@@ -50,7 +50,7 @@ pub struct AppState {
     /// does not wait for them for ever.
     pub shutdown: tokio_util::sync::CancellationToken,
     /// `GET /openapi.json`, rendered on first request.
-    openapi: Arc<OnceLock<String>>,
+    openapi: Arc<OnceLock<bytes::Bytes>>,
 }
 
 impl AppState {
@@ -84,13 +84,15 @@ impl AppState {
     }
 
     /// The OpenAPI document of this deployment (its agents listed).
-    pub(crate) fn openapi_text(&self) -> &str {
-        self.openapi.get_or_init(|| {
-            let mut agents: Vec<&str> = self.registry.agent_names().collect();
-            agents.sort_unstable();
-            let doc = openapi::document_for(&agents);
-            serde_json::to_string_pretty(&doc).unwrap_or_default()
-        })
+    pub(crate) fn openapi_json(&self) -> bytes::Bytes {
+        self.openapi
+            .get_or_init(|| {
+                let mut agents: Vec<&str> = self.registry.agent_names().collect();
+                agents.sort_unstable();
+                let doc = openapi::document_for(&agents);
+                serde_json::to_vec_pretty(&doc).unwrap_or_default().into()
+            })
+            .clone()
     }
 
     /// The same state with another per-owner limit of open streams.

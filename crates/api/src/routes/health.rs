@@ -56,8 +56,5 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", security(()),
     responses((status = 200, content_type = "application/json", body = Object)))]
 pub async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(CONTENT_TYPE, "application/json")],
-        state.openapi_text().to_owned(),
-    )
+    ([(CONTENT_TYPE, "application/json")], state.openapi_json())
 }

@@ -45,17 +45,11 @@ pub async fn end(
             cp.discard();
             finish(ctx, cp, RunStatus::Failed, None, Some(error.into())).await
         }
-        Err(refused @ SegmentError::ModelRefused { .. }) => {
-            tracing::warn!(error = %refused, "run failed: the model provider refused");
+        Err(SegmentError::ModelRefused { status, message }) => {
+            let failure = Failure::model_refused(status, message);
+            tracing::warn!(error = %failure.text, "run failed: the model provider refused");
             cp.discard();
-            finish(
-                ctx,
-                cp,
-                RunStatus::Failed,
-                None,
-                Some(Failure::from(refused)),
-            )
-            .await
+            finish(ctx, cp, RunStatus::Failed, None, Some(failure)).await
         }
         Err(SegmentError::Permanent(error)) | Err(SegmentError::Retry(error)) => {
             tracing::warn!(%error, "run failed");
@@ -127,17 +121,13 @@ impl From<String> for Failure {
     }
 }
 
-impl From<SegmentError> for Failure {
-    fn from(e: SegmentError) -> Self {
-        match e {
-            SegmentError::ModelRefused {
-                status,
-                ref message,
-            } => Failure {
-                event: json!({ "error": "model", "status": status, "message": message }),
-                text: e.to_string(),
-            },
-            other => Failure::from(other.to_string()),
+impl Failure {
+    /// `RUN_FAILED {error: "model", status, message}`: the provider's own
+    /// words, for a client to show.
+    fn model_refused(status: u16, message: String) -> Self {
+        Failure {
+            text: format!("the model provider refused the request ({status}): {message}"),
+            event: json!({ "error": "model", "status": status, "message": message }),
         }
     }
 }

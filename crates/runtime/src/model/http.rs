@@ -91,6 +91,15 @@ pub(super) struct ProviderClient {
 
 impl ProviderClient {
     pub(super) fn new(provider: &'static str, settings: ProviderSettings) -> Result<Self, String> {
+        // A key no header can carry would otherwise be dropped silently and
+        // every call refused as unauthenticated.
+        if let Some(key) = &settings.api_key {
+            if HeaderValue::from_str(key.expose()).is_err() {
+                return Err(format!(
+                    "{provider}: the API key holds characters an HTTP header cannot carry"
+                ));
+            }
+        }
         let mut extra_roots = Vec::new();
         for pem in &settings.extra_roots_pem {
             extra_roots.extend(
@@ -319,6 +328,14 @@ mod tests {
         assert!(!format!("{settings:?}").contains("sk-secret"));
         assert_eq!(settings.base_url, "http://x");
         assert!(ApiKey::new("  ").is_none());
+    }
+
+    #[test]
+    fn a_key_no_header_can_carry_is_refused_when_the_agents_load() {
+        let settings = ProviderSettings::new("http://x", ApiKey::new("sk-a\u{7f}b"));
+        let refused = ProviderClient::new("openai", settings).err().unwrap();
+        assert!(refused.contains("cannot carry"), "{refused}");
+        assert!(!refused.contains("sk-a"), "{refused}");
     }
 
     #[test]
