@@ -55,6 +55,71 @@ async fn the_reaper_publishes_what_a_dead_committer_left_in_the_outbox() {
     env.finish().await;
 }
 
+/// A process killed between its commit and its publish (found by `make
+/// chaos`) left its run waiting `outbox_stale_after` (30 s) plus the
+/// reaper's interval. With no backlog in the segment queue the message
+/// cannot be waiting there, so the row goes again after the short
+/// `outbox_orphan_after`; behind a backlog it waits the long threshold.
+#[tokio::test]
+async fn an_orphaned_segment_is_published_again_early_unless_the_queue_has_a_backlog() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    let owner = Owner("alice".into());
+    let thread = env
+        .store
+        .create_thread(&owner, "agent", &json!({}))
+        .await
+        .unwrap();
+    // Committed; the committer died before publishing.
+    let run = env
+        .store
+        .start_run(thread.id, &owner, "go")
+        .await
+        .unwrap()
+        .run_id;
+    let config = ReaperConfig {
+        outbox_stale_after: std::time::Duration::from_secs(600),
+        outbox_orphan_after: std::time::Duration::ZERO,
+        ..ReaperConfig::default()
+    };
+
+    // A backlog (a message nobody consumes yet): the row may be behind it.
+    env.queue
+        .publish(&agentenkit_core::QueueMessage::Segment {
+            run_id: RunId(uuid::Uuid::now_v7()),
+            seq: 1,
+        })
+        .await
+        .unwrap();
+    wait_for_backlog(&env, 1).await;
+    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    assert_eq!(report.outbox_published, 0, "behind a backlog it waits");
+
+    // The backlog drains (the unknown run's message is dropped): now the
+    // row cannot be in the queue, and goes again at once.
+    let worker = env.spawn_worker();
+    wait_for_backlog(&env, 0).await;
+    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    assert_eq!(report.outbox_published, 1, "{report:?}");
+    assert_eq!(
+        env.wait_run_finished(&run.to_string()).await["status"],
+        "completed"
+    );
+    assert_eq!(tool.calls(), 1);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+async fn wait_for_backlog(env: &TestEnv, n: u64) {
+    for _ in 0..200 {
+        if env.relay.backlog().await == Some(n) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the segment queue never held {n} messages");
+}
+
 #[tokio::test]
 async fn the_reaper_re_enqueues_a_run_whose_worker_died_with_its_message_gone() {
     let tool = ToolServer::ok().await;

@@ -59,6 +59,15 @@ impl std::str::FromStr for QueueType {
     }
 }
 
+impl std::fmt::Display for QueueType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            QueueType::Classic => "classic",
+            QueueType::Quorum => "quorum",
+        })
+    }
+}
+
 impl Default for Topology {
     fn default() -> Self {
         Self {
@@ -140,6 +149,14 @@ pub trait QueueAdapter: Send + Sync + 'static {
 
     /// Ok when the broker is reachable (for `/readyz`).
     async fn ready(&self) -> Result<()>;
+
+    /// Segment messages waiting in the queue for a consumer (not those a
+    /// consumer holds), when the adapter can tell. The reaper uses it to
+    /// tell an orphaned outbox row (its committer died before publishing)
+    /// from one queued behind a backlog.
+    async fn backlog(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
 
     /// Stops every consumer (their [`Deliveries`] end) and releases the
     /// broker connection; later calls fail with [`Error::Closed`]. Settle

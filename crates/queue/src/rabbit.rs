@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions,
+    ConfirmSelectOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
@@ -155,6 +155,30 @@ impl QueueAdapter for RabbitQueue {
 
     async fn ready(&self) -> Result<()> {
         self.inner.connection().await.map(|_| ())
+    }
+
+    async fn backlog(&self) -> Result<Option<u64>> {
+        let channel = self
+            .inner
+            .connection()
+            .await?
+            .create_channel()
+            .await
+            .map_err(|e| Error::Connection(e.to_string()))?;
+        let queue = self.inner.topology.segments_queue();
+        let declared = channel
+            .queue_declare(
+                short(queue.clone())?,
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| broker("counting", &queue, e))?;
+        let _ = channel.close(REPLY_SUCCESS, "counted".into()).await;
+        Ok(Some(u64::from(declared.message_count())))
     }
 
     async fn close(&self) {

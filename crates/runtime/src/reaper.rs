@@ -19,6 +19,12 @@ pub struct ReaperConfig {
     /// than a busy queue's wait, or a backlog gets duplicates (which its
     /// consumers drop).
     pub outbox_stale_after: Duration,
+    /// When the segment queue has no backlog, a segment's row this long past
+    /// due is not waiting in the queue: its committer died before it
+    /// published (or the broker lost it), so it is published again without
+    /// waiting `outbox_stale_after`. A consumer drops the rare duplicate (a
+    /// message prefetched by a busy worker).
+    pub outbox_orphan_after: Duration,
     /// Rows handled per query; a pass repeats until a batch comes back short.
     pub batch: i64,
     /// The expiry given to an open approval that has none (parked before
@@ -31,6 +37,7 @@ impl Default for ReaperConfig {
         Self {
             stalled_after: Duration::from_secs(300),
             outbox_stale_after: Duration::from_secs(30),
+            outbox_orphan_after: Duration::from_secs(5),
             batch: 500,
             default_ttl: Duration::from_millis(crate::config::DEFAULT_HITL_TTL_MS),
         }
@@ -114,9 +121,24 @@ pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> R
         }
     }
     let stale_ms = config.outbox_stale_after.as_millis() as u64;
+    let orphan_ms = config.outbox_orphan_after.as_millis() as u64;
+    if orphan_ms < stale_ms && relay.backlog().await == Some(0) {
+        loop {
+            let rows = store
+                .claim_stale_outbox(orphan_ms, stale_ms.max(1000) * 3, config.batch, true)
+                .await?;
+            report.outbox_published += rows.len();
+            ::metrics::counter!(metrics::RECLAIMS, "cause" => "orphaned_outbox")
+                .increment(rows.len() as u64);
+            relay.publish(&rows).await;
+            if (rows.len() as i64) < config.batch {
+                break;
+            }
+        }
+    }
     loop {
         let rows = store
-            .claim_stale_outbox(stale_ms, stale_ms.max(1000) * 3, config.batch)
+            .claim_stale_outbox(stale_ms, stale_ms.max(1000) * 3, config.batch, false)
             .await?;
         report.outbox_published += rows.len();
         ::metrics::counter!(metrics::RECLAIMS, "cause" => "stale_outbox")

@@ -180,6 +180,11 @@ impl Relay {
         }
     }
 
+    /// Segment messages waiting in the broker, when the adapter can tell.
+    pub async fn backlog(&self) -> Option<u64> {
+        self.queue.backlog().await.ok().flatten()
+    }
+
     /// Rows waiting for a retry (for tests and diagnostics).
     pub fn retrying(&self) -> usize {
         lock(&self.retrying.rows).len()

@@ -91,12 +91,13 @@ impl Store {
     /// died before it published, the publish failed, or the broker lost the
     /// message). A claim lasts `claim_ms`, so two reapers never publish the
     /// same row at once; a reaper that dies mid-publish leaves rows for the
-    /// next one.
+    /// next one. `immediate_only` leaves delayed messages (expiries) out.
     pub async fn claim_stale_outbox(
         &self,
         older_than_ms: u64,
         claim_ms: u64,
         limit: i64,
+        immediate_only: bool,
     ) -> Result<Vec<OutboxRow>> {
         let client = self.client().await?;
         let stmt = client
@@ -105,6 +106,7 @@ impl Store {
                  FROM (SELECT id FROM outbox
                        WHERE due_at < now() - $1 * interval '1 millisecond'
                          AND (claimed_until IS NULL OR claimed_until < now())
+                         AND (NOT $4 OR delay_ms = 0)
                        ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED) stale
                  WHERE o.id = stale.id
                  RETURNING o.id, o.message, 0::bigint",
@@ -113,7 +115,12 @@ impl Store {
         let rows = client
             .query(
                 &stmt,
-                &[&(older_than_ms as f64), &(claim_ms as f64), &limit],
+                &[
+                    &(older_than_ms as f64),
+                    &(claim_ms as f64),
+                    &limit,
+                    &immediate_only,
+                ],
             )
             .await?;
         let mut out = Vec::with_capacity(rows.len());
