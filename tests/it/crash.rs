@@ -244,3 +244,51 @@ async fn a_worker_that_cannot_renew_its_lease_gives_the_run_up_and_the_next_one_
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// Two workers die holding the run's first step, before any commit (no
+/// progress), each taken over by the next.
+async fn two_takeovers(env: &TestEnv) -> String {
+    let (_, run_id) = env.start_turn("agent", "go").await;
+    for _ in 0..2 {
+        let doomed = env.spawn_crashing_worker("before:model:0");
+        assert!(doomed.died().await.is_err(), "the crash point fired");
+    }
+    run_id
+}
+
+/// `make chaos` found a run failed "attempted 3 times without progress"
+/// only because three workers were SIGKILLed while it ran its step: each
+/// takeover spent the budget of failed attempts. Takeovers now have their
+/// own budget.
+#[tokio::test]
+async fn takeovers_do_not_spend_the_budget_of_failed_attempts() {
+    let tool = ToolServer::ok().await;
+    let mut env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    env.worker_config.max_attempts = 1;
+    let run_id = two_takeovers(&env).await;
+    let rescuer = env.spawn_worker();
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(tool.calls(), 1);
+    rescuer.stop().await.unwrap();
+    env.finish().await;
+}
+
+/// ... and a step that kills its worker every time still ends.
+#[tokio::test]
+async fn a_step_whose_workers_keep_dying_fails_its_run_after_max_takeovers() {
+    let tool = ToolServer::ok().await;
+    let mut env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    env.worker_config.max_takeovers = 2;
+    let run_id = two_takeovers(&env).await;
+    let last = env.spawn_worker();
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        run["error"].as_str().unwrap().contains("2 workers died"),
+        "{run}"
+    );
+    assert_eq!(tool.calls(), 0);
+    last.stop().await.unwrap();
+    env.finish().await;
+}

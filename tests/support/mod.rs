@@ -40,6 +40,7 @@ pub fn test_worker_config() -> WorkerConfig {
     WorkerConfig {
         lease_ttl: Duration::from_secs(2),
         max_attempts: 3,
+        max_takeovers: 10,
         retry_backoff: Duration::from_millis(50),
         prefetch: 8,
         shutdown_grace: Duration::from_secs(5),

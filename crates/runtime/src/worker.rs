@@ -30,6 +30,10 @@ pub struct WorkerConfig {
     pub lease_ttl: Duration,
     /// Failed attempts (model errors, unavailable tools) before the run fails.
     pub max_attempts: u32,
+    /// Workers that may die holding one step before the run fails. Apart
+    /// from `max_attempts`: a worker killed by its platform (a deploy, an
+    /// eviction, OOM elsewhere) says nothing about the step.
+    pub max_takeovers: u32,
     /// The first retry waits this long; each next one twice as long.
     pub retry_backoff: Duration,
     /// Segments in flight at once.
@@ -52,6 +56,7 @@ impl Default for WorkerConfig {
             // (the segment is redelivered at once), not after half a minute.
             lease_ttl: Duration::from_secs(4),
             max_attempts: 3,
+            max_takeovers: 10,
             retry_backoff: Duration::from_millis(500),
             prefetch: 16,
             shutdown_grace: Duration::from_secs(30),
@@ -268,6 +273,7 @@ impl Worker {
         let retry = RetryPolicy {
             max_attempts: inner.config.max_attempts,
             backoff: inner.config.retry_backoff,
+            max_takeovers: inner.config.max_takeovers,
         };
         let advanced = tokio::select! {
             advanced = segment::advance(&inner.registry, &retry, &ctx, &mut cp) => advanced,

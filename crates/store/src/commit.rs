@@ -203,7 +203,8 @@ fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
     let sql = match end {
         Some(Change::WaitRun) => {
             "UPDATE runs SET status = 'waiting', updated_at = now(), lease_owner = NULL,
-                    lease_expires_at = NULL, attempts = CASE WHEN $3 THEN 0 ELSE attempts END
+                    lease_expires_at = NULL, attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
+                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"
         }
         Some(Change::FinishRun {
@@ -217,14 +218,16 @@ fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
             params.push(Box::new(RunStatus::sources_of(*status)));
             "UPDATE runs SET status = $4, output = $5, error = $6, finished_at = now(),
                     updated_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-                    attempts = CASE WHEN $3 THEN 0 ELSE attempts END
+                    attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
+                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'
                AND status = ANY($7)"
         }
         _ => {
             params.push(Box::new(lease.ttl_ms as f64));
             "UPDATE runs SET lease_expires_at = now() + $4 * interval '1 millisecond', updated_at = now(),
-                    attempts = CASE WHEN $3 THEN 0 ELSE attempts END
+                    attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
+                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"
         }
     };

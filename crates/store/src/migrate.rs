@@ -42,6 +42,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "no_event_notify",
         include_str!("../../../migrations/0008_no_event_notify.sql"),
     ),
+    (
+        9,
+        "takeovers",
+        include_str!("../../../migrations/0009_takeovers.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -37,6 +37,9 @@ pub struct RunContext {
     pub parent_run_id: Option<RunId>,
     /// Failed attempts so far, across workers.
     pub attempts: i32,
+    /// Workers that died holding this step before this one (each taken
+    /// over after its lease ran out).
+    pub takeovers: i32,
     /// The whole journal, in position order.
     pub journal: Vec<JournalEntry>,
     /// The conversation before this run's own steps: earlier turns and this
@@ -153,16 +156,17 @@ WITH consumed AS (
 acquired AS (
     UPDATE runs SET status = 'running', lease_owner = $4, lease_token = lease_token + 1,
            lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now(),
-           -- taking over from a worker whose lease ran out counts as an
-           -- attempt, so a segment that kills its worker every time ends
-           -- instead of looping
-           attempts = attempts + CASE WHEN status = 'running' THEN 1 ELSE 0 END
+           -- taking over from a worker whose lease ran out is counted (apart
+           -- from failed attempts), so a segment that kills its worker every
+           -- time ends instead of looping
+           takeovers = takeovers + CASE WHEN status = 'running' THEN 1 ELSE 0 END
     WHERE id = $1 AND segment_seq = $2 AND status = ANY($5)
       AND (lease_expires_at IS NULL OR lease_expires_at <= now())
       -- a child created while its tree was being stopped never runs
       AND NOT EXISTS (SELECT 1 FROM runs root WHERE root.id = runs.root_run_id
                       AND root.status = 'cancelled')
-    RETURNING id, thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id
+    RETURNING id, thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id,
+              takeovers
 )
 SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
        (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value) ORDER BY j.position), '[]')
@@ -185,7 +189,8 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
                    'answered_at', tc.answered_at, 'child', c.id)), '[]')
         FROM tool_calls tc
         LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
-        WHERE tc.run_id = a.id)
+        WHERE tc.run_id = a.id),
+       a.takeovers
 FROM acquired a";
 
 /// A delegation whose child run exists.
@@ -295,6 +300,7 @@ impl Store {
             depth: row.get(3),
             parent_run_id: row.get::<_, Option<Uuid>>(4).map(RunId),
             attempts: row.get(5),
+            takeovers: row.get(10),
             journal: journal
                 .into_iter()
                 .map(|(position, name, value)| JournalEntry {

@@ -23,6 +23,9 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// The first retry waits this long; each next one twice as long.
     pub backoff: Duration,
+    /// Workers that may die in one step (each taken over) before the run
+    /// fails: a step that kills its worker every time ends.
+    pub max_takeovers: u32,
 }
 
 /// Ends the segment as `advanced` says: a completed run finishes, a step
@@ -73,9 +76,15 @@ pub async fn advance(
     let agent = registry
         .agent(&ctx.name)
         .ok_or_else(|| SegmentError::Permanent(format!("unknown agent {:?}", ctx.name)))?;
+    let takeovers = ctx.takeovers.max(0) as u32;
+    if takeovers >= retry.max_takeovers {
+        return Err(SegmentError::Permanent(format!(
+            "{takeovers} workers died running this step (each taken over): a step that \
+             kills its worker"
+        )));
+    }
     let mut attempts = ctx.attempts.max(0) as u32;
     if attempts >= retry.max_attempts {
-        // Earlier workers died in this step (each takeover counts).
         return Err(SegmentError::Permanent(format!(
             "the step was attempted {attempts} times without progress"
         )));
