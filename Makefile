@@ -26,7 +26,7 @@ export DATABASE_URL TEST_DATABASE_URL AMQP_URL
 
 PEERS_RUN ?= $(CURDIR)/../shared/peers/run.sh
 
-.PHONY: help services build migrate demo fmt-check clippy validate-k8s test bench bench-peers bench-park-many clean-test-schemas
+.PHONY: help services build migrate demo fmt-check clippy validate-k8s test bench bench-peers bench-park-many chaos clean-test-schemas
 
 help: ## list the targets
 	@echo "agentenkit — make targets:"
@@ -91,6 +91,12 @@ bench-peers: ## the peer benchmark (LangGraph, DBOS, raw Postgres/RabbitMQ) if p
 	  echo "make bench-peers: the peer benchmark is absent ($(PEERS_RUN) not found)" >&2; \
 	fi
 	@$(MAKE) bench
+
+CHAOS_ARGS ?=
+chaos: ## faults on purpose: 1,000 runs while workers are killed and the API, RabbitMQ and Postgres restart; checked from the outside (CHAOS_ARGS="--runs 200 --queue-type quorum")
+	@bash scripts/services.sh
+	$(CARGO) build --release -q --bin agentenkit-chaos --bin agentenkit-api --bin agentenkit-worker --bin agentenkit-reaper
+	target/release/agentenkit-chaos --json target/chaos.json $(CHAOS_ARGS)
 
 clean-test-schemas: ## drop the t_* schemas that tests left in the test database
 	@n=$$(psql "$$TEST_DATABASE_URL" -X -qAt -v ON_ERROR_STOP=1 \

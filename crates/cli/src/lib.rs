@@ -1,6 +1,8 @@
 //! What the binaries share: options, wiring of store, queue and registry,
 //! and serving the API. The integration tests use the same wiring.
 
+pub mod broker;
+pub mod chaos;
 pub mod chat;
 pub mod demo;
 pub mod ops;
@@ -121,6 +123,35 @@ impl Connections {
                 )
             }
         })
+    }
+}
+
+impl Connections {
+    /// The broker, waiting for it: a long-running process (worker, API,
+    /// reaper loop) started while RabbitMQ is down or restarting retries
+    /// with backoff (logging each failure) instead of exiting, so it is
+    /// serving as soon as the broker is back rather than after a
+    /// supervisor's crash-loop backoff. Gives up only when `shutdown` is
+    /// cancelled.
+    pub async fn queue_when_up(
+        &self,
+        delay_lanes: &[u64],
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Arc<dyn QueueAdapter>> {
+        let mut backoff = Duration::from_millis(250);
+        loop {
+            match self.queue(delay_lanes).await {
+                Ok(queue) => return Ok(queue),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), retry_in = ?backoff, "RabbitMQ unreachable; waiting for it");
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = shutdown.cancelled() => anyhow::bail!("stopped while waiting for RabbitMQ"),
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
     }
 }
 

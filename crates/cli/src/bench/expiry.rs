@@ -49,7 +49,7 @@ pub async fn run(database_url: &str, amqp_url: &str, n: usize) -> anyhow::Result
         Arc::new(RabbitQueue::connect(amqp_url, topology.clone()).await?);
     let outcome = measure(&store, queue.clone(), n).await;
     queue.close().await;
-    let _ = super::broker::delete_topology(amqp_url, &topology).await;
+    let _ = agentenkit::broker::delete_topology(amqp_url, &topology).await;
     store.drop_schema().await?;
     let lateness = outcome?;
     let ms = |p: f64| lateness[((lateness.len() - 1) as f64 * p).round() as usize];

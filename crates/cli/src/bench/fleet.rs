@@ -193,7 +193,8 @@ impl Fleet {
     pub async fn close(self) {
         self.queue.close().await;
         let _ = std::fs::remove_dir_all(&self.dir);
-        if let Err(e) = super::broker::delete_topology(&self.config.amqp_url, &self.topology).await
+        if let Err(e) =
+            agentenkit::broker::delete_topology(&self.config.amqp_url, &self.topology).await
         {
             eprintln!("could not delete the fleet's topology: {e:#}");
         }

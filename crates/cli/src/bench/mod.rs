@@ -1,6 +1,5 @@
 //! Modules of the `agentenkit-bench` binary (see `src/bin/bench.rs`).
 
-pub mod broker;
 pub mod cycle;
 pub mod expiry;
 pub mod fleet;

@@ -29,14 +29,15 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_tracing(cli.log.log_format);
+    let shutdown = shutdown_on_signal();
     let state = AppState::new(
         cli.connections.store()?,
-        cli.connections.queue(&[]).await?,
+        cli.connections.queue_when_up(&[], &shutdown).await?,
         cli.agents.load()?,
         cli.keys.load()?,
     )
     .with_max_streams(cli.keys.max_streams);
-    let (addr, served) = serve_api(state, cli.listen, shutdown_on_signal()).await?;
+    let (addr, served) = serve_api(state, cli.listen, shutdown).await?;
     tracing::info!(%addr, "API listening");
     served.await?;
     Ok(())

@@ -209,7 +209,7 @@ async fn bench(
     };
     queue.close().await;
     if args.queue == QueueKind::Rabbitmq {
-        match bench::broker::delete_topology(&args.amqp_url, &topology).await {
+        match agentenkit::broker::delete_topology(&args.amqp_url, &topology).await {
             Ok(0) => {}
             Ok(failed) => {
                 eprintln!("{failed} queue/exchange deletions failed (they expire within 30 min)")

@@ -24,6 +24,14 @@ struct Cli {
     /// The expiry given to an open approval parked without one.
     #[arg(long, env = "AGENTENKIT_DEFAULT_TTL", default_value = "15m", value_parser = parse_duration)]
     default_ttl: Duration,
+    /// An outbox row this long past due, its message unhandled, is
+    /// published again (its committer died, or the broker lost it).
+    #[arg(long, env = "AGENTENKIT_OUTBOX_STALE_AFTER", default_value = "30s", value_parser = parse_duration)]
+    outbox_stale_after: Duration,
+    /// The same for a segment's row when the segment queue has no backlog
+    /// (so the message cannot be waiting in it).
+    #[arg(long, env = "AGENTENKIT_OUTBOX_ORPHAN_AFTER", default_value = "5s", value_parser = parse_duration)]
+    outbox_orphan_after: Duration,
 }
 
 #[tokio::main]
@@ -31,15 +39,24 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_tracing(cli.log.log_format);
     let store = cli.connections.store()?;
-    let queue = cli.connections.queue(&[]).await?;
+    let looping = cli.every.is_some() && !cli.once;
+    let shutdown = shutdown_on_signal();
+    // A loop waits for the broker; a cron pass (`--once`) fails at once.
+    let queue = if looping {
+        cli.connections.queue_when_up(&[], &shutdown).await?
+    } else {
+        cli.connections.queue(&[]).await?
+    };
     let relay = Relay::new(queue);
     let config = ReaperConfig {
         default_ttl: cli.default_ttl,
+        outbox_stale_after: cli.outbox_stale_after,
+        outbox_orphan_after: cli.outbox_orphan_after,
         ..ReaperConfig::default()
     };
     match cli.every {
         Some(every) if !cli.once => {
-            reap_every(store, relay, config, every, shutdown_on_signal()).await;
+            reap_every(store, relay, config, every, shutdown).await;
         }
         _ => {
             let report = reap_once(&store, &relay, &config).await?;

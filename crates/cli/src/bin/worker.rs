@@ -36,6 +36,10 @@ struct Cli {
     /// Failed attempts of a step before its run fails.
     #[arg(long, env = "AGENTENKIT_MAX_ATTEMPTS", default_value_t = 3)]
     max_attempts: u32,
+    /// Workers that may die holding one step (each taken over after its
+    /// lease ran out) before the run fails.
+    #[arg(long, env = "AGENTENKIT_MAX_TAKEOVERS", default_value_t = 10)]
+    max_takeovers: u32,
     /// Deliveries of a message that keeps failing before it goes to the
     /// dead-letter queue `<prefix>.dead`.
     #[arg(long, env = "AGENTENKIT_MAX_DELIVERIES", default_value_t = 10)]
@@ -48,16 +52,20 @@ async fn main() -> anyhow::Result<()> {
     init_tracing(cli.log.log_format);
     let registry = cli.agents.load()?;
     let store = cli.connections.store()?;
-    let queue = cli.connections.queue(&registry.delay_lanes()).await?;
     let config = WorkerConfig {
         prefetch: cli.prefetch,
         lease_ttl: cli.lease_ttl,
         max_attempts: cli.max_attempts,
+        max_takeovers: cli.max_takeovers.max(1),
         max_deliveries: cli.max_deliveries.max(1),
         shutdown_grace: cli.shutdown_grace,
         ..WorkerConfig::default()
     };
     let shutdown = shutdown_on_signal();
+    let queue = cli
+        .connections
+        .queue_when_up(&registry.delay_lanes(), &shutdown)
+        .await?;
     if let Some(listen) = cli.metrics_listen {
         let addr = agentenkit::serve_metrics(listen, shutdown.clone()).await?;
         tracing::info!(%addr, "metrics at /metrics");

@@ -1,4 +1,4 @@
-//! Removing the bench's RabbitMQ topology at the end.
+//! Removing a run's RabbitMQ topology at the end (the bench's, the chaos run's).
 //!
 //! The bench cannot rely on `Topology::queue_expires` alone: the delay
 //! ladder's queues have no consumer, so with a short `x-expires` they vanish
@@ -18,7 +18,7 @@ use lapin::{Connection, ConnectionProperties};
 pub async fn delete_topology(amqp_url: &str, topology: &Topology) -> anyhow::Result<usize> {
     let connection = Connection::connect(amqp_url, ConnectionProperties::default())
         .await
-        .context("connecting to RabbitMQ to delete the bench topology")?;
+        .context("connecting to RabbitMQ to delete a topology")?;
     let plan = ladder::plan(topology);
     let mut queues = vec![topology.segments_queue(), topology.dead_queue()];
     queues.extend(plan.delay_queues.into_iter().map(|q| q.name));
@@ -50,6 +50,6 @@ pub async fn delete_topology(amqp_url: &str, topology: &Topology) -> anyhow::Res
             channel = connection.create_channel().await?;
         }
     }
-    let _ = connection.close(200, "bench done".into()).await;
+    let _ = connection.close(200, "topology deleted".into()).await;
     Ok(failed)
 }
