@@ -26,7 +26,7 @@ export DATABASE_URL TEST_DATABASE_URL AMQP_URL
 
 PEERS_RUN ?= $(CURDIR)/../shared/peers/run.sh
 
-.PHONY: help services build migrate demo fmt-check clippy validate-k8s test bench bench-peers bench-park-many chaos clean-test-schemas
+.PHONY: help services build migrate demo fmt-check clippy validate-k8s test web-test bench bench-peers bench-park-many chaos clean-test-schemas
 
 help: ## list the targets
 	@echo "agentenkit — make targets:"
@@ -66,11 +66,17 @@ test: services fmt-check clippy validate-k8s ## services, fmt-check, clippy, man
 	  $(CARGO) nextest run --workspace --run-ignored only --test-threads 1 --no-fail-fast --no-tests=pass || rc=$$?; \
 	  echo "+ DATABASE_URL=$$DATABASE_URL cargo nextest run --workspace --no-fail-fast"; \
 	  $(CARGO) nextest run --workspace --no-fail-fast --no-tests=fail || rc=$$?; \
+	  echo "+ scripts/web-test.sh   # use-agentenkit: typecheck and vitest against a real agentenkit dev"; \
+	  bash scripts/web-test.sh || rc=$$?; \
 	else \
 	  echo "+ DATABASE_URL=$$DATABASE_URL cargo test --workspace --no-fail-fast"; \
 	  $(CARGO) test --workspace --no-fail-fast -- --include-ignored --test-threads 1 || rc=$$?; \
+	  bash scripts/web-test.sh || rc=$$?; \
 	fi; \
 	exit $$rc
+
+web-test: services ## the TypeScript client and hook (crates/web): npm ci, typecheck, vitest against a real agentenkit dev
+	@export DATABASE_URL="$$TEST_DATABASE_URL"; bash scripts/web-test.sh
 
 bench: ## the agentenkit benchmark (release build)
 	@if ! $(CARGO) metadata --no-deps --format-version 1 2>/dev/null | grep -q '"name":"agentenkit-bench"'; then \

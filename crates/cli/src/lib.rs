@@ -64,6 +64,11 @@ pub struct Connections {
     /// Prefix of every queue and exchange name.
     #[arg(long, env = "AGENTENKIT_QUEUE_PREFIX", default_value = "agentenkit")]
     pub queue_prefix: String,
+    /// Let RabbitMQ delete the queues after this long unused, for throwaway
+    /// environments (tests, previews); unset in production. Longer than
+    /// any delay in use: a delay queue has no consumer.
+    #[arg(long, env = "AGENTENKIT_QUEUE_EXPIRES", value_parser = parse_duration)]
+    pub queue_expires: Option<Duration>,
     /// `rabbitmq` for a fleet; `memory` runs everything in one process.
     #[arg(long, env = "AGENTENKIT_QUEUE", value_enum, default_value_t = QueueKind::Rabbitmq)]
     pub queue: QueueKind,
@@ -104,7 +109,7 @@ impl Connections {
             QueueKind::Rabbitmq => {
                 let topology = Topology {
                     prefix: self.queue_prefix.clone(),
-                    queue_expires: None,
+                    queue_expires: self.queue_expires,
                     delay_lanes: delay_lanes.to_vec(),
                     queue_type: self.queue_type,
                 };

@@ -1,0 +1,215 @@
+// A typed client of the agentenkit HTTP API: one method per route of SPEC §9.
+
+import { SseParser } from "./sse";
+import type {
+  AgentInfo,
+  Answers,
+  CreatedThread,
+  Delivery,
+  JournalEntry,
+  Message,
+  PendingInput,
+  Run,
+  Thread,
+  ThreadEvent,
+} from "./types";
+
+export interface ClientOptions {
+  /** Where the API is, e.g. `https://agents.example.com` ("" for the page's own origin). */
+  baseUrl: string;
+  apiKey: string;
+  /** The fetch to use (the global one by default). */
+  fetch?: typeof fetch;
+}
+
+/** A non-2xx answer: the server's `{error, message}` and the HTTP status. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+
+  /** A 5xx: the request may be retried. */
+  get retryable(): boolean {
+    return this.status >= 500;
+  }
+}
+
+export interface Subscription {
+  close(): void;
+}
+
+export interface SubscribeOptions {
+  /** Resume after this event id (the stream starts from the first otherwise). */
+  lastEventId?: number;
+  /** First wait before reconnecting; doubles up to 5 s. */
+  retryMs?: number;
+  onError?: (error: unknown) => void;
+}
+
+export interface Client {
+  createThread(agent: string, metadata?: Record<string, unknown>): Promise<CreatedThread>;
+  getThread(threadId: string): Promise<Thread>;
+  sendMessage(threadId: string, content: string): Promise<{ runId: string }>;
+  listMessages(threadId: string): Promise<Message[]>;
+  listEvents(threadId: string, after?: number): Promise<ThreadEvent[]>;
+  stopThread(threadId: string): Promise<void>;
+  getRun(runId: string): Promise<Run>;
+  getJournal(runId: string): Promise<JournalEntry[]>;
+  approve(runId: string, toolCallId: string, payload?: unknown): Promise<Delivery>;
+  reject(runId: string, toolCallId: string, reason?: string): Promise<Delivery>;
+  answer(runId: string, toolCallId: string, answers: Answers): Promise<Delivery>;
+  skip(runId: string, toolCallId: string): Promise<Delivery>;
+  respond(threadId: string, toolCallId: string, approved: boolean, payload?: unknown): Promise<Delivery>;
+  inbox(): Promise<PendingInput[]>;
+  agents(): Promise<AgentInfo[]>;
+  /** The thread's events, live, reconnecting with `Last-Event-ID`. */
+  subscribe(threadId: string, onEvent: (event: ThreadEvent) => void, options?: SubscribeOptions): Subscription;
+}
+
+const MAX_RETRY_MS = 5000;
+
+export function createClient(options: ClientOptions): Client {
+  const base = options.baseUrl.replace(/\/+$/, "");
+  const doFetch = options.fetch ?? ((input, init) => fetch(input, init));
+  const auth = { Authorization: `Bearer ${options.apiKey}` };
+
+  async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const headers: Record<string, string> = { ...auth };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await doFetch(`${base}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    const json: unknown = text ? JSON.parse(text) : null;
+    if (!response.ok) {
+      const error = (json ?? {}) as { error?: string; message?: string };
+      throw new ApiError(response.status, error.error ?? "Error", error.message ?? response.statusText);
+    }
+    return json as T;
+  }
+
+  const id = encodeURIComponent;
+  return {
+    createThread: (agent, metadata) => call("POST", "/threads", metadata ? { agent, metadata } : { agent }),
+    getThread: (threadId) => call("GET", `/threads/${id(threadId)}`),
+    sendMessage: (threadId, content) => call("POST", `/threads/${id(threadId)}/messages`, { content }),
+    listMessages: (threadId) => call("GET", `/threads/${id(threadId)}/messages`),
+    listEvents: (threadId, after) =>
+      call("GET", `/threads/${id(threadId)}/events${after === undefined ? "" : `?after=${after}`}`),
+    stopThread: async (threadId) => {
+      await call("POST", `/threads/${id(threadId)}/stop`);
+    },
+    getRun: (runId) => call("GET", `/runs/${id(runId)}`),
+    getJournal: (runId) => call("GET", `/runs/${id(runId)}/journal`),
+    approve: (runId, toolCallId, payload) =>
+      call("POST", "/agent/tool-call/approve", { runId, toolCallId, ...(payload === undefined ? {} : { payload }) }),
+    reject: (runId, toolCallId, reason) =>
+      call("POST", "/agent/tool-call/reject", { runId, toolCallId, ...(reason === undefined ? {} : { reason }) }),
+    answer: (runId, toolCallId, answers) => call("POST", "/agent/tool-call/answer", { runId, toolCallId, answers }),
+    skip: (runId, toolCallId) => call("POST", "/agent/tool-call/skip", { runId, toolCallId }),
+    respond: (threadId, toolCallId, approved, payload) =>
+      call("POST", "/agent/hitl/respond", {
+        threadId,
+        toolCallId,
+        approved,
+        ...(payload === undefined ? {} : { payload }),
+      }),
+    inbox: () => call("GET", "/agent/inbox"),
+    agents: () => call("GET", "/agents"),
+    subscribe(threadId, onEvent, subscribeOptions = {}) {
+      const controller = new AbortController();
+      let lastEventId = subscribeOptions.lastEventId;
+      const firstRetry = subscribeOptions.retryMs ?? 500;
+      let retry = firstRetry;
+
+      async function readOnce(): Promise<void> {
+        const headers: Record<string, string> = { ...auth, Accept: "text/event-stream" };
+        if (lastEventId !== undefined) headers["Last-Event-ID"] = String(lastEventId);
+        const response = await doFetch(`${base}/threads/${id(threadId)}/stream`, {
+          headers,
+          signal: controller.signal,
+        });
+        if (!response.ok || !response.body) {
+          const text = await response.text().catch(() => "");
+          let message = response.statusText;
+          let code = "Error";
+          try {
+            const json = JSON.parse(text) as { error?: string; message?: string };
+            code = json.error ?? code;
+            message = json.message ?? message;
+          } catch {
+            // not JSON: keep the status text
+          }
+          throw new ApiError(response.status, code, message);
+        }
+        const reader = response.body.getReader();
+        const decoder = new TextDecoder();
+        const parser = new SseParser();
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) return;
+          for (const sse of parser.push(decoder.decode(value, { stream: true }))) {
+            const event = JSON.parse(sse.data) as unknown;
+            const eventId = sse.id === undefined ? NaN : Number(sse.id);
+            if (Number.isFinite(eventId)) lastEventId = eventId;
+            retry = firstRetry;
+            onEvent(toThreadEvent(threadId, sse.event, eventId, event));
+          }
+        }
+      }
+
+      void (async () => {
+        while (!controller.signal.aborted) {
+          try {
+            await readOnce();
+          } catch (error) {
+            if (controller.signal.aborted) return;
+            // A refused key or an unknown thread will not heal by itself.
+            if (error instanceof ApiError && error.status >= 400 && error.status < 500 && error.status !== 429) {
+              subscribeOptions.onError?.(error);
+              return;
+            }
+            subscribeOptions.onError?.(error);
+          }
+          if (controller.signal.aborted) return;
+          await sleep(retry, controller.signal);
+          retry = Math.min(retry * 2, MAX_RETRY_MS);
+        }
+      })();
+      return { close: () => controller.abort() };
+    },
+  };
+}
+
+/** The stream's `data` is the event's own `data` or the whole event view;
+ * either way the hook gets a `ThreadEvent`. */
+function toThreadEvent(threadId: string, type: string, id: number, data: unknown): ThreadEvent {
+  const view = data as Partial<ThreadEvent> | null;
+  if (view && typeof view === "object" && "type" in view && "data" in view) {
+    return view as ThreadEvent;
+  }
+  const runId =
+    data && typeof data === "object" && "runId" in data ? String((data as { runId: unknown }).runId) : null;
+  return { id, threadId, runId, type, data, createdAt: new Date().toISOString() };
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+}

@@ -1,0 +1,119 @@
+// The shapes of the agentenkit HTTP API (SPEC §9), as the server sends them
+// (camelCase JSON). `GET /openapi.json` is the full contract.
+
+export type ThreadStatus = "IDLE" | "RUNNING" | "WAITING_FOR_INPUT";
+export type RunStatus = "queued" | "running" | "waiting" | "completed" | "failed" | "cancelled";
+export type InputKind = "approval" | "park" | "ask";
+
+export interface QuestionOption {
+  value: string;
+  label: string;
+}
+
+export interface Question {
+  id: string;
+  prompt: string;
+  options: QuestionOption[];
+  multiple?: boolean;
+  defaults?: string[];
+}
+
+export interface QuestionSet {
+  preamble?: string;
+  questions: Question[];
+}
+
+/** An open request: an approval, a job's wait, or a question set. */
+export interface PendingInput {
+  toolCallId: string;
+  runId: string;
+  threadId: string;
+  toolName: string;
+  arguments: unknown;
+  kind: InputKind;
+  reason: string;
+  runName: string;
+  depth: number;
+  expiresAt: string | null;
+  request?: QuestionSet;
+}
+
+export interface Thread {
+  id: string;
+  agent: string;
+  status: ThreadStatus;
+  currentRunId: string | null;
+  pendingInputs: PendingInput[];
+}
+
+export interface CreatedThread {
+  id: string;
+  agent: string;
+  status: ThreadStatus;
+}
+
+export interface ToolCallRequest {
+  id: string;
+  name: string;
+  arguments: unknown;
+}
+
+/** One entry of a thread's conversation. */
+export type Message =
+  | { role: "user"; content: string }
+  | { role: "assistant"; content: string | null; toolCalls?: ToolCallRequest[] }
+  | { role: "tool"; toolCallId: string; content: unknown }
+  | { role: string; [field: string]: unknown };
+
+export interface ThreadEvent {
+  id: number;
+  threadId: string;
+  runId: string | null;
+  type: string;
+  data: unknown;
+  createdAt: string;
+}
+
+export interface Usage {
+  modelCall: number;
+  inputTokens: number;
+  outputTokens: number;
+}
+
+export interface Run {
+  id: string;
+  threadId: string;
+  status: RunStatus;
+  name: string;
+  depth: number;
+  parentRunId: string | null;
+  parentToolCallId: string | null;
+  output: string | null;
+  error: string | null;
+  usage: Usage[];
+  createdAt: string;
+  finishedAt: string | null;
+}
+
+export interface JournalEntry {
+  position: number;
+  name: string;
+  value: unknown;
+}
+
+/** What every answer route returns: `delivered: false` when the request was
+ * no longer open (answered elsewhere, expired, stopped). */
+export interface Delivery {
+  delivered: boolean;
+  error?: string;
+}
+
+/** Question id → the chosen option values. */
+export type Answers = Record<string, string[]>;
+
+export interface AgentInfo {
+  name: string;
+  description?: string;
+  ask: boolean;
+  subagents: string[];
+}

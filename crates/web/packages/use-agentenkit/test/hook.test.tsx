@@ -1,0 +1,128 @@
+// @vitest-environment jsdom
+// The hook against a real `agentenkit dev` (see server.ts): optimistic
+// drop, too late, error restore, answers and skip.
+
+import { act, renderHook, waitFor } from "@testing-library/react";
+import { describe, expect, inject, it } from "vitest";
+
+import { createClient, useAgentThread, type Client } from "../src";
+import { ALICE } from "./server";
+
+const baseUrl = inject("baseUrl");
+
+function client(fetchImpl?: typeof fetch): Client {
+  return createClient({ baseUrl, apiKey: ALICE, fetch: fetchImpl });
+}
+
+async function parkedThread(api: Client, agent: string): Promise<{ threadId: string; runId: string }> {
+  const thread = await api.createThread(agent);
+  const { runId } = await api.sendMessage(thread.id, "go");
+  return { threadId: thread.id, runId };
+}
+
+async function finished(api: Client, runId: string): Promise<string> {
+  for (let i = 0; i < 200; i++) {
+    const run = await api.getRun(runId);
+    if (["completed", "failed", "cancelled"].includes(run.status)) return run.status;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`run ${runId} did not finish`);
+}
+
+describe("useAgentThread", () => {
+  it("shows a parked request live, drops it at once on approve, and follows the run to its end", async () => {
+    const api = client();
+    const { threadId, runId } = await parkedThread(api, "mailer");
+    const { result, unmount } = renderHook(() => useAgentThread(api, threadId));
+    await waitFor(() => expect(result.current.pendingInputs).toHaveLength(1));
+    const card = result.current.pendingInputs[0]!;
+    expect(card).toMatchObject({ toolCallId: "c1", kind: "approval", toolName: "send", runName: "mailer", depth: 0 });
+
+    let answered!: Promise<void>;
+    act(() => {
+      answered = result.current.respondToInput("c1", true);
+    });
+    // Before the server has answered.
+    expect(result.current.pendingInputs).toEqual([]);
+    await act(() => answered);
+    expect(result.current.tooLate).toEqual([]);
+    expect(result.current.error).toBeNull();
+
+    expect(await finished(api, runId)).toBe("completed");
+    await waitFor(() => expect(result.current.status).toBe("IDLE"));
+    await waitFor(() =>
+      expect(result.current.messages.some((m) => m.role === "assistant" && m.content === "Done.")).toBe(true),
+    );
+    expect(result.current.pendingInputs).toEqual([]);
+    unmount();
+  });
+
+  it("keeps a card answered elsewhere gone and names it too late", async () => {
+    const api = client();
+    const { threadId, runId } = await parkedThread(api, "mailer");
+    const { result, unmount } = renderHook(() => useAgentThread(api, threadId));
+    await waitFor(() => expect(result.current.pendingInputs).toHaveLength(1));
+    // Somebody else answers first.
+    expect(await api.reject(runId, "c1", "not today")).toEqual({ delivered: true });
+    await act(() => result.current.respondToInput("c1", true));
+    expect(result.current.tooLate).toEqual(["c1"]);
+    expect(result.current.pendingInputs).toEqual([]);
+    expect(result.current.error).toBeNull();
+    expect(await finished(api, runId)).toBe("completed");
+    const journal = await api.getJournal(runId);
+    expect(journal.find((e) => e.name.startsWith("tool:"))?.value).toMatchObject({ approved: false });
+    unmount();
+  });
+
+  it("brings a card back with the error when its answer cannot be sent", async () => {
+    // The network fails for answers only (a fault injected on purpose).
+    const flaky: typeof fetch = (input, init) =>
+      String(input).includes("/agent/tool-call/")
+        ? Promise.reject(new TypeError("network down"))
+        : fetch(input, init);
+    const api = client(flaky);
+    const { threadId, runId } = await parkedThread(api, "mailer");
+    const { result, unmount } = renderHook(() => useAgentThread(api, threadId));
+    await waitFor(() => expect(result.current.pendingInputs).toHaveLength(1));
+    let answered!: Promise<void>;
+    act(() => {
+      answered = result.current.respondToInput("c1", true);
+    });
+    expect(result.current.pendingInputs).toEqual([]);
+    await act(() => answered);
+    expect(result.current.pendingInputs.map((input) => input.toolCallId)).toEqual(["c1"]);
+    expect(result.current.error?.message).toBe("network down");
+    expect(result.current.tooLate).toEqual([]);
+    // Still open on the server: answer it for real.
+    expect(await client().approve(runId, "c1")).toEqual({ delivered: true });
+    expect(await finished(api, runId)).toBe("completed");
+    unmount();
+  });
+
+  it("answers a question set and skips another", async () => {
+    const api = client();
+    const answered = await parkedThread(api, "asker");
+    const skipped = await parkedThread(api, "asker");
+    const first = renderHook(() => useAgentThread(api, answered.threadId));
+    const second = renderHook(() => useAgentThread(api, skipped.threadId));
+    await waitFor(() => expect(first.result.current.pendingInputs).toHaveLength(1));
+    await waitFor(() => expect(second.result.current.pendingInputs).toHaveLength(1));
+    const card = first.result.current.pendingInputs[0]!;
+    expect(card.kind).toBe("ask");
+    expect(card.request?.questions.map((q) => q.id)).toEqual(["scope"]);
+
+    await act(() => first.result.current.answer(card.toolCallId, { scope: ["repo"] }));
+    await act(() => second.result.current.skip(second.result.current.pendingInputs[0]!.toolCallId));
+    expect(first.result.current.pendingInputs).toEqual([]);
+    expect(second.result.current.pendingInputs).toEqual([]);
+    expect(await finished(api, answered.runId)).toBe("completed");
+    expect(await finished(api, skipped.runId)).toBe("completed");
+    const journal = await api.getJournal(answered.runId);
+    expect(journal.find((e) => e.name === "intake:answers")?.value).toMatchObject({
+      status: "executed",
+      answers: { scope: ["repo"] },
+    });
+    first.unmount();
+    second.unmount();
+  });
+});
