@@ -274,6 +274,46 @@ async fn takeovers_do_not_spend_the_budget_of_failed_attempts() {
     env.finish().await;
 }
 
+/// The same when the reaper, not a redelivery, hands the dead worker's run
+/// on (its lease ran out while nobody consumed): the review of the chaos
+/// fix found this path still spent a failed attempt.
+#[tokio::test]
+async fn a_run_the_reaper_re_enqueues_after_a_death_keeps_its_failed_attempts() {
+    use agentenkit_runtime::reaper::{reap_once, ReaperConfig};
+    let tool = ToolServer::ok().await;
+    let mut env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    env.worker_config.max_attempts = 1;
+    let (_, run_id) = env.start_turn("agent", "go").await;
+    for _ in 0..2 {
+        let doomed = env.spawn_crashing_worker("before:model:0");
+        // A worker that failed the run instead of reaching the crash point
+        // would never die: bound the wait.
+        let died = tokio::time::timeout(Duration::from_secs(20), doomed.died())
+            .await
+            .expect("the worker reached the crash point (the run was not failed first)");
+        assert!(died.is_err(), "the crash point fired");
+        // No worker consumes: the reaper finds the lease run out.
+        let mut reenqueued = 0;
+        for _ in 0..100 {
+            let report = reap_once(&env.store, &env.relay, &ReaperConfig::default())
+                .await
+                .unwrap();
+            reenqueued += report.expired_leases;
+            if reenqueued > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(reenqueued, 1, "the reaper re-enqueued the run");
+    }
+    let rescuer = env.spawn_worker();
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(tool.calls(), 1);
+    rescuer.stop().await.unwrap();
+    env.finish().await;
+}
+
 /// ... and a step that kills its worker every time still ends.
 #[tokio::test]
 async fn a_step_whose_workers_keep_dying_fails_its_run_after_max_takeovers() {

@@ -133,8 +133,9 @@ impl Connections {
 
 impl Connections {
     /// The broker, waiting for it: a long-running process (worker, API,
-    /// reaper loop) started while RabbitMQ is down or restarting retries
-    /// with backoff (logging each failure) instead of exiting, so it is
+    /// reaper loop) started while RabbitMQ is unreachable (a connection
+    /// error; wrong credentials are one too) retries with backoff (logging
+    /// each failure) instead of exiting, so it is
     /// serving as soon as the broker is back rather than after a
     /// supervisor's crash-loop backoff. Gives up only when `shutdown` is
     /// cancelled.
@@ -147,9 +148,18 @@ impl Connections {
         loop {
             match self.queue(delay_lanes).await {
                 Ok(queue) => return Ok(queue),
-                Err(e) => {
+                // Only an unreachable broker is waited for: a refused
+                // declaration (a queue of another type, say) or an unreadable
+                // CA file will not heal, and says so at once.
+                Err(e)
+                    if matches!(
+                        e.downcast_ref::<agentenkit_queue::Error>(),
+                        Some(agentenkit_queue::Error::Connection(_))
+                    ) =>
+                {
                     tracing::warn!(error = %format!("{e:#}"), retry_in = ?backoff, "RabbitMQ unreachable; waiting for it");
                 }
+                Err(e) => return Err(e),
             }
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}

@@ -35,7 +35,8 @@ impl Store {
                         -- again, so a backlog is never made deeper by bumps
                         -- that strand every queued message.
                         segment_seq = CASE WHEN stuck.status = 'running' THEN r.segment_seq + 1 ELSE r.segment_seq END,
-                        attempts = r.attempts + CASE WHEN stuck.status = 'running' THEN 1 ELSE 0 END,
+                        -- its worker died: a takeover, not a failed attempt
+                        takeovers = r.takeovers + CASE WHEN stuck.status = 'running' THEN 1 ELSE 0 END,
                         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
                  FROM (SELECT id, status FROM runs
                        WHERE status IN ('queued', 'running')

@@ -82,16 +82,19 @@ struct Resolution {
 }
 
 /// Checks every run against its thread's events and the tool endpoint's
-/// counts (`effects`: calls per idempotency key that carried an approval).
+/// counts (`effects`: calls per idempotency key that carried an approval;
+/// `unapproved`: calls that carried none, or a denial, where one is needed).
 pub fn check(
     records: &[RunRecord],
     events: &BTreeMap<String, ThreadEvents>,
     effects: &BTreeMap<Endpoint, BTreeMap<String, u64>>,
+    unapproved: &[String],
 ) -> Findings {
     let mut f = Findings {
         runs: records.len(),
         ..Findings::default()
     };
+    f.doubled.extend(unapproved.iter().cloned());
     let mut approved_effects: BTreeMap<Endpoint, BTreeSet<String>> = BTreeMap::new();
     for record in records {
         let name = format!("run {} ({:?})", record.index, record.scenario);
@@ -117,6 +120,31 @@ pub fn check(
             if *count > 1 {
                 f.doubled
                     .push(format!("{name}: run {run} ended {count} times"));
+            }
+        }
+        // Every run of the tree (sub-agents too) must complete: a failed
+        // child leaves a parent that still says "Done.".
+        for event in &thread.events {
+            if matches!(event["type"].as_str(), Some("RUN_FAILED" | "RUN_CANCELLED")) {
+                f.failed.push(format!(
+                    "{name}: run {} {}: {}",
+                    event["runId"].as_str().unwrap_or("-"),
+                    event["type"].as_str().unwrap_or_default(),
+                    event["data"]["error"]
+                ));
+            }
+        }
+        if record.finished.as_deref() == Some("completed") {
+            let root = record.run_id.as_deref().unwrap_or_default();
+            let ends = thread
+                .events
+                .iter()
+                .filter(|e| e["type"] == "RUN_COMPLETED" && e["runId"] == root)
+                .count();
+            if ends == 0 {
+                f.lost.push(format!(
+                    "{name}: completed, but its RUN_COMPLETED event is missing"
+                ));
             }
         }
         f.requests += required.len();
@@ -387,7 +415,15 @@ mod tests {
         json!({ "type": "RUN_COMPLETED", "runId": RUN, "createdAt": at, "data": {} })
     }
 
-    fn events(list: Vec<Value>) -> BTreeMap<String, ThreadEvents> {
+    /// The thread's events, with the root's end when the list has none.
+    fn events(mut list: Vec<Value>) -> BTreeMap<String, ThreadEvents> {
+        if !list.iter().any(|e| e["type"] == "RUN_COMPLETED") {
+            list.push(completed("2026-12-02T10:00:05Z"));
+        }
+        bare_events(list)
+    }
+
+    fn bare_events(list: Vec<Value>) -> BTreeMap<String, ThreadEvents> {
         BTreeMap::from([("t1".to_owned(), ThreadEvents { events: list })])
     }
 
@@ -411,7 +447,7 @@ mod tests {
             resolved("executed", true, "2026-12-02T10:00:01Z"),
             completed("2026-12-02T10:00:03Z"),
         ]);
-        let f = check(&records, &thread, &sends(&[("r1:c1", 1)]));
+        let f = check(&records, &thread, &sends(&[("r1:c1", 1)]), &[]);
         assert_eq!(f.violations(), 0, "{f:?}");
         assert_eq!((f.delivered, f.too_late, f.approved_sends), (1, 1, 1));
         assert_eq!(f.slowest_settle.unwrap().0, Duration::from_secs(2));
@@ -424,7 +460,7 @@ mod tests {
             required(LATER),
             resolved("executed", true, "2026-12-02T10:00:01Z"),
         ]);
-        let f = check(&records, &thread, &sends(&[("r1:c1", 2)]));
+        let f = check(&records, &thread, &sends(&[("r1:c1", 2)]), &[]);
         assert_eq!(f.violations(), 0);
         assert_eq!(f.repeats.len(), 1);
     }
@@ -439,7 +475,7 @@ mod tests {
             required(LATER),
             resolved("executed", true, "2026-12-02T10:00:01Z"),
         ]);
-        let f = check(&records, &thread, &sends(&[("r1:c1", 1)]));
+        let f = check(&records, &thread, &sends(&[("r1:c1", 1)]), &[]);
         assert_eq!(f.lost.len(), 1, "{f:?}");
     }
 
@@ -456,7 +492,7 @@ mod tests {
             completed("2026-12-02T10:00:03Z"),
             completed("2026-12-02T10:00:04Z"),
         ]);
-        let f = check(&records, &thread, &sends(&[("r1:c1", 1)]));
+        let f = check(&records, &thread, &sends(&[("r1:c1", 1)]), &[]);
         assert_eq!(f.doubled.len(), 4, "{:#?}", f.doubled);
     }
 
@@ -467,7 +503,7 @@ mod tests {
             required(LATER),
             resolved("executed", true, "2026-12-02T10:00:01Z"),
         ]);
-        let f = check(&records, &thread, &sends(&[]));
+        let f = check(&records, &thread, &sends(&[]), &[]);
         assert_eq!(f.lost.len(), 1);
     }
 
@@ -477,14 +513,24 @@ mod tests {
             required("2026-12-02T10:00:02Z"),
             resolved("expired", false, "2026-12-02T10:00:01Z"),
         ]);
-        let f = check(&[record(Scenario::Expiry, vec![])], &thread, &sends(&[]));
+        let f = check(
+            &[record(Scenario::Expiry, vec![])],
+            &thread,
+            &sends(&[]),
+            &[],
+        );
         assert_eq!(f.early.len(), 1);
 
         let thread = events(vec![
             required("2026-12-02T10:00:02Z"),
             resolved("expired", false, "2026-12-02T10:00:02.500Z"),
         ]);
-        let f = check(&[record(Scenario::Expiry, vec![])], &thread, &sends(&[]));
+        let f = check(
+            &[record(Scenario::Expiry, vec![])],
+            &thread,
+            &sends(&[]),
+            &[],
+        );
         assert_eq!(f.violations(), 0);
         assert_eq!(f.slowest_expiry, Some(Duration::from_millis(500)));
     }
@@ -499,7 +545,7 @@ mod tests {
             required(LATER),
             resolved("expired", false, "2026-12-02T10:00:01Z"),
         ]);
-        let f = check(&records, &thread, &sends(&[]));
+        let f = check(&records, &thread, &sends(&[]), &[]);
         assert_eq!(f.early.len(), 1);
     }
 
@@ -508,13 +554,37 @@ mod tests {
         let mut stuck = record(Scenario::Single, vec![]);
         stuck.finished = None;
         let thread = events(vec![required(LATER)]);
-        let f = check(&[stuck], &thread, &sends(&[]));
+        let f = check(&[stuck], &thread, &sends(&[]), &[]);
         assert_eq!(f.stuck.len(), 1);
         // Its request is open because the run is: counted once, as stuck.
         assert!(f.unresolved.is_empty());
 
-        let f = check(&[record(Scenario::Single, vec![])], &thread, &sends(&[]));
+        let f = check(
+            &[record(Scenario::Single, vec![])],
+            &thread,
+            &sends(&[]),
+            &[],
+        );
         assert_eq!(f.unresolved.len(), 1);
+    }
+
+    #[test]
+    fn a_failed_sub_agent_a_missing_end_event_and_an_unapproved_send_are_caught() {
+        let records = [record(
+            Scenario::SubAgents,
+            vec![attempt(Sent::Approve, true)],
+        )];
+        let thread = bare_events(vec![
+            required(LATER),
+            resolved("executed", true, "2026-12-02T10:00:01Z"),
+            json!({ "type": "RUN_FAILED", "runId": "child", "createdAt": LATER,
+                    "data": { "error": "boom" } }),
+        ]);
+        let unapproved = ["Send ran for key x:c1 with approval None".to_owned()];
+        let f = check(&records, &thread, &sends(&[("r1:c1", 1)]), &unapproved);
+        assert_eq!(f.failed.len(), 1, "{:#?}", f.failed);
+        assert_eq!(f.lost.len(), 1, "the root's RUN_COMPLETED: {:#?}", f.lost);
+        assert_eq!(f.doubled, unapproved);
     }
 
     #[test]
@@ -524,7 +594,7 @@ mod tests {
             required(LATER),
             resolved("executed", true, "2026-12-02T10:00:01Z"),
         ]);
-        let f = check(&records, &thread, &sends(&[("r1:c1", 1)]));
+        let f = check(&records, &thread, &sends(&[("r1:c1", 1)]), &[]);
         assert_eq!(f.doubled.len(), 1, "{:#?}", f.doubled);
     }
 }

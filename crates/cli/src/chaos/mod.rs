@@ -251,7 +251,7 @@ async fn exercise(
         .into_iter()
         .map(|e| (e, tool_log.effects(e)))
         .collect();
-    let findings = check::check(&records, &events, &effects);
+    let findings = check::check(&records, &events, &effects, &tool_log.unapproved());
     let left = leftovers(&probe).await?;
     let fault_log = std::mem::take(&mut *faults.log.lock().expect("not poisoned"));
     Ok(Report::new(

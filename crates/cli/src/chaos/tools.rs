@@ -60,11 +60,30 @@ impl ToolLog {
     pub fn effects(&self, endpoint: Endpoint) -> BTreeMap<String, u64> {
         let mut effects = BTreeMap::new();
         for hit in self.hits() {
-            if hit.endpoint == endpoint && hit.approved.is_some() {
+            if hit.endpoint == endpoint && hit.approved == Some(true) {
                 *effects.entry(hit.key).or_default() += 1;
             }
         }
         effects
+    }
+
+    /// Calls that should never happen: a send without an approval (or with
+    /// a denial), a job finished with a denial. A job's first call carries
+    /// no approval by design (it parks).
+    pub fn unapproved(&self) -> Vec<String> {
+        self.hits()
+            .into_iter()
+            .filter(|hit| match hit.endpoint {
+                Endpoint::Send => hit.approved != Some(true),
+                Endpoint::Job => hit.approved == Some(false),
+            })
+            .map(|hit| {
+                format!(
+                    "{:?} ran for key {} with approval {:?}",
+                    hit.endpoint, hit.key, hit.approved
+                )
+            })
+            .collect()
     }
 }
 
