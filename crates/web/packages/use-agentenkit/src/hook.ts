@@ -32,6 +32,9 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
   // The inputs as last seen, for the answer callbacks (which need a runId).
   const inputsRef = useRef<PendingInput[]>([]);
   inputsRef.current = serverInputs;
+  // Answers on their way (by run and call): a second click is not a second
+  // answer (it would come back "too late" against the first).
+  const answering = useRef(new Set<string>());
 
   // Reads the thread; coalesces the refreshes events ask for while one runs.
   const refresh = useMemo(() => {
@@ -57,7 +60,7 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
           setServerInputs(thread.pendingInputs);
           // A card answered here stays hidden until the server stops
           // listing it; then it needs no hiding.
-          const open = new Set(thread.pendingInputs.map((input) => input.toolCallId));
+          const open = new Set(thread.pendingInputs.map(keyOf));
           setDropped((hidden) => {
             const kept = [...hidden].filter((callId) => open.has(callId));
             return kept.length === hidden.size ? hidden : new Set(kept);
@@ -91,13 +94,22 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
 
   const settle = useCallback(
     async (toolCallId: string, reply: (input: PendingInput) => Promise<Delivery>) => {
-      const input = inputsRef.current.find((candidate) => candidate.toolCallId === toolCallId);
+      const matching = inputsRef.current.filter((candidate) => candidate.toolCallId === toolCallId);
+      if (matching.length > 1) {
+        // Two runs of the tree (sub-agents) may use one call id.
+        setError(new ApiError(409, "AmbiguousToolCallId", `${toolCallId} names ${matching.length} open requests`));
+        return;
+      }
+      const input = matching[0];
       if (!input) {
         setTooLate((names) => (names.includes(toolCallId) ? names : [...names, toolCallId]));
         return;
       }
+      const key = keyOf(input);
+      if (answering.current.has(key)) return;
+      answering.current.add(key);
       // Gone at once; the server confirms.
-      setDropped((hidden) => new Set(hidden).add(toolCallId));
+      setDropped((hidden) => new Set(hidden).add(key));
       try {
         const delivery = await reply(input);
         if (!delivery.delivered) {
@@ -108,10 +120,12 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
         // Not answered: the card comes back with the reason.
         setDropped((hidden) => {
           const next = new Set(hidden);
-          next.delete(toolCallId);
+          next.delete(key);
           return next;
         });
         setError(asError(e));
+      } finally {
+        answering.current.delete(key);
       }
       void refresh.read();
     },
@@ -149,10 +163,14 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
   );
 
   const pendingInputs = useMemo(
-    () => serverInputs.filter((input) => !dropped.has(input.toolCallId)),
+    () => serverInputs.filter((input) => !dropped.has(keyOf(input))),
     [serverInputs, dropped],
   );
   return { status, messages, pendingInputs, respondToInput, answer, skip, send, tooLate, error };
+}
+
+function keyOf(input: PendingInput): string {
+  return `${input.runId}:${input.toolCallId}`;
 }
 
 function asError(e: unknown): Error {

@@ -126,3 +126,19 @@ describe("useAgentThread", () => {
     second.unmount();
   });
 });
+
+describe("useAgentThread, twice at once", () => {
+  it("treats a second click on a card being answered as the same answer", async () => {
+    const api = client();
+    const { threadId, runId } = await parkedThread(api, "mailer");
+    const { result, unmount } = renderHook(() => useAgentThread(api, threadId));
+    await waitFor(() => expect(result.current.pendingInputs).toHaveLength(1));
+    await act(() => Promise.all([result.current.respondToInput("c1", true), result.current.respondToInput("c1", true)]));
+    expect(result.current.tooLate).toEqual([]);
+    expect(result.current.error).toBeNull();
+    expect(await finished(api, runId)).toBe("completed");
+    const journal = await api.getJournal(runId);
+    expect(journal.find((e) => e.name.startsWith("tool:"))?.value).toMatchObject({ approved: true });
+    unmount();
+  });
+});
