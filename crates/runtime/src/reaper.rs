@@ -123,32 +123,39 @@ pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> R
     let stale_ms = config.outbox_stale_after.as_millis() as u64;
     let orphan_ms = config.outbox_orphan_after.as_millis() as u64;
     if orphan_ms < stale_ms && relay.backlog().await == Some(0) {
-        loop {
-            let rows = store
-                .claim_stale_outbox(orphan_ms, stale_ms.max(1000) * 3, config.batch, true)
-                .await?;
-            report.outbox_published += rows.len();
-            ::metrics::counter!(metrics::RECLAIMS, "cause" => "orphaned_outbox")
-                .increment(rows.len() as u64);
-            relay.publish(&rows).await;
-            if (rows.len() as i64) < config.batch {
-                break;
-            }
-        }
+        report.outbox_published +=
+            republish_outbox(store, relay, config, orphan_ms, true, "orphaned_outbox").await?;
     }
+    report.outbox_published +=
+        republish_outbox(store, relay, config, stale_ms, false, "stale_outbox").await?;
+    Ok(report)
+}
+
+/// Publishes again, batch by batch, the outbox rows more than `older_than_ms`
+/// past due (segments only when `immediate_only`); returns how many.
+async fn republish_outbox(
+    store: &Store,
+    relay: &Relay,
+    config: &ReaperConfig,
+    older_than_ms: u64,
+    immediate_only: bool,
+    cause: &'static str,
+) -> Result<usize> {
+    // A claim outlasts the long threshold, so two reapers never publish
+    // one row at once.
+    let claim_ms = config.outbox_stale_after.as_millis().max(1000) as u64 * 3;
+    let mut published = 0;
     loop {
         let rows = store
-            .claim_stale_outbox(stale_ms, stale_ms.max(1000) * 3, config.batch, false)
+            .claim_stale_outbox(older_than_ms, claim_ms, config.batch, immediate_only)
             .await?;
-        report.outbox_published += rows.len();
-        ::metrics::counter!(metrics::RECLAIMS, "cause" => "stale_outbox")
-            .increment(rows.len() as u64);
+        published += rows.len();
+        ::metrics::counter!(metrics::RECLAIMS, "cause" => cause).increment(rows.len() as u64);
         relay.publish(&rows).await;
         if (rows.len() as i64) < config.batch {
-            break;
+            return Ok(published);
         }
     }
-    Ok(report)
 }
 
 /// Runs [`reap_once`] every `every` until `shutdown`.
