@@ -26,7 +26,7 @@ export DATABASE_URL TEST_DATABASE_URL AMQP_URL
 
 PEERS_RUN ?= $(CURDIR)/../shared/peers/run.sh
 
-.PHONY: help services build migrate demo fmt-check clippy validate-k8s test web-test bench bench-peers bench-park-many chaos clean-test-schemas
+.PHONY: help services build migrate demo fmt-check clippy validate-k8s test web-test ui screenshots bench bench-peers bench-park-many chaos clean-test-schemas
 
 help: ## list the targets
 	@echo "agentenkit — make targets:"
@@ -66,7 +66,7 @@ test: services fmt-check clippy validate-k8s ## services, fmt-check, clippy, man
 	  $(CARGO) nextest run --workspace --run-ignored only --test-threads 1 --no-fail-fast --no-tests=pass || rc=$$?; \
 	  echo "+ DATABASE_URL=$$DATABASE_URL cargo nextest run --workspace --no-fail-fast"; \
 	  $(CARGO) nextest run --workspace --no-fail-fast --no-tests=fail || rc=$$?; \
-	  echo "+ scripts/web-test.sh   # use-agentenkit: typecheck and vitest against a real agentenkit dev"; \
+	  echo "+ scripts/web-test.sh   # crates/web: typecheck, the committed page build, vitest and the page in chromium against a real agentenkit dev"; \
 	  bash scripts/web-test.sh || rc=$$?; \
 	else \
 	  echo "+ DATABASE_URL=$$DATABASE_URL cargo test --workspace --no-fail-fast"; \
@@ -75,8 +75,14 @@ test: services fmt-check clippy validate-k8s ## services, fmt-check, clippy, man
 	fi; \
 	exit $$rc
 
-web-test: services ## the TypeScript client and hook (crates/web): npm ci, typecheck, vitest against a real agentenkit dev
+web-test: services ## crates/web alone: npm ci, typecheck, the committed page build is current, vitest, the page end to end in chromium
 	@export DATABASE_URL="$$TEST_DATABASE_URL"; bash scripts/web-test.sh
+
+ui: ## rebuild the inbox page into crates/api/ui (commit the result: the API embeds it)
+	cd crates/web && npm ci --no-audit --no-fund --loglevel=error && npm run -w agentenkit-inbox build
+
+screenshots: services ## the README's screenshots (docs/screenshots), taken by the page's end-to-end tests
+	@export DATABASE_URL="$$TEST_DATABASE_URL" AGENTENKIT_SCREENSHOTS="$(CURDIR)/docs/screenshots"; bash scripts/web-test.sh
 
 bench: ## the agentenkit benchmark (release build)
 	@if ! $(CARGO) metadata --no-deps --format-version 1 2>/dev/null | grep -q '"name":"agentenkit-bench"'; then \

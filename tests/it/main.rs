@@ -22,3 +22,4 @@ mod stream;
 mod subagents;
 mod tls;
 mod turn;
+mod ui;

@@ -16,6 +16,7 @@ mod extract;
 mod hub;
 mod openapi;
 mod routes;
+mod ui;
 
 pub use auth::{ApiKeys, ApiKeysError};
 pub use error::ApiError;
@@ -151,6 +152,7 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
 pub fn router(state: AppState) -> Router {
     routes::router()
         .0
+        .merge(ui::router())
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }

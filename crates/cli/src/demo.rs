@@ -94,6 +94,11 @@ pub async fn run(mut connections: Connections) -> anyhow::Result<()> {
         "\nThe send_email endpoint was called {} time(s).",
         sent.load(Ordering::SeqCst)
     );
+    println!(
+        "\nTo answer from a browser: `agentenkit dev` serves the inbox page at \
+         http://{}/ui/ (sign in with a key from AGENTENKIT_API_KEYS).",
+        crate::DEFAULT_LISTEN
+    );
     result
 }
 

@@ -121,6 +121,9 @@ async fn main() -> anyhow::Result<()> {
                 .with_max_streams(keys.max_streams);
             let (addr, served) = serve_api(state, listen, shutdown).await?;
             tracing::info!(%addr, queue = ?connections.queue, "agentenkit dev: API, worker and reaper running");
+            println!(
+                "agentenkit dev: the inbox page is at http://{addr}/ui/ (sign in with an API key)"
+            );
             served.await?;
             worker_task.await??;
             reaper.await?;

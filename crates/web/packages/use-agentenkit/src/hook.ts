@@ -2,7 +2,9 @@
 
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 
+import { asError, inputKey, useOptimisticAnswers } from "./answers";
 import { ApiError, type Client } from "./client";
+import { coalesced } from "./refresh";
 import type { Answers, Delivery, Message, PendingInput, ThreadStatus } from "./types";
 
 export interface AgentThread {
@@ -22,77 +24,43 @@ export interface AgentThread {
   error: Error | null;
 }
 
+/** `client` must be the same object from render to render (create it once,
+ * or with `useMemo`): a new client is a new subscription. */
 export function useAgentThread(client: Client, threadId: string): AgentThread {
   const [status, setStatus] = useState<ThreadStatus | null>(null);
   const [messages, setMessages] = useState<Message[]>([]);
   const [serverInputs, setServerInputs] = useState<PendingInput[]>([]);
-  const [dropped, setDropped] = useState<ReadonlySet<string>>(new Set());
-  const [tooLate, setTooLate] = useState<string[]>([]);
-  const [error, setError] = useState<Error | null>(null);
   // The inputs as last seen, for the answer callbacks (which need a runId).
   const inputsRef = useRef<PendingInput[]>([]);
   inputsRef.current = serverInputs;
-  // Answers on their way (by run and call): a second click is not a second
-  // answer (it would come back "too late" against the first).
-  const answering = useRef(new Set<string>());
-
-  // Reads the thread; coalesces the refreshes events ask for while one runs.
-  const refresh = useMemo(() => {
-    let running = false;
-    let again = false;
-    let live = true;
-    const read = async () => {
-      if (running) {
-        again = true;
-        return;
-      }
-      running = true;
-      try {
-        do {
-          again = false;
-          const [thread, conversation] = await Promise.all([
-            client.getThread(threadId),
-            client.listMessages(threadId),
-          ]);
-          if (!live) return;
-          setStatus(thread.status);
-          setMessages(conversation);
-          setServerInputs(thread.pendingInputs);
-          // A card answered here stays hidden until the server stops
-          // listing it; then it needs no hiding.
-          const open = new Set(thread.pendingInputs.map(keyOf));
-          setDropped((hidden) => {
-            const kept = [...hidden].filter((callId) => open.has(callId));
-            return kept.length === hidden.size ? hidden : new Set(kept);
-          });
-        } while (again && live);
-      } catch (e) {
-        if (live) setError(asError(e));
-      } finally {
-        running = false;
-      }
-    };
-    return { read, stop: () => (live = false) };
-  }, [client, threadId]);
+  const refresh = useMemo(() => coalesced(), [client, threadId]);
+  const answers = useOptimisticAnswers(refresh.read);
+  const { seen, setError, reset } = answers;
 
   useEffect(() => {
     setStatus(null);
     setMessages([]);
     setServerInputs([]);
-    setDropped(new Set());
-    setTooLate([]);
-    setError(null);
-    void refresh.read();
-    const subscription = client.subscribe(threadId, () => void refresh.read(), {
+    reset();
+    refresh.start(async (isLive) => {
+      const [thread, conversation] = await Promise.all([client.getThread(threadId), client.listMessages(threadId)]);
+      if (!isLive()) return;
+      setStatus(thread.status);
+      setMessages(conversation);
+      setServerInputs(thread.pendingInputs);
+      seen(thread.pendingInputs);
+    }, (e) => setError(asError(e)));
+    const subscription = client.subscribe(threadId, () => refresh.read(), {
       onError: (e) => setError(asError(e)),
     });
     return () => {
       subscription.close();
       refresh.stop();
     };
-  }, [client, threadId, refresh]);
+  }, [client, threadId, refresh, seen, setError, reset]);
 
-  const settle = useCallback(
+  const { settle, markTooLate } = answers;
+  const answerWith = useCallback(
     async (toolCallId: string, reply: (input: PendingInput) => Promise<Delivery>) => {
       const matching = inputsRef.current.filter((candidate) => candidate.toolCallId === toolCallId);
       if (matching.length > 1) {
@@ -102,51 +70,29 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
       }
       const input = matching[0];
       if (!input) {
-        setTooLate((names) => (names.includes(toolCallId) ? names : [...names, toolCallId]));
+        markTooLate(unknownInput(threadId, toolCallId));
         return;
       }
-      const key = keyOf(input);
-      if (answering.current.has(key)) return;
-      answering.current.add(key);
-      // Gone at once; the server confirms.
-      setDropped((hidden) => new Set(hidden).add(key));
-      try {
-        const delivery = await reply(input);
-        if (!delivery.delivered) {
-          setTooLate((names) => (names.includes(toolCallId) ? names : [...names, toolCallId]));
-        }
-        setError(null);
-      } catch (e) {
-        // Not answered: the card comes back with the reason.
-        setDropped((hidden) => {
-          const next = new Set(hidden);
-          next.delete(key);
-          return next;
-        });
-        setError(asError(e));
-      } finally {
-        answering.current.delete(key);
-      }
-      void refresh.read();
+      await settle(input, () => reply(input));
     },
-    [refresh],
+    [settle, markTooLate, setError, threadId],
   );
 
   const respondToInput = useCallback(
     (toolCallId: string, approved: boolean, payload?: unknown) =>
-      settle(toolCallId, (input) =>
+      answerWith(toolCallId, (input) =>
         approved ? client.approve(input.runId, toolCallId, payload) : client.reject(input.runId, toolCallId),
       ),
-    [client, settle],
+    [client, answerWith],
   );
   const answer = useCallback(
-    (toolCallId: string, answers: Answers) =>
-      settle(toolCallId, (input) => client.answer(input.runId, toolCallId, answers)),
-    [client, settle],
+    (toolCallId: string, given: Answers) =>
+      answerWith(toolCallId, (input) => client.answer(input.runId, toolCallId, given)),
+    [client, answerWith],
   );
   const skip = useCallback(
-    (toolCallId: string) => settle(toolCallId, (input) => client.skip(input.runId, toolCallId)),
-    [client, settle],
+    (toolCallId: string) => answerWith(toolCallId, (input) => client.skip(input.runId, toolCallId)),
+    [client, answerWith],
   );
   const send = useCallback(
     async (content: string) => {
@@ -157,23 +103,31 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
         setError(asError(e));
         throw e;
       }
-      void refresh.read();
+      refresh.read();
     },
-    [client, threadId, refresh],
+    [client, threadId, refresh, setError],
   );
 
   const pendingInputs = useMemo(
-    () => serverInputs.filter((input) => !dropped.has(keyOf(input))),
-    [serverInputs, dropped],
+    () => serverInputs.filter((input) => !answers.hidden.has(inputKey(input))),
+    [serverInputs, answers.hidden],
   );
-  return { status, messages, pendingInputs, respondToInput, answer, skip, send, tooLate, error };
+  const tooLate = useMemo(() => answers.tooLate.map((input) => input.toolCallId), [answers.tooLate]);
+  return { status, messages, pendingInputs, respondToInput, answer, skip, send, tooLate, error: answers.error };
 }
 
-function keyOf(input: PendingInput): string {
-  return `${input.runId}:${input.toolCallId}`;
-}
-
-function asError(e: unknown): Error {
-  if (e instanceof Error) return e;
-  return new ApiError(0, "Error", String(e));
+/** A request the page no longer listed when it was answered. */
+function unknownInput(threadId: string, toolCallId: string): PendingInput {
+  return {
+    toolCallId,
+    runId: "",
+    threadId,
+    toolName: "",
+    arguments: null,
+    kind: "approval",
+    reason: "",
+    runName: "",
+    depth: 0,
+    expiresAt: null,
+  };
 }

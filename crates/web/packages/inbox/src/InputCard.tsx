@@ -1,0 +1,74 @@
+// One open request as a card: an approval (Approve / Deny), a wait for
+// something else (a status line), or a question set.
+
+import type { Answers, PendingInput } from "use-agentenkit";
+
+import { QuestionForm } from "./QuestionForm";
+import { TimeLeft } from "./TimeLeft";
+
+export interface CardActions {
+  approve(input: PendingInput): void;
+  deny(input: PendingInput): void;
+  answer(input: PendingInput, answers: Answers): void;
+  skip(input: PendingInput): void;
+}
+
+export function InputCard(props: { input: PendingInput; actions: CardActions; threadLink?: React.ReactNode }) {
+  const { input, actions } = props;
+  const titleId = `card-${input.runId}-${input.toolCallId}`;
+  const approval = input.kind === "approval" || input.reason === "approval";
+  return (
+    <article className="card" aria-labelledby={titleId}>
+      <header className="card-head">
+        <h2 id={titleId} className={input.kind === "ask" ? "questions-title" : "tool"}>
+          {input.kind === "ask" ? "Questions" : input.toolName}
+        </h2>
+        <span className="run">
+          {input.runName} <span className="depth">depth {input.depth}</span>
+        </span>
+        {input.expiresAt && <TimeLeft expiresAt={input.expiresAt} />}
+      </header>
+      {input.kind === "ask" && input.request ? (
+        <QuestionForm
+          idPrefix={titleId}
+          request={input.request}
+          onSubmit={(answers) => actions.answer(input, answers)}
+          onSkip={() => actions.skip(input)}
+        />
+      ) : (
+        <>
+          <pre className="arguments" aria-label="Arguments">
+            {JSON.stringify(input.arguments, null, 2)}
+          </pre>
+          {approval ? (
+            <div className="actions">
+              <button type="button" className="approve" onClick={() => actions.approve(input)}>
+                Approve
+              </button>
+              <button type="button" className="deny" onClick={() => actions.deny(input)}>
+                Deny
+              </button>
+            </div>
+          ) : (
+            <p className="waiting">Waiting for {input.reason}</p>
+          )}
+        </>
+      )}
+      {props.threadLink}
+    </article>
+  );
+}
+
+/** Requests answered here that were no longer open. */
+export function TooLate(props: { names: string[] }) {
+  if (props.names.length === 0) return null;
+  return (
+    <div role="status" className="too-late-list">
+      {props.names.map((name) => (
+        <p key={name} className="too-late">
+          <strong>Too late</strong> {name} was already answered elsewhere, expired or stopped.
+        </p>
+      ))}
+    </div>
+  );
+}

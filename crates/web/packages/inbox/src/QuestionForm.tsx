@@ -1,0 +1,89 @@
+// A question set (SPEC §6): "Question i of N", the defaults pre-checked,
+// Submit (Enter) sends only the questions the person changed, so the
+// server records the untouched ones as defaulted; Skip takes every default.
+
+import { useState, type FormEvent, type KeyboardEvent } from "react";
+import type { Answers, QuestionSet } from "use-agentenkit";
+
+export function QuestionForm(props: {
+  idPrefix: string;
+  request: QuestionSet;
+  onSubmit: (answers: Answers) => void;
+  onSkip: () => void;
+}) {
+  const { questions } = props.request;
+  const [chosen, setChosen] = useState<Answers>(() =>
+    Object.fromEntries(questions.map((q) => [q.id, q.defaults ?? []])),
+  );
+
+  const submit = (event: FormEvent) => {
+    event.preventDefault();
+    props.onSubmit(changedAnswers(questions, chosen));
+  };
+  // Enter on a radio or checkbox submits, as it does in a text field.
+  const onKeyDown = (event: KeyboardEvent<HTMLFormElement>) => {
+    const target = event.target as HTMLElement;
+    if (event.key === "Enter" && target instanceof HTMLInputElement) {
+      event.preventDefault();
+      event.currentTarget.requestSubmit();
+    }
+  };
+  const toggle = (questionId: string, value: string, multiple: boolean, on: boolean) =>
+    setChosen((current) => {
+      const before = current[questionId] ?? [];
+      const after = multiple ? (on ? [...before, value] : before.filter((v) => v !== value)) : [value];
+      return { ...current, [questionId]: after };
+    });
+
+  return (
+    <form className="questions" onSubmit={submit} onKeyDown={onKeyDown}>
+      {props.request.preamble && <p className="preamble">{props.request.preamble}</p>}
+      {questions.map((question, index) => {
+        const name = `${props.idPrefix}-${question.id}`;
+        const multiple = question.multiple === true;
+        return (
+          <fieldset key={question.id}>
+            <legend>
+              <span className="counter">
+                Question {index + 1} of {questions.length}
+              </span>
+              <span className="prompt">{question.prompt}</span>
+            </legend>
+            {question.options.map((option) => (
+              <label key={option.value} className="option">
+                <input
+                  type={multiple ? "checkbox" : "radio"}
+                  name={name}
+                  value={option.value}
+                  checked={(chosen[question.id] ?? []).includes(option.value)}
+                  onChange={(event) => toggle(question.id, option.value, multiple, event.target.checked)}
+                />
+                {option.label}
+              </label>
+            ))}
+          </fieldset>
+        );
+      })}
+      <div className="actions">
+        <button type="submit" className="approve">
+          Submit
+        </button>
+        <button type="button" onClick={props.onSkip}>
+          Skip
+        </button>
+      </div>
+    </form>
+  );
+}
+
+/** The questions whose choice differs from their defaults (as sets). */
+export function changedAnswers(questions: QuestionSet["questions"], chosen: Answers): Answers {
+  const answers: Answers = {};
+  for (const question of questions) {
+    const now = chosen[question.id] ?? [];
+    const defaults = question.defaults ?? [];
+    const same = now.length === defaults.length && now.every((value) => defaults.includes(value));
+    if (!same) answers[question.id] = now;
+  }
+  return answers;
+}

@@ -1,0 +1,206 @@
+// Start a thread with an agent and follow it: its messages, tool calls and
+// results, and the cards of its open requests, answered in place.
+
+import { useEffect, useMemo, useState, type FormEvent, type KeyboardEvent } from "react";
+import { useAgentThread, inputKey, type AgentInfo, type Client, type Message } from "use-agentenkit";
+
+import { InputCard, TooLate, type CardActions } from "./InputCard";
+import type { Route } from "./route";
+
+export function ThreadsPage(props: { client: Client; threadId: string | null; navigate: (route: Route) => void }) {
+  const { client, threadId, navigate } = props;
+  const [agents, setAgents] = useState<AgentInfo[] | null>(null);
+  const [agent, setAgent] = useState("");
+  const [threadAgent, setThreadAgent] = useState<string | null>(null);
+  const [message, setMessage] = useState("");
+  const [problem, setProblem] = useState<string | null>(null);
+  const [sending, setSending] = useState(false);
+
+  useEffect(() => {
+    let live = true;
+    client.agents().then(
+      (list) => {
+        if (!live) return;
+        setAgents(list);
+        setAgent((current) => current || list[0]?.name || "");
+      },
+      (e: unknown) => live && setProblem(`The agents could not be listed: ${String(e)}`),
+    );
+    return () => {
+      live = false;
+    };
+  }, [client]);
+
+  useEffect(() => {
+    setThreadAgent(null);
+    if (!threadId) return;
+    let live = true;
+    client.getThread(threadId).then(
+      (thread) => live && setThreadAgent(thread.agent),
+      (e: unknown) => live && setProblem(e instanceof Error ? e.message : String(e)),
+    );
+    return () => {
+      live = false;
+    };
+  }, [client, threadId]);
+
+  const send = async (event: FormEvent) => {
+    event.preventDefault();
+    const content = message.trim();
+    if (!content || sending) return;
+    setSending(true);
+    setProblem(null);
+    try {
+      let target = threadId;
+      if (!target) {
+        target = (await client.createThread(agent)).id;
+        navigate({ page: "threads", threadId: target });
+      }
+      await client.sendMessage(target, content);
+      setMessage("");
+    } catch (e) {
+      setProblem(e instanceof Error ? e.message : String(e));
+    } finally {
+      setSending(false);
+    }
+  };
+  // Enter sends; Shift+Enter is a new line.
+  const onKeyDown = (event: KeyboardEvent<HTMLTextAreaElement>) => {
+    if (event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      event.currentTarget.form?.requestSubmit();
+    }
+  };
+
+  return (
+    <div>
+      <h1>Threads</h1>
+      <form className="compose" onSubmit={send}>
+        <label htmlFor="agent">Agent</label>
+        <select
+          id="agent"
+          value={threadId ? (threadAgent ?? "") : agent}
+          disabled={threadId !== null}
+          onChange={(event) => setAgent(event.target.value)}
+        >
+          {threadId && threadAgent && !agents?.some((a) => a.name === threadAgent) && (
+            <option value={threadAgent}>{threadAgent}</option>
+          )}
+          {(agents ?? []).map((info) => (
+            <option key={info.name} value={info.name}>
+              {info.name}
+              {info.description ? ` — ${info.description}` : ""}
+            </option>
+          ))}
+        </select>
+        <label htmlFor="message">Message</label>
+        <textarea
+          id="message"
+          rows={3}
+          value={message}
+          onChange={(event) => setMessage(event.target.value)}
+          onKeyDown={onKeyDown}
+        />
+        <div className="actions">
+          <button type="submit" className="approve" disabled={sending || (!threadId && !agent)}>
+            Send
+          </button>
+          {threadId && (
+            <button type="button" onClick={() => navigate({ page: "threads", threadId: null })}>
+              New thread
+            </button>
+          )}
+        </div>
+        {problem && <p role="alert">{problem}</p>}
+      </form>
+      {threadId && <ThreadView client={client} threadId={threadId} />}
+    </div>
+  );
+}
+
+function ThreadView(props: { client: Client; threadId: string }) {
+  const thread = useAgentThread(props.client, props.threadId);
+  const actions: CardActions = useMemo(
+    () => ({
+      approve: (input) => void thread.respondToInput(input.toolCallId, true),
+      deny: (input) => void thread.respondToInput(input.toolCallId, false),
+      answer: (input, answers) => void thread.answer(input.toolCallId, answers),
+      skip: (input) => void thread.skip(input.toolCallId),
+    }),
+    [thread.respondToInput, thread.answer, thread.skip],
+  );
+  return (
+    <section className="thread" aria-label="Thread">
+      <p className="thread-status">
+        <span className={`status status-${(thread.status ?? "loading").toLowerCase()}`}>
+          {statusText(thread.status)}
+        </span>
+      </p>
+      {thread.error && <p role="alert">{thread.error.message}</p>}
+      <ol className="messages">
+        {thread.messages.map((message, index) => (
+          <MessageView key={index} message={message} />
+        ))}
+      </ol>
+      <TooLate names={thread.tooLate.map((callId) => `The request ${callId}`)} />
+      {thread.pendingInputs.map((input) => (
+        <InputCard key={inputKey(input)} input={input} actions={actions} />
+      ))}
+    </section>
+  );
+}
+
+function statusText(status: string | null): string {
+  switch (status) {
+    case null:
+      return "Loading…";
+    case "IDLE":
+      return "Idle";
+    case "RUNNING":
+      return "Working…";
+    case "WAITING_FOR_INPUT":
+      return "Waiting for you";
+    default:
+      return status;
+  }
+}
+
+function MessageView(props: { message: Message }) {
+  const m = props.message as Message & Record<string, unknown>;
+  if (m.role === "user") {
+    return (
+      <li className="message user">
+        <span className="who">You</span>
+        <p>{String(m.content ?? "")}</p>
+      </li>
+    );
+  }
+  if (m.role === "assistant") {
+    const calls = (m.toolCalls as { id: string; name: string; arguments: unknown }[] | undefined) ?? [];
+    return (
+      <li className="message assistant">
+        <span className="who">Agent</span>
+        {typeof m.content === "string" && m.content && <p>{m.content}</p>}
+        {calls.map((call) => (
+          <div key={call.id} className="tool-call">
+            <span className="label">calls {call.name}</span>
+            <pre>{JSON.stringify(call.arguments, null, 2)}</pre>
+          </div>
+        ))}
+      </li>
+    );
+  }
+  if (m.role === "tool") {
+    return (
+      <li className="message tool">
+        <span className="who">Result of {String(m.toolCallId ?? "")}</span>
+        <pre>{JSON.stringify(m.content, null, 2)}</pre>
+      </li>
+    );
+  }
+  return (
+    <li className="message other">
+      <pre>{JSON.stringify(m, null, 2)}</pre>
+    </li>
+  );
+}

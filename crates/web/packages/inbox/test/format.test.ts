@@ -1,0 +1,43 @@
+// The page's pure helpers: the time left as text, and which answers a
+// question card sends.
+
+import { describe, expect, it } from "vitest";
+
+import { changedAnswers } from "../src/QuestionForm";
+import { formatTimeLeft } from "../src/TimeLeft";
+
+describe("formatTimeLeft", () => {
+  it("reads minutes from ten minutes up, m:ss below, hours past an hour", () => {
+    expect(formatTimeLeft(15 * 60_000)).toBe("15 min left");
+    expect(formatTimeLeft(14 * 60_000 + 59_999)).toBe("14 min left");
+    expect(formatTimeLeft(10 * 60_000)).toBe("10 min left");
+    expect(formatTimeLeft(10 * 60_000 - 1)).toBe("9:59 left");
+    expect(formatTimeLeft(65_000)).toBe("1:05 left");
+    expect(formatTimeLeft(999)).toBe("0:00 left");
+    expect(formatTimeLeft(0)).toBe("expiring");
+    expect(formatTimeLeft(-5)).toBe("expiring");
+    expect(formatTimeLeft(2 * 3_600_000 + 5 * 60_000)).toBe("2 h 5 min left");
+    expect(formatTimeLeft(24 * 3_600_000)).toBe("24 h left");
+  });
+});
+
+describe("changedAnswers", () => {
+  const questions = [
+    { id: "scope", prompt: "How wide?", options: [], defaults: ["module"] },
+    { id: "checks", prompt: "Which?", options: [], multiple: true, defaults: ["tests", "lint"] },
+    { id: "free", prompt: "Anything?", options: [] },
+  ];
+
+  it("sends only what differs from the defaults, as sets", () => {
+    expect(changedAnswers(questions, { scope: ["module"], checks: ["lint", "tests"], free: [] })).toEqual({});
+    expect(changedAnswers(questions, { scope: ["repo"], checks: ["tests", "lint"], free: [] })).toEqual({
+      scope: ["repo"],
+    });
+    // Unticking every default is an explicit "none", not a default.
+    expect(changedAnswers(questions, { scope: ["module"], checks: [], free: [] })).toEqual({ checks: [] });
+    expect(changedAnswers(questions, { scope: ["module"], checks: ["tests", "lint", "docs"], free: ["x"] })).toEqual({
+      checks: ["tests", "lint", "docs"],
+      free: ["x"],
+    });
+  });
+});

@@ -1,0 +1,271 @@
+// The inbox page end to end (SPEC §13): Debian's chromium, driven by
+// playwright-core, against a real API, worker, Postgres and RabbitMQ (see
+// setup.ts). The accessible names are the page's contract.
+
+import { mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+
+import { chromium, type Browser, type BrowserContext, type Locator, type Page } from "playwright-core";
+import { afterAll, beforeAll, beforeEach, afterEach, describe, expect, inject, it } from "vitest";
+
+import { createClient, type Client, type JournalEntry } from "use-agentenkit";
+
+import { ALICE, BOB } from "../../../test-support/dev";
+
+const baseUrl = inject("baseUrl");
+const toolUrl = inject("toolUrl");
+const alice: Client = createClient({ baseUrl, apiKey: ALICE });
+const SCREENSHOTS = process.env.AGENTENKIT_SCREENSHOTS ?? resolve(import.meta.dirname, "../../../../../target/screenshots");
+
+let browser: Browser;
+let context: BrowserContext;
+let page: Page;
+
+beforeAll(async () => {
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    // Root in a container has no user namespaces for chromium's sandbox.
+    args: process.getuid?.() === 0 ? ["--no-sandbox"] : [],
+  });
+});
+afterAll(async () => {
+  await browser?.close();
+});
+beforeEach(async () => {
+  context = await browser.newContext({ viewport: { width: 900, height: 760 } });
+  page = await context.newPage();
+});
+afterEach(async () => {
+  await context.close();
+  // Every test leaves nothing open: the next one counts cards from zero.
+  const open = await alice.inbox();
+  expect(open).toEqual([]);
+});
+
+async function signIn(target: Page, key = ALICE): Promise<void> {
+  await target.goto(`${baseUrl}/ui/`);
+  await target.getByLabel("API key").fill(key);
+  await target.getByRole("button", { name: "Sign in" }).click();
+  await target.getByRole("heading", { name: "Inbox" }).waitFor();
+}
+
+async function parked(agent: string): Promise<{ threadId: string; runId: string }> {
+  const thread = await alice.createThread(agent);
+  const { runId } = await alice.sendMessage(thread.id, "go");
+  await eventually(`${agent} parks`, async () => (await alice.getThread(thread.id)).status === "WAITING_FOR_INPUT");
+  return { threadId: thread.id, runId };
+}
+
+async function finished(runId: string): Promise<string> {
+  let status = "";
+  await eventually(`run ${runId} finishes`, async () => {
+    status = (await alice.getRun(runId)).status;
+    return ["completed", "failed", "cancelled"].includes(status);
+  });
+  return status;
+}
+
+async function journalValue(runId: string, name: (entry: JournalEntry) => boolean): Promise<unknown> {
+  return (await alice.getJournal(runId)).find(name)?.value;
+}
+
+async function sends(): Promise<number> {
+  const calls = (await (await fetch(`${toolUrl}/calls`)).json()) as { path: string }[];
+  return calls.filter((call) => call.path === "/send").length;
+}
+
+async function eventually(what: string, check: () => Promise<boolean>, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function screenshot(target: Locator | Page, name: string): Promise<void> {
+  mkdirSync(SCREENSHOTS, { recursive: true });
+  await target.screenshot({ path: join(SCREENSHOTS, name) });
+}
+
+describe("sign-in", () => {
+  it("refuses a wrong key with an alert, keeps a good one for this tab only", async () => {
+    await page.goto(`${baseUrl}/ui/`);
+    await page.getByLabel("API key").fill("not-a-key");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("alert").waitFor();
+    expect(await page.getByRole("alert").textContent()).toContain("refused");
+    expect(await page.getByRole("heading", { name: "Inbox" }).count()).toBe(0);
+    expect(await page.getByLabel("API key").isVisible()).toBe(true);
+
+    await page.getByLabel("API key").fill(ALICE);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("heading", { name: "Inbox" }).waitFor();
+    expect(await page.evaluate(() => [sessionStorage.length, localStorage.length])).toEqual([1, 0]);
+    expect(await page.evaluate(() => document.cookie)).toBe("");
+
+    await page.reload();
+    await page.getByRole("heading", { name: "Inbox" }).waitFor();
+    const otherTab = await context.newPage();
+    await otherTab.goto(`${baseUrl}/ui/`);
+    await otherTab.getByLabel("API key").waitFor();
+    expect(await otherTab.getByRole("heading", { name: "Inbox" }).count()).toBe(0);
+  });
+});
+
+describe("inbox", () => {
+  it("shows a parked run's card live; Approve drops it before the answer returns and the tool runs once", async () => {
+    await signIn(page);
+    await page.getByText("Nothing is waiting for you.").waitFor();
+    const before = await sends();
+    const { runId } = await parked("mailer");
+    const card = page.getByRole("article");
+    // Live, without a reload (the page polls every 2 s; SPEC: within 5 s).
+    await card.waitFor({ timeout: 5000 });
+    const text = (await card.textContent()) ?? "";
+    expect(text).toContain("mailer");
+    expect(text).toContain("depth 0");
+    expect(text).toMatch(/1[45] min left/);
+    expect(await card.getByRole("heading").textContent()).toBe("send");
+    expect(await card.getByLabel("Arguments").textContent()).toBe(
+      JSON.stringify({ body: "Attached, as promised.", subject: "Quarterly report", to: "ada@example.com" }, null, 2),
+    );
+    await screenshot(page, "inbox.png");
+
+    // Hold the answer on its way: the card is gone before it returns.
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    await page.route("**/agent/tool-call/approve", async (route) => {
+      await held;
+      await route.continue();
+    });
+    await card.getByRole("button", { name: "Approve" }).click();
+    await card.waitFor({ state: "detached", timeout: 2000 });
+    release();
+
+    expect(await finished(runId)).toBe("completed");
+    expect(await journalValue(runId, (e) => e.name.startsWith("tool:"))).toMatchObject({ approved: true });
+    expect((await sends()) - before).toBe(1);
+    // Polls after the answer do not bring the card back, nor a "Too late".
+    await page.waitForTimeout(2500);
+    expect(await page.getByRole("article").count()).toBe(0);
+    expect(await page.getByText("Too late").count()).toBe(0);
+  });
+
+  it("Deny rejects the call and the tool never runs", async () => {
+    const before = await sends();
+    const { runId } = await parked("mailer");
+    await signIn(page);
+    const card = page.getByRole("article");
+    await card.getByRole("button", { name: "Deny" }).click();
+    await card.waitFor({ state: "detached" });
+    expect(await finished(runId)).toBe("completed");
+    expect(await journalValue(runId, (e) => e.name.startsWith("tool:"))).toMatchObject({
+      status: "rejected",
+      approved: false,
+    });
+    expect(await sends()).toBe(before);
+  });
+
+  it("shows a job as a status line without buttons", async () => {
+    const { threadId, runId } = await parked("jobber");
+    await signIn(page);
+    const card = page.getByRole("article");
+    await card.waitFor();
+    expect(await card.getByText("Waiting for job").isVisible()).toBe(true);
+    expect(await card.getByRole("button").count()).toBe(0);
+    expect(await card.textContent()).toContain("jobber");
+    // The other system finishes the job; the card leaves by itself.
+    expect(await alice.respond(threadId, "j1", true, { ticket: "T-1", done: true })).toEqual({ delivered: true });
+    await card.waitFor({ state: "detached", timeout: 5000 });
+    expect(await finished(runId)).toBe("completed");
+  });
+
+  it("answers a question set with a changed choice (Enter submits), and skips another", async () => {
+    const answered = await parked("asker");
+    await signIn(page);
+    const card = page.getByRole("article");
+    await card.waitFor();
+    const first = card.getByRole("group", { name: /Question 1 of 2/ });
+    const second = card.getByRole("group", { name: /Question 2 of 2/ });
+    expect(await first.getByRole("radio", { name: "This module only" }).isChecked()).toBe(true);
+    expect(await first.getByRole("radio", { name: "The whole repository" }).isChecked()).toBe(false);
+    expect(await second.getByRole("checkbox", { name: "Tests" }).isChecked()).toBe(true);
+    expect(await second.getByRole("checkbox", { name: "Lint" }).isChecked()).toBe(true);
+    expect(await second.getByRole("checkbox", { name: "Docs" }).isChecked()).toBe(false);
+    expect(await card.getByRole("button", { name: "Skip" }).isVisible()).toBe(true);
+    await screenshot(card, "question.png");
+
+    await first.getByRole("radio", { name: "The whole repository" }).check();
+    await first.getByRole("radio", { name: "The whole repository" }).press("Enter");
+    await card.waitFor({ state: "detached", timeout: 2000 });
+    expect(await finished(answered.runId)).toBe("completed");
+    // Only the changed question was sent: the other is recorded as defaulted.
+    expect(await journalValue(answered.runId, (e) => e.name === "intake:answers")).toMatchObject({
+      status: "executed",
+      answers: { scope: ["repo"], checks: ["tests", "lint"] },
+      defaulted: ["checks"],
+    });
+
+    const skipped = await parked("asker");
+    await card.waitFor({ timeout: 5000 });
+    await card.getByRole("button", { name: "Skip" }).click();
+    await card.waitFor({ state: "detached", timeout: 2000 });
+    expect(await finished(skipped.runId)).toBe("completed");
+    expect(await journalValue(skipped.runId, (e) => e.name === "intake:answers")).toMatchObject({
+      status: "rejected",
+      defaulted: ["scope", "checks"],
+    });
+  });
+
+  it("shows Too late for a request answered elsewhere first", async () => {
+    const { runId } = await parked("mailer");
+    // The page's clock stands still: no poll can remove the card between
+    // the answer given elsewhere and the click.
+    await page.clock.install();
+    await signIn(page);
+    const card = page.getByRole("article");
+    await card.waitFor();
+    expect(await alice.reject(runId, "c1", "handled by phone")).toEqual({ delivered: true });
+    await card.getByRole("button", { name: "Approve" }).click();
+    await page.getByText("Too late").waitFor();
+    expect(await page.getByRole("alert").count()).toBe(0);
+    expect(await page.getByRole("article").count()).toBe(0);
+    expect(await finished(runId)).toBe("completed");
+    expect(await journalValue(runId, (e) => e.name.startsWith("tool:"))).toMatchObject({ approved: false });
+  });
+
+  it("shows another owner nothing", async () => {
+    const { runId } = await parked("mailer");
+    await signIn(page, BOB);
+    await page.getByText("Nothing is waiting for you.").waitFor();
+    await page.waitForTimeout(2500);
+    expect(await page.getByRole("article").count()).toBe(0);
+    expect(await alice.approve(runId, "c1")).toEqual({ delivered: true });
+    expect(await finished(runId)).toBe("completed");
+  });
+});
+
+describe("threads", () => {
+  it("starts a thread with an agent and answers its approval in place", async () => {
+    const before = await sends();
+    await signIn(page);
+    await page.getByRole("link", { name: "Threads" }).click();
+    const agent = page.getByLabel("Agent");
+    await agent.locator("option", { hasText: "mailer" }).waitFor({ state: "attached" });
+    await agent.selectOption("mailer");
+    await page.getByLabel("Message").fill("Send Ada the quarterly report.");
+    await page.getByRole("button", { name: "Send" }).click();
+
+    const thread = page.getByRole("region", { name: "Thread" });
+    await thread.getByText("Send Ada the quarterly report.").waitFor();
+    const card = thread.getByRole("article");
+    await card.getByRole("button", { name: "Approve" }).click();
+    await thread.getByText("Sent.").waitFor({ timeout: 10_000 });
+    await thread.getByText("Idle").waitFor();
+    expect(page.url()).toMatch(/\/ui\/threads\/[0-9a-f-]+$/);
+    expect((await sends()) - before).toBe(1);
+    // The tool call and its result are shown too.
+    expect(await thread.textContent()).toContain("calls send");
+    expect(await thread.textContent()).toContain('"sent": true');
+  });
+});

@@ -1,0 +1,100 @@
+// The page's end-to-end tests run against a real `agentenkit dev` (the API
+// serving the embedded page at /ui, a worker and the reaper, on the real
+// Postgres and RabbitMQ) and a small tool server that counts what it was
+// asked to do.
+
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+
+import type { TestProject } from "vitest/node";
+
+import { startDev, type DevServer } from "../../../test-support/dev";
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    baseUrl: string;
+    toolUrl: string;
+  }
+}
+
+function agents(toolUrl: string): string {
+  return `
+[agents.mailer]
+description = "Sends one email, after you approve it."
+hitl_ttl_ms = 900000
+tools = ["send"]
+model = { provider = "scripted", script = [
+  { tool_calls = [ { id = "c1", name = "send", arguments = { to = "ada@example.com", subject = "Quarterly report", body = "Attached, as promised." } } ] },
+  { text = "Sent." },
+] }
+
+[agents.jobber]
+description = "Waits for a job on another system."
+tools = ["job"]
+model = { provider = "scripted", script = [
+  { tool_calls = [ { id = "j1", name = "job", arguments = { ticket = "T-1" } } ] },
+  { text = "The job is done." },
+] }
+
+[agents.asker]
+description = "Asks two questions before it starts."
+model = { provider = "scripted", script = [ { text = "Done." } ] }
+
+[agents.asker.intake]
+preamble = "Two questions before I start."
+when = "thread-start"
+questions = [
+  { id = "scope", prompt = "How wide?", options = [ { value = "module", label = "This module only" }, { value = "repo", label = "The whole repository" } ], defaults = ["module"] },
+  { id = "checks", prompt = "Which checks?", multiple = true, options = [ { value = "tests", label = "Tests" }, { value = "lint", label = "Lint" }, { value = "docs", label = "Docs" } ], defaults = ["tests", "lint"] },
+]
+
+[tools.send]
+type = "http"
+url = "${toolUrl}/send"
+requires_confirmation = true
+
+[tools.job]
+type = "http"
+url = "${toolUrl}/job"
+`;
+}
+
+/** `POST /send` answers `{sent: true}`, `POST /job` parks the call as a
+ * job; `GET /calls` lists every body received. */
+function startTools(): Promise<Server> {
+  const calls: { path: string; body: unknown }[] = [];
+  const server = createServer((request, response) => {
+    let text = "";
+    request.on("data", (chunk: Buffer) => (text += chunk.toString()));
+    request.on("end", () => {
+      response.setHeader("Content-Type", "application/json");
+      if (request.method === "GET" && request.url === "/calls") {
+        response.end(JSON.stringify(calls));
+        return;
+      }
+      calls.push({ path: request.url ?? "", body: text ? (JSON.parse(text) as unknown) : null });
+      if (request.url === "/job") {
+        response.end(JSON.stringify({ park: { reason: "job", payload: { ticket: "T-1" }, ttlMs: 600_000 } }));
+      } else {
+        response.end(JSON.stringify({ sent: true }));
+      }
+    });
+  });
+  return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(server)));
+}
+
+let tools: Server | undefined;
+let dev: DevServer | undefined;
+
+export async function setup(project: TestProject): Promise<void> {
+  tools = await startTools();
+  const toolUrl = `http://127.0.0.1:${(tools.address() as AddressInfo).port}`;
+  dev = await startDev(agents(toolUrl));
+  project.provide("baseUrl", dev.baseUrl);
+  project.provide("toolUrl", toolUrl);
+}
+
+export async function teardown(): Promise<void> {
+  dev?.stop();
+  tools?.close();
+}

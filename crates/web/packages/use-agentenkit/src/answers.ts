@@ -1,0 +1,91 @@
+// The optimistic answer both hooks share (SPEC §13): the card drops at once
+// and the server confirms; `delivered: false` keeps it gone and names it too
+// late; a failure (network, 5xx, refusal) brings it back with the error.
+
+import { useCallback, useRef, useState } from "react";
+
+import { ApiError } from "./client";
+import type { Delivery, PendingInput } from "./types";
+
+/** A request is named by its run and call: two runs of a tree (sub-agents)
+ * may use one call id. */
+export function inputKey(input: Pick<PendingInput, "runId" | "toolCallId">): string {
+  return `${input.runId}:${input.toolCallId}`;
+}
+
+export interface OptimisticAnswers {
+  /** Requests answered here that the server may still list. */
+  hidden: ReadonlySet<string>;
+  /** Requests answered here that were no longer open, oldest first. */
+  tooLate: PendingInput[];
+  error: Error | null;
+  setError(error: Error | null): void;
+  /** Sends `reply` for `input` unless an answer to it is on its way. */
+  settle(input: PendingInput, reply: () => Promise<Delivery>): Promise<void>;
+  /** Records a request answered here that the page no longer knew. */
+  markTooLate(input: PendingInput): void;
+  /** The server's open requests now: what it stopped listing needs no hiding. */
+  seen(open: readonly PendingInput[]): void;
+  reset(): void;
+}
+
+export function useOptimisticAnswers(afterAnswer: () => void): OptimisticAnswers {
+  const [hidden, setHidden] = useState<ReadonlySet<string>>(new Set());
+  const [tooLate, setTooLate] = useState<PendingInput[]>([]);
+  const [error, setError] = useState<Error | null>(null);
+  // Answers on their way: a second click is not a second answer (it would
+  // come back "too late" against the first).
+  const answering = useRef(new Set<string>());
+
+  const markTooLate = useCallback((input: PendingInput) => {
+    const key = inputKey(input);
+    setTooLate((late) => (late.some((seen) => inputKey(seen) === key) ? late : [...late, input]));
+  }, []);
+
+  const settle = useCallback(
+    async (input: PendingInput, reply: () => Promise<Delivery>) => {
+      const key = inputKey(input);
+      if (answering.current.has(key)) return;
+      answering.current.add(key);
+      setHidden((keys) => new Set(keys).add(key));
+      try {
+        const delivery = await reply();
+        if (!delivery.delivered) markTooLate(input);
+        setError(null);
+      } catch (e) {
+        setHidden((keys) => {
+          const next = new Set(keys);
+          next.delete(key);
+          return next;
+        });
+        setError(asError(e));
+      } finally {
+        answering.current.delete(key);
+      }
+      afterAnswer();
+    },
+    [afterAnswer, markTooLate],
+  );
+
+  const seen = useCallback((open: readonly PendingInput[]) => {
+    const listed = new Set(open.map(inputKey));
+    setHidden((keys) => {
+      // A key being answered stays hidden even if this read predates it.
+      const kept = [...keys].filter((key) => listed.has(key) || answering.current.has(key));
+      return kept.length === keys.size ? keys : new Set(kept);
+    });
+  }, []);
+
+  const reset = useCallback(() => {
+    setHidden(new Set());
+    setTooLate([]);
+    setError(null);
+  }, []);
+
+  return { hidden, tooLate, error, setError, settle, markTooLate, seen, reset };
+}
+
+export function asError(e: unknown): Error {
+  if (e instanceof Error) return e;
+  return new ApiError(0, "Error", String(e));
+}

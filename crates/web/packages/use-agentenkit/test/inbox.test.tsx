@@ -1,0 +1,78 @@
+// @vitest-environment jsdom
+// useInbox against a real `agentenkit dev` (see server.ts): every open
+// request of the owner, live by polling, answered optimistically.
+
+import { act, renderHook, waitFor } from "@testing-library/react";
+import { describe, expect, inject, it } from "vitest";
+
+import { createClient, inputKey, useInbox, type Client, type PendingInput } from "../src";
+import { ALICE, BOB } from "./server";
+
+const baseUrl = inject("baseUrl");
+const api = (key = ALICE): Client => createClient({ baseUrl, apiKey: key });
+
+async function parked(client: Client, agent: string): Promise<string> {
+  const thread = await client.createThread(agent);
+  const { runId } = await client.sendMessage(thread.id, "go");
+  return runId;
+}
+
+async function waitingForInput(client: Client, runId: string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    if ((await client.getRun(runId)).status === "waiting") return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`run ${runId} did not park`);
+}
+
+function mine(inputs: PendingInput[], runId: string): PendingInput[] {
+  return inputs.filter((input) => input.runId === runId);
+}
+
+describe("useInbox", () => {
+  it("shows a new request of the owner by polling, drops it at once on approve, and never shows it to another owner", async () => {
+    const alice = api();
+    const bob = api(BOB);
+    const inbox = renderHook(() => useInbox(alice, { pollMs: 200 }));
+    const bobs = renderHook(() => useInbox(bob, { pollMs: 200 }));
+    await waitFor(() => expect(inbox.result.current.loaded).toBe(true));
+    // Parked after the first read: only a later poll can show it.
+    const runId = await parked(alice, "mailer");
+    await waitFor(() => expect(mine(inbox.result.current.pendingInputs, runId)).toHaveLength(1));
+    const card = mine(inbox.result.current.pendingInputs, runId)[0]!;
+    expect(card).toMatchObject({ toolName: "send", kind: "approval", runName: "mailer", depth: 0 });
+
+    let answered!: Promise<void>;
+    act(() => {
+      answered = inbox.result.current.respondToInput(card, true);
+    });
+    expect(mine(inbox.result.current.pendingInputs, runId)).toEqual([]);
+    await act(() => answered);
+    expect(inbox.result.current.tooLate).toEqual([]);
+    expect(inbox.result.current.error).toBeNull();
+    // Polls after the answer do not bring it back.
+    await new Promise((r) => setTimeout(r, 500));
+    expect(mine(inbox.result.current.pendingInputs, runId)).toEqual([]);
+
+    await waitFor(() => expect(bobs.result.current.loaded).toBe(true));
+    expect(mine(bobs.result.current.pendingInputs, runId)).toEqual([]);
+    inbox.unmount();
+    bobs.unmount();
+  });
+
+  it("names a request answered elsewhere too late and keeps its card gone", async () => {
+    const alice = api();
+    const runId = await parked(alice, "mailer");
+    await waitingForInput(alice, runId);
+    // A slow poll, so the stale card is still shown when it is clicked.
+    const inbox = renderHook(() => useInbox(alice, { pollMs: 60_000 }));
+    await waitFor(() => expect(mine(inbox.result.current.pendingInputs, runId)).toHaveLength(1));
+    const card = mine(inbox.result.current.pendingInputs, runId)[0]!;
+    expect(await alice.reject(runId, card.toolCallId)).toEqual({ delivered: true });
+    await act(() => inbox.result.current.respondToInput(card, true));
+    expect(inbox.result.current.tooLate.map(inputKey)).toEqual([inputKey(card)]);
+    expect(mine(inbox.result.current.pendingInputs, runId)).toEqual([]);
+    expect(inbox.result.current.error).toBeNull();
+    inbox.unmount();
+  });
+});
