@@ -3,7 +3,7 @@
 # check the inbox page's committed build (crates/api/ui) is what its sources
 # build to, and run the tests (vitest; the page's end to end through Debian's
 # chromium driven by playwright-core) against a real `agentenkit dev` on the
-# test database and RabbitMQ. Needs Node 20+ with npm, and chromium: both
+# test database and RabbitMQ. Needs Node ^20.19 or >= 22.12 with npm, and chromium: both
 # installed from the distribution's packages when missing on a Debian-family
 # machine (as root).
 set -euo pipefail
@@ -18,9 +18,10 @@ if ! command -v npm >/dev/null 2>&1; then
     exit 1
   fi
 fi
-major=$(node -p 'process.versions.node.split(".")[0]')
-if [ "$major" -lt 20 ]; then
-  echo "web-test: Node $(node --version) is too old; the web tests need Node 20+" >&2
+# Vite 8 needs Node ^20.19 or >= 22.12 (Debian 12's own nodejs is 18: use
+# Debian 13's, or NodeSource's).
+if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit((a === 20 && b >= 19) || (a === 22 && b >= 12) || a > 22 ? 0 : 1)'; then
+  echo "web-test: Node $(node --version) is too old; the web side needs Node ^20.19 or >= 22.12" >&2
   exit 1
 fi
 

@@ -20,8 +20,8 @@ export function InputCard(props: { input: PendingInput; actions: CardActions; th
   return (
     <article className="card" aria-labelledby={titleId}>
       <header className="card-head">
-        <h2 id={titleId} className={input.kind === "ask" ? "questions-title" : "tool"}>
-          {input.kind === "ask" ? "Questions" : input.toolName}
+        <h2 id={titleId} className="tool">
+          {input.toolName}
         </h2>
         <span className="run">
           {input.runName} <span className="depth">depth {input.depth}</span>
@@ -64,8 +64,8 @@ export function TooLate(props: { names: string[] }) {
   if (props.names.length === 0) return null;
   return (
     <div role="status" className="too-late-list">
-      {props.names.map((name) => (
-        <p key={name} className="too-late">
+      {props.names.map((name, index) => (
+        <p key={index} className="too-late">
           <strong>Too late</strong> {name} was already answered elsewhere, expired or stopped.
         </p>
       ))}

@@ -5,6 +5,9 @@
 import { useState, type FormEvent, type KeyboardEvent } from "react";
 import type { Answers, QuestionSet } from "use-agentenkit";
 
+/** Choices not yet answered, by card. */
+const drafts = new Map<string, Answers>();
+
 export function QuestionForm(props: {
   idPrefix: string;
   request: QuestionSet;
@@ -12,9 +15,17 @@ export function QuestionForm(props: {
   onSkip: () => void;
 }) {
   const { questions } = props.request;
-  const [chosen, setChosen] = useState<Answers>(() =>
-    Object.fromEntries(questions.map((q) => [q.id, q.defaults ?? []])),
+  const [chosen, setChosenState] = useState<Answers>(
+    () => drafts.get(props.idPrefix) ?? Object.fromEntries(questions.map((q) => [q.id, q.defaults ?? []])),
   );
+  // A card whose answer failed comes back (remounted): with the choices
+  // the person made, not the defaults.
+  const setChosen = (update: (current: Answers) => Answers) =>
+    setChosenState((current) => {
+      const next = update(current);
+      drafts.set(props.idPrefix, next);
+      return next;
+    });
 
   const submit = (event: FormEvent) => {
     event.preventDefault();
@@ -46,7 +57,7 @@ export function QuestionForm(props: {
             <legend>
               <span className="counter">
                 Question {index + 1} of {questions.length}
-              </span>
+              </span>{" "}
               <span className="prompt">{question.prompt}</span>
             </legend>
             {question.options.map((option) => (

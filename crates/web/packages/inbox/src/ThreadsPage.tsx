@@ -122,10 +122,12 @@ function ThreadView(props: { client: Client; threadId: string }) {
   const thread = useAgentThread(props.client, props.threadId);
   const actions: CardActions = useMemo(
     () => ({
-      approve: (input) => void thread.respondToInput(input.toolCallId, true),
-      deny: (input) => void thread.respondToInput(input.toolCallId, false),
-      answer: (input, answers) => void thread.answer(input.toolCallId, answers),
-      skip: (input) => void thread.skip(input.toolCallId),
+      // By the input, not its call id alone: two runs of a tree (sub-agents)
+      // may use one call id.
+      approve: (input) => void thread.respondToInput(input, true),
+      deny: (input) => void thread.respondToInput(input, false),
+      answer: (input, answers) => void thread.answer(input, answers),
+      skip: (input) => void thread.skip(input),
     }),
     [thread.respondToInput, thread.answer, thread.skip],
   );

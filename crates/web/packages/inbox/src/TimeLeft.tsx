@@ -1,6 +1,7 @@
 import { useEffect, useState } from "react";
 
-/** "14 min left" from ten minutes up, "m:ss left" below. */
+/** "14 min left" from ten minutes up (hours past the first hour), "mm:ss
+ * left" below. */
 export function formatTimeLeft(ms: number): string {
   if (ms <= 0) return "expiring";
   const seconds = Math.floor(ms / 1000);
@@ -10,7 +11,8 @@ export function formatTimeLeft(ms: number): string {
     return minutes ? `${hours} h ${minutes} min left` : `${hours} h left`;
   }
   if (seconds >= 600) return `${Math.floor(seconds / 60)} min left`;
-  return `${Math.floor(seconds / 60)}:${String(seconds % 60).padStart(2, "0")} left`;
+  const pad = (n: number) => String(n).padStart(2, "0");
+  return `${pad(Math.floor(seconds / 60))}:${pad(seconds % 60)} left`;
 }
 
 export function TimeLeft(props: { expiresAt: string }) {

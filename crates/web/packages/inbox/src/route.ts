@@ -8,10 +8,9 @@ export type Route = { page: "inbox" } | { page: "threads"; threadId: string | nu
 /** Where the page is mounted (`/ui/` unless a proxy adds a prefix). */
 const BASE = import.meta.env.BASE_URL;
 
-/** The API's origin and prefix: the page is served by the API itself. */
+/** The API is the page's own origin: it serves the page. */
 export function apiBase(): string {
-  const at = window.location.pathname.indexOf(BASE);
-  return at > 0 ? window.location.pathname.slice(0, at) : "";
+  return "";
 }
 
 export function parseRoute(pathname: string): Route {
@@ -23,7 +22,7 @@ export function parseRoute(pathname: string): Route {
 }
 
 export function hrefOf(route: Route): string {
-  const prefix = apiBase() + BASE;
+  const prefix = BASE;
   if (route.page === "inbox") return prefix;
   return route.threadId ? `${prefix}threads/${encodeURIComponent(route.threadId)}` : `${prefix}threads`;
 }

@@ -11,9 +11,9 @@ describe("formatTimeLeft", () => {
     expect(formatTimeLeft(15 * 60_000)).toBe("15 min left");
     expect(formatTimeLeft(14 * 60_000 + 59_999)).toBe("14 min left");
     expect(formatTimeLeft(10 * 60_000)).toBe("10 min left");
-    expect(formatTimeLeft(10 * 60_000 - 1)).toBe("9:59 left");
-    expect(formatTimeLeft(65_000)).toBe("1:05 left");
-    expect(formatTimeLeft(999)).toBe("0:00 left");
+    expect(formatTimeLeft(10 * 60_000 - 1)).toBe("09:59 left");
+    expect(formatTimeLeft(65_000)).toBe("01:05 left");
+    expect(formatTimeLeft(999)).toBe("00:00 left");
     expect(formatTimeLeft(0)).toBe("expiring");
     expect(formatTimeLeft(-5)).toBe("expiring");
     expect(formatTimeLeft(2 * 3_600_000 + 5 * 60_000)).toBe("2 h 5 min left");

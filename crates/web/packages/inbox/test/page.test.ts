@@ -196,8 +196,17 @@ describe("inbox", () => {
     await screenshot(card, "question.png");
 
     await first.getByRole("radio", { name: "The whole repository" }).check();
+    // The first answer is lost on the network: the card comes back with
+    // the error and with the person's choice, not the defaults.
+    await page.route("**/agent/tool-call/answer", (route) => route.abort("internetdisconnected"), { times: 1 });
+    await first.getByRole("radio", { name: "The whole repository" }).press("Enter");
+    await page.getByRole("alert").waitFor();
+    expect(await first.getByRole("radio", { name: "The whole repository" }).isChecked()).toBe(true);
+    expect(await (await alice.getThread(answered.threadId)).status).toBe("WAITING_FOR_INPUT");
     await first.getByRole("radio", { name: "The whole repository" }).press("Enter");
     await card.waitFor({ state: "detached", timeout: 2000 });
+    // The error goes once the answer has gone through.
+    await page.getByRole("alert").waitFor({ state: "detached" });
     expect(await finished(answered.runId)).toBe("completed");
     // Only the changed question was sent: the other is recorded as defaulted.
     expect(await journalValue(answered.runId, (e) => e.name === "intake:answers")).toMatchObject({
@@ -219,12 +228,13 @@ describe("inbox", () => {
 
   it("shows Too late for a request answered elsewhere first", async () => {
     const { runId } = await parked("mailer");
-    // The page's clock stands still: no poll can remove the card between
-    // the answer given elsewhere and the click.
     await page.clock.install();
     await signIn(page);
     const card = page.getByRole("article");
     await card.waitFor();
+    // From here the page's clock stands still: no poll can remove the card
+    // between the answer given elsewhere and the click.
+    await page.clock.pauseAt(await page.evaluate(() => Date.now() + 10));
     expect(await alice.reject(runId, "c1", "handled by phone")).toEqual({ delivered: true });
     await card.getByRole("button", { name: "Approve" }).click();
     await page.getByText("Too late").waitFor();
@@ -232,6 +242,32 @@ describe("inbox", () => {
     expect(await page.getByRole("article").count()).toBe(0);
     expect(await finished(runId)).toBe("completed");
     expect(await journalValue(runId, (e) => e.name.startsWith("tool:"))).toMatchObject({ approved: false });
+  });
+
+  it("fits a phone's width: no sideways scrolling, the answer buttons in view", async () => {
+    const { runId } = await parked("mailer");
+    await page.setViewportSize({ width: 360, height: 740 });
+    await signIn(page);
+    const card = page.getByRole("article");
+    await card.waitFor();
+    expect(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth)).toBe(true);
+    for (const name of ["Approve", "Deny"]) {
+      const box = await card.getByRole("button", { name }).boundingBox();
+      expect(box).not.toBeNull();
+      expect(box!.x).toBeGreaterThanOrEqual(0);
+      expect(box!.x + box!.width).toBeLessThanOrEqual(360);
+    }
+    // Keyboard-first: Tab reaches Approve (after the page's links), Enter presses it.
+    let focused = "";
+    for (let presses = 0; presses < 10 && focused !== "Approve"; presses++) {
+      await page.keyboard.press("Tab");
+      focused = await page.evaluate(() => document.activeElement?.textContent ?? "");
+    }
+    expect(focused).toBe("Approve");
+    await page.keyboard.press("Enter");
+    await card.waitFor({ state: "detached" });
+    expect(await finished(runId)).toBe("completed");
+    expect(await journalValue(runId, (e) => e.name.startsWith("tool:"))).toMatchObject({ approved: true });
   });
 
   it("shows another owner nothing", async () => {

@@ -18,8 +18,14 @@ export interface OptimisticAnswers {
   hidden: ReadonlySet<string>;
   /** Requests answered here that were no longer open, oldest first. */
   tooLate: PendingInput[];
+  /** The answer error if the last answer failed, else the read error if
+   * the last read failed. */
   error: Error | null;
-  setError(error: Error | null): void;
+  /** An answer (or a message) failed, or with null: one went through. */
+  answerFailed(error: Error | null): void;
+  /** A read of the server's state (or the stream) failed; the next
+   * successful read (`seen`) clears it. */
+  readFailed(error: Error): void;
   /** Sends `reply` for `input` unless an answer to it is on its way. */
   settle(input: PendingInput, reply: () => Promise<Delivery>): Promise<void>;
   /** Records a request answered here that the page no longer knew. */
@@ -32,7 +38,8 @@ export interface OptimisticAnswers {
 export function useOptimisticAnswers(afterAnswer: () => void): OptimisticAnswers {
   const [hidden, setHidden] = useState<ReadonlySet<string>>(new Set());
   const [tooLate, setTooLate] = useState<PendingInput[]>([]);
-  const [error, setError] = useState<Error | null>(null);
+  const [answerError, setAnswerError] = useState<Error | null>(null);
+  const [readError, setReadError] = useState<Error | null>(null);
   // Answers on their way: a second click is not a second answer (it would
   // come back "too late" against the first).
   const answering = useRef(new Set<string>());
@@ -51,14 +58,14 @@ export function useOptimisticAnswers(afterAnswer: () => void): OptimisticAnswers
       try {
         const delivery = await reply();
         if (!delivery.delivered) markTooLate(input);
-        setError(null);
+        setAnswerError(null);
       } catch (e) {
         setHidden((keys) => {
           const next = new Set(keys);
           next.delete(key);
           return next;
         });
-        setError(asError(e));
+        setAnswerError(asError(e));
       } finally {
         answering.current.delete(key);
       }
@@ -68,6 +75,7 @@ export function useOptimisticAnswers(afterAnswer: () => void): OptimisticAnswers
   );
 
   const seen = useCallback((open: readonly PendingInput[]) => {
+    setReadError(null);
     const listed = new Set(open.map(inputKey));
     setHidden((keys) => {
       // A key being answered stays hidden even if this read predates it.
@@ -79,10 +87,22 @@ export function useOptimisticAnswers(afterAnswer: () => void): OptimisticAnswers
   const reset = useCallback(() => {
     setHidden(new Set());
     setTooLate([]);
-    setError(null);
+    setAnswerError(null);
+    setReadError(null);
   }, []);
+  const readFailed = useCallback((e: Error) => setReadError(e), []);
 
-  return { hidden, tooLate, error, setError, settle, markTooLate, seen, reset };
+  return {
+    hidden,
+    tooLate,
+    error: answerError ?? readError,
+    answerFailed: setAnswerError,
+    readFailed,
+    settle,
+    markTooLate,
+    seen,
+    reset,
+  };
 }
 
 export function asError(e: unknown): Error {

@@ -20,6 +20,9 @@ export interface ClientOptions {
   apiKey: string;
   /** The fetch to use (the global one by default). */
   fetch?: typeof fetch;
+  /** A request (not a stream) unanswered this long fails with a timeout
+   * (default 30 s): a hung request must not stall a poll for ever. */
+  timeoutMs?: number;
 }
 
 /** A non-2xx answer: the server's `{error, message}` and the HTTP status. */
@@ -72,11 +75,13 @@ export interface Client {
 }
 
 const MAX_RETRY_MS = 5000;
+const DEFAULT_TIMEOUT_MS = 30_000;
 
 export function createClient(options: ClientOptions): Client {
   const base = options.baseUrl.replace(/\/+$/, "");
   const doFetch = options.fetch ?? ((input, init) => fetch(input, init));
   const auth = { Authorization: `Bearer ${options.apiKey}` };
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
 
   async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
     const headers: Record<string, string> = { ...auth };
@@ -85,6 +90,7 @@ export function createClient(options: ClientOptions): Client {
       method,
       headers,
       body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(timeoutMs),
     });
     const text = await response.text();
     const json: unknown = text ? JSON.parse(text) : null;

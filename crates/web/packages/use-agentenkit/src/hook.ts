@@ -7,14 +7,18 @@ import { ApiError, type Client } from "./client";
 import { coalesced } from "./refresh";
 import type { Answers, Delivery, Message, PendingInput, ThreadStatus } from "./types";
 
+/** Which request to answer: its `toolCallId`, or the input itself (or its
+ * `{runId, toolCallId}`) when two runs of the tree may use one call id. */
+export type InputRef = string | Pick<PendingInput, "runId" | "toolCallId">;
+
 export interface AgentThread {
   status: ThreadStatus | null;
   messages: Message[];
   /** Open requests, without those answered here and not yet settled. */
   pendingInputs: PendingInput[];
-  respondToInput(toolCallId: string, approved: boolean, payload?: unknown): Promise<void>;
-  answer(toolCallId: string, answers: Answers): Promise<void>;
-  skip(toolCallId: string): Promise<void>;
+  respondToInput(which: InputRef, approved: boolean, payload?: unknown): Promise<void>;
+  answer(which: InputRef, answers: Answers): Promise<void>;
+  skip(which: InputRef): Promise<void>;
   send(content: string): Promise<void>;
   /** Requests answered here that were no longer open (answered elsewhere,
    * expired or stopped): their cards stay gone. */
@@ -35,7 +39,7 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
   inputsRef.current = serverInputs;
   const refresh = useMemo(() => coalesced(), [client, threadId]);
   const answers = useOptimisticAnswers(refresh.read);
-  const { seen, setError, reset } = answers;
+  const { seen, readFailed, answerFailed, reset } = answers;
 
   useEffect(() => {
     setStatus(null);
@@ -49,63 +53,71 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
       setMessages(conversation);
       setServerInputs(thread.pendingInputs);
       seen(thread.pendingInputs);
-    }, (e) => setError(asError(e)));
+    }, (e) => readFailed(asError(e)));
     const subscription = client.subscribe(threadId, () => refresh.read(), {
-      onError: (e) => setError(asError(e)),
+      onError: (e) => readFailed(asError(e)),
     });
     return () => {
       subscription.close();
       refresh.stop();
     };
-  }, [client, threadId, refresh, seen, setError, reset]);
+  }, [client, threadId, refresh, seen, readFailed, reset]);
 
   const { settle, markTooLate } = answers;
   const answerWith = useCallback(
-    async (toolCallId: string, reply: (input: PendingInput) => Promise<Delivery>) => {
-      const matching = inputsRef.current.filter((candidate) => candidate.toolCallId === toolCallId);
+    async (which: InputRef, reply: (input: PendingInput) => Promise<Delivery>) => {
+      const toolCallId = typeof which === "string" ? which : which.toolCallId;
+      const matching = inputsRef.current.filter(
+        (candidate) =>
+          candidate.toolCallId === toolCallId && (typeof which === "string" || candidate.runId === which.runId),
+      );
       if (matching.length > 1) {
-        // Two runs of the tree (sub-agents) may use one call id.
-        setError(new ApiError(409, "AmbiguousToolCallId", `${toolCallId} names ${matching.length} open requests`));
+        // Two runs of the tree (sub-agents) may use one call id: name the run.
+        answerFailed(
+          new ApiError(409, "AmbiguousToolCallId", `${toolCallId} names ${matching.length} open requests; pass the input`),
+        );
         return;
       }
       const input = matching[0];
       if (!input) {
-        markTooLate(unknownInput(threadId, toolCallId));
+        markTooLate(unknownInput(threadId, toolCallId, typeof which === "string" ? "" : which.runId));
         return;
       }
       await settle(input, () => reply(input));
     },
-    [settle, markTooLate, setError, threadId],
+    [settle, markTooLate, answerFailed, threadId],
   );
 
   const respondToInput = useCallback(
-    (toolCallId: string, approved: boolean, payload?: unknown) =>
-      answerWith(toolCallId, (input) =>
-        approved ? client.approve(input.runId, toolCallId, payload) : client.reject(input.runId, toolCallId),
+    (which: InputRef, approved: boolean, payload?: unknown) =>
+      answerWith(which, (input) =>
+        approved
+          ? client.approve(input.runId, input.toolCallId, payload)
+          : client.reject(input.runId, input.toolCallId),
       ),
     [client, answerWith],
   );
   const answer = useCallback(
-    (toolCallId: string, given: Answers) =>
-      answerWith(toolCallId, (input) => client.answer(input.runId, toolCallId, given)),
+    (which: InputRef, given: Answers) =>
+      answerWith(which, (input) => client.answer(input.runId, input.toolCallId, given)),
     [client, answerWith],
   );
   const skip = useCallback(
-    (toolCallId: string) => answerWith(toolCallId, (input) => client.skip(input.runId, toolCallId)),
+    (which: InputRef) => answerWith(which, (input) => client.skip(input.runId, input.toolCallId)),
     [client, answerWith],
   );
   const send = useCallback(
     async (content: string) => {
       try {
         await client.sendMessage(threadId, content);
-        setError(null);
+        answerFailed(null);
       } catch (e) {
-        setError(asError(e));
+        answerFailed(asError(e));
         throw e;
       }
       refresh.read();
     },
-    [client, threadId, refresh, setError],
+    [client, threadId, refresh, answerFailed],
   );
 
   const pendingInputs = useMemo(
@@ -117,10 +129,10 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
 }
 
 /** A request the page no longer listed when it was answered. */
-function unknownInput(threadId: string, toolCallId: string): PendingInput {
+function unknownInput(threadId: string, toolCallId: string, runId: string): PendingInput {
   return {
     toolCallId,
-    runId: "",
+    runId,
     threadId,
     toolName: "",
     arguments: null,

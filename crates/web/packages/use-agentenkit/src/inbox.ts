@@ -41,7 +41,7 @@ export function useInbox(client: Client, options: InboxOptions = {}): Inbox {
   const [loaded, setLoaded] = useState(false);
   const reader = useMemo(() => coalesced(), [client]);
   const answers = useOptimisticAnswers(reader.read);
-  const { seen, setError, reset, settle } = answers;
+  const { seen, readFailed, reset, settle } = answers;
 
   useEffect(() => {
     setServerInputs([]);
@@ -55,14 +55,14 @@ export function useInbox(client: Client, options: InboxOptions = {}): Inbox {
         setLoaded(true);
         seen(open);
       },
-      (e) => setError(asError(e)),
+      (e) => readFailed(asError(e)),
     );
     const timer = setInterval(() => reader.read(), pollMs);
     return () => {
       clearInterval(timer);
       reader.stop();
     };
-  }, [client, reader, pollMs, seen, setError, reset]);
+  }, [client, reader, pollMs, seen, readFailed, reset]);
 
   const respondToInput = useCallback(
     (input: PendingInput, approved: boolean, payload?: unknown) =>

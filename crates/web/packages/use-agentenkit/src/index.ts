@@ -2,7 +2,7 @@ export { inputKey } from "./answers";
 export { ApiError, createClient } from "./client";
 export type { Client, ClientOptions, SubscribeOptions, Subscription } from "./client";
 export { useAgentThread } from "./hook";
-export type { AgentThread } from "./hook";
+export type { AgentThread, InputRef } from "./hook";
 export { DEFAULT_INBOX_POLL_MS, useInbox } from "./inbox";
 export type { Inbox, InboxOptions } from "./inbox";
 export { SseParser } from "./sse";

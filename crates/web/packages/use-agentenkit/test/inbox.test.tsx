@@ -30,6 +30,31 @@ function mine(inputs: PendingInput[], runId: string): PendingInput[] {
 }
 
 describe("useInbox", () => {
+  it("gives up on a hung read after the client's timeout, says so, and clears it when a poll succeeds", async () => {
+    let hung = 0;
+    // The first inbox read never answers (a fault injected on purpose).
+    const hanging: typeof fetch = (input, init) => {
+      if (String(input).endsWith("/agent/inbox") && hung++ === 0) {
+        return new Promise((_, reject) =>
+          init?.signal?.addEventListener("abort", () => reject(init.signal?.reason as Error)),
+        );
+      }
+      return fetch(input, init);
+    };
+    const slow = createClient({ baseUrl, apiKey: ALICE, fetch: hanging, timeoutMs: 300 });
+    const shown: (Error | null)[] = [];
+    const inbox = renderHook(() => {
+      const state = useInbox(slow, { pollMs: 100 });
+      if (shown.at(-1) !== state.error) shown.push(state.error);
+      return state;
+    });
+    await waitFor(() => expect(inbox.result.current.loaded).toBe(true), { timeout: 5000 });
+    expect(hung).toBeGreaterThan(1);
+    expect(shown.filter((e) => e !== null).map((e) => String(e))).toEqual([expect.stringMatching(/timeout|timed out/i)]);
+    expect(inbox.result.current.error).toBeNull();
+    inbox.unmount();
+  });
+
   it("shows a new request of the owner by polling, drops it at once on approve, and never shows it to another owner", async () => {
     const alice = api();
     const bob = api(BOB);
@@ -41,6 +66,10 @@ describe("useInbox", () => {
     await waitFor(() => expect(mine(inbox.result.current.pendingInputs, runId)).toHaveLength(1));
     const card = mine(inbox.result.current.pendingInputs, runId)[0]!;
     expect(card).toMatchObject({ toolName: "send", kind: "approval", runName: "mailer", depth: 0 });
+    // Another owner, polling while the request is open, never sees it.
+    await waitFor(() => expect(bobs.result.current.loaded).toBe(true));
+    await new Promise((r) => setTimeout(r, 500));
+    expect(mine(bobs.result.current.pendingInputs, runId)).toEqual([]);
 
     let answered!: Promise<void>;
     act(() => {
@@ -54,8 +83,6 @@ describe("useInbox", () => {
     await new Promise((r) => setTimeout(r, 500));
     expect(mine(inbox.result.current.pendingInputs, runId)).toEqual([]);
 
-    await waitFor(() => expect(bobs.result.current.loaded).toBe(true));
-    expect(mine(bobs.result.current.pendingInputs, runId)).toEqual([]);
     inbox.unmount();
     bobs.unmount();
   });
