@@ -83,12 +83,8 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,lapin=off"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    // Its report is for a person: only warnings log (to stderr).
+    agentenkit::init_tracing_at("warn,lapin=off", agentenkit::LogFormat::Text);
     let args = Args::parse();
     let mut outages = Vec::new();
     for name in args.outages.iter().filter(|n| n.as_str() != "none") {
