@@ -213,6 +213,7 @@ pub fn print_markdown(
             fmt(r.publishes.delay_hops as f64 / n, 2),
         );
     }
+    print_bytes_by_table(results);
     if let Some(t) = &passes.round_trips {
         println!(
             "\nSQL round trips per cycle: {} ({} park + {} resume), {} bytes sent and {} received per cycle \
@@ -410,4 +411,35 @@ pub fn to_json(
         })).collect::<Vec<_>>(),
         "peers_file": peers.map(|p| p.path.display().to_string()),
     })
+}
+
+/// Where a parked thread's bytes are: the table that grows most is where
+/// narrowing what a park stores pays.
+fn print_bytes_by_table(results: &[ConfigResult]) {
+    let mut tables: Vec<&str> = results
+        .iter()
+        .flat_map(|r| {
+            r.bytes_per_table_parked
+                .iter()
+                .filter(|(_, bytes)| **bytes > 0.0)
+                .map(|(table, _)| table.as_str())
+        })
+        .collect();
+    tables.sort_unstable();
+    tables.dedup();
+    if tables.is_empty() {
+        return;
+    }
+    println!(
+        "\nBytes per parked thread by table (growth of pg_total_relation_size: heap, indexes and TOAST):\n"
+    );
+    println!("| config | {} |", tables.join(" | "));
+    println!("|---|{}", "---|".repeat(tables.len()));
+    for r in results {
+        let cells: Vec<String> = tables
+            .iter()
+            .map(|t| fmt(r.bytes_per_table_parked.get(*t).copied().unwrap_or(0.0), 0))
+            .collect();
+        println!("| agentenkit c={} | {} |", r.concurrency, cells.join(" | "));
+    }
 }
