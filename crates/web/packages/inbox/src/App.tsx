@@ -2,22 +2,25 @@ import { useMemo, useState } from "react";
 import { createClient } from "use-agentenkit";
 
 import { InboxPage } from "./InboxPage";
-import { hrefOf, apiBase, useRoute, type Route } from "./route";
+import { hrefOf, useRoute, type Route } from "./route";
 import { SignIn } from "./SignIn";
 import { ThreadsPage } from "./ThreadsPage";
+
+/** The API serves the page, so it is the page's own origin. */
+const API = "";
 
 /** The key lives for this tab only: a reload keeps it, a new tab asks again. */
 const KEY_STORAGE = "agentenkit.apiKey";
 
 export function App() {
   const [apiKey, setApiKey] = useState(() => sessionStorage.getItem(KEY_STORAGE));
-  const client = useMemo(() => (apiKey ? createClient({ baseUrl: apiBase(), apiKey }) : null), [apiKey]);
+  const client = useMemo(() => (apiKey ? createClient({ baseUrl: API, apiKey }) : null), [apiKey]);
   const [route, navigate] = useRoute();
 
   if (!client) {
     return (
       <SignIn
-        baseUrl={apiBase()}
+        baseUrl={API}
         onSignedIn={(key) => {
           sessionStorage.setItem(KEY_STORAGE, key);
           setApiKey(key);

@@ -1,21 +1,12 @@
-import { useMemo } from "react";
 import { useInbox, inputKey, type Client, type PendingInput } from "use-agentenkit";
 
-import { InputCard, TooLate, type CardActions } from "./InputCard";
+import { InputCard, TooLate, useCardActions } from "./InputCard";
 import { hrefOf, type Route } from "./route";
 
 /** Every open request of the signed-in owner, polled every 2 s. */
 export function InboxPage(props: { client: Client; navigate: (route: Route) => void }) {
   const inbox = useInbox(props.client);
-  const actions: CardActions = useMemo(
-    () => ({
-      approve: (input) => void inbox.respondToInput(input, true),
-      deny: (input) => void inbox.respondToInput(input, false),
-      answer: (input, answers) => void inbox.answer(input, answers),
-      skip: (input) => void inbox.skip(input),
-    }),
-    [inbox.respondToInput, inbox.answer, inbox.skip],
-  );
+  const actions = useCardActions(inbox);
   const threadLink = (input: PendingInput) => {
     const route: Route = { page: "threads", threadId: input.threadId };
     return (

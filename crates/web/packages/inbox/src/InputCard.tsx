@@ -1,6 +1,7 @@
 // One open request as a card: an approval (Approve / Deny), a wait for
 // something else (a status line), or a question set.
 
+import { useMemo } from "react";
 import type { Answers, PendingInput } from "use-agentenkit";
 
 import { QuestionForm } from "./QuestionForm";
@@ -11,6 +12,27 @@ export interface CardActions {
   deny(input: PendingInput): void;
   answer(input: PendingInput, answers: Answers): void;
   skip(input: PendingInput): void;
+}
+
+/** What both hooks offer (each answers by the input, run and call). */
+interface Answering {
+  respondToInput(input: PendingInput, approved: boolean): Promise<void>;
+  answer(input: PendingInput, answers: Answers): Promise<void>;
+  skip(input: PendingInput): Promise<void>;
+}
+
+/** A card's buttons, wired to `useInbox` or `useAgentThread`. */
+export function useCardActions(hook: Answering): CardActions {
+  const { respondToInput, answer, skip } = hook;
+  return useMemo(
+    () => ({
+      approve: (input) => void respondToInput(input, true),
+      deny: (input) => void respondToInput(input, false),
+      answer: (input, answers) => void answer(input, answers),
+      skip: (input) => void skip(input),
+    }),
+    [respondToInput, answer, skip],
+  );
 }
 
 export function InputCard(props: { input: PendingInput; actions: CardActions; threadLink?: React.ReactNode }) {

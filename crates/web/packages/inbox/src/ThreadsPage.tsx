@@ -1,10 +1,10 @@
 // Start a thread with an agent and follow it: its messages, tool calls and
 // results, and the cards of its open requests, answered in place.
 
-import { useEffect, useMemo, useState, type FormEvent, type KeyboardEvent } from "react";
+import { useEffect, useState, type FormEvent, type KeyboardEvent } from "react";
 import { useAgentThread, inputKey, type AgentInfo, type Client, type Message } from "use-agentenkit";
 
-import { InputCard, TooLate, type CardActions } from "./InputCard";
+import { InputCard, TooLate, useCardActions } from "./InputCard";
 import type { Route } from "./route";
 
 export function ThreadsPage(props: { client: Client; threadId: string | null; navigate: (route: Route) => void }) {
@@ -120,17 +120,9 @@ export function ThreadsPage(props: { client: Client; threadId: string | null; na
 
 function ThreadView(props: { client: Client; threadId: string }) {
   const thread = useAgentThread(props.client, props.threadId);
-  const actions: CardActions = useMemo(
-    () => ({
-      // By the input, not its call id alone: two runs of a tree (sub-agents)
-      // may use one call id.
-      approve: (input) => void thread.respondToInput(input, true),
-      deny: (input) => void thread.respondToInput(input, false),
-      answer: (input, answers) => void thread.answer(input, answers),
-      skip: (input) => void thread.skip(input),
-    }),
-    [thread.respondToInput, thread.answer, thread.skip],
-  );
+  // By the input, not its call id alone: two runs of a tree (sub-agents)
+  // may use one call id.
+  const actions = useCardActions(thread);
   return (
     <section className="thread" aria-label="Thread">
       <p className="thread-status">

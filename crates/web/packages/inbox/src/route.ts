@@ -8,10 +8,6 @@ export type Route = { page: "inbox" } | { page: "threads"; threadId: string | nu
 /** Where the page is mounted (`/ui/` unless a proxy adds a prefix). */
 const BASE = import.meta.env.BASE_URL;
 
-/** The API is the page's own origin: it serves the page. */
-export function apiBase(): string {
-  return "";
-}
 
 export function parseRoute(pathname: string): Route {
   const at = pathname.indexOf(BASE);
@@ -22,9 +18,8 @@ export function parseRoute(pathname: string): Route {
 }
 
 export function hrefOf(route: Route): string {
-  const prefix = BASE;
-  if (route.page === "inbox") return prefix;
-  return route.threadId ? `${prefix}threads/${encodeURIComponent(route.threadId)}` : `${prefix}threads`;
+  if (route.page === "inbox") return BASE;
+  return route.threadId ? `${BASE}threads/${encodeURIComponent(route.threadId)}` : `${BASE}threads`;
 }
 
 export function useRoute(): [Route, (route: Route) => void] {
