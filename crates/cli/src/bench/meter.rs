@@ -87,6 +87,9 @@ pub struct Snapshot {
     pub self_commits: i64,
     pub bytes: i64,
     pub bytes_per_table: BTreeMap<String, i64>,
+    /// Each table (heap, TOAST, free-space and visibility maps) and each
+    /// index apart: which index costs what.
+    pub bytes_per_relation: BTreeMap<String, i64>,
     pub runs_by_status: BTreeMap<String, i64>,
 }
 
@@ -263,13 +266,19 @@ impl Meter {
                 "SELECT (SELECT coalesce(string_agg(c.relname || '=' || pg_total_relation_size(c.oid), ','), '')
                          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                          WHERE n.nspname = '{s}' AND c.relkind = 'r'),
+                        (SELECT coalesce(string_agg(c.relname || '=' ||
+                                  CASE c.relkind WHEN 'r' THEN pg_table_size(c.oid) ELSE pg_relation_size(c.oid) END, ','), '')
+                         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                         WHERE n.nspname = '{s}' AND c.relkind IN ('r', 'i')),
                         (SELECT coalesce(string_agg(status || '=' || n, ','), '')
                          FROM (SELECT status, count(*) AS n FROM {s}.runs GROUP BY status) r)"
             ),
         )
         .await?;
-        let (sizes, statuses) = match row.first().map(Vec::as_slice) {
-            Some([sizes, statuses]) => (pairs(sizes)?, pairs(statuses)?),
+        let (sizes, relations, statuses) = match row.first().map(Vec::as_slice) {
+            Some([sizes, relations, statuses]) => {
+                (pairs(sizes)?, pairs(relations)?, pairs(statuses)?)
+            }
             _ => bail!("unexpected size row"),
         };
         Ok(Snapshot {
@@ -281,6 +290,7 @@ impl Meter {
             self_commits,
             bytes: sizes.values().sum(),
             bytes_per_table: sizes,
+            bytes_per_relation: relations,
             runs_by_status: statuses,
         })
     }

@@ -27,6 +27,8 @@ pub struct ConfigResult {
     pub cycle_delta: Delta,
     pub rss_per_parked: f64,
     pub bytes_per_table_parked: BTreeMap<String, f64>,
+    /// The same growth for each table and each index apart.
+    pub bytes_per_relation_parked: BTreeMap<String, f64>,
     pub nacks: u64,
     /// Broker writes over the measured phases (all N cycles).
     pub publishes: Publishes,
@@ -403,6 +405,7 @@ pub fn to_json(
             "park": delta_json(&r.park_delta), "resume": delta_json(&r.resume_delta),
             "cycle": delta_json(&r.cycle_delta),
             "bytes_per_parked_by_table": r.bytes_per_table_parked,
+            "bytes_per_parked_by_relation": r.bytes_per_relation_parked,
             "pg_commits_per_s_reached": r.commits_per_s(),
             "rss_bytes_per_parked": r.rss_per_parked, "nacks": r.nacks,
             "broker_publishes_per_cycle": r.publishes.publishes as f64 / r.n.max(1) as f64,
@@ -441,5 +444,46 @@ fn print_bytes_by_table(results: &[ConfigResult]) {
             .map(|t| fmt(r.bytes_per_table_parked.get(*t).copied().unwrap_or(0.0), 0))
             .collect();
         println!("| agentenkit c={} | {} |", r.concurrency, cells.join(" | "));
+    }
+    print_bytes_by_relation(results);
+}
+
+/// The same growth for each table (heap, TOAST and maps) and each index
+/// apart, largest first: an index can cost more than the rows it points at.
+fn print_bytes_by_relation(results: &[ConfigResult]) {
+    let Some(first) = results.first() else {
+        return;
+    };
+    let mut relations: Vec<(&str, f64)> = first
+        .bytes_per_relation_parked
+        .iter()
+        .filter(|(_, bytes)| **bytes > 0.0)
+        .map(|(name, bytes)| (name.as_str(), *bytes))
+        .collect();
+    relations.sort_by(|a, b| b.1.total_cmp(&a.1));
+    if relations.is_empty() {
+        return;
+    }
+    let configs: Vec<String> = results
+        .iter()
+        .map(|r| format!("c={}", r.concurrency))
+        .collect();
+    println!("\nBytes per parked thread by relation (tables: pg_table_size; indexes: pg_relation_size):\n");
+    println!("| relation | {} |", configs.join(" | "));
+    println!("|---|{}", "---|".repeat(configs.len()));
+    for (name, _) in relations {
+        let cells: Vec<String> = results
+            .iter()
+            .map(|r| {
+                fmt(
+                    r.bytes_per_relation_parked
+                        .get(name)
+                        .copied()
+                        .unwrap_or(0.0),
+                    0,
+                )
+            })
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
     }
 }

@@ -436,11 +436,17 @@ async fn run_config(
     }
     let (cpu_a, busy_a) = p0.usage(&p1);
     let (cpu_b, busy_b) = p2.usage(&p3);
-    let mut bytes_per_table_parked = std::collections::BTreeMap::new();
-    for (table, after) in &a1.bytes_per_table {
-        let before = a0.bytes_per_table.get(table).copied().unwrap_or(0);
-        bytes_per_table_parked.insert(table.clone(), (after - before) as f64 / n as f64);
-    }
+    let growth = |a: &std::collections::BTreeMap<String, i64>,
+                  b: &std::collections::BTreeMap<String, i64>| {
+        b.iter()
+            .map(|(name, after)| {
+                let before = a.get(name).copied().unwrap_or(0);
+                (name.clone(), (after - before) as f64 / n as f64)
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let bytes_per_table_parked = growth(&a0.bytes_per_table, &a1.bytes_per_table);
+    let bytes_per_relation_parked = growth(&a0.bytes_per_relation, &a1.bytes_per_relation);
     Ok(ConfigResult {
         concurrency: c,
         n,
@@ -455,6 +461,7 @@ async fn run_config(
         cycle_delta: meter::delta(&a0, &b1, n),
         rss_per_parked: (p1.rss - p0.rss) as f64 / n as f64,
         bytes_per_table_parked,
+        bytes_per_relation_parked,
         nacks: ctx.hub.nacks() - nacks0,
         publishes: Publishes {
             publishes: q1.publishes - q0.publishes,
