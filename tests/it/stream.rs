@@ -159,6 +159,7 @@ async fn an_event_of_a_transaction_left_open_is_never_skipped_or_reordered() {
                 &None::<uuid::Uuid>,
                 &"MESSAGE",
                 &json!({ "from": "a" }),
+                &0i16,
             ],
         )
         .await
@@ -254,4 +255,62 @@ async fn a_stopping_api_ends_its_open_streams_and_exits() {
     .expect("the stream ends");
     assert!(end.is_ok(), "{end:?}");
     env.finish().await;
+}
+
+/// Events are stored without what their row and their call row already
+/// hold (the run id, a parked approval's arguments), and read back whole:
+/// what the API serves is what the runtime wrote.
+#[tokio::test]
+async fn an_approvals_events_are_stored_packed_and_served_whole() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
+    let _worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+
+    let events = env.get(&format!("/threads/{thread_id}/events")).await;
+    let data = |kind: &str| {
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["type"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {events}"))["data"]
+            .clone()
+    };
+    let arguments = json!({ "to": "a@b.c" });
+    assert_eq!(
+        data("TOOL_CALL"),
+        json!({ "runId": run_id, "toolCallId": "c1", "toolName": "tool",
+                "arguments": arguments, "kind": "approval" })
+    );
+    let required = data("INPUT_REQUIRED");
+    assert_eq!(required["runId"], run_id.as_str());
+    assert_eq!(required["arguments"], arguments);
+    assert_eq!(data("RUN_STARTED")["runId"], run_id.as_str());
+
+    let stored = env
+        .pg_client()
+        .await
+        .query(
+            "SELECT type, packed, data ? 'runId', data ? 'arguments' FROM events ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap();
+    let stored: Vec<(String, i16, bool, bool)> = stored
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    for (kind, packed, has_run, has_arguments) in &stored {
+        assert!(
+            !has_run,
+            "{kind} stored its run id beside run_id: {stored:?}"
+        );
+        assert_eq!(*packed & 1, 1, "{kind}: {stored:?}");
+        if kind == "TOOL_CALL" || kind == "INPUT_REQUIRED" {
+            assert!(!has_arguments, "{kind} stored the call's arguments again");
+            assert_eq!(*packed, 3, "{kind}");
+        }
+    }
 }

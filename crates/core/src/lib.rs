@@ -15,6 +15,7 @@ pub mod questions;
 pub mod queue_message;
 pub mod reply;
 pub mod status;
+pub mod stored_event;
 
 pub use error::{Error, Result};
 pub use event::EventType;

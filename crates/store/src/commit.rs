@@ -2,6 +2,7 @@
 //! transaction, fenced by the worker's lease.
 
 use agentenkit_core::conversation::Message;
+use agentenkit_core::stored_event;
 use agentenkit_core::{
     EventType, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
@@ -113,8 +114,14 @@ impl Store {
         let mut sequential = Vec::new();
         // Events go last, after every row lock (see INSERT_EVENT_SQL).
         let mut events = Vec::new();
+        let parked_at_once = crate::parked_at_once::ParkedAtOnce::find(changes);
         for change in changes {
-            if end.is_some_and(|end| std::ptr::eq(end, change)) {
+            if end.is_some_and(|end| std::ptr::eq(end, change)) || parked_at_once.folds(change) {
+                continue;
+            }
+            if let Some(op) = parked_at_once.insert_op(lease.run_id, lease.thread_id, change) {
+                ops.push(op);
+                messages.push(None);
                 continue;
             }
             if let Change::Event { event_type, data } = change {
@@ -413,8 +420,8 @@ macro_rules! insert_event_sql {
     () => {
         "WITH ordered AS (
         SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))
-    INSERT INTO events (thread_id, run_id, type, data)
-    SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb FROM ordered"
+    INSERT INTO events (thread_id, run_id, type, data, packed)
+    SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint FROM ordered"
     };
 }
 
@@ -432,20 +439,23 @@ pub const INSERT_EVENT_SQL: &str = insert_event_sql!();
 const INSERT_EVENT_RETURNING: &str = concat!(insert_event_sql!(), " RETURNING id");
 
 /// An event insert as a pipelined statement (see [`INSERT_EVENT_SQL`]):
-/// it goes after every other statement of its transaction.
+/// it goes after every other statement of its transaction. The data is
+/// stored packed (`agentenkit_core::stored_event`).
 pub(crate) fn event_op(
     thread: ThreadId,
     run: Option<RunId>,
     event_type: EventType,
     data: Value,
 ) -> Op {
+    let stored = stored_event::pack(event_type, run, data);
     Op::new(
         INSERT_EVENT_SQL,
         vec![
             Box::new(thread.0),
             Box::new(run.map(|r| r.0)),
             Box::new(event_type.as_str()),
-            Box::new(data),
+            Box::new(stored.data),
+            Box::new(stored.packed),
         ],
     )
 }
@@ -460,10 +470,17 @@ pub(crate) async fn insert_event(
     data: &Value,
 ) -> Result<i64> {
     let stmt = tx.prepare_cached(INSERT_EVENT_RETURNING).await?;
+    let stored = stored_event::pack(event_type, run, data.clone());
     let row = tx
         .query_one(
             &stmt,
-            &[&thread.0, &run.map(|r| r.0), &event_type.as_str(), data],
+            &[
+                &thread.0,
+                &run.map(|r| r.0),
+                &event_type.as_str(),
+                &stored.data,
+                &stored.packed,
+            ],
         )
         .await?;
     Ok(row.get(0))

@@ -18,6 +18,7 @@ mod error;
 mod expire;
 mod migrate;
 mod outbox;
+mod parked_at_once;
 mod pipeline;
 mod reclaim;
 mod runs;

@@ -47,6 +47,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "takeovers",
         include_str!("../../../migrations/0009_takeovers.sql"),
     ),
+    (
+        10,
+        "packed_events",
+        include_str!("../../../migrations/0010_packed_events.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -1,6 +1,7 @@
 //! Threads: creation, reads, and starting a turn.
 
 use agentenkit_core::conversation::Message;
+use agentenkit_core::stored_event;
 use agentenkit_core::{EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ThreadStatus};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -242,8 +243,13 @@ impl Store {
         self.check_owner(&client, thread, owner).await?;
         let stmt = client
             .prepare_cached(
-                "SELECT id, run_id, type, data, created_at FROM events
-                 WHERE thread_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+                // What the stored data left out is put back (see
+                // agentenkit_core::stored_event): arguments from the call row.
+                "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed, tc.arguments
+                 FROM events e
+                 LEFT JOIN tool_calls tc
+                   ON e.packed & 2 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
+                 WHERE e.thread_id = $1 AND e.id > $2 ORDER BY e.id LIMIT $3",
             )
             .await?;
         client
@@ -251,12 +257,16 @@ impl Store {
             .await?
             .into_iter()
             .map(|r| {
+                let id: i64 = r.get(0);
+                let run_id = r.get::<_, Option<Uuid>>(1).map(RunId);
+                let data = stored_event::unpack(run_id, r.get(5), r.get(3), r.get(6))
+                    .map_err(|e| Error::Corrupt(format!("event {id}: {e}")))?;
                 Ok(EventView {
-                    id: r.get(0),
+                    id,
                     thread_id: thread,
-                    run_id: r.get::<_, Option<Uuid>>(1).map(RunId),
+                    run_id,
                     event_type: r.get::<_, &str>(2).parse()?,
-                    data: r.get(3),
+                    data,
                     created_at: r.get(4),
                 })
             })

@@ -1,0 +1,290 @@
+//! How an event's `data` is stored: without the parts that other columns of
+//! the same row, or the event's tool-call row, already hold. A parked
+//! approval wrote its tool call's arguments four times (message, `TOOL_CALL`,
+//! `INPUT_REQUIRED`, the call row) and the run id into every event beside
+//! the `run_id` column; events were the largest table per parked thread.
+//!
+//! [`pack`] decides what to leave out and says so in a bit set stored beside
+//! the data; [`unpack`] puts it back. Readers see exactly the data that was
+//! written: the pair is lossless, which the property tests below check.
+
+use serde_json::Value;
+
+use crate::event::EventType;
+use crate::ids::RunId;
+
+/// `runId` equalled the row's `run_id` and was left out.
+pub const PACKED_RUN_ID: i16 = 1;
+/// `arguments` equalled the `arguments` of the tool-call row
+/// `(run_id, toolCallId)` and was left out.
+pub const PACKED_ARGUMENTS: i16 = 2;
+
+/// The event's data as stored, and which parts [`unpack`] must put back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Packed {
+    pub data: Value,
+    pub packed: i16,
+}
+
+/// What to store of an event of `event_type` written for `run`.
+///
+/// Arguments are left out only where the call row's arguments are final
+/// when the event commits and never change after: `INPUT_REQUIRED` is
+/// written in the park that sets them, and an approval's `TOOL_CALL`
+/// in the commit that inserts the row (an approval parks with the arguments
+/// it was proposed with). Other calls may park with other arguments (a
+/// self-parking tool's payload, an ask's validated question set), so their
+/// `TOOL_CALL` keeps its own copy.
+pub fn pack(event_type: EventType, run: Option<RunId>, data: Value) -> Packed {
+    // An event of no run, or whose data is not an object, is stored whole.
+    let (run, mut object) = match (run, data) {
+        (Some(run), Value::Object(object)) => (run, object),
+        (_, data) => return Packed { data, packed: 0 },
+    };
+    let mut packed = 0;
+    if object.get("runId") == Some(&run_value(run)) {
+        object.remove("runId");
+        packed |= PACKED_RUN_ID;
+    }
+    let arguments_are_the_rows = match event_type {
+        EventType::InputRequired => true,
+        EventType::ToolCall => object.get("kind").and_then(Value::as_str) == Some("approval"),
+        _ => false,
+    };
+    if arguments_are_the_rows
+        && object.get("toolCallId").is_some_and(Value::is_string)
+        && object.remove("arguments").is_some()
+    {
+        packed |= PACKED_ARGUMENTS;
+    }
+    Packed {
+        data: Value::Object(object),
+        packed,
+    }
+}
+
+/// The data of an event as it was written: `stored` with what [`pack`] left
+/// out put back. `call_arguments` is the `arguments` of the tool-call row
+/// `(run, data.toolCallId)`, read only when `packed` has
+/// [`PACKED_ARGUMENTS`].
+pub fn unpack(
+    run: Option<RunId>,
+    packed: i16,
+    stored: Value,
+    call_arguments: Option<Value>,
+) -> Result<Value, UnpackError> {
+    if packed == 0 {
+        return Ok(stored);
+    }
+    let Value::Object(mut object) = stored else {
+        return Err(UnpackError::NotAnObject);
+    };
+    if packed & !(PACKED_RUN_ID | PACKED_ARGUMENTS) != 0 {
+        return Err(UnpackError::UnknownBits(packed));
+    }
+    if packed & PACKED_RUN_ID != 0 {
+        let run = run.ok_or(UnpackError::NoRun)?;
+        object.insert("runId".to_owned(), run_value(run));
+    }
+    if packed & PACKED_ARGUMENTS != 0 {
+        let arguments = call_arguments.ok_or(UnpackError::NoCallRow)?;
+        object.insert("arguments".to_owned(), arguments);
+    }
+    Ok(Value::Object(object))
+}
+
+/// Why stored event data could not be put back together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnpackError {
+    #[error("packed event data is not an object")]
+    NotAnObject,
+    #[error("packed event data has unknown bits {0:#x} (written by a newer version?)")]
+    UnknownBits(i16),
+    #[error("packed event data left out its run id but the event has no run")]
+    NoRun,
+    #[error("packed event data left out its arguments but its tool call row is missing")]
+    NoCallRow,
+}
+
+fn run_value(run: RunId) -> Value {
+    Value::String(run.0.hyphenated().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{json, Map};
+
+    fn run() -> RunId {
+        RunId(uuid::Uuid::from_u128(
+            0x0191_2345_6789_7abc_8def_0123_4567_89ab,
+        ))
+    }
+
+    #[test]
+    fn an_input_required_keeps_neither_its_run_id_nor_its_arguments() {
+        let data = json!({
+            "toolCallId": "c1", "runId": run(), "toolName": "send_email",
+            "arguments": {"to": "ops@example.com"}, "kind": "approval", "reason": "approval",
+            "runName": "mailer", "depth": 0, "expiresAt": "2026-12-02T13:34:37.934023Z",
+        });
+        let stored = pack(EventType::InputRequired, Some(run()), data.clone());
+        assert_eq!(stored.packed, PACKED_RUN_ID | PACKED_ARGUMENTS);
+        assert!(stored.data.get("arguments").is_none() && stored.data.get("runId").is_none());
+        let back = unpack(
+            Some(run()),
+            stored.packed,
+            stored.data,
+            Some(json!({"to": "ops@example.com"})),
+        );
+        assert_eq!(back, Ok(data));
+    }
+
+    #[test]
+    fn a_tool_call_keeps_its_arguments_unless_it_is_an_approval() {
+        for (kind, left_out) in [
+            ("approval", true),
+            ("function", false),
+            ("ask", false),
+            ("delegate", false),
+        ] {
+            let data =
+                json!({"runId": run(), "toolCallId": "c1", "arguments": {"a": 1}, "kind": kind});
+            let stored = pack(EventType::ToolCall, Some(run()), data);
+            assert_eq!(stored.packed & PACKED_ARGUMENTS != 0, left_out, "{kind}");
+            assert_eq!(stored.data.get("arguments").is_none(), left_out, "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_run_id_other_than_the_rows_is_kept() {
+        let other = json!({"runId": "01912345-0000-7000-8000-000000000000", "x": 1});
+        let stored = pack(EventType::RunStarted, Some(run()), other.clone());
+        assert_eq!(
+            stored,
+            Packed {
+                data: other,
+                packed: 0
+            }
+        );
+    }
+
+    #[test]
+    fn an_event_of_no_run_or_not_an_object_is_stored_whole() {
+        let data = json!({"runId": run(), "from": "a"});
+        assert_eq!(pack(EventType::Message, None, data.clone()).data, data);
+        assert_eq!(
+            pack(EventType::Message, Some(run()), json!([1])).data,
+            json!([1])
+        );
+    }
+
+    #[test]
+    fn unpacking_what_cannot_be_put_back_is_an_error_not_a_guess() {
+        assert_eq!(
+            unpack(None, PACKED_RUN_ID, json!({}), None),
+            Err(UnpackError::NoRun)
+        );
+        assert_eq!(
+            unpack(
+                Some(run()),
+                PACKED_ARGUMENTS,
+                json!({"toolCallId": "c1"}),
+                None
+            ),
+            Err(UnpackError::NoCallRow)
+        );
+        assert_eq!(
+            unpack(Some(run()), 8, json!({}), None),
+            Err(UnpackError::UnknownBits(8))
+        );
+        assert_eq!(
+            unpack(Some(run()), PACKED_RUN_ID, json!("x"), None),
+            Err(UnpackError::NotAnObject)
+        );
+        // Data stored whole comes back as it is, whatever it is.
+        assert_eq!(unpack(None, 0, json!("x"), None), Ok(json!("x")));
+    }
+
+    fn json_leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            "[a-z0-9 ]{0,12}".prop_map(Value::String),
+        ]
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        json_leaf().prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-zA-Z]{1,8}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
+            ]
+        })
+    }
+
+    /// Event data as the runtime writes it: an object that may carry the
+    /// run's id (or another), a call id, arguments and a kind.
+    fn event_data() -> impl Strategy<Value = Value> {
+        (
+            prop::collection::btree_map("[a-zA-Z]{1,8}", json_value(), 0..4),
+            prop_oneof![
+                Just(None),
+                Just(Some(json!(run()))),
+                Just(Some(json!("other")))
+            ],
+            prop_oneof![Just(None), Just(Some(json!("c1"))), Just(Some(json!(7)))],
+            prop::option::of(json_value()),
+            prop_oneof![Just(None), Just(Some("approval")), Just(Some("function"))],
+        )
+            .prop_map(|(rest, run_id, call, arguments, kind)| {
+                let mut object: Map<String, Value> = rest.into_iter().collect();
+                for (key, value) in [
+                    ("runId", run_id),
+                    ("toolCallId", call),
+                    ("arguments", arguments),
+                    ("kind", kind.map(|k| json!(k))),
+                ] {
+                    if let Some(value) = value {
+                        object.insert(key.to_owned(), value);
+                    }
+                }
+                Value::Object(object)
+            })
+    }
+
+    proptest! {
+        /// Whatever is written reads back the same, given the call row's
+        /// arguments (the value the event carried: see [`pack`]).
+        #[test]
+        fn unpack_gives_back_what_pack_was_given(
+            data in prop_oneof![event_data(), json_value()],
+            event_type in prop::sample::select(EventType::ALL.to_vec()),
+            has_run in any::<bool>(),
+        ) {
+            let run = has_run.then(run);
+            let row_arguments = data.get("arguments").cloned();
+            let stored = pack(event_type, run, data.clone());
+            prop_assert_eq!(unpack(run, stored.packed, stored.data, row_arguments), Ok(data));
+        }
+
+        /// Packing never adds: the stored data is the written object less
+        /// some of its keys.
+        #[test]
+        fn pack_only_leaves_keys_out(
+            data in event_data(),
+            event_type in prop::sample::select(EventType::ALL.to_vec()),
+        ) {
+            let stored = pack(event_type, Some(run()), data.clone());
+            let (Value::Object(written), Value::Object(kept)) = (&data, &stored.data) else {
+                panic!("objects in, objects out");
+            };
+            for (key, value) in kept {
+                prop_assert_eq!(written.get(key), Some(value));
+            }
+        }
+    }
+}

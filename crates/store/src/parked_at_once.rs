@@ -1,0 +1,190 @@
+//! A call proposed and parked in the same commit is inserted once, already
+//! open: see [`ParkedAtOnce`].
+
+use agentenkit_core::{RunId, ThreadId};
+
+use crate::commit::Change;
+use crate::pipeline::Op;
+
+/// Calls proposed and parked in the same commit (an approval proposed in
+/// the step that parks on it): each is inserted once, already open, instead
+/// of inserted as proposed and updated in place. The update left a dead
+/// version of the row and a second entry in each of its indexes (its status
+/// is in their predicates, so it could not be HOT) for every parked call.
+pub(crate) struct ParkedAtOnce<'a> {
+    /// `(propose, park, park request)` of each folded call.
+    calls: Vec<(&'a Change, &'a Change, Option<&'a Change>)>,
+}
+
+impl<'a> ParkedAtOnce<'a> {
+    /// The calls whose proposal and park are both in `changes` with nothing
+    /// else of theirs in between but the self-parking tool's request.
+    pub(crate) fn find(changes: &'a [Change]) -> Self {
+        let mut calls = Vec::new();
+        for (at, change) in changes.iter().enumerate() {
+            let Change::ProposeToolCall { id, .. } = change else {
+                continue;
+            };
+            let mut request = None;
+            for later in &changes[at + 1..] {
+                match later {
+                    Change::RecordParkRequest { id: other, .. } if other == id => {
+                        request = Some(later);
+                    }
+                    Change::ParkToolCall { id: other, .. } if other == id => {
+                        calls.push((change, later, request));
+                        break;
+                    }
+                    Change::SettleToolCall { id: other, .. }
+                    | Change::RecordToolResult { id: other, .. }
+                    | Change::ProposeToolCall { id: other, .. }
+                        if other == id =>
+                    {
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        ParkedAtOnce { calls }
+    }
+
+    /// The park (or park request) of a folded call: its insert says it.
+    pub(crate) fn folds(&self, change: &Change) -> bool {
+        self.calls.iter().any(|(_, park, request)| {
+            std::ptr::eq(*park, change) || request.is_some_and(|r| std::ptr::eq(r, change))
+        })
+    }
+
+    /// The one insert of a folded call, for its proposal.
+    pub(crate) fn insert_op(&self, run: RunId, thread: ThreadId, change: &Change) -> Option<Op> {
+        let (propose, park, request) = self
+            .calls
+            .iter()
+            .find(|(propose, _, _)| std::ptr::eq(*propose, change))?;
+        let (
+            Change::ProposeToolCall {
+                id,
+                name,
+                arguments: proposed,
+                ..
+            },
+            Change::ParkToolCall {
+                kind,
+                reason,
+                arguments,
+                expires_at,
+                ..
+            },
+        ) = (propose, park)
+        else {
+            return None;
+        };
+        let park_request = request.and_then(|r| match r {
+            Change::RecordParkRequest { request, .. } => Some(request.clone()),
+            _ => None,
+        });
+        Some(Op::new(
+            "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, kind, tool_type, status,
+                                     reason, expires_at, park_request)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending_approval', $8, $9, $10)",
+            vec![
+                Box::new(run.0),
+                Box::new(id.as_str().to_owned()),
+                Box::new(thread.0),
+                Box::new(name.clone()),
+                Box::new(arguments.clone().unwrap_or_else(|| proposed.clone())),
+                Box::new(kind.as_str()),
+                Box::new(kind.tool_type()),
+                Box::new(reason.clone()),
+                Box::new(*expires_at),
+                Box::new(park_request),
+            ],
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentenkit_core::{ToolCallId, ToolCallStatus, ToolKind};
+    use serde_json::json;
+
+    fn propose(id: &str) -> Change {
+        Change::ProposeToolCall {
+            id: ToolCallId(id.into()),
+            name: "send_email".into(),
+            arguments: json!({"to": "ops@example.com"}),
+            kind: ToolKind::Approval,
+        }
+    }
+
+    fn park(id: &str) -> Change {
+        Change::ParkToolCall {
+            id: ToolCallId(id.into()),
+            kind: ToolKind::Approval,
+            reason: "approval".into(),
+            arguments: None,
+            expires_at: None,
+        }
+    }
+
+    fn ids() -> (RunId, ThreadId) {
+        (RunId::new(), ThreadId::new())
+    }
+
+    #[test]
+    fn a_call_proposed_and_parked_in_one_commit_is_one_insert() {
+        let changes = [propose("c1"), park("c1"), Change::WaitRun];
+        let folded = ParkedAtOnce::find(&changes);
+        let (run, thread) = ids();
+        let insert = folded.insert_op(run, thread, &changes[0]).expect("folded");
+        assert!(
+            insert.sql().contains("'pending_approval'"),
+            "{}",
+            insert.sql()
+        );
+        assert!(folded.folds(&changes[1]));
+        assert!(!folded.folds(&changes[0]) && !folded.folds(&changes[2]));
+    }
+
+    #[test]
+    fn a_self_parking_tools_request_goes_into_the_same_insert() {
+        let request = Change::RecordParkRequest {
+            id: ToolCallId("c1".into()),
+            request: json!({"reason": "job"}),
+        };
+        let changes = [propose("c1"), request, park("c1")];
+        let folded = ParkedAtOnce::find(&changes);
+        assert!(folded.folds(&changes[1]) && folded.folds(&changes[2]));
+        let (run, thread) = ids();
+        assert!(folded.insert_op(run, thread, &changes[0]).is_some());
+    }
+
+    #[test]
+    fn a_park_of_a_call_proposed_earlier_or_settled_between_stays_an_update() {
+        let (run, thread) = ids();
+        // proposed in an earlier commit
+        let only_park = [park("c1"), Change::WaitRun];
+        let folded = ParkedAtOnce::find(&only_park);
+        assert!(!folded.folds(&only_park[0]));
+        // another call's park does not fold this one
+        let other = [propose("c1"), park("c2")];
+        let folded = ParkedAtOnce::find(&other);
+        assert!(folded.insert_op(run, thread, &other[0]).is_none());
+        assert!(!folded.folds(&other[1]));
+        // something else happened to the row in between
+        let settled = [
+            propose("c1"),
+            Change::SettleToolCall {
+                id: ToolCallId("c1".into()),
+                status: ToolCallStatus::Executed,
+                result: json!(1),
+            },
+            park("c1"),
+        ];
+        let folded = ParkedAtOnce::find(&settled);
+        assert!(folded.insert_op(run, thread, &settled[0]).is_none());
+        assert!(!folded.folds(&settled[2]));
+    }
+}
