@@ -207,3 +207,57 @@ async fn an_outbox_row_lives_until_its_message_is_handled_and_no_longer() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// Rows are written by key alone now; a row the previous version wrote
+/// (its message in `message`, as a rolling deploy leaves them) is still
+/// published, and a row whose message names nothing is skipped, not a
+/// failed pass.
+#[tokio::test]
+async fn the_reaper_publishes_a_row_the_previous_version_wrote_with_its_message() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    let owner = Owner("alice".into());
+    let thread = env
+        .store
+        .create_thread(&owner, "agent", &json!({}))
+        .await
+        .unwrap();
+    let run = env
+        .store
+        .start_run(thread.id, &owner, "go")
+        .await
+        .unwrap()
+        .run_id;
+    let pg = env.pg_client().await;
+    let written: Vec<(Option<serde_json::Value>, String)> = pg
+        .query("SELECT message, key FROM outbox", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        written,
+        [(None, format!("segment:{run}:1"))],
+        "the key alone"
+    );
+    // As the previous version wrote it, plus a row no version can read.
+    pg.batch_execute(&format!(
+        "UPDATE outbox SET message = '{{\"type\": \"segment\", \"runId\": \"{run}\", \"seq\": 1}}';
+         INSERT INTO outbox (delay_ms, key, due_at) VALUES (0, 'segment:nonsense', now())"
+    ))
+    .await
+    .unwrap();
+
+    let worker = env.spawn_worker();
+    let report = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+    assert_eq!(report.outbox_published, 1, "{report:?}");
+    assert_eq!(
+        env.wait_run_finished(&run.to_string()).await["status"],
+        "completed"
+    );
+    assert_eq!(outbox_keys(&env).await, ["segment:nonsense"]);
+    assert_eq!(tool.calls(), 1);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -50,6 +50,30 @@ impl QueueMessage {
             } => format!("expiry:{run_id}:{tool_call_id}"),
         }
     }
+
+    /// The message an outbox key names: the key holds all of it, so the
+    /// row need not store the message again. Only a key [`outbox_key`]
+    /// writes is read back (`None` otherwise).
+    ///
+    /// [`outbox_key`]: QueueMessage::outbox_key
+    pub fn from_outbox_key(key: &str) -> Option<Self> {
+        let (kind, rest) = key.split_once(':')?;
+        // A run id is a hyphenated UUID: 36 characters, no colon.
+        let (run, rest) = (rest.get(..36)?, rest.get(36..)?.strip_prefix(':')?);
+        let run_id: RunId = run.parse().ok()?;
+        let message = match kind {
+            "segment" => QueueMessage::Segment {
+                run_id,
+                seq: rest.parse().ok()?,
+            },
+            "expiry" => QueueMessage::Expiry {
+                run_id,
+                tool_call_id: rest.into(),
+            },
+            _ => return None,
+        };
+        (message.outbox_key() == key).then_some(message)
+    }
 }
 
 #[cfg(test)]
@@ -58,6 +82,26 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        /// A message comes back from its outbox key, whatever its call id.
+        #[test]
+        fn a_message_is_read_back_from_its_outbox_key(seq in any::<i64>(), call in ".{0,16}", run in any::<u128>()) {
+            let run_id = RunId(uuid::Uuid::from_u128(run));
+            for message in [
+                QueueMessage::Segment { run_id, seq },
+                QueueMessage::Expiry { run_id, tool_call_id: call.as_str().into() },
+            ] {
+                prop_assert_eq!(QueueMessage::from_outbox_key(&message.outbox_key()), Some(message));
+            }
+        }
+
+        /// Any other text names no message, and never panics.
+        #[test]
+        fn other_keys_name_no_message(key in ".{0,60}") {
+            if let Some(message) = QueueMessage::from_outbox_key(&key) {
+                prop_assert_eq!(message.outbox_key(), key);
+            }
+        }
+
         /// Whatever arrives on the queue, decoding answers and never panics;
         /// what decodes re-encodes to the same message.
         #[test]
@@ -96,6 +140,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn near_miss_outbox_keys_name_no_message() {
+        let run = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+        for key in [
+            String::new(),
+            "segment".into(),
+            format!("segment:{run}"),
+            format!("segment:{run}:"),
+            format!("segment:{run}:x"),
+            format!("segment:{run}:01"),
+            format!("segment:{}:1", run.to_uppercase()),
+            format!("segment:{}:1", run.replace('-', "")),
+            format!("other:{run}:1"),
+            format!("expiry:{run}"),
+        ] {
+            assert_eq!(QueueMessage::from_outbox_key(&key), None, "{key}");
+        }
+        assert_eq!(
+            QueueMessage::from_outbox_key(&format!("expiry:{run}:c:1")),
+            Some(QueueMessage::Expiry {
+                run_id: run.parse().unwrap(),
+                tool_call_id: "c:1".into()
+            })
+        );
     }
 
     #[test]

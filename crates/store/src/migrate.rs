@@ -52,6 +52,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "packed_events",
         include_str!("../../../migrations/0010_packed_events.sql"),
     ),
+    (
+        11,
+        "outbox_key_only",
+        include_str!("../../../migrations/0011_outbox_key_only.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -21,19 +21,17 @@ pub struct OutboxRow {
     pub delay_ms: u64,
 }
 
-/// Inserts a row: `(message, delay_ms, key)`, returning its id.
-pub(crate) const INSERT: &str = "INSERT INTO outbox (message, delay_ms, key, due_at)
-     VALUES ($1, $2, $3, now() + $2::bigint * interval '1 millisecond') RETURNING id";
+/// Inserts a row: `(delay_ms, key)`, returning its id. The key names the
+/// message whole ([`QueueMessage::from_outbox_key`]), so `message` is left
+/// null (it is read only from rows older versions wrote).
+pub(crate) const INSERT: &str = "INSERT INTO outbox (delay_ms, key, due_at)
+     VALUES ($1, $2, now() + $1::bigint * interval '1 millisecond') RETURNING id";
 
 /// The insert of `message` as a pipelined statement ([`Expect::Ids`]).
 pub(crate) fn insert_op(message: &QueueMessage, delay_ms: u64) -> Result<Op> {
     Ok(Op::new(
         INSERT,
-        vec![
-            Box::new(serde_json::to_value(message)?),
-            Box::new(delay_ms as i64),
-            Box::new(message.outbox_key()),
-        ],
+        vec![Box::new(delay_ms as i64), Box::new(message.outbox_key())],
     )
     .expect(Expect::Ids))
 }
@@ -44,9 +42,8 @@ pub(crate) async fn insert(
     delay_ms: u64,
 ) -> Result<OutboxRow> {
     let stmt = tx.prepare_cached(INSERT).await?;
-    let body = serde_json::to_value(message)?;
     let row = tx
-        .query_one(&stmt, &[&body, &(delay_ms as i64), &message.outbox_key()])
+        .query_one(&stmt, &[&(delay_ms as i64), &message.outbox_key()])
         .await?;
     Ok(OutboxRow {
         id: row.get(0),
@@ -109,7 +106,7 @@ impl Store {
                          AND (NOT $4 OR delay_ms = 0)
                        ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED) stale
                  WHERE o.id = stale.id
-                 RETURNING o.id, o.message, 0::bigint",
+                 RETURNING o.id, o.message, o.key",
             )
             .await?;
         let rows = client
@@ -126,13 +123,21 @@ impl Store {
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let id: i64 = row.get(0);
-            let body: serde_json::Value = row.get(1);
-            let delay_ms: i64 = row.get(2);
-            match serde_json::from_value::<QueueMessage>(body) {
+            let body: Option<serde_json::Value> = row.get(1);
+            let key: &str = row.get(2);
+            let message = match body {
+                Some(body) => {
+                    serde_json::from_value::<QueueMessage>(body).map_err(|e| e.to_string())
+                }
+                None => QueueMessage::from_outbox_key(key)
+                    .ok_or_else(|| format!("the key {key:?} names no message")),
+            };
+            match message {
+                // A stale row goes at once: its delay is long past.
                 Ok(message) => out.push(OutboxRow {
                     id,
                     message,
-                    delay_ms: delay_ms.max(0) as u64,
+                    delay_ms: 0,
                 }),
                 Err(e) => {
                     // A row no code version can publish: keep it out of the
