@@ -18,15 +18,9 @@ const TWO_CALLS: &str = r#"
 /// Starts a turn the way a client would, but through the store: no API
 /// call is made, so nothing depends on an API process.
 async fn start_turn_without_api(env: &TestEnv) -> (ThreadId, String) {
-    let owner = Owner("alice".into());
-    let thread = env
-        .store
-        .create_thread(&owner, "agent", &json!({}))
-        .await
-        .unwrap();
-    let started = env.store.start_run(thread.id, &owner, "go").await.unwrap();
+    let (thread, started) = env.start_run_unpublished("agent").await;
     env.relay.publish(&started.outbox).await;
-    (thread.id, started.run_id.to_string())
+    (thread, started.run_id.to_string())
 }
 
 fn event<'a>(events: &'a Value, event_type: &str, call: &str) -> &'a Value {

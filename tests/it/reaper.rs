@@ -1,4 +1,4 @@
-use agentenkit_core::{Owner, RunId, ThreadId};
+use agentenkit_core::RunId;
 use agentenkit_runtime::reaper::{reap_once, ReaperConfig};
 use agentenkit_store::LeaseAttempt;
 use agentenkit_tests::*;
@@ -17,23 +17,11 @@ fn eager() -> ReaperConfig {
 async fn the_reaper_publishes_what_a_dead_committer_left_in_the_outbox() {
     let tool = ToolServer::ok().await;
     let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
-    let owner = Owner("alice".into());
     let mut runs = Vec::new();
     // Three turns started as an API process would, which then died before
     // publishing: the segments are only in the outbox.
     for _ in 0..3 {
-        let thread = env
-            .store
-            .create_thread(&owner, "agent", &json!({}))
-            .await
-            .unwrap();
-        runs.push(
-            env.store
-                .start_run(thread.id, &owner, "go")
-                .await
-                .unwrap()
-                .run_id,
-        );
+        runs.push(env.start_run_unpublished("agent").await.1.run_id);
     }
     let worker = env.spawn_worker();
     let report = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
@@ -64,19 +52,8 @@ async fn the_reaper_publishes_what_a_dead_committer_left_in_the_outbox() {
 async fn an_orphaned_segment_is_published_again_early_unless_the_queue_has_a_backlog() {
     let tool = ToolServer::ok().await;
     let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
-    let owner = Owner("alice".into());
-    let thread = env
-        .store
-        .create_thread(&owner, "agent", &json!({}))
-        .await
-        .unwrap();
     // Committed; the committer died before publishing.
-    let run = env
-        .store
-        .start_run(thread.id, &owner, "go")
-        .await
-        .unwrap()
-        .run_id;
+    let run = env.start_run_unpublished("agent").await.1.run_id;
     let config = ReaperConfig {
         outbox_stale_after: std::time::Duration::from_secs(600),
         outbox_orphan_after: std::time::Duration::ZERO,
@@ -124,13 +101,7 @@ async fn wait_for_backlog(env: &TestEnv, n: u64) {
 async fn the_reaper_re_enqueues_a_run_whose_worker_died_with_its_message_gone() {
     let tool = ToolServer::ok().await;
     let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
-    let owner = Owner("alice".into());
-    let thread = env
-        .store
-        .create_thread(&owner, "agent", &json!({}))
-        .await
-        .unwrap();
-    let started = env.store.start_run(thread.id, &owner, "go").await.unwrap();
+    let (thread_id, started) = env.start_run_unpublished("agent").await;
     let run: RunId = started.run_id;
     // A worker took the run (its message was acked and is gone) and died.
     let LeaseAttempt::Acquired(_) = env.store.acquire_lease(run, 1, 1).await.unwrap() else {
@@ -154,7 +125,6 @@ async fn the_reaper_re_enqueues_a_run_whose_worker_died_with_its_message_gone() 
         env.wait_run_finished(&run.to_string()).await["status"],
         "completed"
     );
-    let thread_id: ThreadId = thread.id;
     env.wait_status(&thread_id.to_string(), "IDLE").await;
     assert_eq!(tool.calls(), 1);
     worker.stop().await.unwrap();
@@ -216,18 +186,7 @@ async fn an_outbox_row_lives_until_its_message_is_handled_and_no_longer() {
 async fn the_reaper_publishes_a_row_the_previous_version_wrote_with_its_message() {
     let tool = ToolServer::ok().await;
     let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
-    let owner = Owner("alice".into());
-    let thread = env
-        .store
-        .create_thread(&owner, "agent", &json!({}))
-        .await
-        .unwrap();
-    let run = env
-        .store
-        .start_run(thread.id, &owner, "go")
-        .await
-        .unwrap()
-        .run_id;
+    let run = env.start_run_unpublished("agent").await.1.run_id;
     let pg = env.pg_client().await;
     let written: Vec<(Option<serde_json::Value>, String)> = pg
         .query("SELECT message, key FROM outbox", &[])

@@ -66,6 +66,27 @@ impl TestEnv {
         Self::start_with(registry, |_| {}, |state| state).await
     }
 
+    /// A turn of agent `agent` for alice, started through the store as an
+    /// API process would, and not published: as if that process died right
+    /// after its commit, the first segment is only in the outbox.
+    pub async fn start_run_unpublished(
+        &self,
+        agent: &str,
+    ) -> (agentenkit_core::ThreadId, agentenkit_store::StartedRun) {
+        let owner = agentenkit_core::Owner("alice".into());
+        let thread = self
+            .store
+            .create_thread(&owner, agent, &serde_json::json!({}))
+            .await
+            .expect("create thread");
+        let started = self
+            .store
+            .start_run(thread.id, &owner, "go")
+            .await
+            .expect("start run");
+        (thread.id, started)
+    }
+
     /// Like `start`, with the store's configuration and the API's state
     /// adjusted first (smaller pools, shorter timeouts, other limits).
     pub async fn start_with(
