@@ -257,8 +257,9 @@ async fn a_stopping_api_ends_its_open_streams_and_exits() {
     env.finish().await;
 }
 
-/// Events are stored without what their row and their call row already
-/// hold (the run id, a parked approval's arguments), and read back whole:
+/// Events are stored without what their row, their call row and their
+/// message row already hold (the run id, a parked approval's arguments, the
+/// model's message), and read back whole:
 /// what the API serves is what the runtime wrote.
 #[tokio::test]
 async fn an_approvals_events_are_stored_packed_and_served_whole() {
@@ -288,12 +289,29 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
     assert_eq!(required["runId"], run_id.as_str());
     assert_eq!(required["arguments"], arguments);
     assert_eq!(data("RUN_STARTED")["runId"], run_id.as_str());
+    // The MESSAGE event's message is the conversation's assistant message.
+    let conversation = env.get(&format!("/threads/{thread_id}/messages")).await;
+    let mut assistant = conversation
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .unwrap_or_else(|| panic!("no assistant message in {conversation}"))
+        .clone();
+    for view_only in ["id", "runId", "createdAt"] {
+        assistant.as_object_mut().unwrap().remove(view_only);
+    }
+    assert_eq!(
+        data("MESSAGE"),
+        json!({ "runId": run_id, "message": assistant })
+    );
 
     let stored = env
         .pg_client()
         .await
         .query(
-            "SELECT type, packed, data ? 'runId', data ? 'arguments' FROM events ORDER BY id",
+            "SELECT type, packed, data ? 'runId', data ? 'arguments' OR data ? 'message'
+             FROM events ORDER BY id",
             &[],
         )
         .await
@@ -311,6 +329,10 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
         if kind == "TOOL_CALL" || kind == "INPUT_REQUIRED" {
             assert!(!has_arguments, "{kind} stored the call's arguments again");
             assert_eq!(*packed, 3, "{kind}");
+        }
+        if kind == "MESSAGE" {
+            assert!(!has_arguments, "MESSAGE stored its message again");
+            assert_eq!(*packed, 5, "{kind}");
         }
     }
 }

@@ -18,6 +18,21 @@ pub const PACKED_RUN_ID: i16 = 1;
 /// `arguments` equalled the `arguments` of the tool-call row
 /// `(run_id, toolCallId)` and was left out.
 pub const PACKED_ARGUMENTS: i16 = 2;
+/// `message` equalled the `body` of the messages row the event's
+/// `message_id` names (inserted by the same statement) and was left out.
+pub const PACKED_MESSAGE: i16 = 4;
+
+const ALL: i16 = PACKED_RUN_ID | PACKED_ARGUMENTS | PACKED_MESSAGE;
+
+/// What the rows an event refers to hold, for [`unpack`]: each is read only
+/// when the event's `packed` says it left that part out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Referenced {
+    /// The `arguments` of the tool-call row `(run_id, data.toolCallId)`.
+    pub call_arguments: Option<Value>,
+    /// The `body` of the messages row `message_id`.
+    pub message_body: Option<Value>,
+}
 
 /// The event's data as stored, and which parts [`unpack`] must put back.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,15 +78,29 @@ pub fn pack(event_type: EventType, run: Option<RunId>, data: Value) -> Packed {
     }
 }
 
-/// The data of an event as it was written: `stored` with what [`pack`] left
-/// out put back. `call_arguments` is the `arguments` of the tool-call row
-/// `(run, data.toolCallId)`, read only when `packed` has
-/// [`PACKED_ARGUMENTS`].
+/// A `MESSAGE` event written in the statement that inserts its message
+/// (`body`): its `message` is that row's body and is left out.
+pub fn pack_message(stored: Packed, body: &Value) -> Packed {
+    let Packed { data, packed } = stored;
+    match data {
+        Value::Object(mut object) if object.get("message") == Some(body) => {
+            object.remove("message");
+            Packed {
+                data: Value::Object(object),
+                packed: packed | PACKED_MESSAGE,
+            }
+        }
+        data => Packed { data, packed },
+    }
+}
+
+/// The data of an event as it was written: `stored` with what [`pack`] and
+/// [`pack_message`] left out put back from the rows it refers to.
 pub fn unpack(
     run: Option<RunId>,
     packed: i16,
     stored: Value,
-    call_arguments: Option<Value>,
+    referenced: Referenced,
 ) -> Result<Value, UnpackError> {
     if packed == 0 {
         return Ok(stored);
@@ -79,7 +108,7 @@ pub fn unpack(
     let Value::Object(mut object) = stored else {
         return Err(UnpackError::NotAnObject);
     };
-    if packed & !(PACKED_RUN_ID | PACKED_ARGUMENTS) != 0 {
+    if packed & !ALL != 0 {
         return Err(UnpackError::UnknownBits(packed));
     }
     if packed & PACKED_RUN_ID != 0 {
@@ -87,8 +116,12 @@ pub fn unpack(
         object.insert("runId".to_owned(), run_value(run));
     }
     if packed & PACKED_ARGUMENTS != 0 {
-        let arguments = call_arguments.ok_or(UnpackError::NoCallRow)?;
+        let arguments = referenced.call_arguments.ok_or(UnpackError::NoCallRow)?;
         object.insert("arguments".to_owned(), arguments);
+    }
+    if packed & PACKED_MESSAGE != 0 {
+        let body = referenced.message_body.ok_or(UnpackError::NoMessageRow)?;
+        object.insert("message".to_owned(), body);
     }
     Ok(Value::Object(object))
 }
@@ -104,6 +137,8 @@ pub enum UnpackError {
     NoRun,
     #[error("packed event data left out its arguments but its tool call row is missing")]
     NoCallRow,
+    #[error("packed event data left out its message but its message row is missing")]
+    NoMessageRow,
 }
 
 fn run_value(run: RunId) -> Value {
@@ -136,9 +171,44 @@ mod tests {
             Some(run()),
             stored.packed,
             stored.data,
-            Some(json!({"to": "ops@example.com"})),
+            arguments(json!({"to": "ops@example.com"})),
         );
         assert_eq!(back, Ok(data));
+    }
+
+    fn arguments(value: Value) -> Referenced {
+        Referenced {
+            call_arguments: Some(value),
+            message_body: None,
+        }
+    }
+
+    #[test]
+    fn a_message_event_written_with_its_row_keeps_only_a_reference() {
+        let body = json!({"role": "assistant", "content": "Done."});
+        let data = json!({"runId": run(), "message": body});
+        let stored = pack_message(pack(EventType::Message, Some(run()), data.clone()), &body);
+        assert_eq!(
+            stored,
+            Packed {
+                data: json!({}),
+                packed: PACKED_RUN_ID | PACKED_MESSAGE
+            }
+        );
+        let referenced = Referenced {
+            call_arguments: None,
+            message_body: Some(body),
+        };
+        assert_eq!(
+            unpack(Some(run()), stored.packed, stored.data, referenced),
+            Ok(data)
+        );
+        // another body than the row's is kept
+        let kept = pack_message(
+            pack(EventType::Message, Some(run()), json!({"message": 1})),
+            &json!(2),
+        );
+        assert_eq!(kept.packed & PACKED_MESSAGE, 0);
     }
 
     #[test]
@@ -183,28 +253,33 @@ mod tests {
     #[test]
     fn unpacking_what_cannot_be_put_back_is_an_error_not_a_guess() {
         assert_eq!(
-            unpack(None, PACKED_RUN_ID, json!({}), None),
+            unpack(None, PACKED_RUN_ID, json!({}), Referenced::default()),
             Err(UnpackError::NoRun)
         );
+        let none = Referenced::default;
         assert_eq!(
             unpack(
                 Some(run()),
                 PACKED_ARGUMENTS,
                 json!({"toolCallId": "c1"}),
-                None
+                none()
             ),
             Err(UnpackError::NoCallRow)
         );
         assert_eq!(
-            unpack(Some(run()), 8, json!({}), None),
+            unpack(Some(run()), PACKED_MESSAGE, json!({}), none()),
+            Err(UnpackError::NoMessageRow)
+        );
+        assert_eq!(
+            unpack(Some(run()), 8, json!({}), none()),
             Err(UnpackError::UnknownBits(8))
         );
         assert_eq!(
-            unpack(Some(run()), PACKED_RUN_ID, json!("x"), None),
+            unpack(Some(run()), PACKED_RUN_ID, json!("x"), none()),
             Err(UnpackError::NotAnObject)
         );
         // Data stored whole comes back as it is, whatever it is.
-        assert_eq!(unpack(None, 0, json!("x"), None), Ok(json!("x")));
+        assert_eq!(unpack(None, 0, json!("x"), none()), Ok(json!("x")));
     }
 
     fn json_leaf() -> impl Strategy<Value = Value> {
@@ -239,14 +314,16 @@ mod tests {
             prop_oneof![Just(None), Just(Some(json!("c1"))), Just(Some(json!(7)))],
             prop::option::of(json_value()),
             prop_oneof![Just(None), Just(Some("approval")), Just(Some("function"))],
+            prop::option::of(json_value()),
         )
-            .prop_map(|(rest, run_id, call, arguments, kind)| {
+            .prop_map(|(rest, run_id, call, arguments, kind, message)| {
                 let mut object: Map<String, Value> = rest.into_iter().collect();
                 for (key, value) in [
                     ("runId", run_id),
                     ("toolCallId", call),
                     ("arguments", arguments),
                     ("kind", kind.map(|k| json!(k))),
+                    ("message", message),
                 ] {
                     if let Some(value) = value {
                         object.insert(key.to_owned(), value);
@@ -264,11 +341,18 @@ mod tests {
             data in prop_oneof![event_data(), json_value()],
             event_type in prop::sample::select(EventType::ALL.to_vec()),
             has_run in any::<bool>(),
+            with_message_row in any::<bool>(),
         ) {
             let run = has_run.then(run);
-            let row_arguments = data.get("arguments").cloned();
-            let stored = pack(event_type, run, data.clone());
-            prop_assert_eq!(unpack(run, stored.packed, stored.data, row_arguments), Ok(data));
+            let referenced = Referenced {
+                call_arguments: data.get("arguments").cloned(),
+                message_body: data.get("message").cloned(),
+            };
+            let mut stored = pack(event_type, run, data.clone());
+            if let (Some(body), true) = (&referenced.message_body, with_message_row) {
+                stored = pack_message(stored, body);
+            }
+            prop_assert_eq!(unpack(run, stored.packed, stored.data, referenced), Ok(data));
         }
 
         /// Packing never adds: the stored data is the written object less

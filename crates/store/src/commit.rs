@@ -115,13 +115,21 @@ impl Store {
         // Events go last, after every row lock (see INSERT_EVENT_SQL).
         let mut events = Vec::new();
         let parked_at_once = crate::parked_at_once::ParkedAtOnce::find(changes);
+        let message_with_event = crate::message_with_event::MessageWithEvent::find(changes)?;
         for change in changes {
-            if end.is_some_and(|end| std::ptr::eq(end, change)) || parked_at_once.folds(change) {
+            if end.is_some_and(|end| std::ptr::eq(end, change))
+                || parked_at_once.folds(change)
+                || message_with_event.folds(change)
+            {
                 continue;
             }
             if let Some(op) = parked_at_once.insert_op(lease.run_id, lease.thread_id, change) {
                 ops.push(op);
                 messages.push(None);
+                continue;
+            }
+            if let Some(op) = message_with_event.event_op(lease.thread_id, lease.run_id, change) {
+                events.push(op);
                 continue;
             }
             if let Change::Event { event_type, data } = change {

@@ -16,6 +16,7 @@ mod answer;
 mod commit;
 mod error;
 mod expire;
+mod message_with_event;
 mod migrate;
 mod outbox;
 mod parked_at_once;

@@ -57,6 +57,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "outbox_key_only",
         include_str!("../../../migrations/0011_outbox_key_only.sql"),
     ),
+    (
+        12,
+        "message_events",
+        include_str!("../../../migrations/0012_message_events.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -244,11 +244,13 @@ impl Store {
         let stmt = client
             .prepare_cached(
                 // What the stored data left out is put back (see
-                // agentenkit_core::stored_event): arguments from the call row.
-                "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed, tc.arguments
+                // agentenkit_core::stored_event): arguments from the call row,
+                // a message from its row.
+                "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed, tc.arguments, m.body
                  FROM events e
                  LEFT JOIN tool_calls tc
                    ON e.packed & 2 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
+                 LEFT JOIN messages m ON e.packed & 4 <> 0 AND m.id = e.message_id
                  WHERE e.thread_id = $1 AND e.id > $2 ORDER BY e.id LIMIT $3",
             )
             .await?;
@@ -259,7 +261,11 @@ impl Store {
             .map(|r| {
                 let id: i64 = r.get(0);
                 let run_id = r.get::<_, Option<Uuid>>(1).map(RunId);
-                let data = stored_event::unpack(run_id, r.get(5), r.get(3), r.get(6))
+                let referenced = stored_event::Referenced {
+                    call_arguments: r.get(6),
+                    message_body: r.get(7),
+                };
+                let data = stored_event::unpack(run_id, r.get(5), r.get(3), referenced)
                     .map_err(|e| Error::Corrupt(format!("event {id}: {e}")))?;
                 Ok(EventView {
                     id,
