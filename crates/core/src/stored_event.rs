@@ -96,34 +96,74 @@ pub fn pack_message(stored: Packed, body: &Value) -> Packed {
 
 /// The data of an event as it was written: `stored` with what [`pack`] and
 /// [`pack_message`] left out put back from the rows it refers to.
-pub fn unpack(
-    run: Option<RunId>,
-    packed: i16,
-    stored: Value,
-    referenced: Referenced,
-) -> Result<Value, UnpackError> {
+///
+/// A part that cannot be put back (a referenced row missing, a bit a newer
+/// version set) is left out and named in `problems`, for the reader to
+/// log: one such event must not make every later event of its thread
+/// unreadable (a stream would end on it and resume into it for ever).
+pub fn unpack(run: Option<RunId>, packed: i16, stored: Value, referenced: Referenced) -> Unpacked {
+    let mut problems = Vec::new();
     if packed == 0 {
-        return Ok(stored);
+        return Unpacked {
+            data: stored,
+            problems,
+        };
     }
     let Value::Object(mut object) = stored else {
-        return Err(UnpackError::NotAnObject);
+        problems.push(UnpackError::NotAnObject);
+        return Unpacked {
+            data: stored,
+            problems,
+        };
     };
     if packed & !ALL != 0 {
-        return Err(UnpackError::UnknownBits(packed));
+        problems.push(UnpackError::UnknownBits(packed & !ALL));
     }
     if packed & PACKED_RUN_ID != 0 {
-        let run = run.ok_or(UnpackError::NoRun)?;
-        object.insert("runId".to_owned(), run_value(run));
+        match run {
+            Some(run) => {
+                object.insert("runId".to_owned(), run_value(run));
+            }
+            None => problems.push(UnpackError::NoRun),
+        }
     }
     if packed & PACKED_ARGUMENTS != 0 {
-        let arguments = referenced.call_arguments.ok_or(UnpackError::NoCallRow)?;
-        object.insert("arguments".to_owned(), arguments);
+        match referenced.call_arguments {
+            Some(arguments) => {
+                object.insert("arguments".to_owned(), arguments);
+            }
+            None => problems.push(UnpackError::NoCallRow),
+        }
     }
     if packed & PACKED_MESSAGE != 0 {
-        let body = referenced.message_body.ok_or(UnpackError::NoMessageRow)?;
-        object.insert("message".to_owned(), body);
+        match referenced.message_body {
+            Some(body) => {
+                object.insert("message".to_owned(), body);
+            }
+            None => problems.push(UnpackError::NoMessageRow),
+        }
     }
-    Ok(Value::Object(object))
+    Unpacked {
+        data: Value::Object(object),
+        problems,
+    }
+}
+
+/// What [`unpack`] could put back, and what it could not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unpacked {
+    pub data: Value,
+    pub problems: Vec<UnpackError>,
+}
+
+impl Unpacked {
+    /// The data, when all of it was put back.
+    pub fn whole(self) -> Result<Value, UnpackError> {
+        match self.problems.into_iter().next() {
+            None => Ok(self.data),
+            Some(problem) => Err(problem),
+        }
+    }
 }
 
 /// Why stored event data could not be put back together.
@@ -173,7 +213,7 @@ mod tests {
             stored.data,
             arguments(json!({"to": "ops@example.com"})),
         );
-        assert_eq!(back, Ok(data));
+        assert_eq!(back.whole(), Ok(data));
     }
 
     fn arguments(value: Value) -> Referenced {
@@ -200,7 +240,7 @@ mod tests {
             message_body: Some(body),
         };
         assert_eq!(
-            unpack(Some(run()), stored.packed, stored.data, referenced),
+            unpack(Some(run()), stored.packed, stored.data, referenced).whole(),
             Ok(data)
         );
         // another body than the row's is kept
@@ -251,35 +291,31 @@ mod tests {
     }
 
     #[test]
-    fn unpacking_what_cannot_be_put_back_is_an_error_not_a_guess() {
-        assert_eq!(
-            unpack(None, PACKED_RUN_ID, json!({}), Referenced::default()),
-            Err(UnpackError::NoRun)
-        );
+    fn what_cannot_be_put_back_is_named_and_the_rest_served() {
         let none = Referenced::default;
+        let problems = |packed, data| unpack(Some(run()), packed, data, none()).problems;
         assert_eq!(
-            unpack(
-                Some(run()),
-                PACKED_ARGUMENTS,
-                json!({"toolCallId": "c1"}),
-                none()
-            ),
-            Err(UnpackError::NoCallRow)
+            unpack(None, PACKED_RUN_ID, json!({}), none()).problems,
+            [UnpackError::NoRun]
         );
         assert_eq!(
-            unpack(Some(run()), PACKED_MESSAGE, json!({}), none()),
-            Err(UnpackError::NoMessageRow)
+            problems(PACKED_ARGUMENTS, json!({"toolCallId": "c1"})),
+            [UnpackError::NoCallRow]
         );
         assert_eq!(
-            unpack(Some(run()), 8, json!({}), none()),
-            Err(UnpackError::UnknownBits(8))
+            problems(PACKED_MESSAGE, json!({})),
+            [UnpackError::NoMessageRow]
         );
         assert_eq!(
-            unpack(Some(run()), PACKED_RUN_ID, json!("x"), none()),
-            Err(UnpackError::NotAnObject)
+            problems(PACKED_RUN_ID, json!("x")),
+            [UnpackError::NotAnObject]
         );
+        // A bit of a newer version: what is known is still put back.
+        let newer = unpack(Some(run()), PACKED_RUN_ID | 8, json!({"a": 1}), none());
+        assert_eq!(newer.problems, [UnpackError::UnknownBits(8)]);
+        assert_eq!(newer.data, json!({"a": 1, "runId": run()}));
         // Data stored whole comes back as it is, whatever it is.
-        assert_eq!(unpack(None, 0, json!("x"), none()), Ok(json!("x")));
+        assert_eq!(unpack(None, 0, json!("x"), none()).whole(), Ok(json!("x")));
     }
 
     fn json_leaf() -> impl Strategy<Value = Value> {
@@ -352,7 +388,7 @@ mod tests {
             if let (Some(body), true) = (&referenced.message_body, with_message_row) {
                 stored = pack_message(stored, body);
             }
-            prop_assert_eq!(unpack(run, stored.packed, stored.data, referenced), Ok(data));
+            prop_assert_eq!(unpack(run, stored.packed, stored.data, referenced).whole(), Ok(data));
         }
 
         /// Packing never adds: the stored data is the written object less

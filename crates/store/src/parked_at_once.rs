@@ -12,30 +12,29 @@ use crate::pipeline::Op;
 /// version of the row and a second entry in each of its indexes (its status
 /// is in their predicates, so it could not be HOT) for every parked call.
 pub(crate) struct ParkedAtOnce<'a> {
-    /// `(propose, park, park request)` of each folded call.
-    calls: Vec<(&'a Change, &'a Change, Option<&'a Change>)>,
+    /// `(propose, park)` of each folded call.
+    calls: Vec<(&'a Change, &'a Change)>,
 }
 
 impl<'a> ParkedAtOnce<'a> {
     /// The calls whose proposal and park are both in `changes` with nothing
-    /// else of theirs in between but the self-parking tool's request.
+    /// else of theirs in between. (A self-parking tool's request is
+    /// committed before its tool runs, after its proposal: such a call is
+    /// never folded.)
     pub(crate) fn find(changes: &'a [Change]) -> Self {
         let mut calls = Vec::new();
         for (at, change) in changes.iter().enumerate() {
             let Change::ProposeToolCall { id, .. } = change else {
                 continue;
             };
-            let mut request = None;
             for later in &changes[at + 1..] {
                 match later {
-                    Change::RecordParkRequest { id: other, .. } if other == id => {
-                        request = Some(later);
-                    }
                     Change::ParkToolCall { id: other, .. } if other == id => {
-                        calls.push((change, later, request));
+                        calls.push((change, later));
                         break;
                     }
-                    Change::SettleToolCall { id: other, .. }
+                    Change::RecordParkRequest { id: other, .. }
+                    | Change::SettleToolCall { id: other, .. }
                     | Change::RecordToolResult { id: other, .. }
                     | Change::ProposeToolCall { id: other, .. }
                         if other == id =>
@@ -49,19 +48,19 @@ impl<'a> ParkedAtOnce<'a> {
         ParkedAtOnce { calls }
     }
 
-    /// The park (or park request) of a folded call: its insert says it.
+    /// The park of a folded call: its insert says it.
     pub(crate) fn folds(&self, change: &Change) -> bool {
-        self.calls.iter().any(|(_, park, request)| {
-            std::ptr::eq(*park, change) || request.is_some_and(|r| std::ptr::eq(r, change))
-        })
+        self.calls
+            .iter()
+            .any(|(_, park)| std::ptr::eq(*park, change))
     }
 
     /// The one insert of a folded call, for its proposal.
     pub(crate) fn insert_op(&self, run: RunId, thread: ThreadId, change: &Change) -> Option<Op> {
-        let (propose, park, request) = self
+        let (propose, park) = self
             .calls
             .iter()
-            .find(|(propose, _, _)| std::ptr::eq(*propose, change))?;
+            .find(|(propose, _)| std::ptr::eq(*propose, change))?;
         let (
             Change::ProposeToolCall {
                 id,
@@ -80,14 +79,10 @@ impl<'a> ParkedAtOnce<'a> {
         else {
             return None;
         };
-        let park_request = request.and_then(|r| match r {
-            Change::RecordParkRequest { request, .. } => Some(request.clone()),
-            _ => None,
-        });
         Some(Op::new(
             "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, kind, tool_type, status,
-                                     reason, expires_at, park_request)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending_approval', $8, $9, $10)",
+                                     reason, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending_approval', $8, $9)",
             vec![
                 Box::new(run.0),
                 Box::new(id.as_str().to_owned()),
@@ -98,7 +93,6 @@ impl<'a> ParkedAtOnce<'a> {
                 Box::new(kind.tool_type()),
                 Box::new(reason.clone()),
                 Box::new(*expires_at),
-                Box::new(park_request),
             ],
         ))
     }
@@ -149,16 +143,16 @@ mod tests {
     }
 
     #[test]
-    fn a_self_parking_tools_request_goes_into_the_same_insert() {
+    fn a_self_parking_tools_request_between_keeps_the_update() {
         let request = Change::RecordParkRequest {
             id: ToolCallId("c1".into()),
             request: json!({"reason": "job"}),
         };
         let changes = [propose("c1"), request, park("c1")];
         let folded = ParkedAtOnce::find(&changes);
-        assert!(folded.folds(&changes[1]) && folded.folds(&changes[2]));
+        assert!(!folded.folds(&changes[1]) && !folded.folds(&changes[2]));
         let (run, thread) = ids();
-        assert!(folded.insert_op(run, thread, &changes[0]).is_some());
+        assert!(folded.insert_op(run, thread, &changes[0]).is_none());
     }
 
     #[test]

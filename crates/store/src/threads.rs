@@ -265,8 +265,13 @@ impl Store {
                     call_arguments: r.get(6),
                     message_body: r.get(7),
                 };
-                let data = stored_event::unpack(run_id, r.get(5), r.get(3), referenced)
-                    .map_err(|e| Error::Corrupt(format!("event {id}: {e}")))?;
+                let unpacked = stored_event::unpack(run_id, r.get(5), r.get(3), referenced);
+                for problem in &unpacked.problems {
+                    // Served without the part, rather than ending every
+                    // read of the thread's later events on this one.
+                    tracing::error!(event_id = id, error = %problem, "event data served incomplete");
+                }
+                let data = unpacked.data;
                 Ok(EventView {
                     id,
                     thread_id: thread,
