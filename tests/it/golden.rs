@@ -62,6 +62,31 @@ async fn the_journal_of_a_plain_approval_turn_is_pinned() {
         actual, expected,
         "the journal of a plain approval turn changed"
     );
+    // What is served is the journal as written; what is stored leaves out
+    // what the model entry already holds (agentenkit_core::stored_journal).
+    let stored: Vec<(String, i16, bool)> = env
+        .pg_client()
+        .await
+        .query(
+            "SELECT name, packed, value ? 'arguments' FROM journal ORDER BY position",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        stored[1],
+        ("persist:toolcall:c1".into(), 1, false),
+        "{stored:?}"
+    );
+    assert!(
+        stored
+            .iter()
+            .all(|(name, packed, _)| name.starts_with("persist:") || *packed == 0),
+        "{stored:?}"
+    );
     worker.stop().await.unwrap();
     env.finish().await;
 }

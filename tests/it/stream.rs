@@ -336,3 +336,71 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
         }
     }
 }
+
+/// A store set to write rows whole (`AGENTENKIT_STORAGE_FORMAT=whole`, for
+/// a rolling upgrade) writes what the version before migrations 0010-0013
+/// reads: event data, journal entries and outbox messages in full. What the
+/// API serves is the same either way.
+#[tokio::test]
+async fn a_store_writing_whole_rows_writes_what_the_previous_version_reads() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start_with(
+        approval_registry(CALL_THEN_DONE, &tool.url),
+        |config| config.storage_format = agentenkit_store::StorageFormat::Whole,
+        |state| state,
+    )
+    .await;
+    let _worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+
+    let events = env.get(&format!("/threads/{thread_id}/events")).await;
+    let required = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "INPUT_REQUIRED")
+        .unwrap();
+    assert_eq!(required["data"]["arguments"], json!({ "to": "a@b.c" }));
+    assert_eq!(required["data"]["runId"], run_id.as_str());
+
+    let pg = env.pg_client().await;
+    let events: Vec<(String, i16, bool)> = pg
+        .query("SELECT type, packed, data ? 'runId' FROM events", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .all(|(_, packed, has_run)| *packed == 0 && *has_run),
+        "{events:?}"
+    );
+    let journal: Vec<(String, i16)> = pg
+        .query("SELECT name, packed FROM journal ORDER BY position", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert!(journal
+        .iter()
+        .any(|(name, _)| name == "persist:toolcall:c1"));
+    assert!(
+        journal.iter().all(|(_, packed)| *packed == 0),
+        "{journal:?}"
+    );
+    let outbox: Vec<Option<Value>> = pg
+        .query("SELECT message FROM outbox", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        !outbox.is_empty() && outbox.iter().all(Option::is_some),
+        "{outbox:?}"
+    );
+}

@@ -16,6 +16,7 @@ pub mod queue_message;
 pub mod reply;
 pub mod status;
 pub mod stored_event;
+pub mod stored_journal;
 
 pub use error::{Error, Result};
 pub use event::EventType;

@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::commit::{event_op, insert_event, resume_if_settled};
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
-use crate::{Error, Result, Store};
+use crate::{Error, Result, StorageFormat, Store};
 
 /// How a reply names the request it answers.
 #[derive(Debug, Clone, Copy)]
@@ -224,7 +224,7 @@ impl Store {
                     "run {run} changed under its lock"
                 )))),
             );
-            ops.push(crate::outbox::insert_op(segment, 0)?);
+            ops.push(crate::outbox::insert_op(segment, 0, self.format)?);
         }
         // The event last, after every row lock (see INSERT_EVENT_SQL).
         ops.push(event_op(
@@ -232,6 +232,7 @@ impl Store {
             Some(run),
             EventType::InputResolved,
             resolved_event(&row, call, &reply)?,
+            self.format,
         ));
         let answers = tx.commit_with(ops).await?;
         let outbox = match resume {
@@ -372,6 +373,7 @@ impl Store {
                 Some(RunId(*run)),
                 EventType::RunCancelled,
                 &json!({ "runId": run, "reason": "stopped" }),
+                self.format,
             )
             .await?;
         }
@@ -482,9 +484,10 @@ pub(crate) async fn settle(
     row: &ReplyTarget,
     call: &ToolCallId,
     reply: &SettledReply,
+    format: StorageFormat,
 ) -> Result<Vec<OutboxRow>> {
     let data = resolved_event(row, call, reply)?;
-    let outbox = resume_if_settled(tx, row.run_id).await?;
+    let outbox = resume_if_settled(tx, row.run_id, format).await?;
     // The event last, after every row lock (see INSERT_EVENT_SQL); the
     // caller commits right after.
     insert_event(
@@ -493,6 +496,7 @@ pub(crate) async fn settle(
         Some(row.run_id),
         EventType::InputResolved,
         &data,
+        format,
     )
     .await?;
     Ok(outbox)

@@ -2,7 +2,7 @@
 //! transaction, fenced by the worker's lease.
 
 use agentenkit_core::conversation::Message;
-use agentenkit_core::stored_event;
+use agentenkit_core::{stored_event, stored_journal};
 use agentenkit_core::{
     EventType, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{self, Answer, Expect, Op, Param};
 use crate::runs::Lease;
-use crate::{Error, Result, Store};
+use crate::{Error, Result, StorageFormat, Store};
 
 /// One row-level change made by a worker on the run it holds.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,8 +114,32 @@ impl Store {
         let mut sequential = Vec::new();
         // Events go last, after every row lock (see INSERT_EVENT_SQL).
         let mut events = Vec::new();
+        // Journal entries are stored packed against the model entry of the
+        // same commit (agentenkit_core::stored_journal), unless this store
+        // writes rows whole for an older version.
+        let format = self.format;
+        let entries = changes.iter().filter_map(|c| match c {
+            Change::Journal {
+                position,
+                name,
+                value,
+            } => Some(stored_journal::NewEntry {
+                position: *position,
+                name,
+                value,
+            }),
+            _ => None,
+        });
+        let mut journal = match format {
+            StorageFormat::Packed => stored_journal::pack(entries),
+            StorageFormat::Whole => entries.map(|e| (e.value.clone(), 0)).collect(),
+        }
+        .into_iter();
         let parked_at_once = crate::parked_at_once::ParkedAtOnce::find(changes);
-        let message_with_event = crate::message_with_event::MessageWithEvent::find(changes)?;
+        let message_with_event = match format {
+            StorageFormat::Packed => crate::message_with_event::MessageWithEvent::find(changes)?,
+            StorageFormat::Whole => crate::message_with_event::MessageWithEvent::none(),
+        };
         for change in changes {
             if end.is_some_and(|end| std::ptr::eq(end, change))
                 || parked_at_once.folds(change)
@@ -132,16 +156,35 @@ impl Store {
                 events.push(op);
                 continue;
             }
+            if let Change::Journal { position, name, .. } = change {
+                let (value, packed) = journal
+                    .next()
+                    .ok_or_else(|| Error::Corrupt("a journal entry was not packed".into()))?;
+                ops.push(Op::new(
+                    "INSERT INTO journal (run_id, position, name, value, packed)
+                     VALUES ($1, $2, $3, $4, $5)",
+                    vec![
+                        Box::new(lease.run_id.0),
+                        Box::new(*position as i32),
+                        Box::new(name.clone()),
+                        Box::new(value),
+                        Box::new(packed),
+                    ],
+                ));
+                messages.push(None);
+                continue;
+            }
             if let Change::Event { event_type, data } = change {
                 events.push(event_op(
                     lease.thread_id,
                     Some(lease.run_id),
                     *event_type,
                     data.clone(),
+                    self.format,
                 ));
                 continue;
             }
-            match plan(lease.run_id, lease.thread_id, change)? {
+            match plan(lease.run_id, lease.thread_id, change, self.format)? {
                 Some(planned) => {
                     for (op, message) in planned {
                         ops.push(op);
@@ -163,7 +206,8 @@ impl Store {
             let answers = pipeline::run(&tx, ops).await?;
             let mut outbox = Vec::new();
             for change in sequential {
-                let (row, event) = apply(&tx, lease.run_id, lease.thread_id, change).await?;
+                let (row, event) =
+                    apply(&tx, lease.run_id, lease.thread_id, change, self.format).await?;
                 outbox.extend(row);
                 events.extend(event);
             }
@@ -256,21 +300,17 @@ type Planned = (Op, Option<(QueueMessage, u64)>);
 
 /// The statement(s) of a change that needs no answer before the next
 /// statement; `None` for a change that does (applied after, by [`apply`]).
-fn plan(run: RunId, thread: ThreadId, change: &Change) -> Result<Option<Vec<Planned>>> {
+fn plan(
+    run: RunId,
+    thread: ThreadId,
+    change: &Change,
+    format: StorageFormat,
+) -> Result<Option<Vec<Planned>>> {
     let op = match change {
-        Change::Journal {
-            position,
-            name,
-            value,
-        } => Op::new(
-            "INSERT INTO journal (run_id, position, name, value) VALUES ($1, $2, $3, $4)",
-            vec![
-                Box::new(run.0),
-                Box::new(*position as i32),
-                Box::new(name.clone()),
-                Box::new(value.clone()),
-            ],
-        ),
+        // Written by `commit_once`, packed with the rest of its commit.
+        Change::Journal { .. } => {
+            return Err(Error::Corrupt("a journal entry planned alone".into()))
+        }
         Change::Message(message) => Op::new(
             "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)",
             vec![
@@ -280,7 +320,7 @@ fn plan(run: RunId, thread: ThreadId, change: &Change) -> Result<Option<Vec<Plan
             ],
         ),
         Change::Event { event_type, data } => {
-            event_op(thread, Some(run), *event_type, data.clone())
+            event_op(thread, Some(run), *event_type, data.clone(), format)
         }
         Change::ProposeToolCall {
             id,
@@ -322,7 +362,7 @@ fn plan(run: RunId, thread: ThreadId, change: &Change) -> Result<Option<Vec<Plan
             ))))
         }
         Change::Outbox { message, delay_ms } => {
-            let op = outbox::insert_op(message, *delay_ms)?;
+            let op = outbox::insert_op(message, *delay_ms, format)?;
             return Ok(Some(vec![(op, Some((message.clone(), *delay_ms)))]));
         }
         Change::ParkToolCall {
@@ -393,7 +433,11 @@ fn plan(run: RunId, thread: ThreadId, change: &Change) -> Result<Option<Vec<Plan
 /// Resumes a waiting run whose requests and children are all settled: the
 /// run is queued with a new segment seq, whose segment goes to the outbox.
 /// Callers hold the run's row lock.
-pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Result<Vec<OutboxRow>> {
+pub(crate) async fn resume_if_settled(
+    tx: &Transaction<'_>,
+    run: RunId,
+    format: StorageFormat,
+) -> Result<Vec<OutboxRow>> {
     let stmt = tx
         .prepare_cached(
             "SELECT (SELECT count(*) FROM tool_calls WHERE run_id = $1 AND status = 'pending_approval')
@@ -419,7 +463,7 @@ pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Resul
         run_id: run,
         seq: resumed.get(0),
     };
-    Ok(vec![outbox::insert(tx, &segment, 0).await?])
+    Ok(vec![outbox::insert(tx, &segment, 0, format).await?])
 }
 
 /// The statement of [`INSERT_EVENT_SQL`], as a literal both it and the
@@ -454,8 +498,9 @@ pub(crate) fn event_op(
     run: Option<RunId>,
     event_type: EventType,
     data: Value,
+    format: StorageFormat,
 ) -> Op {
-    let stored = stored_event::pack(event_type, run, data);
+    let stored = pack_event(event_type, run, data, format);
     Op::new(
         INSERT_EVENT_SQL,
         vec![
@@ -468,6 +513,20 @@ pub(crate) fn event_op(
     )
 }
 
+/// An event's data as `format` stores it.
+fn pack_event(
+    event_type: EventType,
+    run: Option<RunId>,
+    data: Value,
+    format: StorageFormat,
+) -> stored_event::Packed {
+    if format.packs() {
+        stored_event::pack(event_type, run, data)
+    } else {
+        stored_event::Packed { data, packed: 0 }
+    }
+}
+
 /// An event insert in a transaction that has taken every row lock it will
 /// take (see [`INSERT_EVENT_SQL`]).
 pub(crate) async fn insert_event(
@@ -476,9 +535,10 @@ pub(crate) async fn insert_event(
     run: Option<RunId>,
     event_type: EventType,
     data: &Value,
+    format: StorageFormat,
 ) -> Result<i64> {
     let stmt = tx.prepare_cached(INSERT_EVENT_RETURNING).await?;
-    let stored = stored_event::pack(event_type, run, data.clone());
+    let stored = pack_event(event_type, run, data.clone(), format);
     let row = tx
         .query_one(
             &stmt,
@@ -517,6 +577,7 @@ async fn apply(
     run: RunId,
     thread: ThreadId,
     change: &Change,
+    format: StorageFormat,
 ) -> Result<(Option<OutboxRow>, Option<Op>)> {
     match change {
         Change::StartChild {
@@ -558,12 +619,16 @@ async fn apply(
                     "parentRunId": run,
                     "parentToolCallId": call_id,
                 }),
+                format,
             );
             let segment = QueueMessage::Segment {
                 run_id: *child_run_id,
                 seq: 1,
             };
-            Ok((Some(outbox::insert(tx, &segment, 0).await?), Some(started)))
+            Ok((
+                Some(outbox::insert(tx, &segment, 0, format).await?),
+                Some(started),
+            ))
         }
         Change::FinishDelegation {
             parent_run_id,
@@ -598,7 +663,7 @@ async fn apply(
             )
             .await?;
             Ok((
-                resume_if_settled(tx, *parent_run_id)
+                resume_if_settled(tx, *parent_run_id, format)
                     .await?
                     .into_iter()
                     .next(),

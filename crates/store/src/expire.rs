@@ -83,7 +83,7 @@ impl Store {
         };
         if now < expires_at {
             let remaining_ms = (expires_at - now).num_milliseconds().max(1) as u64;
-            let row = outbox::insert(&tx, &message, remaining_ms).await?;
+            let row = outbox::insert(&tx, &message, remaining_ms, self.format).await?;
             tx.commit().await?;
             return Ok(Expiry::NotDue {
                 remaining_ms,
@@ -118,7 +118,7 @@ impl Store {
             arguments: row.get(6),
             waited_secs: 0.0,
         };
-        let outbox = settle(&tx, &target, call, &reply).await?;
+        let outbox = settle(&tx, &target, call, &reply, self.format).await?;
         tx.commit().await?;
         let late_ms = (now - expires_at).num_milliseconds().max(0) as u64;
         Ok(Expiry::Expired { outbox, late_ms })
@@ -202,7 +202,7 @@ impl Store {
                 run_id: RunId(row.get(0)),
                 tool_call_id: ToolCallId(row.get(1)),
             };
-            outbox.push(outbox::insert(&tx, &message, ttl_ms).await?);
+            outbox.push(outbox::insert(&tx, &message, ttl_ms, self.format).await?);
         }
         tx.commit().await?;
         Ok(outbox)

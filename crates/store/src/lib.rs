@@ -55,6 +55,27 @@ pub struct StoreConfig {
     /// The server's `statement_timeout` for this store's sessions
     /// (migrations lift it for their own transactions).
     pub statement_timeout: Duration,
+    /// What rows this store writes (readers read both formats).
+    pub storage_format: StorageFormat,
+}
+
+/// What rows a store writes. `Packed` (the default) leaves out of events,
+/// journal entries and outbox rows what other rows already hold (see
+/// `agentenkit_core::stored_event` and `stored_journal`); `Whole` writes
+/// every row as the version before migrations 0010-0013 did, so processes
+/// of that version still running during a rolling upgrade read them. Every
+/// version from 0010 on reads both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StorageFormat {
+    #[default]
+    Packed,
+    Whole,
+}
+
+impl StorageFormat {
+    pub(crate) fn packs(self) -> bool {
+        self == StorageFormat::Packed
+    }
 }
 
 impl StoreConfig {
@@ -65,6 +86,7 @@ impl StoreConfig {
             max_connections: 16,
             pool_wait: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(30),
+            storage_format: StorageFormat::Packed,
         }
     }
 }
@@ -74,6 +96,7 @@ impl StoreConfig {
 pub struct Store {
     pool: Pool,
     schema: Option<String>,
+    format: StorageFormat,
 }
 
 impl Store {
@@ -118,6 +141,7 @@ impl Store {
         Ok(Store {
             pool,
             schema: config.schema.clone(),
+            format: config.storage_format,
         })
     }
 

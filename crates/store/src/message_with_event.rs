@@ -24,8 +24,13 @@ pub(crate) struct MessageWithEvent<'a> {
 }
 
 impl<'a> MessageWithEvent<'a> {
+    /// Nothing folded: every message and event apart.
+    pub(crate) fn none() -> Self {
+        MessageWithEvent { pair: None }
+    }
+
     pub(crate) fn find(changes: &'a [Change]) -> Result<Self> {
-        let none = MessageWithEvent { pair: None };
+        let none = Self::none();
         if changes.iter().any(|c| {
             matches!(
                 c,

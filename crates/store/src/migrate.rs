@@ -62,6 +62,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "message_events",
         include_str!("../../../migrations/0012_message_events.sql"),
     ),
+    (
+        13,
+        "packed_journal",
+        include_str!("../../../migrations/0013_packed_journal.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

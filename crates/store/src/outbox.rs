@@ -10,7 +10,8 @@ use agentenkit_core::QueueMessage;
 use deadpool_postgres::Transaction;
 
 use crate::pipeline::{Expect, Op};
-use crate::{Result, Store};
+use crate::{Result, StorageFormat, Store};
+use serde_json::Value;
 
 /// One message to publish after its commit.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,17 +22,33 @@ pub struct OutboxRow {
     pub delay_ms: u64,
 }
 
-/// Inserts a row: `(delay_ms, key)`, returning its id. The key names the
-/// message whole ([`QueueMessage::from_outbox_key`]), so `message` is left
-/// null (it is read only from rows older versions wrote).
-pub(crate) const INSERT: &str = "INSERT INTO outbox (delay_ms, key, due_at)
-     VALUES ($1, $2, now() + $1::bigint * interval '1 millisecond') RETURNING id";
+/// Inserts a row: `(delay_ms, key, message)`, returning its id. The key
+/// names the message whole ([`QueueMessage::from_outbox_key`]), so
+/// `message` is null unless the store writes [`StorageFormat::Whole`] (for
+/// processes of the version before 0011, which read only `message`).
+pub(crate) const INSERT: &str = "INSERT INTO outbox (delay_ms, key, message, due_at)
+     VALUES ($1, $2, $3, now() + $1::bigint * interval '1 millisecond') RETURNING id";
+
+fn message_column(message: &QueueMessage, format: StorageFormat) -> Result<Option<Value>> {
+    Ok(match format {
+        StorageFormat::Packed => None,
+        StorageFormat::Whole => Some(serde_json::to_value(message)?),
+    })
+}
 
 /// The insert of `message` as a pipelined statement ([`Expect::Ids`]).
-pub(crate) fn insert_op(message: &QueueMessage, delay_ms: u64) -> Result<Op> {
+pub(crate) fn insert_op(
+    message: &QueueMessage,
+    delay_ms: u64,
+    format: StorageFormat,
+) -> Result<Op> {
     Ok(Op::new(
         INSERT,
-        vec![Box::new(delay_ms as i64), Box::new(message.outbox_key())],
+        vec![
+            Box::new(delay_ms as i64),
+            Box::new(message.outbox_key()),
+            Box::new(message_column(message, format)?),
+        ],
     )
     .expect(Expect::Ids))
 }
@@ -40,10 +57,12 @@ pub(crate) async fn insert(
     tx: &Transaction<'_>,
     message: &QueueMessage,
     delay_ms: u64,
+    format: StorageFormat,
 ) -> Result<OutboxRow> {
     let stmt = tx.prepare_cached(INSERT).await?;
+    let body = message_column(message, format)?;
     let row = tx
-        .query_one(&stmt, &[&(delay_ms as i64), &message.outbox_key()])
+        .query_one(&stmt, &[&(delay_ms as i64), &message.outbox_key(), &body])
         .await?;
     Ok(OutboxRow {
         id: row.get(0),

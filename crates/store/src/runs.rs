@@ -2,6 +2,7 @@
 
 use agentenkit_core::conversation::Message;
 use agentenkit_core::reply::SettledReply;
+use agentenkit_core::stored_journal::{self, StoredEntry};
 use agentenkit_core::{
     JournalEntry, Owner, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus,
     ToolKind,
@@ -169,7 +170,7 @@ acquired AS (
               takeovers
 )
 SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
-       (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value) ORDER BY j.position), '[]')
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value, j.packed) ORDER BY j.position), '[]')
         FROM journal j WHERE j.run_id = a.id),
        -- a root run sees the thread's earlier turns (root runs only) and its
        -- own user message; a child run sees only its task
@@ -290,7 +291,19 @@ impl Store {
             token: row.get(1),
             ttl_ms,
         };
-        let journal: Vec<(i32, String, serde_json::Value)> = serde_json::from_value(row.get(7))?;
+        let journal: Vec<(i32, String, serde_json::Value, i16)> =
+            serde_json::from_value(row.get(7))?;
+        let journal = unpack_journal(
+            journal
+                .into_iter()
+                .map(|(position, name, value, packed)| StoredEntry {
+                    position: position as u32,
+                    name,
+                    value,
+                    packed,
+                })
+                .collect(),
+        )?;
         let history: Vec<Message> = serde_json::from_value(row.get(8))?;
         let calls: Vec<CallSnapshot> = serde_json::from_value(row.get(9))?;
         Ok(LeaseAttempt::Acquired(Box::new(RunContext {
@@ -301,14 +314,7 @@ impl Store {
             parent_run_id: row.get::<_, Option<Uuid>>(4).map(RunId),
             attempts: row.get(5),
             takeovers: row.get(10),
-            journal: journal
-                .into_iter()
-                .map(|(position, name, value)| JournalEntry {
-                    position: position as u32,
-                    name,
-                    value,
-                })
-                .collect(),
+            journal,
             history,
             calls: calls
                 .into_iter()
@@ -479,19 +485,28 @@ fn not_found(run: RunId) -> Error {
 async fn load_journal(client: &deadpool_postgres::Object, run: RunId) -> Result<Vec<JournalEntry>> {
     let stmt = client
         .prepare_cached(
-            "SELECT position, name, value FROM journal WHERE run_id = $1 ORDER BY position",
+            "SELECT position, name, value, packed FROM journal WHERE run_id = $1 ORDER BY position",
         )
         .await?;
-    Ok(client
-        .query(&stmt, &[&run.0])
-        .await?
-        .into_iter()
-        .map(|r| JournalEntry {
-            position: r.get::<_, i32>(0) as u32,
-            name: r.get(1),
-            value: r.get(2),
-        })
-        .collect())
+    unpack_journal(
+        client
+            .query(&stmt, &[&run.0])
+            .await?
+            .into_iter()
+            .map(|r| StoredEntry {
+                position: r.get::<_, i32>(0) as u32,
+                name: r.get(1),
+                value: r.get(2),
+                packed: r.get(3),
+            })
+            .collect(),
+    )
+}
+
+/// The journal as written, from its stored rows: an entry that cannot be
+/// read back is a corrupt run (replay must not guess).
+fn unpack_journal(stored: Vec<StoredEntry>) -> Result<Vec<JournalEntry>> {
+    stored_journal::unpack(stored).map_err(|e| Error::Corrupt(e.to_string()))
 }
 
 fn run_view(row: &Row, usage: Vec<UsageView>) -> Result<RunView> {

@@ -187,9 +187,15 @@ impl Store {
                     "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)",
                     vec![Box::new(thread.0), Box::new(run.0), Box::new(user)],
                 ),
-                outbox::insert_op(&segment, 0)?,
+                outbox::insert_op(&segment, 0, self.format)?,
                 // Last, after every row lock (see INSERT_EVENT_SQL).
-                crate::commit::event_op(thread, Some(run), EventType::RunStarted, started),
+                crate::commit::event_op(
+                    thread,
+                    Some(run),
+                    EventType::RunStarted,
+                    started,
+                    self.format,
+                ),
             ])
             .await?;
         let id = answers

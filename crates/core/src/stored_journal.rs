@@ -1,0 +1,319 @@
+//! How journal entries are stored: a `persist:toolcall:<callId>` entry
+//! repeats the call's `id`, `name` and `arguments` exactly as the model's
+//! response just before it (`model:<n>`, whose `toolCalls` hold them) has
+//! them, so it is stored without them and read back with them. Both
+//! entries are immutable, so the reference can never change under it.
+//!
+//! What `GET /runs/{id}/journal` and replay see is the journal as written,
+//! byte for byte (the golden-file test holds it): [`unpack`] puts back
+//! exactly what [`pack`] left out, which the property tests below check.
+
+use serde_json::Value;
+
+use crate::journal::JournalEntry;
+
+/// The entry's `id`, `name` and `arguments` are those of the call with its
+/// id in the nearest earlier `model:<n>` entry, and were left out.
+pub const PACKED_CALL: i16 = 1;
+
+const PERSIST: &str = "persist:toolcall:";
+const MODEL: &str = "model:";
+const CALL_FIELDS: [&str; 3] = ["id", "name", "arguments"];
+
+/// A journal entry as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEntry {
+    pub position: u32,
+    pub name: String,
+    pub value: Value,
+    pub packed: i16,
+}
+
+/// A journal entry being written, borrowed.
+#[derive(Debug, Clone, Copy)]
+pub struct NewEntry<'a> {
+    pub position: u32,
+    pub name: &'a str,
+    pub value: &'a Value,
+}
+
+/// What to store of the entries one commit appends (in position order, at
+/// the journal's end): `(value, packed)` for each. An entry is packed only
+/// against a model entry of the same commit, which is then the nearest
+/// earlier one in the whole journal too: every entry between them is in
+/// the commit.
+pub fn pack<'a>(entries: impl IntoIterator<Item = NewEntry<'a>>) -> Vec<(Value, i16)> {
+    let mut model: Option<&Value> = None;
+    entries
+        .into_iter()
+        .map(|entry| {
+            if entry.name.starts_with(MODEL) {
+                model = Some(entry.value);
+            }
+            match model.and_then(|model| packed_call(entry, model)) {
+                Some(value) => (value, PACKED_CALL),
+                None => (entry.value.clone(), 0),
+            }
+        })
+        .collect()
+}
+
+/// The entry's value without the call's fields, if `model` has that call
+/// with the same fields.
+fn packed_call(entry: NewEntry<'_>, model: &Value) -> Option<Value> {
+    let call_id = entry.name.strip_prefix(PERSIST)?;
+    let call = call_in(model, call_id)?;
+    let Value::Object(value) = entry.value else {
+        return None;
+    };
+    if CALL_FIELDS
+        .iter()
+        .any(|field| value.get(*field).is_none() || value.get(*field) != call.get(*field))
+    {
+        return None;
+    }
+    let mut rest = value.clone();
+    for field in CALL_FIELDS {
+        rest.remove(field);
+    }
+    Some(Value::Object(rest))
+}
+
+/// The first call with id `call_id` in a model entry's `toolCalls`.
+fn call_in<'a>(model: &'a Value, call_id: &str) -> Option<&'a Value> {
+    model
+        .get("toolCalls")?
+        .as_array()?
+        .iter()
+        .find(|call| call.get("id").and_then(Value::as_str) == Some(call_id))
+}
+
+/// The journal as written, from the whole journal as stored (in position
+/// order).
+pub fn unpack(entries: Vec<StoredEntry>) -> Result<Vec<JournalEntry>, UnpackJournalError> {
+    let mut journal: Vec<JournalEntry> = Vec::with_capacity(entries.len());
+    // The index in `journal` of the nearest model entry so far.
+    let mut model: Option<usize> = None;
+    for entry in entries {
+        let value = match entry.packed {
+            0 => entry.value,
+            PACKED_CALL => {
+                let call_id = entry.name.strip_prefix(PERSIST).ok_or_else(|| {
+                    UnpackJournalError::new(&entry, "only a persist entry is packed")
+                })?;
+                let call = model
+                    .and_then(|at| call_in(&journal[at].value, call_id))
+                    .ok_or_else(|| {
+                        UnpackJournalError::new(&entry, "no earlier model entry has its call")
+                    })?;
+                let Value::Object(mut value) = entry.value else {
+                    return Err(UnpackJournalError::new(&entry, "not an object"));
+                };
+                for field in CALL_FIELDS {
+                    if let Some(v) = call.get(field) {
+                        value.insert(field.to_owned(), v.clone());
+                    }
+                }
+                Value::Object(value)
+            }
+            other => {
+                return Err(UnpackJournalError::new(
+                    &entry,
+                    &format!("unknown packing {other} (written by a newer version?)"),
+                ))
+            }
+        };
+        if entry.name.starts_with(MODEL) {
+            model = Some(journal.len());
+        }
+        journal.push(JournalEntry {
+            position: entry.position,
+            name: entry.name,
+            value,
+        });
+    }
+    Ok(journal)
+}
+
+/// A stored entry that cannot be read back as written. Replay must not
+/// guess: the run fails loudly instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("journal entry {position} ({name}): {why}")]
+pub struct UnpackJournalError {
+    pub position: u32,
+    pub name: String,
+    pub why: String,
+}
+
+impl UnpackJournalError {
+    fn new(entry: &StoredEntry, why: &str) -> Self {
+        UnpackJournalError {
+            position: entry.position,
+            name: entry.name.clone(),
+            why: why.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn entry(position: u32, name: &str, value: Value) -> JournalEntry {
+        JournalEntry {
+            position,
+            name: name.to_owned(),
+            value,
+        }
+    }
+
+    fn approval_turn() -> Vec<JournalEntry> {
+        vec![
+            entry(
+                0,
+                "model:0",
+                json!({"toolCalls": [{"arguments": {"to": "a@b.c"}, "id": "c1", "name": "tool"}],
+                       "usage": {"inputTokens": 15, "outputTokens": 5}}),
+            ),
+            entry(
+                1,
+                "persist:toolcall:c1",
+                json!({"arguments": {"to": "a@b.c"}, "id": "c1", "kind": "approval",
+                       "name": "tool", "toolType": "action"}),
+            ),
+        ]
+    }
+
+    /// `pack` of one commit's entries, as stored rows.
+    fn stored(entries: &[JournalEntry]) -> Vec<StoredEntry> {
+        let new = entries.iter().map(|e| NewEntry {
+            position: e.position,
+            name: &e.name,
+            value: &e.value,
+        });
+        pack(new)
+            .into_iter()
+            .zip(entries)
+            .map(|((value, packed), e)| StoredEntry {
+                position: e.position,
+                name: e.name.clone(),
+                value,
+                packed,
+            })
+            .collect()
+    }
+
+    fn stored_whole(entries: &[JournalEntry]) -> Vec<StoredEntry> {
+        entries
+            .iter()
+            .map(|e| StoredEntry {
+                position: e.position,
+                name: e.name.clone(),
+                value: e.value.clone(),
+                packed: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_persisted_call_keeps_only_what_the_model_entry_does_not_hold() {
+        let journal = approval_turn();
+        let stored = stored(&journal);
+        assert_eq!(stored[0].packed, 0);
+        assert_eq!(stored[1].packed, PACKED_CALL);
+        assert_eq!(
+            stored[1].value,
+            json!({"kind": "approval", "toolType": "action"})
+        );
+        assert_eq!(unpack(stored), Ok(journal));
+    }
+
+    #[test]
+    fn a_call_the_model_entry_has_otherwise_or_not_at_all_is_stored_whole() {
+        let mut journal = approval_turn();
+        journal[1].value["arguments"] = json!({"to": "other"});
+        assert_eq!(stored(&journal)[1].packed, 0);
+        // The model entry was committed earlier: nothing to pack against.
+        assert_eq!(stored(&journal[1..])[0].packed, 0);
+        let mut journal = approval_turn();
+        journal[1].name = "persist:toolcall:c2".into();
+        assert_eq!(stored(&journal)[1].packed, 0);
+    }
+
+    #[test]
+    fn a_packed_entry_that_cannot_be_read_back_is_an_error() {
+        let mut stored = stored(&approval_turn());
+        let persist = stored.remove(1);
+        assert!(unpack(vec![persist.clone()]).is_err(), "no model entry");
+        let mut unknown = persist;
+        unknown.packed = 2;
+        assert!(unpack(vec![unknown]).is_err());
+        assert_eq!(
+            unpack(stored_whole(&approval_turn())),
+            Ok(approval_turn()),
+            "entries stored whole read back as they are"
+        );
+    }
+
+    fn small_json() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<i64>().prop_map(|n| json!(n)),
+            "[a-z]{0,6}".prop_map(Value::String),
+            prop::collection::btree_map("[a-z]{1,4}", "[a-z]{0,4}", 0..3).prop_map(|m| json!(m)),
+        ]
+    }
+
+    /// A journal of model entries with calls, persist entries that match a
+    /// call, differ from it, or name no call, and other entries.
+    fn journal() -> impl Strategy<Value = Vec<JournalEntry>> {
+        let step = (
+            prop::collection::vec(("[a-c]", "[a-z]{1,3}", small_json()), 0..3),
+            prop::collection::vec((0usize..4, any::<bool>(), small_json()), 0..4),
+            any::<bool>(),
+        );
+        prop::collection::vec(step, 1..4).prop_map(|steps| {
+            let mut out = Vec::new();
+            for (model, (calls, persists, with_other)) in steps.into_iter().enumerate() {
+                let tool_calls: Vec<Value> = calls
+                    .iter()
+                    .map(|(id, name, args)| json!({"id": id, "name": name, "arguments": args}))
+                    .collect();
+                out.push((format!("model:{model}"), json!({"toolCalls": tool_calls})));
+                for (pick, same, extra) in persists {
+                    let (id, name, args) =
+                        calls
+                            .get(pick)
+                            .cloned()
+                            .unwrap_or(("z".into(), "n".into(), Value::Null));
+                    let args = if same { args } else { json!([args]) };
+                    out.push((
+                        format!("persist:toolcall:{id}"),
+                        json!({"id": id, "name": name, "arguments": args, "kind": extra}),
+                    ));
+                }
+                if with_other {
+                    out.push(("exec:c".into(), json!({"ok": true})));
+                }
+            }
+            out.into_iter()
+                .enumerate()
+                .map(|(i, (name, value))| entry(i as u32, &name, value))
+                .collect()
+        })
+    }
+
+    proptest! {
+        /// Whatever a sequence of commits appends reads back as written.
+        #[test]
+        fn unpack_gives_back_the_journal_as_written(journal in journal(), cut in 0usize..12) {
+            // Two commits: the entries before `cut`, then the rest.
+            let cut = cut.min(journal.len());
+            let mut rows = stored(&journal[..cut]);
+            rows.extend(stored(&journal[cut..]));
+            prop_assert_eq!(unpack(rows), Ok(journal));
+        }
+    }
+}
