@@ -27,6 +27,34 @@ pub fn compared(concurrency: usize) -> &'static [&'static str] {
     }
 }
 
+impl Peers {
+    /// The configurations to compare with at `concurrency`: those the issue
+    /// lists, and the LangGraph configuration with the most full cycles/s
+    /// at that concurrency when it is another (the bar is against
+    /// LangGraph's best).
+    pub fn compared_at(&self, concurrency: usize) -> Vec<String> {
+        let mut configs: Vec<String> = compared(concurrency)
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        let suffix = format!("c={concurrency}");
+        let best = self
+            .configs
+            .keys()
+            .filter(|label| {
+                label.starts_with("LangGraph") && label.split(' ').any(|word| word == suffix)
+            })
+            .filter_map(|label| Some((self.figure(label, "full cycles/s")?, label)))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((_, label)) = best {
+            if !configs.contains(label) {
+                configs.push(label.clone());
+            }
+        }
+        configs
+    }
+}
+
 /// The newest results file among `dir/RESULTS*.md` and
 /// `$PEERS_WORK/RESULTS.md` (where run.sh writes; default
 /// /tmp/agentenkit-peers).
@@ -120,5 +148,46 @@ pub fn number(cell: &str) -> Option<f64> {
 impl Peers {
     pub fn figure(&self, config: &str, column: &str) -> Option<f64> {
         number(self.configs.get(config)?.get(column)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peers(rows: &[(&str, &str)]) -> Peers {
+        Peers {
+            path: PathBuf::from("RESULTS.md"),
+            run: None,
+            configs: rows
+                .iter()
+                .map(|(label, cycles)| {
+                    let row: Row = [("full cycles/s".to_owned(), cycles.to_string())].into();
+                    (label.to_string(), row)
+                })
+                .collect(),
+            pgbench: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn langgraphs_best_configuration_at_a_concurrency_is_compared_too() {
+        let p = peers(&[
+            ("LangGraph async c=8 saver/worker", "75.1"),
+            ("LangGraph sync c=8 saver/worker", "79.0"),
+            ("LangGraph sync c=1 durability=exit", "100.2"),
+            ("DBOS async c=8", "39.4"),
+        ]);
+        assert_eq!(
+            p.compared_at(8),
+            [
+                "LangGraph async c=8 saver/worker",
+                "DBOS async c=8",
+                "LangGraph sync c=8 saver/worker"
+            ]
+        );
+        // the listed one is the best: no row twice
+        let p = peers(&[("LangGraph sync c=1", "58.6")]);
+        assert_eq!(p.compared_at(1), ["LangGraph sync c=1", "DBOS sync c=1"]);
     }
 }

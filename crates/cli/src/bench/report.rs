@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::hub::Publishes;
 use super::meter::{percentile_ms, Baseline, Delta};
-use super::peers::{self, Peers};
+use super::peers::Peers;
 
 pub struct ConfigResult {
     pub concurrency: usize,
@@ -284,7 +284,7 @@ pub fn print_markdown(
     println!("| c | agentenkit full cycles/s | peer config | peer full cycles/s | ratio agentenkit/peer | normalized ratio | peer commits/cycle | peer bytes/parked | peer resume p50 ms |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for r in results {
-        for config in peers::compared(r.concurrency) {
+        for config in &peers.compared_at(r.concurrency) {
             let Some(theirs) = peers.figure(config, "full cycles/s") else {
                 println!(
                     "| {} | {} | {config} | n/a | n/a | n/a | n/a | n/a | n/a |",
