@@ -49,12 +49,7 @@ async fn approve_runs_the_tool_once_with_the_approval_and_the_run_completes() {
     assert_eq!(bobs, json!([]), "the inbox is per owner");
 
     let events = env.get(&format!("/threads/{thread_id}/events")).await;
-    let required = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "INPUT_REQUIRED")
-        .unwrap();
+    let required = first_event(&events, "INPUT_REQUIRED");
     for field in [
         "toolCallId",
         "runId",
@@ -116,12 +111,7 @@ async fn approve_runs_the_tool_once_with_the_approval_and_the_run_completes() {
     assert!(journal[2]["value"]["answeredAt"].is_string());
 
     let events = env.get(&format!("/threads/{thread_id}/events")).await;
-    let resolved = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "INPUT_RESOLVED")
-        .unwrap();
+    let resolved = first_event(&events, "INPUT_RESOLVED");
     assert_eq!(resolved["data"]["answeredBy"], "alice");
     assert_eq!(resolved["data"]["status"], "executed");
     assert_eq!(resolved["data"]["toolCallId"], "c1");

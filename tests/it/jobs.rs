@@ -54,12 +54,7 @@ async fn a_job_parks_and_a_webhook_respond_resumes_the_same_call_with_its_result
         "the park's own ttlMs: {expires_in}"
     );
     let events = env.get(&format!("/threads/{thread_id}/events")).await;
-    let required = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "INPUT_REQUIRED")
-        .unwrap();
+    let required = first_event(&events, "INPUT_REQUIRED");
     assert_eq!(required["data"]["reason"], "job");
     assert_eq!(required["data"]["arguments"], json!({ "jobId": "job-1" }));
 

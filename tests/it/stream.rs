@@ -270,15 +270,7 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
     env.wait_pending(&thread_id, 1).await;
 
     let events = env.get(&format!("/threads/{thread_id}/events")).await;
-    let data = |kind: &str| {
-        events
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["type"] == kind)
-            .unwrap_or_else(|| panic!("no {kind} in {events}"))["data"]
-            .clone()
-    };
+    let data = |kind: &str| first_event(&events, kind)["data"].clone();
     let arguments = json!({ "to": "a@b.c" });
     assert_eq!(
         data("TOOL_CALL"),
@@ -355,12 +347,7 @@ async fn a_store_writing_whole_rows_writes_what_the_previous_version_reads() {
     env.wait_pending(&thread_id, 1).await;
 
     let events = env.get(&format!("/threads/{thread_id}/events")).await;
-    let required = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "INPUT_REQUIRED")
-        .unwrap();
+    let required = first_event(&events, "INPUT_REQUIRED");
     assert_eq!(required["data"]["arguments"], json!({ "to": "a@b.c" }));
     assert_eq!(required["data"]["runId"], run_id.as_str());
 

@@ -98,12 +98,7 @@ async fn a_grandchilds_request_shows_on_the_root_stream_and_unwinds_after_approv
     );
 
     let events = env.get(&format!("/threads/{thread_id}/events")).await;
-    let required = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "INPUT_REQUIRED")
-        .unwrap();
+    let required = first_event(&events, "INPUT_REQUIRED");
     assert_eq!(required["runId"], grandchild_run.as_str());
     assert_eq!(required["data"]["runName"], "grandchild");
     assert_eq!(required["data"]["depth"], 2);

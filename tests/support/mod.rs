@@ -587,3 +587,13 @@ fn pg_conninfo(url: &str) -> String {
     }
     info
 }
+
+/// The first event of type `kind` in a `GET /threads/{id}/events` answer.
+pub fn first_event<'a>(events: &'a Value, kind: &str) -> &'a Value {
+    events
+        .as_array()
+        .expect("an array of events")
+        .iter()
+        .find(|e| e["type"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} event in {events}"))
+}

@@ -16,7 +16,8 @@ use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::commit::{event_op, insert_event, resume_if_settled};
+use crate::commit::resume_if_settled;
+use crate::event_insert::{event_op, insert_event};
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::{Error, Result, StorageFormat, Store};

@@ -15,6 +15,7 @@ use tokio_postgres::NoTls;
 mod answer;
 mod commit;
 mod error;
+mod event_insert;
 mod expire;
 mod message_with_event;
 mod migrate;
@@ -29,8 +30,9 @@ mod views;
 mod watch;
 
 pub use answer::{AnswerTarget, Answered};
-pub use commit::{Change, INSERT_EVENT_SQL};
+pub use commit::Change;
 pub use error::{Error, Result};
+pub use event_insert::INSERT_EVENT_SQL;
 pub use expire::{Expiry, Scope};
 pub use outbox::OutboxRow;
 pub use reclaim::Reclaimed;

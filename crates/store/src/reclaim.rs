@@ -149,7 +149,7 @@ impl Store {
         }
         // Events last, after every row lock (see INSERT_EVENT_SQL).
         for child in &cancelled {
-            crate::commit::insert_event(
+            crate::event_insert::insert_event(
                 &tx,
                 thread,
                 Some(RunId(*child)),
@@ -159,7 +159,7 @@ impl Store {
             )
             .await?;
         }
-        crate::commit::insert_event(
+        crate::event_insert::insert_event(
             &tx,
             thread,
             Some(run),

@@ -189,7 +189,7 @@ impl Store {
                 ),
                 outbox::insert_op(&segment, 0, self.format)?,
                 // Last, after every row lock (see INSERT_EVENT_SQL).
-                crate::commit::event_op(
+                crate::event_insert::event_op(
                     thread,
                     Some(run),
                     EventType::RunStarted,

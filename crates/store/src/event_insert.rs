@@ -1,0 +1,98 @@
+//! How an event row is written: under the thread's event lock (so ids are
+//! handed out in commit order), its data packed as the store's format says.
+
+use agentenkit_core::stored_event;
+use agentenkit_core::{EventType, RunId, ThreadId};
+use deadpool_postgres::Transaction;
+use serde_json::Value;
+
+use crate::pipeline::Op;
+use crate::{Result, StorageFormat};
+
+/// The statement of [`INSERT_EVENT_SQL`], as a literal both it and the
+/// `RETURNING` form are made from.
+macro_rules! insert_event_sql {
+    () => {
+        "WITH ordered AS (
+        SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))
+    INSERT INTO events (thread_id, run_id, type, data, packed)
+    SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint FROM ordered"
+    };
+}
+
+/// Inserts one event of thread `$1`, its id taken only once this
+/// transaction holds the thread's event lock (an advisory lock, held to
+/// commit): a later event of the thread waits for this transaction to end
+/// before it takes its id, so a thread's ids are handed out in commit order
+/// and a reader that sees an event has seen every earlier one. Readers
+/// (`after=N`, streams) can then never skip an event.
+///
+/// Every transaction inserts its events *last*, after every row lock it
+/// takes: whoever holds the event lock waits for nothing more, so the lock
+/// cannot close a cycle of waits.
+pub const INSERT_EVENT_SQL: &str = insert_event_sql!();
+const INSERT_EVENT_RETURNING: &str = concat!(insert_event_sql!(), " RETURNING id");
+
+/// An event insert as a pipelined statement (see [`INSERT_EVENT_SQL`]):
+/// it goes after every other statement of its transaction. The data is
+/// stored packed (`agentenkit_core::stored_event`).
+pub(crate) fn event_op(
+    thread: ThreadId,
+    run: Option<RunId>,
+    event_type: EventType,
+    data: Value,
+    format: StorageFormat,
+) -> Op {
+    let stored = pack_event(event_type, run, data, format);
+    Op::new(
+        INSERT_EVENT_SQL,
+        vec![
+            Box::new(thread.0),
+            Box::new(run.map(|r| r.0)),
+            Box::new(event_type.as_str()),
+            Box::new(stored.data),
+            Box::new(stored.packed),
+        ],
+    )
+}
+
+/// An event's data as `format` stores it.
+fn pack_event(
+    event_type: EventType,
+    run: Option<RunId>,
+    data: Value,
+    format: StorageFormat,
+) -> stored_event::Packed {
+    if format.packs() {
+        stored_event::pack(event_type, run, data)
+    } else {
+        stored_event::Packed { data, packed: 0 }
+    }
+}
+
+/// An event insert in a transaction that has taken every row lock it will
+/// take (see [`INSERT_EVENT_SQL`]).
+pub(crate) async fn insert_event(
+    tx: &Transaction<'_>,
+    thread: ThreadId,
+    run: Option<RunId>,
+    event_type: EventType,
+    data: &Value,
+    format: StorageFormat,
+) -> Result<i64> {
+    let stmt = tx.prepare_cached(INSERT_EVENT_RETURNING).await?;
+    let stored = pack_event(event_type, run, data.clone(), format);
+    let row = tx
+        .query_one(
+            &stmt,
+            &[
+                &thread.0,
+                &run.map(|r| r.0),
+                &event_type.as_str(),
+                &stored.data,
+                &stored.packed,
+            ],
+        )
+        .await?;
+    Ok(row.get(0))
+}
