@@ -1,8 +1,11 @@
 //! How journal entries are stored: a `persist:toolcall:<callId>` entry
-//! repeats the call's `id`, `name` and `arguments` exactly as the model's
-//! response just before it (`model:<n>`, whose `toolCalls` hold them) has
-//! them, so it is stored without them and read back with them. Both
-//! entries are immutable, so the reference can never change under it.
+//! repeats the call's `id`, `name` and `arguments` exactly as the nearest
+//! earlier model entry (`model:<n>`, whose `toolCalls` hold them) has them;
+//! when both are written in the same commit (a step that parks on its
+//! calls, the common case) it is stored without them and read back with
+//! them. A persist entry committed after its model entry (a function tool
+//! ran first in the step) is stored whole. Both entries are immutable, so
+//! the reference can never change under it.
 //!
 //! What `GET /runs/{id}/journal` and replay see is the journal as written,
 //! byte for byte (the golden-file test holds it): [`unpack`] puts back

@@ -131,11 +131,23 @@ impl Store {
             }),
             _ => None,
         });
-        let mut journal = match format {
-            StorageFormat::Packed => stored_journal::pack(entries),
-            StorageFormat::Whole => entries.map(|e| (e.value.clone(), 0)).collect(),
+        let positions: Vec<u32> = entries.clone().map(|e| e.position).collect();
+        // `pack` relies on a commit's entries following each other at the
+        // journal's end, as the checkpointer appends them.
+        if positions.windows(2).any(|w| w[1] != w[0] + 1) {
+            return Err(Error::Corrupt(format!(
+                "a commit's journal entries are not consecutive: {positions:?}"
+            )));
         }
-        .into_iter();
+        // Stored values by position, each taken once by its own change.
+        let mut journal: std::collections::BTreeMap<u32, (Value, i16)> = positions
+            .iter()
+            .copied()
+            .zip(match format {
+                StorageFormat::Packed => stored_journal::pack(entries),
+                StorageFormat::Whole => entries.map(|e| (e.value.clone(), 0)).collect(),
+            })
+            .collect();
         let parked_at_once = crate::parked_at_once::ParkedAtOnce::find(changes);
         let message_with_event = match format {
             StorageFormat::Packed => crate::message_with_event::MessageWithEvent::find(changes)?,
@@ -158,9 +170,9 @@ impl Store {
                 continue;
             }
             if let Change::Journal { position, name, .. } = change {
-                let (value, packed) = journal
-                    .next()
-                    .ok_or_else(|| Error::Corrupt("a journal entry was not packed".into()))?;
+                let (value, packed) = journal.remove(position).ok_or_else(|| {
+                    Error::Corrupt(format!("journal position {position} twice in one commit"))
+                })?;
                 ops.push(Op::new(
                     "INSERT INTO journal (run_id, position, name, value, packed)
                      VALUES ($1, $2, $3, $4, $5)",

@@ -35,7 +35,7 @@ const INSERT_EVENT_RETURNING: &str = concat!(insert_event_sql!(), " RETURNING id
 
 /// An event insert as a pipelined statement (see [`INSERT_EVENT_SQL`]):
 /// it goes after every other statement of its transaction. The data is
-/// stored packed (`agentenkit_core::stored_event`).
+/// stored as `format` says (packed: `agentenkit_core::stored_event`).
 pub(crate) fn event_op(
     thread: ThreadId,
     run: Option<RunId>,

@@ -66,7 +66,7 @@ pub struct StoreConfig {
 /// `agentenkit_core::stored_event` and `stored_journal`); `Whole` writes
 /// every row as the version before migrations 0010-0013 did, so processes
 /// of that version still running during a rolling upgrade read them. Every
-/// version from 0010 on reads both.
+/// version with migration 0013 reads both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StorageFormat {
     #[default]

@@ -45,7 +45,8 @@ impl Peers {
                 label.starts_with("LangGraph") && label.split(' ').any(|word| word == suffix)
             })
             .filter_map(|label| Some((self.figure(label, "full cycles/s")?, label)))
-            .max_by(|a, b| a.0.total_cmp(&b.0));
+            // equal figures: the first label in order, whatever the map's order
+            .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.1.cmp(a.1)));
         if let Some((_, label)) = best {
             if !configs.contains(label) {
                 configs.push(label.clone());
