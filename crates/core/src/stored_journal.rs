@@ -44,12 +44,21 @@ pub struct NewEntry<'a> {
 /// the journal's end): `(value, packed)` for each. An entry is packed only
 /// against a model entry of the same commit, which is then the nearest
 /// earlier one in the whole journal too: every entry between them is in
-/// the commit.
-pub fn pack<'a>(entries: impl IntoIterator<Item = NewEntry<'a>>) -> Vec<(Value, i16)> {
+/// the commit. That needs the entries to follow each other, as the
+/// checkpointer appends them; entries that do not are refused.
+pub fn pack(entries: &[NewEntry<'_>]) -> Result<Vec<(Value, i16)>, NotConsecutive> {
+    if entries
+        .windows(2)
+        .any(|pair| pair[1].position != pair[0].position + 1)
+    {
+        return Err(NotConsecutive(
+            entries.iter().map(|entry| entry.position).collect(),
+        ));
+    }
     let mut model: Option<&Value> = None;
-    entries
-        .into_iter()
-        .map(|entry| {
+    Ok(entries
+        .iter()
+        .map(|&entry| {
             if entry.name.starts_with(MODEL) {
                 model = Some(entry.value);
             }
@@ -58,8 +67,13 @@ pub fn pack<'a>(entries: impl IntoIterator<Item = NewEntry<'a>>) -> Vec<(Value, 
                 None => (entry.value.clone(), 0),
             }
         })
-        .collect()
+        .collect())
 }
+
+/// The positions of a commit's entries, which do not follow each other.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a commit's journal entries are not consecutive: {0:?}")]
+pub struct NotConsecutive(pub Vec<u32>);
 
 /// The entry's value without the call's fields, if `model` has that call
 /// with the same fields.
@@ -191,12 +205,16 @@ mod tests {
 
     /// `pack` of one commit's entries, as stored rows.
     fn stored(entries: &[JournalEntry]) -> Vec<StoredEntry> {
-        let new = entries.iter().map(|e| NewEntry {
-            position: e.position,
-            name: &e.name,
-            value: &e.value,
-        });
-        pack(new)
+        let new: Vec<NewEntry> = entries
+            .iter()
+            .map(|e| NewEntry {
+                position: e.position,
+                name: &e.name,
+                value: &e.value,
+            })
+            .collect();
+        pack(&new)
+            .expect("consecutive")
             .into_iter()
             .zip(entries)
             .map(|((value, packed), e)| StoredEntry {
@@ -243,6 +261,26 @@ mod tests {
         let mut journal = approval_turn();
         journal[1].name = "persist:toolcall:c2".into();
         assert_eq!(stored(&journal)[1].packed, 0);
+    }
+
+    /// Stored in `journal.packed`: never renumber it.
+    #[test]
+    fn the_stored_bit_keeps_its_value() {
+        assert_eq!(PACKED_CALL, 1);
+    }
+
+    #[test]
+    fn a_commit_whose_entries_do_not_follow_each_other_is_refused() {
+        let value = json!(1);
+        let at = |position| NewEntry {
+            position,
+            name: "exec:c1",
+            value: &value,
+        };
+        assert_eq!(pack(&[at(3), at(5)]), Err(NotConsecutive(vec![3, 5])));
+        assert_eq!(pack(&[at(3), at(3)]), Err(NotConsecutive(vec![3, 3])));
+        assert_eq!(pack(&[at(3), at(4)]).map(|v| v.len()), Ok(2));
+        assert_eq!(pack(&[]), Ok(vec![]));
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! transaction, fenced by the worker's lease.
 
 use agentenkit_core::conversation::Message;
-use agentenkit_core::stored_journal;
 use agentenkit_core::{
     EventType, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
@@ -11,6 +10,7 @@ use deadpool_postgres::Transaction;
 use serde_json::Value;
 
 use crate::event_insert::event_op;
+use crate::journal_insert::StoredJournal;
 use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{self, Answer, Expect, Op, Param};
 use crate::runs::Lease;
@@ -115,44 +115,11 @@ impl Store {
         let mut sequential = Vec::new();
         // Events go last, after every row lock (see INSERT_EVENT_SQL).
         let mut events = Vec::new();
-        // Journal entries are stored packed against the model entry of the
-        // same commit (agentenkit_core::stored_journal), unless this store
-        // writes rows whole for an older version.
         let format = self.format;
-        let entries = changes.iter().filter_map(|c| match c {
-            Change::Journal {
-                position,
-                name,
-                value,
-            } => Some(stored_journal::NewEntry {
-                position: *position,
-                name,
-                value,
-            }),
-            _ => None,
-        });
-        let positions: Vec<u32> = entries.clone().map(|e| e.position).collect();
-        // `pack` relies on a commit's entries following each other at the
-        // journal's end, as the checkpointer appends them.
-        if positions.windows(2).any(|w| w[1] != w[0] + 1) {
-            return Err(Error::Corrupt(format!(
-                "a commit's journal entries are not consecutive: {positions:?}"
-            )));
-        }
-        // Stored values by position, each taken once by its own change.
-        let mut journal: std::collections::BTreeMap<u32, (Value, i16)> = positions
-            .iter()
-            .copied()
-            .zip(match format {
-                StorageFormat::Packed => stored_journal::pack(entries),
-                StorageFormat::Whole => entries.map(|e| (e.value.clone(), 0)).collect(),
-            })
-            .collect();
+        let mut journal = StoredJournal::of(changes, format)?;
         let parked_at_once = crate::parked_at_once::ParkedAtOnce::find(changes);
-        let message_with_event = match format {
-            StorageFormat::Packed => crate::message_with_event::MessageWithEvent::find(changes)?,
-            StorageFormat::Whole => crate::message_with_event::MessageWithEvent::none(),
-        };
+        let message_with_event =
+            crate::message_with_event::MessageWithEvent::find(changes, format)?;
         for change in changes {
             if end.is_some_and(|end| std::ptr::eq(end, change))
                 || parked_at_once.folds(change)
@@ -169,35 +136,17 @@ impl Store {
                 events.push(op);
                 continue;
             }
-            if let Change::Journal { position, name, .. } = change {
-                let (value, packed) = journal.remove(position).ok_or_else(|| {
-                    Error::Corrupt(format!("journal position {position} twice in one commit"))
-                })?;
-                ops.push(Op::new(
-                    "INSERT INTO journal (run_id, position, name, value, packed)
-                     VALUES ($1, $2, $3, $4, $5)",
-                    vec![
-                        Box::new(lease.run_id.0),
-                        Box::new(*position as i32),
-                        Box::new(name.clone()),
-                        Box::new(value),
-                        Box::new(packed),
-                    ],
-                ));
-                messages.push(None);
-                continue;
-            }
             if let Change::Event { event_type, data } = change {
                 events.push(event_op(
                     lease.thread_id,
                     Some(lease.run_id),
                     *event_type,
                     data.clone(),
-                    self.format,
+                    format,
                 ));
                 continue;
             }
-            match plan(lease.run_id, lease.thread_id, change, self.format)? {
+            match plan(lease.run_id, lease.thread_id, change, format, &mut journal)? {
                 Some(planned) => {
                     for (op, message) in planned {
                         ops.push(op);
@@ -220,7 +169,7 @@ impl Store {
             let mut outbox = Vec::new();
             for change in sequential {
                 let (row, event) =
-                    apply(&tx, lease.run_id, lease.thread_id, change, self.format).await?;
+                    apply(&tx, lease.run_id, lease.thread_id, change, format).await?;
                 outbox.extend(row);
                 events.extend(event);
             }
@@ -318,12 +267,10 @@ fn plan(
     thread: ThreadId,
     change: &Change,
     format: StorageFormat,
+    journal: &mut StoredJournal,
 ) -> Result<Option<Vec<Planned>>> {
     let op = match change {
-        // Written by `commit_once`, packed with the rest of its commit.
-        Change::Journal { .. } => {
-            return Err(Error::Corrupt("a journal entry planned alone".into()))
-        }
+        Change::Journal { position, name, .. } => journal.insert_op(run, *position, name)?,
         Change::Message(message) => Op::new(
             "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)",
             vec![

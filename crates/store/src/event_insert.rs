@@ -9,14 +9,25 @@ use serde_json::Value;
 use crate::pipeline::Op;
 use crate::{Result, StorageFormat};
 
+/// The thread `$1`'s event lock, as the CTE `ordered` every event insert
+/// selects from (see [`INSERT_EVENT_SQL`]).
+macro_rules! event_lock_cte {
+    () => {
+        "WITH ordered AS (
+        SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))"
+    };
+}
+
 /// The statement of [`INSERT_EVENT_SQL`], as a literal both it and the
 /// `RETURNING` form are made from.
 macro_rules! insert_event_sql {
     () => {
-        "WITH ordered AS (
-        SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))
+        concat!(
+            event_lock_cte!(),
+            "
     INSERT INTO events (thread_id, run_id, type, data, packed)
     SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint FROM ordered"
+        )
     };
 }
 
@@ -52,6 +63,37 @@ pub(crate) fn event_op(
             Box::new(event_type.as_str()),
             Box::new(stored.data),
             Box::new(stored.packed),
+        ],
+    )
+}
+
+/// A `MESSAGE` event and its message (`body`) as one statement, placed
+/// where events go: under the thread's event lock it inserts the message,
+/// then the event naming it by `message_id` and left without it
+/// (`stored_event::pack_message`). Only for a store writing packed rows.
+pub(crate) fn message_event_op(thread: ThreadId, run: RunId, data: Value, body: &Value) -> Op {
+    const SQL: &str = concat!(
+        event_lock_cte!(),
+        ",
+    message AS (
+        INSERT INTO messages (thread_id, run_id, body)
+        SELECT $1::uuid, $2::uuid, $6::jsonb FROM ordered RETURNING id)
+    INSERT INTO events (thread_id, run_id, type, data, packed, message_id)
+    SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint, message.id FROM message"
+    );
+    let stored = stored_event::pack_message(
+        stored_event::pack(EventType::Message, Some(run), data),
+        body,
+    );
+    Op::new(
+        SQL,
+        vec![
+            Box::new(thread.0),
+            Box::new(run.0),
+            Box::new(EventType::Message.as_str()),
+            Box::new(stored.data),
+            Box::new(stored.packed),
+            Box::new(body.clone()),
         ],
     )
 }

@@ -17,6 +17,7 @@ mod commit;
 mod error;
 mod event_insert;
 mod expire;
+mod journal_insert;
 mod message_with_event;
 mod migrate;
 mod outbox;

@@ -1,13 +1,13 @@
 //! A message and its `MESSAGE` event written by one statement, the event
 //! keeping only a reference to the message row: see [`MessageWithEvent`].
 
-use agentenkit_core::stored_event;
 use agentenkit_core::{EventType, RunId, ThreadId};
 use serde_json::Value;
 
 use crate::commit::Change;
+use crate::event_insert::message_event_op;
 use crate::pipeline::Op;
-use crate::Result;
+use crate::{Result, StorageFormat};
 
 /// A `MESSAGE` event repeated its message whole beside the messages row
 /// inserted in the same commit (the largest event of a parked thread after
@@ -24,31 +24,38 @@ pub(crate) struct MessageWithEvent<'a> {
 }
 
 impl<'a> MessageWithEvent<'a> {
-    /// Nothing folded: every message and event apart.
-    pub(crate) fn none() -> Self {
-        MessageWithEvent { pair: None }
-    }
-
-    pub(crate) fn find(changes: &'a [Change]) -> Result<Self> {
-        let none = Self::none();
-        if changes.iter().any(|c| {
+    /// The pair to fold in `changes`, if any: none for a store writing
+    /// whole rows (the version before 0012 reads a MESSAGE event's message
+    /// from its data).
+    pub(crate) fn find(changes: &'a [Change], format: StorageFormat) -> Result<Self> {
+        let none = MessageWithEvent { pair: None };
+        if !format.packs() {
+            return Ok(none);
+        }
+        let child_run = changes.iter().any(|c| {
             matches!(
                 c,
                 Change::StartChild { .. } | Change::FinishDelegation { .. }
             )
-        }) {
-            return Ok(none);
-        }
-        let Some(message) = changes
-            .iter()
-            .rev()
-            .find(|c| matches!(c, Change::Message(_)))
-        else {
+        });
+        let has_message_event = changes.iter().any(|c| {
+            matches!(
+                c,
+                Change::Event {
+                    event_type: EventType::Message,
+                    ..
+                }
+            )
+        });
+        let last_message = changes.iter().rev().find_map(|c| match c {
+            Change::Message(m) => Some((c, m)),
+            _ => None,
+        });
+        let (false, true, Some((message, m))) = (child_run, has_message_event, last_message) else {
             return Ok(none);
         };
-        let Change::Message(m) = message else {
-            return Ok(none);
-        };
+        // Serialized only when a MESSAGE event may carry it (not for the
+        // tool results most commits write).
         let body = serde_json::to_value(m)?;
         let event = changes.iter().find(|c| match c {
             Change::Event {
@@ -71,34 +78,14 @@ impl<'a> MessageWithEvent<'a> {
 
     /// The one statement of the pair, for its event.
     pub(crate) fn event_op(&self, thread: ThreadId, run: RunId, change: &Change) -> Option<Op> {
-        let (event, _, body) = self.pair.as_ref()?;
-        if !std::ptr::eq(*event, change) {
-            return None;
+        match (&self.pair, change) {
+            (Some((event, _, body)), Change::Event { data, .. })
+                if std::ptr::eq(*event, change) =>
+            {
+                Some(message_event_op(thread, run, data.clone(), body))
+            }
+            _ => None,
         }
-        let Change::Event { event_type, data } = change else {
-            return None;
-        };
-        let stored = stored_event::pack_message(
-            stored_event::pack(*event_type, Some(run), data.clone()),
-            body,
-        );
-        Some(Op::new(
-            "WITH ordered AS (
-                 SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text))),
-             message AS (
-                 INSERT INTO messages (thread_id, run_id, body)
-                 SELECT $1::uuid, $2::uuid, $6::jsonb FROM ordered RETURNING id)
-             INSERT INTO events (thread_id, run_id, type, data, packed, message_id)
-             SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint, message.id FROM message",
-            vec![
-                Box::new(thread.0),
-                Box::new(run.0),
-                Box::new(event_type.as_str()),
-                Box::new(stored.data),
-                Box::new(stored.packed),
-                Box::new(body.clone()),
-            ],
-        ))
     }
 }
 
@@ -131,7 +118,7 @@ mod tests {
             Change::Message(last.clone()),
             Change::WaitRun,
         ];
-        let folded = MessageWithEvent::find(&changes).unwrap();
+        let folded = MessageWithEvent::find(&changes, StorageFormat::Packed).unwrap();
         assert!(folded.folds(&changes[2]) && !folded.folds(&changes[0]));
         let op = folded
             .event_op(ThreadId::new(), RunId::new(), &changes[1])
@@ -151,7 +138,7 @@ mod tests {
             Change::Message(first.clone()),
             Change::Message(last),
         ];
-        let folded = MessageWithEvent::find(&changes).unwrap();
+        let folded = MessageWithEvent::find(&changes, StorageFormat::Packed).unwrap();
         assert!(!folded.folds(&changes[1]) && !folded.folds(&changes[2]));
         // a child run starts in the same commit
         let changes = [
@@ -164,9 +151,13 @@ mod tests {
                 task: "t".into(),
             },
         ];
-        assert!(!MessageWithEvent::find(&changes).unwrap().folds(&changes[1]));
+        assert!(!MessageWithEvent::find(&changes, StorageFormat::Packed)
+            .unwrap()
+            .folds(&changes[1]));
         // no MESSAGE event for it
         let changes = [Change::Message(first)];
-        assert!(!MessageWithEvent::find(&changes).unwrap().folds(&changes[0]));
+        assert!(!MessageWithEvent::find(&changes, StorageFormat::Packed)
+            .unwrap()
+            .folds(&changes[0]));
     }
 }

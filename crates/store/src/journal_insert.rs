@@ -1,0 +1,67 @@
+//! How a commit's journal entries are written: packed together
+//! (`agentenkit_core::stored_journal`) or whole, as the store's format says.
+
+use std::collections::BTreeMap;
+
+use agentenkit_core::stored_journal::{self, NewEntry};
+use agentenkit_core::RunId;
+use serde_json::Value;
+
+use crate::commit::Change;
+use crate::pipeline::Op;
+use crate::{Error, Result, StorageFormat};
+
+/// The stored value of each journal entry of one commit, by position:
+/// packing looks at the commit's entries together, each entry's insert
+/// takes its own.
+pub(crate) struct StoredJournal {
+    values: BTreeMap<u32, (Value, i16)>,
+}
+
+impl StoredJournal {
+    pub(crate) fn of(changes: &[Change], format: StorageFormat) -> Result<Self> {
+        let entries: Vec<NewEntry> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Journal {
+                    position,
+                    name,
+                    value,
+                } => Some(NewEntry {
+                    position: *position,
+                    name,
+                    value,
+                }),
+                _ => None,
+            })
+            .collect();
+        let stored = match format {
+            StorageFormat::Packed => {
+                stored_journal::pack(&entries).map_err(|e| Error::Corrupt(e.to_string()))?
+            }
+            StorageFormat::Whole => entries.iter().map(|e| (e.value.clone(), 0)).collect(),
+        };
+        Ok(StoredJournal {
+            values: entries.iter().map(|e| e.position).zip(stored).collect(),
+        })
+    }
+
+    /// The insert of the entry at `position`.
+    pub(crate) fn insert_op(&mut self, run: RunId, position: u32, name: &str) -> Result<Op> {
+        let (value, packed) = self.values.remove(&position).ok_or_else(|| {
+            Error::Corrupt(format!(
+                "journal position {position} written twice in one commit"
+            ))
+        })?;
+        Ok(Op::new(
+            "INSERT INTO journal (run_id, position, name, value, packed) VALUES ($1, $2, $3, $4, $5)",
+            vec![
+                Box::new(run.0),
+                Box::new(position as i32),
+                Box::new(name.to_owned()),
+                Box::new(value),
+                Box::new(packed),
+            ],
+        ))
+    }
+}
