@@ -327,10 +327,26 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
             assert_eq!(*packed, 5, "{kind}");
         }
     }
+    // The call row names the model entry that holds its arguments, and
+    // what is served of it (the inbox's list) has them.
+    let row = env
+        .pg_client()
+        .await
+        .query_one(
+            "SELECT tc.arguments, j.name FROM tool_calls tc
+             JOIN journal j ON j.run_id = tc.run_id AND j.position = tc.arguments_position",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Option<Value>>(0), None);
+    assert_eq!(row.get::<_, String>(1), "model:0");
+    let pending = env.wait_pending(&thread_id, 1).await;
+    assert_eq!(pending[0]["arguments"], arguments, "{pending:?}");
 }
 
 /// A store set to write rows whole (`AGENTENKIT_STORAGE_FORMAT=whole`, for
-/// a rolling upgrade) writes what the version before migrations 0010-0013
+/// a rolling upgrade) writes what the version before migrations 0010-0014
 /// reads: event data, journal entries and outbox messages in full. What the
 /// API serves is the same either way.
 #[tokio::test]
@@ -390,4 +406,13 @@ async fn a_store_writing_whole_rows_writes_what_the_previous_version_reads() {
         !outbox.is_empty() && outbox.iter().all(Option::is_some),
         "{outbox:?}"
     );
+    let call = pg
+        .query_one("SELECT arguments, arguments_position FROM tool_calls", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        call.get::<_, Option<Value>>(0),
+        Some(json!({ "to": "a@b.c" }))
+    );
+    assert_eq!(call.get::<_, Option<i32>>(1), None);
 }

@@ -96,6 +96,27 @@ fn packed_call(entry: NewEntry<'_>, model: &Value) -> Option<Value> {
     Some(Value::Object(rest))
 }
 
+/// The position of the model entry of one commit's `entries` that proposed
+/// call `call_id` with exactly `arguments`: a call row proposed in that
+/// commit stores the position instead of its arguments, and readers take
+/// them from that entry (`arguments` of the first call with the id in its
+/// `toolCalls`, as [`proposed_arguments`] does and the store's SQL reads
+/// them). The nearest earlier model entry is preferred; any one that holds
+/// the same arguments reads back the same.
+pub fn proposing_entry(entries: &[NewEntry<'_>], call_id: &str, arguments: &Value) -> Option<u32> {
+    entries
+        .iter()
+        .rev()
+        .filter(|entry| entry.name.starts_with(MODEL))
+        .find(|entry| proposed_arguments(entry.value, call_id) == Some(arguments))
+        .map(|entry| entry.position)
+}
+
+/// The arguments of call `call_id` as model entry `model` proposed them.
+pub fn proposed_arguments<'a>(model: &'a Value, call_id: &str) -> Option<&'a Value> {
+    call_in(model, call_id)?.get("arguments")
+}
+
 /// The first call with id `call_id` in a model entry's `toolCalls`.
 fn call_in<'a>(model: &'a Value, call_id: &str) -> Option<&'a Value> {
     model
@@ -346,7 +367,89 @@ mod tests {
         })
     }
 
+    fn new_entries(entries: &[JournalEntry]) -> Vec<NewEntry<'_>> {
+        entries
+            .iter()
+            .map(|e| NewEntry {
+                position: e.position,
+                name: &e.name,
+                value: &e.value,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_call_is_found_in_the_model_entry_that_proposed_it_with_the_same_arguments() {
+        let turn = approval_turn();
+        let entries = new_entries(&turn);
+        assert_eq!(
+            proposing_entry(&entries, "c1", &json!({"to": "a@b.c"})),
+            Some(0)
+        );
+        // Other arguments (a park that changed them), another call, or no
+        // model entry in the commit: the row keeps its arguments.
+        assert_eq!(
+            proposing_entry(&entries, "c1", &json!({"to": "x@y.z"})),
+            None
+        );
+        assert_eq!(
+            proposing_entry(&entries, "c2", &json!({"to": "a@b.c"})),
+            None
+        );
+        assert_eq!(
+            proposing_entry(&entries[1..], "c1", &json!({"to": "a@b.c"})),
+            None
+        );
+        // The persist entry has the same fields, but only a model entry counts.
+        let persist_only = vec![entry(
+            3,
+            "persist:toolcall:c1",
+            json!({"arguments": {"to": "a@b.c"}, "id": "c1", "name": "tool"}),
+        )];
+        assert_eq!(
+            proposing_entry(&new_entries(&persist_only), "c1", &json!({"to": "a@b.c"})),
+            None
+        );
+    }
+
+    #[test]
+    fn the_first_call_with_the_id_is_the_proposed_one() {
+        let model = json!({"toolCalls": [
+            {"id": "c1", "name": "a", "arguments": {"n": 1}},
+            {"id": "c1", "name": "a", "arguments": {"n": 2}},
+        ]});
+        assert_eq!(proposed_arguments(&model, "c1"), Some(&json!({"n": 1})));
+        let entries = [NewEntry {
+            position: 4,
+            name: "model:1",
+            value: &model,
+        }];
+        assert_eq!(proposing_entry(&entries, "c1", &json!({"n": 2})), None);
+        assert_eq!(proposing_entry(&entries, "c1", &json!({"n": 1})), Some(4));
+    }
+
     proptest! {
+        /// A call found in a model entry reads back the arguments it was
+        /// proposed with, whatever the entry holds besides.
+        #[test]
+        fn a_proposed_calls_arguments_read_back_from_its_entry(journal in journal()) {
+            let entries = new_entries(&journal);
+            for entry in journal.iter().filter(|e| e.name.starts_with(MODEL)) {
+                let calls = entry.value.get("toolCalls").and_then(Value::as_array);
+                for call in calls.into_iter().flatten() {
+                    let (Some(id), Some(arguments)) =
+                        (call.get("id").and_then(Value::as_str), call.get("arguments"))
+                    else {
+                        continue;
+                    };
+                    if let Some(at) = proposing_entry(&entries, id, arguments) {
+                        let model = &journal.iter().find(|e| e.position == at).unwrap().value;
+                        prop_assert_eq!(proposed_arguments(model, id), Some(arguments));
+                    }
+                }
+            }
+        }
+
         /// Whatever a sequence of commits appends reads back as written.
         #[test]
         fn unpack_gives_back_the_journal_as_written(journal in journal(), cut in 0usize..12) {

@@ -127,7 +127,9 @@ impl Store {
             {
                 continue;
             }
-            if let Some(op) = parked_at_once.insert_op(lease.run_id, lease.thread_id, change) {
+            if let Some(op) =
+                parked_at_once.insert_op(lease.run_id, lease.thread_id, change, &journal)
+            {
                 ops.push(op);
                 messages.push(None);
                 continue;
@@ -287,19 +289,24 @@ fn plan(
             name,
             arguments,
             kind,
-        } => Op::new(
-            "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, kind, tool_type, status)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'proposed')",
-            vec![
-                Box::new(run.0),
-                Box::new(id.as_str().to_owned()),
-                Box::new(thread.0),
-                Box::new(name.clone()),
-                Box::new(arguments.clone()),
-                Box::new(kind.as_str()),
-                Box::new(kind.tool_type()),
-            ],
-        ),
+        } => {
+            let (arguments, arguments_position) = journal.call_arguments(id.as_str(), arguments);
+            Op::new(
+                "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, arguments_position,
+                                         kind, tool_type, status)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'proposed')",
+                vec![
+                    Box::new(run.0),
+                    Box::new(id.as_str().to_owned()),
+                    Box::new(thread.0),
+                    Box::new(name.clone()),
+                    Box::new(arguments),
+                    Box::new(arguments_position),
+                    Box::new(kind.as_str()),
+                    Box::new(kind.tool_type()),
+                ],
+            )
+        }
         Change::SettleToolCall { id, status, result } => {
             let sources: Vec<&'static str> = ToolCallStatus::ALL
                 .iter()
@@ -373,7 +380,9 @@ fn plan(
              WHERE id = $1 AND status = 'running'",
             vec![Box::new(run.0)],
         )
-        .expect(Expect::One(Error::Corrupt(format!("run {run} cannot wait")))),
+        .expect(Expect::One(Error::Corrupt(format!(
+            "run {run} cannot wait"
+        )))),
         Change::FinishRun { status, .. } => Op::new(
             "UPDATE runs SET status = status WHERE id = $1 AND status = 'running'",
             vec![Box::new(run.0)],

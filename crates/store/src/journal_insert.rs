@@ -1,5 +1,7 @@
 //! How a commit's journal entries are written: packed together
-//! (`agentenkit_core::stored_journal`) or whole, as the store's format says.
+//! (`agentenkit_core::stored_journal`) or whole, as the store's format says;
+//! and which calls proposed in the commit find their arguments in one of
+//! its model entries (see `call_arguments.rs`).
 
 use std::collections::BTreeMap;
 
@@ -16,6 +18,9 @@ use crate::{Error, Result, StorageFormat};
 /// takes its own.
 pub(crate) struct StoredJournal {
     values: BTreeMap<u32, (Value, i16)>,
+    /// The model entry's position of each call proposed in the commit
+    /// with the arguments that entry holds (packed format only).
+    proposed_in: BTreeMap<String, u32>,
 }
 
 impl StoredJournal {
@@ -41,9 +46,37 @@ impl StoredJournal {
             }
             StorageFormat::Whole => entries.iter().map(|e| (e.value.clone(), 0)).collect(),
         };
+        let proposed_in = match format {
+            StorageFormat::Packed => changes
+                .iter()
+                .filter_map(|c| match c {
+                    Change::ProposeToolCall { id, arguments, .. } => {
+                        stored_journal::proposing_entry(&entries, id.as_str(), arguments)
+                            .map(|at| (id.as_str().to_owned(), at))
+                    }
+                    _ => None,
+                })
+                .collect(),
+            StorageFormat::Whole => BTreeMap::new(),
+        };
         Ok(StoredJournal {
             values: entries.iter().map(|e| e.position).zip(stored).collect(),
+            proposed_in,
         })
+    }
+
+    /// How call `call_id`, proposed in this commit, stores `arguments`:
+    /// `(None, Some(position))` when the model entry at `position` holds
+    /// them, else `(Some(arguments), None)`.
+    pub(crate) fn call_arguments(
+        &self,
+        call_id: &str,
+        arguments: &Value,
+    ) -> (Option<Value>, Option<i32>) {
+        match self.proposed_in.get(call_id) {
+            Some(at) => (None, Some(*at as i32)),
+            None => (Some(arguments.clone()), None),
+        }
     }
 
     /// The insert of the entry at `position`.

@@ -12,6 +12,10 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
+// Defines a SQL macro the modules below use (textual scope: keep it first).
+#[macro_use]
+mod call_arguments;
+
 mod answer;
 mod commit;
 mod error;
@@ -63,11 +67,11 @@ pub struct StoreConfig {
 }
 
 /// What rows a store writes. `Packed` (the default) leaves out of events,
-/// journal entries and outbox rows what other rows already hold (see
+/// journal entries, call rows and outbox rows what other rows already hold (see
 /// `agentenkit_core::stored_event` and `stored_journal`); `Whole` writes
-/// every row as the version before migrations 0010-0013 did, so processes
+/// every row as the version before migrations 0010-0014 did, so processes
 /// of that version still running during a rolling upgrade read them. Every
-/// version with migration 0013 reads both.
+/// version with migration 0014 reads both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StorageFormat {
     #[default]

@@ -67,6 +67,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "packed_journal",
         include_str!("../../../migrations/0013_packed_journal.sql"),
     ),
+    (
+        14,
+        "call_arguments_in_journal",
+        include_str!("../../../migrations/0014_call_arguments_in_journal.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

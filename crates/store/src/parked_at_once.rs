@@ -4,6 +4,7 @@
 use agentenkit_core::{RunId, ThreadId};
 
 use crate::commit::Change;
+use crate::journal_insert::StoredJournal;
 use crate::pipeline::Op;
 
 /// Calls proposed and parked in the same commit (an approval proposed in
@@ -56,7 +57,13 @@ impl<'a> ParkedAtOnce<'a> {
     }
 
     /// The one insert of a folded call, for its proposal.
-    pub(crate) fn insert_op(&self, run: RunId, thread: ThreadId, change: &Change) -> Option<Op> {
+    pub(crate) fn insert_op(
+        &self,
+        run: RunId,
+        thread: ThreadId,
+        change: &Change,
+        journal: &StoredJournal,
+    ) -> Option<Op> {
         let (propose, park) = self
             .calls
             .iter()
@@ -79,16 +86,22 @@ impl<'a> ParkedAtOnce<'a> {
         else {
             return None;
         };
+        // The park's arguments, when it changed them, are the row's own.
+        let (arguments, arguments_position) = match arguments {
+            Some(changed) if changed != proposed => (Some(changed.clone()), None),
+            _ => journal.call_arguments(id.as_str(), proposed),
+        };
         Some(Op::new(
-            "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, kind, tool_type, status,
-                                     reason, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending_approval', $8, $9)",
+            "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, arguments_position,
+                                     kind, tool_type, status, reason, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending_approval', $9, $10)",
             vec![
                 Box::new(run.0),
                 Box::new(id.as_str().to_owned()),
                 Box::new(thread.0),
                 Box::new(name.clone()),
-                Box::new(arguments.clone().unwrap_or_else(|| proposed.clone())),
+                Box::new(arguments),
+                Box::new(arguments_position),
                 Box::new(kind.as_str()),
                 Box::new(kind.tool_type()),
                 Box::new(reason.clone()),
@@ -123,6 +136,10 @@ mod tests {
         }
     }
 
+    fn journal_of(changes: &[Change]) -> StoredJournal {
+        StoredJournal::of(changes, crate::StorageFormat::Packed).expect("consecutive")
+    }
+
     fn ids() -> (RunId, ThreadId) {
         (RunId::new(), ThreadId::new())
     }
@@ -132,7 +149,9 @@ mod tests {
         let changes = [propose("c1"), park("c1"), Change::WaitRun];
         let folded = ParkedAtOnce::find(&changes);
         let (run, thread) = ids();
-        let insert = folded.insert_op(run, thread, &changes[0]).expect("folded");
+        let insert = folded
+            .insert_op(run, thread, &changes[0], &journal_of(&changes))
+            .expect("folded");
         assert!(
             insert.sql().contains("'pending_approval'"),
             "{}",
@@ -152,7 +171,9 @@ mod tests {
         let folded = ParkedAtOnce::find(&changes);
         assert!(!folded.folds(&changes[1]) && !folded.folds(&changes[2]));
         let (run, thread) = ids();
-        assert!(folded.insert_op(run, thread, &changes[0]).is_none());
+        assert!(folded
+            .insert_op(run, thread, &changes[0], &journal_of(&changes))
+            .is_none());
     }
 
     #[test]
@@ -165,7 +186,9 @@ mod tests {
         // another call's park does not fold this one
         let other = [propose("c1"), park("c2")];
         let folded = ParkedAtOnce::find(&other);
-        assert!(folded.insert_op(run, thread, &other[0]).is_none());
+        assert!(folded
+            .insert_op(run, thread, &other[0], &journal_of(&other))
+            .is_none());
         assert!(!folded.folds(&other[1]));
         // something else happened to the row in between
         let settled = [
@@ -178,7 +201,9 @@ mod tests {
             park("c1"),
         ];
         let folded = ParkedAtOnce::find(&settled);
-        assert!(folded.insert_op(run, thread, &settled[0]).is_none());
+        assert!(folded
+            .insert_op(run, thread, &settled[0], &journal_of(&settled))
+            .is_none());
         assert!(!folded.folds(&settled[2]));
     }
 }

@@ -22,15 +22,19 @@ pub struct StartedRun {
 
 /// Open requests: pending rows of a run in the thread's current run tree
 /// that is still active. Rows of earlier runs are never open.
-const PENDING_INPUTS: &str = "
-    SELECT tc.id, tc.run_id, tc.thread_id, tc.name, tc.arguments, tc.kind, tc.reason,
+const PENDING_INPUTS: &str = concat!(
+    "
+    SELECT tc.id, tc.run_id, tc.thread_id, tc.name, ",
+    call_arguments_sql!(),
+    ", tc.kind, tc.reason,
            r.name, r.depth, tc.expires_at
     FROM tool_calls tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
     WHERE tc.status = 'pending_approval'
       AND r.root_run_id = t.current_run_id
-      AND r.status IN ('queued', 'running', 'waiting')";
+      AND r.status IN ('queued', 'running', 'waiting')"
+);
 
 impl Store {
     pub async fn create_thread(
@@ -252,12 +256,16 @@ impl Store {
                 // What the stored data left out is put back (see
                 // agentenkit_core::stored_event): arguments from the call row,
                 // a message from its row.
-                "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed, tc.arguments, m.body
+                concat!(
+                    "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed, ",
+                    call_arguments_sql!(),
+                    ", m.body
                  FROM events e
                  LEFT JOIN tool_calls tc
                    ON e.packed & 2 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
                  LEFT JOIN messages m ON e.packed & 4 <> 0 AND m.id = e.message_id
-                 WHERE e.thread_id = $1 AND e.id > $2 ORDER BY e.id LIMIT $3",
+                 WHERE e.thread_id = $1 AND e.id > $2 ORDER BY e.id LIMIT $3"
+                ),
             )
             .await?;
         client

@@ -1,5 +1,6 @@
 //! Modules of the `agentenkit-bench` binary (see `src/bin/bench.rs`).
 
+pub mod cpu;
 pub mod cycle;
 pub mod expiry;
 pub mod fleet;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::cpu::Group;
 use super::hub::Publishes;
 use super::meter::{percentile_ms, Baseline, Delta};
 use super::peers::Peers;
@@ -22,6 +23,9 @@ pub struct ConfigResult {
     pub resume: Vec<Vec<Duration>>,
     pub cpu_ms: f64,
     pub busy_pct: f64,
+    /// CPU ms over both phases, by process group (adds up to the
+    /// machine's busy time).
+    pub cpu_by_group: BTreeMap<Group, f64>,
     pub park_delta: Delta,
     pub resume_delta: Delta,
     pub cycle_delta: Delta,
@@ -216,6 +220,7 @@ pub fn print_markdown(
         );
     }
     print_bytes_by_table(results);
+    print_cpu_by_group(results);
     if let Some(t) = &passes.round_trips {
         println!(
             "\nSQL round trips per cycle: {} ({} park + {} resume), {} bytes sent and {} received per cycle \
@@ -402,6 +407,9 @@ pub fn to_json(
                               "worker_to_tool": lat_json(col(&r.resume, 5)),
                               "tool_to_ack": lat_json(col(&r.resume, 6))},
             "process_cpu_ms_per_cycle": r.cpu_ms / r.n as f64, "machine_busy_pct": r.busy_pct,
+            "cpu_ms_per_cycle_by_process": r.cpu_by_group.iter()
+                .map(|(g, ms)| (g.key().to_owned(), json!(ms / r.n as f64)))
+                .collect::<serde_json::Map<_, _>>(),
             "park": delta_json(&r.park_delta), "resume": delta_json(&r.resume_delta),
             "cycle": delta_json(&r.cycle_delta),
             "bytes_per_parked_by_table": r.bytes_per_table_parked,
@@ -485,5 +493,38 @@ fn print_bytes_by_relation(results: &[ConfigResult]) {
             })
             .collect();
         println!("| {name} | {} |", cells.join(" | "));
+    }
+}
+
+/// Where the machine's CPU went, per cycle: on a machine whose cores all
+/// of them share, the total bounds cycles/s.
+fn print_cpu_by_group(results: &[ConfigResult]) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "\nWhere the machine's CPU goes, ms per cycle (utime + stime from /proc over both phases; 'other' = the machine's busy time beyond these). \
+         Ceiling = {cores} cores x 1000 / total: the cycles/s this machine could reach were every core busy with the same work:\n"
+    );
+    let names: Vec<&str> = Group::ALL.iter().map(|g| g.label()).collect();
+    println!(
+        "| config | {} | total | ceiling cycles/s | reached cycles/s |",
+        names.join(" | ")
+    );
+    println!("|---|{}---|---|---|", "---|".repeat(names.len()));
+    for r in results {
+        let n = r.n.max(1) as f64;
+        let per: Vec<f64> = Group::ALL
+            .iter()
+            .map(|g| r.cpu_by_group.get(g).copied().unwrap_or(0.0) / n)
+            .collect();
+        let total: f64 = per.iter().sum();
+        let cells: Vec<String> = per.iter().map(|ms| fmt(*ms, 2)).collect();
+        println!(
+            "| agentenkit c={} | {} | {} | {} | {} |",
+            r.concurrency,
+            cells.join(" | "),
+            fmt(total, 2),
+            fmt(cores as f64 * 1000.0 / total, 0),
+            fmt(r.cycles_per_s(), 1),
+        );
     }
 }

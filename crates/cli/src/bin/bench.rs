@@ -22,6 +22,7 @@ use agentenkit_queue::{QueueAdapter, Topology};
 use agentenkit_runtime::Relay;
 use agentenkit_store::{Store, StoreConfig};
 use anyhow::{bail, Context};
+use bench::cpu::CpuSample;
 use bench::cycle::{park_phase, resume_phase, start_worker, Ctx};
 use bench::fleet::{Fleet, FleetConfig};
 use bench::hub::{self, HookedQueue, Hub, Publishes};
@@ -410,8 +411,10 @@ async fn run_config(
     let q0 = ctx.hooked.publishes();
     eprintln!("c={c}: phase A (park {n})");
     let p0 = ProcSample::now();
+    let cpu0 = CpuSample::now();
     let (parked, park, wall_park) = park_phase(ctx, n, c).await?;
     let p1 = ProcSample::now();
+    let cpu1 = CpuSample::now();
     tokio::time::sleep(flush).await;
     let a1 = meter.snapshot().await?;
     if a1.runs("waiting") != n as i64 {
@@ -422,8 +425,14 @@ async fn run_config(
     }
     eprintln!("c={c}: phase B (approve {n})");
     let p2 = ProcSample::now();
+    let cpu2 = CpuSample::now();
     let (resume, wall_resume) = resume_phase(ctx, &parked, c).await?;
     let p3 = ProcSample::now();
+    let cpu3 = CpuSample::now();
+    let mut cpu_by_group = cpu0.ms_by_group(&cpu1);
+    for (group, ms) in cpu2.ms_by_group(&cpu3) {
+        *cpu_by_group.entry(group).or_default() += ms;
+    }
     tokio::time::sleep(flush).await;
     let b1 = meter.snapshot().await?;
     let q1 = ctx.hooked.publishes();
@@ -456,6 +465,7 @@ async fn run_config(
         resume,
         cpu_ms: cpu_a + cpu_b,
         busy_pct: (busy_a + busy_b) / 2.0,
+        cpu_by_group,
         park_delta: meter::delta(&a0, &a1, n),
         resume_delta: meter::delta(&a1, &b1, n),
         cycle_delta: meter::delta(&a0, &b1, n),
