@@ -2,7 +2,7 @@
 -- (`toolCalls`, the first call with the row's id). A call proposed in the
 -- same commit as that entry, with the same arguments, now stores the
 -- entry's position instead (agentenkit_core::stored_journal::proposing_entry)
--- and is read with them (crates/store/src/call_arguments.rs). Journal entries
+-- and is read with them (crates/store/src/in_journal.rs). Journal entries
 -- are immutable; a park that changes the arguments writes them on the row,
 -- which then wins. Rows written before this keep their arguments.
 ALTER TABLE tool_calls ALTER COLUMN arguments DROP NOT NULL;

@@ -343,6 +343,27 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
     assert_eq!(row.get::<_, String>(1), "model:0");
     let pending = env.wait_pending(&thread_id, 1).await;
     assert_eq!(pending[0]["arguments"], arguments, "{pending:?}");
+    // So does the assistant message: the conversation served above (and
+    // the MESSAGE event) came back from the journal.
+    let messages: Vec<(bool, Option<String>)> = env
+        .pg_client()
+        .await
+        .query(
+            "SELECT m.body IS NULL, j.name FROM messages m
+             LEFT JOIN journal j ON j.run_id = m.run_id AND j.position = m.body_position
+             ORDER BY m.id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        messages,
+        vec![(false, None), (true, Some("model:0".to_owned()))],
+        "the user's message, then the assistant's"
+    );
 }
 
 /// A store set to write rows whole (`AGENTENKIT_STORAGE_FORMAT=whole`, for
@@ -415,4 +436,12 @@ async fn a_store_writing_whole_rows_writes_what_the_previous_version_reads() {
         Some(json!({ "to": "a@b.c" }))
     );
     assert_eq!(call.get::<_, Option<i32>>(1), None);
+    let bodies: Vec<Option<Value>> = pg
+        .query("SELECT body FROM messages", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(bodies.iter().all(Option::is_some), "{bodies:?}");
 }

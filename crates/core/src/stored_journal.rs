@@ -117,6 +117,39 @@ pub fn proposed_arguments<'a>(model: &'a Value, call_id: &str) -> Option<&'a Val
     call_in(model, call_id)?.get("arguments")
 }
 
+/// The assistant message a model entry holds: `role` "assistant", its
+/// `text` as `content` and its `toolCalls`, each only when the entry has it
+/// (as `Message::assistant` of the response it was written from). The
+/// store's SQL builds the same from the stored entry, key for key, to read
+/// a message row stored without its body.
+pub fn assistant_message(model: &Value) -> Value {
+    let mut message = serde_json::Map::new();
+    message.insert("role".to_owned(), Value::from("assistant"));
+    if let Some(text) = model.get("text") {
+        message.insert("content".to_owned(), text.clone());
+    }
+    if let Some(calls) = model.get("toolCalls") {
+        message.insert("toolCalls".to_owned(), calls.clone());
+    }
+    Value::Object(message)
+}
+
+/// The position of the model entry of one commit's `entries` that holds
+/// message `body` exactly (see [`assistant_message`]): a message row
+/// written in that commit stores the position instead of the body. The
+/// nearest earlier model entry is preferred.
+pub fn message_entry(entries: &[NewEntry<'_>], body: &Value) -> Option<u32> {
+    if body.get("role").and_then(Value::as_str) != Some("assistant") {
+        return None;
+    }
+    entries
+        .iter()
+        .rev()
+        .filter(|entry| entry.name.starts_with(MODEL))
+        .find(|entry| assistant_message(entry.value) == *body)
+        .map(|entry| entry.position)
+}
+
 /// The first call with id `call_id` in a model entry's `toolCalls`.
 fn call_in<'a>(model: &'a Value, call_id: &str) -> Option<&'a Value> {
     model
@@ -413,6 +446,29 @@ mod tests {
     }
 
     #[test]
+    fn an_assistant_message_is_found_in_the_model_entry_it_came_from() {
+        let turn = approval_turn();
+        let entries = new_entries(&turn);
+        let message = json!({"role": "assistant",
+                             "toolCalls": [{"arguments": {"to": "a@b.c"}, "id": "c1", "name": "tool"}]});
+        assert_eq!(message_entry(&entries, &message), Some(0));
+        // With text the entry does not have, another role, or no model
+        // entry in the commit: the row keeps its body.
+        let mut with_text = message.clone();
+        with_text["content"] = json!("hi");
+        assert_eq!(message_entry(&entries, &with_text), None);
+        let mut as_user = message.clone();
+        as_user["role"] = json!("user");
+        assert_eq!(message_entry(&entries, &as_user), None);
+        assert_eq!(message_entry(&entries[1..], &message), None);
+        let answer = json!({"text": "Done.", "usage": {"inputTokens": 1, "outputTokens": 1}});
+        assert_eq!(
+            assistant_message(&answer),
+            json!({"role": "assistant", "content": "Done."})
+        );
+    }
+
+    #[test]
     fn the_first_call_with_the_id_is_the_proposed_one() {
         let model = json!({"toolCalls": [
             {"id": "c1", "name": "a", "arguments": {"n": 1}},
@@ -448,6 +504,35 @@ mod tests {
                     }
                 }
             }
+        }
+
+        /// The message the runtime writes for a model response is the one
+        /// its journaled entry gives back, so a row stored without its
+        /// body reads back as written.
+        #[test]
+        fn a_responses_assistant_message_is_what_its_entry_holds(
+            text in prop::option::of("[a-z ]{0,8}"),
+            calls in prop::collection::vec(("[a-c]", "[a-z]{1,3}", small_json()), 0..3),
+            tokens in (0u64..100, 0u64..100),
+        ) {
+            use crate::conversation::{Message, ModelResponse, ToolCallRequest, Usage};
+            let response = ModelResponse {
+                text,
+                tool_calls: calls
+                    .into_iter()
+                    .map(|(id, name, arguments)| ToolCallRequest {
+                        id: crate::ToolCallId(id),
+                        name,
+                        arguments,
+                    })
+                    .collect(),
+                usage: Usage { input_tokens: tokens.0, output_tokens: tokens.1 },
+            };
+            let entry = serde_json::to_value(&response).unwrap();
+            let message = serde_json::to_value(Message::assistant(&response)).unwrap();
+            prop_assert_eq!(assistant_message(&entry), message.clone());
+            let entries = [NewEntry { position: 2, name: "model:0", value: &entry }];
+            prop_assert_eq!(message_entry(&entries, &message), Some(2));
         }
 
         /// Whatever a sequence of commits appends reads back as written.

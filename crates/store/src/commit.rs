@@ -134,7 +134,9 @@ impl Store {
                 messages.push(None);
                 continue;
             }
-            if let Some(op) = message_with_event.event_op(lease.thread_id, lease.run_id, change) {
+            if let Some(op) =
+                message_with_event.event_op(lease.thread_id, lease.run_id, change, &journal)
+            {
                 events.push(op);
                 continue;
             }
@@ -273,14 +275,18 @@ fn plan(
 ) -> Result<Option<Vec<Planned>>> {
     let op = match change {
         Change::Journal { position, name, .. } => journal.insert_op(run, *position, name)?,
-        Change::Message(message) => Op::new(
-            "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)",
-            vec![
-                Box::new(thread.0),
-                Box::new(run.0),
-                Box::new(serde_json::to_value(message)?),
-            ],
-        ),
+        Change::Message(message) => {
+            let (body, body_position) = journal.message_body(serde_json::to_value(message)?);
+            Op::new(
+                "INSERT INTO messages (thread_id, run_id, body, body_position) VALUES ($1, $2, $3, $4)",
+                vec![
+                    Box::new(thread.0),
+                    Box::new(run.0),
+                    Box::new(body),
+                    Box::new(body_position),
+                ],
+            )
+        }
         Change::Event { event_type, data } => {
             event_op(thread, Some(run), *event_type, data.clone(), format)
         }

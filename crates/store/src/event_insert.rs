@@ -6,6 +6,7 @@ use agentenkit_core::{EventType, RunId, ThreadId};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
 
+use crate::journal_insert::StoredJournal;
 use crate::pipeline::Op;
 use crate::{Result, StorageFormat};
 
@@ -71,13 +72,21 @@ pub(crate) fn event_op(
 /// where events go: under the thread's event lock it inserts the message,
 /// then the event naming it by `message_id` and left without it
 /// (`stored_event::pack_message`). Only for a store writing packed rows.
-pub(crate) fn message_event_op(thread: ThreadId, run: RunId, data: Value, body: &Value) -> Op {
+/// The message row stores `body`, or the journal position of a model
+/// entry of the commit that holds it (`body_position`, see `in_journal.rs`).
+pub(crate) fn message_event_op(
+    thread: ThreadId,
+    run: RunId,
+    data: Value,
+    body: &Value,
+    journal: &StoredJournal,
+) -> Op {
     const SQL: &str = concat!(
         event_lock_cte!(),
         ",
     message AS (
-        INSERT INTO messages (thread_id, run_id, body)
-        SELECT $1::uuid, $2::uuid, $6::jsonb FROM ordered RETURNING id)
+        INSERT INTO messages (thread_id, run_id, body, body_position)
+        SELECT $1::uuid, $2::uuid, $6::jsonb, $7::int FROM ordered RETURNING id)
     INSERT INTO events (thread_id, run_id, type, data, packed, message_id)
     SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint, message.id FROM message"
     );
@@ -85,6 +94,7 @@ pub(crate) fn message_event_op(thread: ThreadId, run: RunId, data: Value, body: 
         stored_event::pack(EventType::Message, Some(run), data),
         body,
     );
+    let (stored_body, body_position) = journal.message_body(body.clone());
     Op::new(
         SQL,
         vec![
@@ -93,7 +103,8 @@ pub(crate) fn message_event_op(thread: ThreadId, run: RunId, data: Value, body: 
             Box::new(EventType::Message.as_str()),
             Box::new(stored.data),
             Box::new(stored.packed),
-            Box::new(body.clone()),
+            Box::new(stored_body),
+            Box::new(body_position),
         ],
     )
 }

@@ -1,7 +1,7 @@
 //! How a commit's journal entries are written: packed together
 //! (`agentenkit_core::stored_journal`) or whole, as the store's format says;
-//! and which calls proposed in the commit find their arguments in one of
-//! its model entries (see `call_arguments.rs`).
+//! and which call rows and messages of the commit find what they hold in
+//! one of its model entries (see `in_journal.rs`).
 
 use std::collections::BTreeMap;
 
@@ -21,6 +21,9 @@ pub(crate) struct StoredJournal {
     /// The model entry's position of each call proposed in the commit
     /// with the arguments that entry holds (packed format only).
     proposed_in: BTreeMap<String, u32>,
+    /// The commit's model entries, `(position, value)`, for the messages
+    /// they hold (packed format only).
+    models: Vec<(u32, Value)>,
 }
 
 impl StoredJournal {
@@ -59,9 +62,18 @@ impl StoredJournal {
                 .collect(),
             StorageFormat::Whole => BTreeMap::new(),
         };
+        let models = match format {
+            StorageFormat::Packed => entries
+                .iter()
+                .filter(|e| e.name.starts_with("model:"))
+                .map(|e| (e.position, e.value.clone()))
+                .collect(),
+            StorageFormat::Whole => Vec::new(),
+        };
         Ok(StoredJournal {
             values: entries.iter().map(|e| e.position).zip(stored).collect(),
             proposed_in,
+            models,
         })
     }
 
@@ -76,6 +88,24 @@ impl StoredJournal {
         match self.proposed_in.get(call_id) {
             Some(at) => (None, Some(*at as i32)),
             None => (Some(arguments.clone()), None),
+        }
+    }
+
+    /// How a message of this commit stores `body`: `(None, Some(position))`
+    /// when the model entry at `position` holds it, else `(Some(body), None)`.
+    pub(crate) fn message_body(&self, body: Value) -> (Option<Value>, Option<i32>) {
+        let entries: Vec<NewEntry> = self
+            .models
+            .iter()
+            .map(|(position, value)| NewEntry {
+                position: *position,
+                name: "model:",
+                value,
+            })
+            .collect();
+        match stored_journal::message_entry(&entries, &body) {
+            Some(at) => (None, Some(at as i32)),
+            None => (Some(body), None),
         }
     }
 

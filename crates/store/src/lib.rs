@@ -12,9 +12,9 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
-// Defines a SQL macro the modules below use (textual scope: keep it first).
+// Defines SQL macros the modules below use (textual scope: keep it first).
 #[macro_use]
-mod call_arguments;
+mod in_journal;
 
 mod answer;
 mod commit;

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::commit::Change;
 use crate::event_insert::message_event_op;
+use crate::journal_insert::StoredJournal;
 use crate::pipeline::Op;
 use crate::{Result, StorageFormat};
 
@@ -77,12 +78,18 @@ impl<'a> MessageWithEvent<'a> {
     }
 
     /// The one statement of the pair, for its event.
-    pub(crate) fn event_op(&self, thread: ThreadId, run: RunId, change: &Change) -> Option<Op> {
+    pub(crate) fn event_op(
+        &self,
+        thread: ThreadId,
+        run: RunId,
+        change: &Change,
+        journal: &StoredJournal,
+    ) -> Option<Op> {
         match (&self.pair, change) {
             (Some((event, _, body)), Change::Event { data, .. })
                 if std::ptr::eq(*event, change) =>
             {
-                Some(message_event_op(thread, run, data.clone(), body))
+                Some(message_event_op(thread, run, data.clone(), body, journal))
             }
             _ => None,
         }
@@ -120,12 +127,13 @@ mod tests {
         ];
         let folded = MessageWithEvent::find(&changes, StorageFormat::Packed).unwrap();
         assert!(folded.folds(&changes[2]) && !folded.folds(&changes[0]));
+        let journal = StoredJournal::of(&changes, StorageFormat::Packed).unwrap();
         let op = folded
-            .event_op(ThreadId::new(), RunId::new(), &changes[1])
+            .event_op(ThreadId::new(), RunId::new(), &changes[1], &journal)
             .expect("the pair");
         assert!(op.sql().contains("INSERT INTO messages"), "{}", op.sql());
         assert!(folded
-            .event_op(ThreadId::new(), RunId::new(), &changes[0])
+            .event_op(ThreadId::new(), RunId::new(), &changes[0], &journal)
             .is_none());
     }
 

@@ -72,6 +72,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "call_arguments_in_journal",
         include_str!("../../../migrations/0014_call_arguments_in_journal.sql"),
     ),
+    (
+        15,
+        "assistant_messages_in_journal",
+        include_str!("../../../migrations/0015_assistant_messages_in_journal.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

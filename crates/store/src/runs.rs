@@ -149,7 +149,8 @@ impl CallSnapshot {
 /// Takes the lease and reads what the segment needs, in one statement.
 /// The reads see the snapshot the UPDATE started from, which is all they
 /// need: the lease row is the only one the statement changes.
-const ACQUIRE: &str = "
+const ACQUIRE: &str = concat!(
+    "
 WITH consumed AS (
     -- the segment is being handled: its outbox row has done its work
     DELETE FROM outbox WHERE key = $6
@@ -176,7 +177,9 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
        -- own user message; a child run sees only its task
        -- (the run of each message looked up by key: a join let the planner
        -- hash every run of the database)
-       (SELECT coalesce(jsonb_agg(m.body ORDER BY m.id), '[]')
+       (SELECT coalesce(jsonb_agg(",
+    message_body_sql!(),
+    " ORDER BY m.id), '[]')
         FROM messages m
         WHERE m.thread_id = a.thread_id
           AND CASE WHEN a.parent_run_id IS NULL
@@ -192,7 +195,8 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
         LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
         WHERE tc.run_id = a.id),
        a.takeovers
-FROM acquired a";
+FROM acquired a"
+);
 
 /// A delegation whose child run exists.
 #[derive(Debug, Clone, PartialEq)]

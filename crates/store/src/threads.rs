@@ -224,9 +224,11 @@ impl Store {
         let client = self.client().await?;
         self.check_owner(&client, thread, owner).await?;
         let stmt = client
-            .prepare_cached(
-                "SELECT id, run_id, body, created_at FROM messages WHERE thread_id = $1 ORDER BY id",
-            )
+            .prepare_cached(concat!(
+                "SELECT m.id, m.run_id, ",
+                message_body_sql!(),
+                ", m.created_at FROM messages m WHERE m.thread_id = $1 ORDER BY m.id"
+            ))
             .await?;
         Ok(client
             .query(&stmt, &[&thread.0])
@@ -259,7 +261,9 @@ impl Store {
                 concat!(
                     "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed, ",
                     call_arguments_sql!(),
-                    ", m.body
+                    ", ",
+                    message_body_sql!(),
+                    "
                  FROM events e
                  LEFT JOIN tool_calls tc
                    ON e.packed & 2 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'

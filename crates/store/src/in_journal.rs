@@ -1,0 +1,43 @@
+//! What rows read from the journal instead of repeating it. A model entry
+//! (`model:<n>`, immutable) holds the response: its text and tool calls
+//! with their arguments. Written in the same commit as that entry,
+//! * a call row it proposed, with the same arguments, stores only the
+//!   entry's position (`tool_calls.arguments_position`, migration 0014;
+//!   `agentenkit_core::stored_journal::proposing_entry` decides); a park
+//!   that changes the arguments writes them on the row, which then wins;
+//! * the assistant message it gave stores only the entry's position
+//!   (`messages.body_position`, migration 0015;
+//!   `stored_journal::message_entry` decides).
+//!
+//! Every other row stores its own. Each reader selects through these
+//! expressions, a primary-key lookup of one journal row.
+
+/// The arguments of the call row aliased `tc` in the query: its own, or
+/// those of the first call with its id in the model entry at
+/// `arguments_position` (`stored_journal::proposed_arguments` reads the
+/// same). A primary-key lookup of one journal row.
+macro_rules! call_arguments_sql {
+    () => {
+        "COALESCE(tc.arguments,
+           (SELECT c.call->'arguments'
+            FROM journal j, jsonb_array_elements(j.value->'toolCalls') WITH ORDINALITY AS c(call, n)
+            WHERE j.run_id = tc.run_id AND j.position = tc.arguments_position
+              AND c.call->>'id' = tc.id
+            ORDER BY c.n LIMIT 1))"
+    };
+}
+
+/// The body of the message row aliased `m` in the query: its own, or the
+/// assistant message of the model entry at `body_position`, built key for
+/// key as `stored_journal::assistant_message` builds it.
+macro_rules! message_body_sql {
+    () => {
+        "COALESCE(m.body,
+           (SELECT jsonb_build_object('role', 'assistant')
+                   || CASE WHEN j.value ? 'text'
+                           THEN jsonb_build_object('content', j.value->'text') ELSE '{}' END
+                   || CASE WHEN j.value ? 'toolCalls'
+                           THEN jsonb_build_object('toolCalls', j.value->'toolCalls') ELSE '{}' END
+            FROM journal j WHERE j.run_id = m.run_id AND j.position = m.body_position))"
+    };
+}
