@@ -277,10 +277,22 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
         json!({ "runId": run_id, "toolCallId": "c1", "toolName": "tool",
                 "arguments": arguments, "kind": "approval" })
     );
-    let required = data("INPUT_REQUIRED");
-    assert_eq!(required["runId"], run_id.as_str());
-    assert_eq!(required["arguments"], arguments);
-    assert_eq!(data("RUN_STARTED")["runId"], run_id.as_str());
+    let mut required = data("INPUT_REQUIRED");
+    let expires_at = required["expiresAt"].take();
+    assert!(
+        expires_at.as_str().is_some_and(|at| at.ends_with('Z')),
+        "{expires_at}"
+    );
+    assert_eq!(
+        required,
+        json!({ "toolCallId": "c1", "runId": run_id, "toolName": "tool", "arguments": arguments,
+                "kind": "approval", "reason": "approval", "runName": "agent", "depth": 0,
+                "expiresAt": null })
+    );
+    assert_eq!(
+        data("RUN_STARTED"),
+        json!({ "runId": run_id, "runName": "agent", "depth": 0 })
+    );
     // The MESSAGE event's message is the conversation's assistant message.
     let conversation = env.get(&format!("/threads/{thread_id}/messages")).await;
     let mut assistant = conversation
@@ -320,13 +332,37 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
         assert_eq!(*packed & 1, 1, "{kind}: {stored:?}");
         if kind == "TOOL_CALL" || kind == "INPUT_REQUIRED" {
             assert!(!has_arguments, "{kind} stored the call's arguments again");
-            assert_eq!(*packed, 3, "{kind}");
+            // run id, arguments and the call row's fields
+            assert_eq!(*packed, 1 | 2 | 8, "{kind}");
         }
         if kind == "MESSAGE" {
             assert!(!has_arguments, "MESSAGE stored its message again");
             assert_eq!(*packed, 5, "{kind}");
         }
+        if kind == "RUN_STARTED" {
+            assert_eq!(*packed, 1 | 16, "{kind}");
+        }
     }
+    // What is left of each is only what no row holds.
+    let kept: Vec<(String, Value)> = env
+        .pg_client()
+        .await
+        .query("SELECT type, data FROM events ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let kept_of = |kind: &str| kept.iter().find(|(k, _)| k == kind).unwrap().1.clone();
+    assert_eq!(kept_of("RUN_STARTED"), json!({}));
+    assert_eq!(
+        kept_of("TOOL_CALL"),
+        json!({ "toolCallId": "c1", "kind": "approval" })
+    );
+    assert_eq!(
+        kept_of("INPUT_REQUIRED"),
+        json!({ "toolCallId": "c1", "runName": "agent", "depth": 0 })
+    );
     // The call row names the model entry that holds its arguments, and
     // what is served of it (the inbox's list) has them.
     let row = env

@@ -2,6 +2,7 @@
 //! transaction, fenced by the worker's lease.
 
 use agentenkit_core::conversation::Message;
+use agentenkit_core::stored_event::{self, RowFields};
 use agentenkit_core::{
     EventType, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
@@ -9,7 +10,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
 
-use crate::event_insert::event_op;
+use crate::event_insert::{event_op, event_op_with_rows};
 use crate::journal_insert::StoredJournal;
 use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{self, Answer, Expect, Op, Param};
@@ -141,12 +142,13 @@ impl Store {
                 continue;
             }
             if let Change::Event { event_type, data } = change {
-                events.push(event_op(
+                events.push(event_op_with_rows(
                     lease.thread_id,
                     Some(lease.run_id),
                     *event_type,
                     data.clone(),
                     format,
+                    &crate::event_rows::known_rows(changes, data),
                 ));
                 continue;
             }
@@ -495,7 +497,7 @@ async fn apply(
                 },
             )
             .await?;
-            let started = event_op(
+            let started = event_op_with_rows(
                 thread,
                 Some(*child_run_id),
                 EventType::RunStarted,
@@ -507,6 +509,10 @@ async fn apply(
                     "parentToolCallId": call_id,
                 }),
                 format,
+                &RowFields {
+                    run: stored_event::run_row(name, depth),
+                    ..RowFields::default()
+                },
             );
             let segment = QueueMessage::Segment {
                 run_id: *child_run_id,

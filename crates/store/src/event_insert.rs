@@ -1,7 +1,7 @@
 //! How an event row is written: under the thread's event lock (so ids are
 //! handed out in commit order), its data packed as the store's format says.
 
-use agentenkit_core::stored_event;
+use agentenkit_core::stored_event::{self, RowFields};
 use agentenkit_core::{EventType, RunId, ThreadId};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
@@ -55,7 +55,20 @@ pub(crate) fn event_op(
     data: Value,
     format: StorageFormat,
 ) -> Op {
-    let stored = pack_event(event_type, run, data, format);
+    event_op_with_rows(thread, run, event_type, data, format, &RowFields::default())
+}
+
+/// [`event_op`] of an event whose writer knows what its call or run row
+/// holds (`rows`): the fields they repeat are left to them.
+pub(crate) fn event_op_with_rows(
+    thread: ThreadId,
+    run: Option<RunId>,
+    event_type: EventType,
+    data: Value,
+    format: StorageFormat,
+    rows: &RowFields,
+) -> Op {
+    let stored = pack_event(event_type, run, data, format, rows);
     Op::new(
         INSERT_EVENT_SQL,
         vec![
@@ -91,7 +104,7 @@ pub(crate) fn message_event_op(
     SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint, message.id FROM message"
     );
     let stored = stored_event::pack_message(
-        stored_event::pack(EventType::Message, Some(run), data),
+        stored_event::pack(EventType::Message, Some(run), data, &RowFields::default()),
         body,
     );
     let (stored_body, body_position) = journal.message_body(body.clone());
@@ -115,9 +128,10 @@ fn pack_event(
     run: Option<RunId>,
     data: Value,
     format: StorageFormat,
+    rows: &RowFields,
 ) -> stored_event::Packed {
     if format.packs() {
-        stored_event::pack(event_type, run, data)
+        stored_event::pack(event_type, run, data, rows)
     } else {
         stored_event::Packed { data, packed: 0 }
     }
@@ -134,7 +148,7 @@ pub(crate) async fn insert_event(
     format: StorageFormat,
 ) -> Result<i64> {
     let stmt = tx.prepare_cached(INSERT_EVENT_RETURNING).await?;
-    let stored = pack_event(event_type, run, data.clone(), format);
+    let stored = pack_event(event_type, run, data.clone(), format, &RowFields::default());
     let row = tx
         .query_one(
             &stmt,

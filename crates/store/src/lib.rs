@@ -20,6 +20,7 @@ mod answer;
 mod commit;
 mod error;
 mod event_insert;
+mod event_rows;
 mod expire;
 mod journal_insert;
 mod message_with_event;

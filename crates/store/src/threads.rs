@@ -1,7 +1,7 @@
 //! Threads: creation, reads, and starting a turn.
 
 use agentenkit_core::conversation::Message;
-use agentenkit_core::stored_event;
+use agentenkit_core::stored_event::{self, RowFields};
 use agentenkit_core::{EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ThreadStatus};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -173,6 +173,10 @@ impl Store {
             content: content.to_owned(),
         })?;
         let started = json!({ "runId": run, "runName": agent, "depth": 0 });
+        let started_rows = RowFields {
+            run: stored_event::run_row(&agent, 0),
+            ..RowFields::default()
+        };
         let answers = tx
             .commit_with(vec![
                 Op::new(
@@ -193,12 +197,13 @@ impl Store {
                 ),
                 outbox::insert_op(&segment, 0, self.format)?,
                 // Last, after every row lock (see INSERT_EVENT_SQL).
-                crate::event_insert::event_op(
+                crate::event_insert::event_op_with_rows(
                     thread,
                     Some(run),
                     EventType::RunStarted,
                     started,
                     self.format,
+                    &started_rows,
                 ),
             ])
             .await?;
@@ -256,18 +261,19 @@ impl Store {
         let stmt = client
             .prepare_cached(
                 // What the stored data left out is put back (see
-                // agentenkit_core::stored_event): arguments from the call row,
-                // a message from its row.
+                // agentenkit_core::stored_event): arguments and fields from
+                // the call row, a message from its row, fields from the run row.
                 concat!(
                     "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed, ",
                     call_arguments_sql!(),
                     ", ",
                     message_body_sql!(),
-                    "
+                    ", tc.name, tc.kind, tc.reason, tc.expires_at, r.name, r.depth
                  FROM events e
                  LEFT JOIN tool_calls tc
-                   ON e.packed & 2 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
+                   ON e.packed & 10 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
                  LEFT JOIN messages m ON e.packed & 4 <> 0 AND m.id = e.message_id
+                 LEFT JOIN runs r ON e.packed & 16 <> 0 AND r.id = e.run_id
                  WHERE e.thread_id = $1 AND e.id > $2 ORDER BY e.id LIMIT $3"
                 ),
             )
@@ -279,11 +285,24 @@ impl Store {
             .map(|r| {
                 let id: i64 = r.get(0);
                 let run_id = r.get::<_, Option<Uuid>>(1).map(RunId);
+                let event_type: EventType = r.get::<_, &str>(2).parse()?;
+                let call = match (r.get::<_, Option<&str>>(8), r.get::<_, Option<&str>>(9)) {
+                    (Some(name), Some(kind)) => {
+                        stored_event::call_row(name, kind, r.get(10), r.get(11))
+                    }
+                    _ => Default::default(),
+                };
+                let run = match (r.get::<_, Option<&str>>(12), r.get::<_, Option<i32>>(13)) {
+                    (Some(name), Some(depth)) => stored_event::run_row(name, depth),
+                    _ => Default::default(),
+                };
                 let referenced = stored_event::Referenced {
                     call_arguments: r.get(6),
                     message_body: r.get(7),
+                    rows: RowFields { call, run },
                 };
-                let unpacked = stored_event::unpack(run_id, r.get(5), r.get(3), referenced);
+                let unpacked =
+                    stored_event::unpack(event_type, run_id, r.get(5), r.get(3), referenced);
                 for problem in &unpacked.problems {
                     // Served without the part, rather than ending every
                     // read of the thread's later events on this one.
@@ -294,7 +313,7 @@ impl Store {
                     id,
                     thread_id: thread,
                     run_id,
-                    event_type: r.get::<_, &str>(2).parse()?,
+                    event_type,
                     data,
                     created_at: r.get(4),
                 })
