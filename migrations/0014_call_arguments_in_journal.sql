@@ -9,4 +9,6 @@ ALTER TABLE tool_calls ALTER COLUMN arguments DROP NOT NULL;
 ALTER TABLE tool_calls ADD COLUMN arguments_position int;
 ALTER TABLE tool_calls ADD CONSTRAINT tool_calls_arguments_check
     CHECK (arguments IS NOT NULL OR arguments_position IS NOT NULL) NOT VALID;
-ALTER TABLE tool_calls VALIDATE CONSTRAINT tool_calls_arguments_check;
+-- Not validated: every existing row has its arguments (the column was NOT NULL
+-- until now), and a VALIDATE here would scan the whole table while this
+-- migration's transaction holds it exclusively. New rows are checked.

@@ -403,7 +403,7 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
 }
 
 /// A store set to write rows whole (`AGENTENKIT_STORAGE_FORMAT=whole`, for
-/// a rolling upgrade) writes what the version before migrations 0010-0014
+/// a rolling upgrade) writes what the version before migrations 0010-0015
 /// reads: event data, journal entries and outbox messages in full. What the
 /// API serves is the same either way.
 #[tokio::test]

@@ -72,9 +72,9 @@ pub struct Connections {
     /// `rabbitmq` for a fleet; `memory` runs everything in one process.
     #[arg(long, env = "AGENTENKIT_QUEUE", value_enum, default_value_t = QueueKind::Rabbitmq)]
     pub queue: QueueKind,
-    /// `packed` stores events, journal entries, call rows and outbox rows without what
+    /// `packed` stores events, journal entries, call rows, messages and outbox rows without what
     /// other rows hold; `whole` writes them as versions before migrations
-    /// 0010-0014 did, for a rolling upgrade while such processes still run
+    /// 0010-0015 did, for a rolling upgrade while such processes still run
     /// (every process of this version reads both).
     #[arg(long, env = "AGENTENKIT_STORAGE_FORMAT", value_enum, default_value_t = StorageFormatArg::Packed)]
     pub storage_format: StorageFormatArg,

@@ -68,11 +68,11 @@ pub struct StoreConfig {
 }
 
 /// What rows a store writes. `Packed` (the default) leaves out of events,
-/// journal entries, call rows and outbox rows what other rows already hold (see
+/// journal entries, call rows, messages and outbox rows what other rows already hold (see
 /// `agentenkit_core::stored_event` and `stored_journal`); `Whole` writes
-/// every row as the version before migrations 0010-0014 did, so processes
+/// every row as the version before migrations 0010-0015 did, so processes
 /// of that version still running during a rolling upgrade read them. Every
-/// version with migration 0014 reads both.
+/// version with migration 0015 reads both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StorageFormat {
     #[default]

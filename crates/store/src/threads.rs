@@ -264,9 +264,10 @@ impl Store {
                 // agentenkit_core::stored_event): arguments and fields from
                 // the call row, a message from its row, fields from the run row.
                 concat!(
-                    "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed, ",
+                    "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed,
+                            CASE WHEN e.packed & 2 <> 0 THEN ",
                     call_arguments_sql!(),
-                    ", ",
+                    " END, ",
                     message_body_sql!(),
                     ", tc.name, tc.kind, tc.reason, tc.expires_at, r.name, r.depth
                  FROM events e

@@ -91,6 +91,10 @@ pub struct Snapshot {
     /// index apart: which index costs what.
     pub bytes_per_relation: BTreeMap<String, i64>,
     pub runs_by_status: BTreeMap<String, i64>,
+    /// Sequential scans of the schema's tables, and the rows they read
+    /// (pg_stat_user_tables; each reading adds its own count of `runs`).
+    pub seq_scans: i64,
+    pub seq_rows_read: i64,
 }
 
 impl Snapshot {
@@ -108,6 +112,8 @@ pub struct Delta {
     pub wal_syncs: f64,
     pub statements: Option<f64>,
     pub bytes: f64,
+    pub seq_scans: f64,
+    pub seq_rows_read: f64,
 }
 
 pub fn delta(a: &Snapshot, b: &Snapshot, n: usize) -> Delta {
@@ -127,6 +133,8 @@ pub fn delta(a: &Snapshot, b: &Snapshot, n: usize) -> Delta {
             .zip(b.statements)
             .map(|(a, b)| (b - a - own) as f64 / n),
         bytes: (b.bytes - a.bytes) as f64 / n,
+        seq_scans: (b.seq_scans - a.seq_scans) as f64 / n,
+        seq_rows_read: (b.seq_rows_read - a.seq_rows_read) as f64 / n,
     }
 }
 
@@ -271,14 +279,19 @@ impl Meter {
                          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                          WHERE n.nspname = '{s}' AND c.relkind IN ('r', 'i')),
                         (SELECT coalesce(string_agg(status || '=' || n, ','), '')
-                         FROM (SELECT status, count(*) AS n FROM {s}.runs GROUP BY status) r)"
+                         FROM (SELECT status, count(*) AS n FROM {s}.runs GROUP BY status) r),
+                        (SELECT 'scans=' || coalesce(sum(seq_scan), 0) || ',rows=' || coalesce(sum(seq_tup_read), 0)
+                         FROM pg_stat_user_tables WHERE schemaname = '{s}')"
             ),
         )
         .await?;
-        let (sizes, relations, statuses) = match row.first().map(Vec::as_slice) {
-            Some([sizes, relations, statuses]) => {
-                (pairs(sizes)?, pairs(relations)?, pairs(statuses)?)
-            }
+        let (sizes, relations, statuses, seq) = match row.first().map(Vec::as_slice) {
+            Some([sizes, relations, statuses, seq]) => (
+                pairs(sizes)?,
+                pairs(relations)?,
+                pairs(statuses)?,
+                pairs(seq)?,
+            ),
             _ => bail!("unexpected size row"),
         };
         Ok(Snapshot {
@@ -292,6 +305,8 @@ impl Meter {
             bytes_per_table: sizes,
             bytes_per_relation: relations,
             runs_by_status: statuses,
+            seq_scans: seq.get("scans").copied().unwrap_or(0),
+            seq_rows_read: seq.get("rows").copied().unwrap_or(0),
         })
     }
 }

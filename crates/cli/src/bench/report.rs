@@ -201,13 +201,15 @@ pub fn print_markdown(
         println!("| agentenkit c={} | {} |", r.concurrency, cells.join(" | "));
     }
     println!("\nWhat a cycle costs (per cycle, park + resume). Statements are pg_stat_statements calls in the database (BEGIN/COMMIT included; n/a when the extension is not loaded); \
-              WAL flushes are pg_stat_wal.wal_sync (cluster-wide, after group commit); publishes are broker publishes through the adapter, delay hops the delay queues those pass through:\n");
-    println!("| config | transactions | statements | WAL flushes | broker publishes (delayed) | delay hops |");
-    println!("|---|---|---|---|---|---|");
+              WAL flushes are pg_stat_wal.wal_sync (cluster-wide, after group commit); publishes are broker publishes through the adapter, delay hops the delay queues those pass through; \
+              seq scans are pg_stat_user_tables.seq_scan of the schema's tables and the rows they read (a prepared statement planned while its table was \
+              nearly empty, as after the truncate every configuration starts from, keeps a sequential-scan plan until ANALYZE re-plans it, so the rows read grow with N):\n");
+    println!("| config | transactions | statements | WAL flushes | broker publishes (delayed) | delay hops | seq scans (rows they read) |");
+    println!("|---|---|---|---|---|---|---|");
     for r in results {
         let n = r.n.max(1) as f64;
         println!(
-            "| agentenkit c={} | {} ({}+{}) | {} | {} | {} ({}) | {} |",
+            "| agentenkit c={} | {} ({}+{}) | {} | {} | {} ({}) | {} | {} ({}) |",
             r.concurrency,
             fmt(r.cycle_delta.commits, 2),
             fmt(r.park_delta.commits, 2),
@@ -217,6 +219,8 @@ pub fn print_markdown(
             fmt(r.publishes.publishes as f64 / n, 2),
             fmt(r.publishes.delayed as f64 / n, 2),
             fmt(r.publishes.delay_hops as f64 / n, 2),
+            fmt(r.cycle_delta.seq_scans, 2),
+            fmt(r.cycle_delta.seq_rows_read, 0),
         );
     }
     print_bytes_by_table(results);
@@ -347,7 +351,7 @@ fn delta_json(d: &Delta) -> Value {
     json!({
         "commits": d.commits, "raw_commits": d.raw_commits, "new_sessions": d.sessions,
         "wal_bytes": d.wal_bytes, "wal_fsyncs": d.wal_syncs, "bytes": d.bytes,
-        "statements": d.statements,
+        "statements": d.statements, "seq_scans": d.seq_scans, "seq_rows_read": d.seq_rows_read,
     })
 }
 
