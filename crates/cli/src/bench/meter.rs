@@ -187,6 +187,23 @@ impl Meter {
     /// outside any measured interval.
     pub async fn truncate_all(&self) -> anyhow::Result<()> {
         let client = connect(&self.target).await?;
+        let names = self.tables(&client).await?;
+        if names.is_empty() {
+            return Ok(());
+        }
+        client
+            .batch_execute(&format!("TRUNCATE {}", names.join(", ")))
+            .await?;
+        for name in &names {
+            client
+                .batch_execute(&format!("VACUUM ANALYZE {name}"))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The schema's tables, qualified and quoted.
+    async fn tables(&self, client: &Client) -> anyhow::Result<Vec<String>> {
         let tables = rows(
             &client,
             &format!(
@@ -200,17 +217,20 @@ impl Meter {
             .filter_map(|r| r.into_iter().next())
             .map(|t| format!("{}.\"{}\"", self.schema, t.replace('"', "\"\"")))
             .collect();
-        if names.is_empty() {
-            return Ok(());
-        }
+        Ok(names)
+    }
+
+    /// ANALYZE of every table of the schema: a deployment's autovacuum
+    /// does it as tables grow, and it makes every prepared statement plan
+    /// again on its next use, with the tables' real sizes.
+    pub async fn analyze_all(&self) -> anyhow::Result<()> {
+        let client = connect(&self.target).await?;
         client
-            .batch_execute(&format!("TRUNCATE {}", names.join(", ")))
+            .batch_execute(&format!(
+                "ANALYZE {}",
+                self.tables(&client).await?.join(", ")
+            ))
             .await?;
-        for name in &names {
-            client
-                .batch_execute(&format!("VACUUM ANALYZE {name}"))
-                .await?;
-        }
         Ok(())
     }
 

@@ -91,6 +91,8 @@ impl RoundTrips {
 pub struct Params {
     pub n: usize,
     pub warmup: usize,
+    /// Tables analyzed after the warm-up (`--analyze-after-warmup`).
+    pub analyzed: bool,
     pub queue: String,
     pub postgres: String,
     pub pool_size: usize,
@@ -143,12 +145,17 @@ pub fn print_markdown(
 ) {
     println!("# agentenkit-bench: park → approve → resume → complete\n");
     println!(
-        "Parameters: N={} parked runs per configuration (+{} warm-up cycles excluded), concurrency {}; \
+        "Parameters: N={} parked runs per configuration (+{} warm-up cycles excluded{}), concurrency {}; \
          one in-process worker (prefetch {}), store pool {} connections; queue: {}; PostgreSQL {}. \
          Baseline: single-row INSERT per transaction from tokio-postgres, {} s per client count. \
          Counters read after {} s idle (stats flush). Whole bench: {:.0} s.\n",
         params.n,
         params.warmup,
+        if params.analyzed {
+            ", then every table analyzed"
+        } else {
+            ", from freshly truncated and vacuumed tables"
+        },
         results.iter().map(|r| r.concurrency.to_string()).collect::<Vec<_>>().join(","),
         params.prefetch,
         params.pool_size,
@@ -389,7 +396,7 @@ pub fn to_json(
         })),
         "system": "agentenkit",
         "params": {
-            "n": params.n, "warmup": params.warmup, "queue": params.queue,
+            "n": params.n, "warmup": params.warmup, "analyzed_after_warmup": params.analyzed, "queue": params.queue,
             "postgres": params.postgres, "pool_size": params.pool_size, "prefetch": params.prefetch,
             "baseline_secs": params.baseline_secs, "stats_flush_secs": params.stats_flush_secs,
         },

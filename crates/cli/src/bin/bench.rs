@@ -89,6 +89,13 @@ struct Args {
     /// runs 100,000). RabbitMQ only.
     #[arg(long, env = "BENCH_PARK_MANY", default_value_t = 0)]
     park_many: usize,
+    /// After each configuration's warm-up, ANALYZE the tables (as a
+    /// deployment's autovacuum does once they grow), so prepared statements
+    /// plan again with the tables' sizes. Off by default: the peers measure
+    /// from freshly truncated, vacuumed tables, and so does the bench. With a
+    /// warm-up of a few thousand cycles this measures the steady state.
+    #[arg(long, env = "BENCH_ANALYZE_AFTER_WARMUP")]
+    analyze_after_warmup: bool,
     /// Keep the bench schema (for inspection) instead of dropping it.
     #[arg(long)]
     keep_schema: bool,
@@ -258,6 +265,7 @@ async fn run(
     let params = Params {
         n: args.n,
         warmup: args.warmup,
+        analyzed: args.analyze_after_warmup,
         queue,
         postgres,
         pool_size: args.pool_size,
@@ -404,6 +412,9 @@ async fn run_config(
     if args.warmup > 0 {
         let (warm, _, _) = park_phase(ctx, args.warmup, c).await?;
         resume_phase(ctx, &warm, c).await?;
+    }
+    if args.analyze_after_warmup {
+        meter.analyze_all().await?;
     }
     let nacks0 = ctx.hub.nacks();
     tokio::time::sleep(flush).await;
