@@ -205,7 +205,7 @@ impl Meter {
     /// The schema's tables, qualified and quoted.
     async fn tables(&self, client: &Client) -> anyhow::Result<Vec<String>> {
         let tables = rows(
-            &client,
+            client,
             &format!(
                 "SELECT tablename FROM pg_tables WHERE schemaname = '{}' AND tablename <> 'schema_migrations'",
                 self.schema
