@@ -10,7 +10,10 @@
 //!   `stored_journal::message_entry` decides).
 //!
 //! Every other row stores its own. Each reader selects through these
-//! expressions, a primary-key lookup of one journal row.
+//! expressions, a primary-key lookup of one journal row. Model entries are
+//! stored whole (`stored_journal` packs only persist entries); should one
+//! ever not be, these read nothing (the reader fails, or reports the part
+//! missing) rather than serve a stored entry as if it were whole.
 
 /// The arguments of the call row aliased `tc` in the query: its own, or
 /// those of the first call with its id in the model entry at
@@ -21,7 +24,7 @@ macro_rules! call_arguments_sql {
         "COALESCE(tc.arguments,
            (SELECT c.call->'arguments'
             FROM journal j, jsonb_array_elements(j.value->'toolCalls') WITH ORDINALITY AS c(call, n)
-            WHERE j.run_id = tc.run_id AND j.position = tc.arguments_position
+            WHERE j.run_id = tc.run_id AND j.position = tc.arguments_position AND j.packed = 0
               AND c.call->>'id' = tc.id
             ORDER BY c.n LIMIT 1))"
     };
@@ -38,6 +41,7 @@ macro_rules! message_body_sql {
                            THEN jsonb_build_object('content', j.value->'text') ELSE '{}' END
                    || CASE WHEN j.value ? 'toolCalls'
                            THEN jsonb_build_object('toolCalls', j.value->'toolCalls') ELSE '{}' END
-            FROM journal j WHERE j.run_id = m.run_id AND j.position = m.body_position))"
+            FROM journal j
+            WHERE j.run_id = m.run_id AND j.position = m.body_position AND j.packed = 0))"
     };
 }
