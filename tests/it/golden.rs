@@ -65,17 +65,11 @@ async fn the_journal_of_a_plain_approval_turn_is_pinned() {
     // What is served is the journal as written; what is stored leaves out
     // what the model entry already holds (agentenkit_core::stored_journal).
     let stored: Vec<(String, i16, bool)> = env
-        .pg_client()
-        .await
-        .query(
+        .rows(
             "SELECT name, packed, value ? 'arguments' FROM journal ORDER BY position",
-            &[],
+            |r| (r.get(0), r.get(1), r.get(2)),
         )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
+        .await;
     assert_eq!(
         stored[1],
         ("persist:toolcall:c1".into(), 1, false),

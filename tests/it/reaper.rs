@@ -133,15 +133,7 @@ async fn the_reaper_re_enqueues_a_run_whose_worker_died_with_its_message_gone() 
 
 /// The outbox keys left in the test's schema, sorted.
 async fn outbox_keys(env: &TestEnv) -> Vec<String> {
-    let mut keys: Vec<String> = env
-        .pg_client()
-        .await
-        .query("SELECT key FROM outbox", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let mut keys: Vec<String> = env.rows("SELECT key FROM outbox", |r| r.get(0)).await;
     keys.sort();
     keys
 }
@@ -188,13 +180,9 @@ async fn the_reaper_publishes_a_row_the_previous_version_wrote_with_its_message(
     let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
     let run = env.start_run_unpublished("agent").await.1.run_id;
     let pg = env.pg_client().await;
-    let written: Vec<(Option<serde_json::Value>, String)> = pg
-        .query("SELECT message, key FROM outbox", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let written: Vec<(Option<serde_json::Value>, String)> = env
+        .rows("SELECT message, key FROM outbox", |r| (r.get(0), r.get(1)))
+        .await;
     assert_eq!(
         written,
         [(None, format!("segment:{run}:1"))],

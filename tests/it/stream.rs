@@ -345,14 +345,10 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
     }
     // What is left of each is only what no row holds.
     let kept: Vec<(String, Value)> = env
-        .pg_client()
-        .await
-        .query("SELECT type, data FROM events ORDER BY id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+        .rows("SELECT type, data FROM events ORDER BY id", |r| {
+            (r.get(0), r.get(1))
+        })
+        .await;
     let kept_of = |kind: &str| kept.iter().find(|(k, _)| k == kind).unwrap().1.clone();
     assert_eq!(kept_of("RUN_STARTED"), json!({}));
     assert_eq!(
@@ -382,19 +378,13 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
     // So does the assistant message: the conversation served above (and
     // the MESSAGE event) came back from the journal.
     let messages: Vec<(bool, Option<String>)> = env
-        .pg_client()
-        .await
-        .query(
+        .rows(
             "SELECT m.body IS NULL, j.name FROM messages m
              LEFT JOIN journal j ON j.run_id = m.run_id AND j.position = m.body_position
              ORDER BY m.id",
-            &[],
+            |r| (r.get(0), r.get(1)),
         )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+        .await;
     assert_eq!(
         messages,
         vec![(false, None), (true, Some("model:0".to_owned()))],
@@ -425,26 +415,22 @@ async fn a_store_writing_whole_rows_writes_what_the_previous_version_reads() {
     assert_eq!(required["data"]["runId"], run_id.as_str());
 
     let pg = env.pg_client().await;
-    let events: Vec<(String, i16, bool)> = pg
-        .query("SELECT type, packed, data ? 'runId' FROM events", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
+    let events: Vec<(String, i16, bool)> = env
+        .rows("SELECT type, packed, data ? 'runId' FROM events", |r| {
+            (r.get(0), r.get(1), r.get(2))
+        })
+        .await;
     assert!(
         events
             .iter()
             .all(|(_, packed, has_run)| *packed == 0 && *has_run),
         "{events:?}"
     );
-    let journal: Vec<(String, i16)> = pg
-        .query("SELECT name, packed FROM journal ORDER BY position", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let journal: Vec<(String, i16)> = env
+        .rows("SELECT name, packed FROM journal ORDER BY position", |r| {
+            (r.get(0), r.get(1))
+        })
+        .await;
     assert!(journal
         .iter()
         .any(|(name, _)| name == "persist:toolcall:c1"));
@@ -452,13 +438,7 @@ async fn a_store_writing_whole_rows_writes_what_the_previous_version_reads() {
         journal.iter().all(|(_, packed)| *packed == 0),
         "{journal:?}"
     );
-    let outbox: Vec<Option<Value>> = pg
-        .query("SELECT message FROM outbox", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let outbox: Vec<Option<Value>> = env.rows("SELECT message FROM outbox", |r| r.get(0)).await;
     assert!(
         !outbox.is_empty() && outbox.iter().all(Option::is_some),
         "{outbox:?}"
@@ -472,12 +452,6 @@ async fn a_store_writing_whole_rows_writes_what_the_previous_version_reads() {
         Some(json!({ "to": "a@b.c" }))
     );
     assert_eq!(call.get::<_, Option<i32>>(1), None);
-    let bodies: Vec<Option<Value>> = pg
-        .query("SELECT body FROM messages", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let bodies: Vec<Option<Value>> = env.rows("SELECT body FROM messages", |r| r.get(0)).await;
     assert!(bodies.iter().all(Option::is_some), "{bodies:?}");
 }

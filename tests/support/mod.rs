@@ -336,6 +336,19 @@ impl TestEnv {
         client
     }
 
+    /// Every row `sql` returns in the test's schema, each made into a `T`
+    /// by `row` (a tuple of its columns, say).
+    pub async fn rows<T>(&self, sql: &str, row: impl FnMut(&tokio_postgres::Row) -> T) -> Vec<T> {
+        self.pg_client()
+            .await
+            .query(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .iter()
+            .map(row)
+            .collect()
+    }
+
     /// Empties every delay queue (ladder levels and lanes), as if the
     /// broker lost the delayed messages.
     /// The process's `/metrics` text.

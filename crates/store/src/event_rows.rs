@@ -48,27 +48,8 @@ pub(crate) fn known_rows(changes: &[Change], data: &Value) -> RowFields {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentenkit_core::{ToolCallId, ToolKind};
+    use crate::test_changes::{park, propose};
     use serde_json::json;
-
-    fn propose(id: &str) -> Change {
-        Change::ProposeToolCall {
-            id: ToolCallId(id.into()),
-            name: "send_email".into(),
-            arguments: json!({}),
-            kind: ToolKind::Approval,
-        }
-    }
-
-    fn park(id: &str) -> Change {
-        Change::ParkToolCall {
-            id: ToolCallId(id.into()),
-            kind: ToolKind::Approval,
-            reason: "approval".into(),
-            arguments: None,
-            expires_at: Some("2026-12-02T13:34:37.934023Z".parse().unwrap()),
-        }
-    }
 
     #[test]
     fn a_call_proposed_and_parked_in_the_commit_is_known_whole() {

@@ -16,19 +16,19 @@ use crate::{Error, Result, StorageFormat};
 /// The stored value of each journal entry of one commit, by position:
 /// packing looks at the commit's entries together, each entry's insert
 /// takes its own.
-pub(crate) struct StoredJournal {
+pub(crate) struct StoredJournal<'a> {
     values: BTreeMap<u32, (Value, i16)>,
     /// The model entry's position of each call proposed in the commit
     /// with the arguments that entry holds (packed format only).
     proposed_in: BTreeMap<String, u32>,
-    /// The commit's model entries, `(position, value)`, for the messages
-    /// they hold (packed format only).
-    models: Vec<(u32, Value)>,
+    /// The commit's model entries, for the messages they hold (packed
+    /// format only).
+    models: Vec<NewEntry<'a>>,
 }
 
-impl StoredJournal {
-    pub(crate) fn of(changes: &[Change], format: StorageFormat) -> Result<Self> {
-        let entries: Vec<NewEntry> = changes
+impl<'a> StoredJournal<'a> {
+    pub(crate) fn of(changes: &'a [Change], format: StorageFormat) -> Result<Self> {
+        let entries: Vec<NewEntry<'a>> = changes
             .iter()
             .filter_map(|c| match c {
                 Change::Journal {
@@ -43,37 +43,35 @@ impl StoredJournal {
                 _ => None,
             })
             .collect();
-        let stored = match format {
-            StorageFormat::Packed => {
-                stored_journal::pack(&entries).map_err(|e| Error::Corrupt(e.to_string()))?
-            }
-            StorageFormat::Whole => entries.iter().map(|e| (e.value.clone(), 0)).collect(),
-        };
-        let proposed_in = match format {
-            StorageFormat::Packed => changes
-                .iter()
-                .filter_map(|c| match c {
-                    Change::ProposeToolCall { id, arguments, .. } => {
-                        stored_journal::proposing_entry(&entries, id.as_str(), arguments)
-                            .map(|at| (id.as_str().to_owned(), at))
-                    }
-                    _ => None,
-                })
-                .collect(),
-            StorageFormat::Whole => BTreeMap::new(),
-        };
-        let models = match format {
-            StorageFormat::Packed => entries
-                .iter()
-                .filter(|e| e.name.starts_with("model:"))
-                .map(|e| (e.position, e.value.clone()))
-                .collect(),
-            StorageFormat::Whole => Vec::new(),
-        };
+        let positions = entries.iter().map(|e| e.position);
+        if format == StorageFormat::Whole {
+            return Ok(StoredJournal {
+                values: positions
+                    .zip(entries.iter().map(|e| (e.value.clone(), 0)))
+                    .collect(),
+                proposed_in: BTreeMap::new(),
+                models: Vec::new(),
+            });
+        }
+        let stored = stored_journal::pack(&entries).map_err(|e| Error::Corrupt(e.to_string()))?;
+        let proposed_in = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::ProposeToolCall { id, arguments, .. } => {
+                    stored_journal::proposing_entry(&entries, id.as_str(), arguments)
+                        .map(|at| (id.as_str().to_owned(), at))
+                }
+                _ => None,
+            })
+            .collect();
         Ok(StoredJournal {
-            values: entries.iter().map(|e| e.position).zip(stored).collect(),
+            values: positions.zip(stored).collect(),
             proposed_in,
-            models,
+            models: entries
+                .iter()
+                .copied()
+                .filter(|e| e.name.starts_with("model:"))
+                .collect(),
         })
     }
 
@@ -94,16 +92,7 @@ impl StoredJournal {
     /// How a message of this commit stores `body`: `(None, Some(position))`
     /// when the model entry at `position` holds it, else `(Some(body), None)`.
     pub(crate) fn message_body(&self, body: Value) -> (Option<Value>, Option<i32>) {
-        let entries: Vec<NewEntry> = self
-            .models
-            .iter()
-            .map(|(position, value)| NewEntry {
-                position: *position,
-                name: "model:",
-                value,
-            })
-            .collect();
-        match stored_journal::message_entry(&entries, &body) {
+        match stored_journal::message_entry(&self.models, &body) {
             Some(at) => (None, Some(at as i32)),
             None => (Some(body), None),
         }

@@ -30,6 +30,8 @@ mod parked_at_once;
 mod pipeline;
 mod reclaim;
 mod runs;
+#[cfg(test)]
+mod test_changes;
 mod threads;
 mod tls;
 mod views;

@@ -3,7 +3,7 @@
 
 use agentenkit_core::{RunId, ThreadId};
 
-use crate::commit::Change;
+use crate::commit::{insert_tool_call, Change, NewCall};
 use crate::journal_insert::StoredJournal;
 use crate::pipeline::Op;
 
@@ -91,22 +91,16 @@ impl<'a> ParkedAtOnce<'a> {
             Some(changed) if changed != proposed => (Some(changed.clone()), None),
             _ => journal.call_arguments(id.as_str(), proposed),
         };
-        Some(Op::new(
-            "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, arguments_position,
-                                     kind, tool_type, status, reason, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending_approval', $9, $10)",
-            vec![
-                Box::new(run.0),
-                Box::new(id.as_str().to_owned()),
-                Box::new(thread.0),
-                Box::new(name.clone()),
-                Box::new(arguments),
-                Box::new(arguments_position),
-                Box::new(kind.as_str()),
-                Box::new(kind.tool_type()),
-                Box::new(reason.clone()),
-                Box::new(*expires_at),
-            ],
+        Some(insert_tool_call(
+            run,
+            thread,
+            NewCall {
+                id,
+                name,
+                kind: *kind,
+                stored: (arguments, arguments_position),
+                parked: Some((reason, *expires_at)),
+            },
         ))
     }
 }
@@ -114,29 +108,11 @@ impl<'a> ParkedAtOnce<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentenkit_core::{ToolCallId, ToolCallStatus, ToolKind};
+    use crate::test_changes::{park, propose};
+    use agentenkit_core::{ToolCallId, ToolCallStatus};
     use serde_json::json;
 
-    fn propose(id: &str) -> Change {
-        Change::ProposeToolCall {
-            id: ToolCallId(id.into()),
-            name: "send_email".into(),
-            arguments: json!({"to": "ops@example.com"}),
-            kind: ToolKind::Approval,
-        }
-    }
-
-    fn park(id: &str) -> Change {
-        Change::ParkToolCall {
-            id: ToolCallId(id.into()),
-            kind: ToolKind::Approval,
-            reason: "approval".into(),
-            arguments: None,
-            expires_at: None,
-        }
-    }
-
-    fn journal_of(changes: &[Change]) -> StoredJournal {
+    fn journal_of(changes: &[Change]) -> StoredJournal<'_> {
         StoredJournal::of(changes, crate::StorageFormat::Packed).expect("consecutive")
     }
 

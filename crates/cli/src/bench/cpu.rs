@@ -117,7 +117,7 @@ impl CpuSample {
 
 /// `(comm, utime + stime)` of a `/proc/<pid>/stat` line. The command name
 /// is in parentheses and may itself hold spaces or parentheses.
-fn parse_stat(stat: &str) -> Option<(&str, i64)> {
+pub fn parse_stat(stat: &str) -> Option<(&str, i64)> {
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;
     let comm = stat.get(open + 1..close)?;
@@ -128,8 +128,8 @@ fn parse_stat(stat: &str) -> Option<(&str, i64)> {
     Some((comm, utime + stime))
 }
 
-/// Busy time of all cores (total minus idle and iowait), in ticks.
-fn machine_busy_ticks() -> i64 {
+/// `(total, idle + iowait)` ticks of all cores, from /proc/stat.
+pub fn machine_ticks() -> (i64, i64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let cpu: Vec<i64> = stat
         .lines()
@@ -140,7 +140,13 @@ fn machine_busy_ticks() -> i64 {
         .map(|f| f.parse().unwrap_or(0))
         .collect();
     let idle = cpu.get(3).copied().unwrap_or(0) + cpu.get(4).copied().unwrap_or(0);
-    cpu.iter().sum::<i64>() - idle
+    (cpu.iter().sum(), idle)
+}
+
+/// Busy time of all cores (total minus idle and iowait), in ticks.
+fn machine_busy_ticks() -> i64 {
+    let (total, idle) = machine_ticks();
+    total - idle
 }
 
 #[cfg(test)]

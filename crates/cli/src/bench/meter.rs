@@ -360,28 +360,13 @@ impl ProcSample {
             .and_then(|v| v.split_whitespace().next()?.parse::<i64>().ok())
             .map_or(0, |kb| kb * 1024);
         let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-        // Fields after the command name (which may hold spaces): state is
-        // field 3, utime 14, stime 15.
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let fields: Vec<i64> = after
-            .split_whitespace()
-            .map(|f| f.parse().unwrap_or(0))
-            .collect();
-        let cpu_ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
-        let machine = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-        let cpu: Vec<i64> = machine
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .split_whitespace()
-            .skip(1)
-            .map(|f| f.parse().unwrap_or(0))
-            .collect();
+        let cpu_ticks = super::cpu::parse_stat(&stat).map_or(0, |(_, ticks)| ticks);
+        let (machine_total, machine_idle) = super::cpu::machine_ticks();
         ProcSample {
             rss,
             cpu_ticks,
-            machine_total: cpu.iter().sum(),
-            machine_idle: cpu.get(3).copied().unwrap_or(0) + cpu.get(4).copied().unwrap_or(0),
+            machine_total,
+            machine_idle,
         }
     }
 
