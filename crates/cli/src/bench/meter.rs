@@ -95,6 +95,31 @@ pub struct Snapshot {
     /// (pg_stat_user_tables; each reading adds its own count of `runs`).
     pub seq_scans: i64,
     pub seq_rows_read: i64,
+    /// Row versions each table has written (pg_stat_user_tables).
+    pub row_writes: BTreeMap<String, RowWrites>,
+}
+
+/// A table's row versions written: every insert and every update makes a
+/// new version (a dead one stays until pruned or vacuumed); an update is
+/// HOT when no indexed column changed and the new version fit on the same
+/// page, so no index gains an entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RowWrites {
+    pub inserted: f64,
+    pub updated: f64,
+    pub hot_updated: f64,
+    pub deleted: f64,
+}
+
+impl RowWrites {
+    fn per_item(self, earlier: RowWrites, n: f64) -> RowWrites {
+        RowWrites {
+            inserted: (self.inserted - earlier.inserted) / n,
+            updated: (self.updated - earlier.updated) / n,
+            hot_updated: (self.hot_updated - earlier.hot_updated) / n,
+            deleted: (self.deleted - earlier.deleted) / n,
+        }
+    }
 }
 
 impl Snapshot {
@@ -114,6 +139,7 @@ pub struct Delta {
     pub bytes: f64,
     pub seq_scans: f64,
     pub seq_rows_read: f64,
+    pub row_writes: BTreeMap<String, RowWrites>,
 }
 
 pub fn delta(a: &Snapshot, b: &Snapshot, n: usize) -> Delta {
@@ -135,6 +161,14 @@ pub fn delta(a: &Snapshot, b: &Snapshot, n: usize) -> Delta {
         bytes: (b.bytes - a.bytes) as f64 / n,
         seq_scans: (b.seq_scans - a.seq_scans) as f64 / n,
         seq_rows_read: (b.seq_rows_read - a.seq_rows_read) as f64 / n,
+        row_writes: b
+            .row_writes
+            .iter()
+            .map(|(table, later)| {
+                let earlier = a.row_writes.get(table).copied().unwrap_or_default();
+                (table.clone(), later.per_item(earlier, n))
+            })
+            .collect(),
     }
 }
 
@@ -301,16 +335,20 @@ impl Meter {
                         (SELECT coalesce(string_agg(status || '=' || n, ','), '')
                          FROM (SELECT status, count(*) AS n FROM {s}.runs GROUP BY status) r),
                         (SELECT 'scans=' || coalesce(sum(seq_scan), 0) || ',rows=' || coalesce(sum(seq_tup_read), 0)
+                         FROM pg_stat_user_tables WHERE schemaname = '{s}'),
+                        (SELECT coalesce(string_agg(relname || '=' || n_tup_ins || ':' || n_tup_upd || ':'
+                                                    || n_tup_hot_upd || ':' || n_tup_del, ','), '')
                          FROM pg_stat_user_tables WHERE schemaname = '{s}')"
             ),
         )
         .await?;
-        let (sizes, relations, statuses, seq) = match row.first().map(Vec::as_slice) {
-            Some([sizes, relations, statuses, seq]) => (
+        let (sizes, relations, statuses, seq, writes) = match row.first().map(Vec::as_slice) {
+            Some([sizes, relations, statuses, seq, writes]) => (
                 pairs(sizes)?,
                 pairs(relations)?,
                 pairs(statuses)?,
                 pairs(seq)?,
+                row_writes(writes)?,
             ),
             _ => bail!("unexpected size row"),
         };
@@ -327,6 +365,7 @@ impl Meter {
             runs_by_status: statuses,
             seq_scans: seq.get("scans").copied().unwrap_or(0),
             seq_rows_read: seq.get("rows").copied().unwrap_or(0),
+            row_writes: writes,
         })
     }
 }
@@ -337,6 +376,30 @@ fn pairs(text: &str) -> anyhow::Result<BTreeMap<String, i64>> {
         .map(|p| {
             let (k, v) = p.split_once('=').context("name=value")?;
             Ok((k.to_owned(), int(v)?))
+        })
+        .collect()
+}
+
+/// `table=inserted:updated:hot:deleted,...` as read from pg_stat_user_tables.
+fn row_writes(text: &str) -> anyhow::Result<BTreeMap<String, RowWrites>> {
+    text.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (table, counts) = p.split_once('=').context("table=counts")?;
+            let counts: Vec<f64> = counts
+                .split(':')
+                .map(|c| int(c).map(|c| c as f64))
+                .collect::<anyhow::Result<_>>()?;
+            let [inserted, updated, hot_updated, deleted] = counts[..] else {
+                bail!("expected inserted:updated:hot:deleted, got {p}");
+            };
+            let writes = RowWrites {
+                inserted,
+                updated,
+                hot_updated,
+                deleted,
+            };
+            Ok((table.to_owned(), writes))
         })
         .collect()
 }
@@ -441,4 +504,50 @@ pub async fn insert_baseline(
         latency_ms: elapsed * 1000.0 * clients as f64 / transactions.max(1) as f64,
         transactions,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_writes_read_each_tables_four_counts() {
+        let writes = row_writes("runs=20:120:20:0,outbox=60:0:0:60").unwrap();
+        let runs = RowWrites {
+            inserted: 20.0,
+            updated: 120.0,
+            hot_updated: 20.0,
+            deleted: 0.0,
+        };
+        assert_eq!(writes["runs"], runs);
+        assert_eq!(writes["outbox"].deleted, 60.0);
+        assert!(row_writes("").unwrap().is_empty());
+        assert!(row_writes("runs=1:2:3").is_err());
+    }
+
+    #[test]
+    fn row_writes_per_item_are_the_growth_over_the_items() {
+        let earlier = RowWrites {
+            inserted: 10.0,
+            updated: 20.0,
+            hot_updated: 5.0,
+            deleted: 0.0,
+        };
+        let later = RowWrites {
+            inserted: 30.0,
+            updated: 80.0,
+            hot_updated: 15.0,
+            deleted: 4.0,
+        };
+        let per = later.per_item(earlier, 10.0);
+        assert_eq!(
+            per,
+            RowWrites {
+                inserted: 2.0,
+                updated: 6.0,
+                hot_updated: 1.0,
+                deleted: 0.4
+            }
+        );
+    }
 }

@@ -231,6 +231,7 @@ pub fn print_markdown(
         );
     }
     print_bytes_by_table(results);
+    print_row_writes(results);
     print_cpu_by_group(results);
     if let Some(t) = &passes.round_trips {
         println!(
@@ -359,6 +360,9 @@ fn delta_json(d: &Delta) -> Value {
         "commits": d.commits, "raw_commits": d.raw_commits, "new_sessions": d.sessions,
         "wal_bytes": d.wal_bytes, "wal_fsyncs": d.wal_syncs, "bytes": d.bytes,
         "statements": d.statements, "seq_scans": d.seq_scans, "seq_rows_read": d.seq_rows_read,
+        "row_writes": d.row_writes.iter().map(|(table, w)| (table.clone(), json!({
+            "inserted": w.inserted, "updated": w.updated, "hot_updated": w.hot_updated, "deleted": w.deleted,
+        }))).collect::<serde_json::Map<_, _>>(),
     })
 }
 
@@ -465,6 +469,47 @@ fn print_bytes_by_table(results: &[ConfigResult]) {
         println!("| agentenkit c={} | {} |", r.concurrency, cells.join(" | "));
     }
     print_bytes_by_relation(results);
+}
+
+/// Row versions per cycle by table: a version an update leaves behind is
+/// dead space until pruned or vacuumed, and a non-HOT one adds an entry to
+/// every index of its table, which is where a parked thread's bytes beyond
+/// its live rows come from.
+fn print_row_writes(results: &[ConfigResult]) {
+    let mut tables: Vec<&str> = results
+        .iter()
+        .flat_map(|r| r.cycle_delta.row_writes.keys().map(String::as_str))
+        .filter(|t| *t != "schema_migrations")
+        .collect();
+    tables.sort_unstable();
+    tables.dedup();
+    if tables.is_empty() {
+        return;
+    }
+    println!("\nRow versions written per cycle by table (pg_stat_user_tables: inserted / updated, of them HOT / deleted; park + resume):\n");
+    println!("| config | {} |", tables.join(" | "));
+    println!("|---|{}", "---|".repeat(tables.len()));
+    for r in results {
+        let cells: Vec<String> = tables
+            .iter()
+            .map(|t| {
+                let w = r
+                    .cycle_delta
+                    .row_writes
+                    .get(*t)
+                    .copied()
+                    .unwrap_or_default();
+                format!(
+                    "{} / {} ({} HOT) / {}",
+                    fmt(w.inserted, 2),
+                    fmt(w.updated, 2),
+                    fmt(w.hot_updated, 2),
+                    fmt(w.deleted, 2)
+                )
+            })
+            .collect();
+        println!("| agentenkit c={} | {} |", r.concurrency, cells.join(" | "));
+    }
 }
 
 /// The same growth for each table (heap, TOAST and maps) and each index
