@@ -10,6 +10,7 @@ mod elicitation;
 mod expiry;
 mod golden;
 mod http_tool;
+mod intake;
 mod jobs;
 mod limits;
 mod openapi;
