@@ -346,7 +346,8 @@ impl Store {
             .prepare_cached(
                 "UPDATE runs SET status = 'cancelled', finished_at = now(), updated_at = now(),
                         lease_owner = NULL, lease_expires_at = NULL, error = 'stopped'
-                 WHERE root_run_id = $1 AND status IN ('queued', 'running', 'waiting')
+                 WHERE (id = $1 OR (root_run_id = $1 AND parent_run_id IS NOT NULL))
+                   AND status IN ('queued', 'running', 'waiting')
                  RETURNING id",
             )
             .await?;

@@ -77,6 +77,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "assistant_messages_in_journal",
         include_str!("../../../migrations/0015_assistant_messages_in_journal.sql"),
     ),
+    (
+        16,
+        "fewer_indexes",
+        include_str!("../../../migrations/0016_fewer_indexes.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock
