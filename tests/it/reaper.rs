@@ -107,10 +107,7 @@ async fn the_reaper_re_enqueues_a_run_whose_worker_died_with_its_message_gone() 
     let LeaseAttempt::Acquired(_) = env.store.acquire_lease(run, 1, 1).await.unwrap() else {
         panic!("lease");
     };
-    env.store
-        .delete_outbox(&started.outbox.iter().map(|r| r.id).collect::<Vec<_>>())
-        .await
-        .unwrap();
+    env.store.delete_outbox(&started.outbox).await.unwrap();
     let worker = env.spawn_worker();
     let report = eventually(
         "the lease runs out and the reaper re-enqueues the run",

@@ -82,6 +82,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "fewer_indexes",
         include_str!("../../../migrations/0016_fewer_indexes.sql"),
     ),
+    (
+        17,
+        "denser_rows",
+        include_str!("../../../migrations/0017_denser_rows.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -89,16 +89,18 @@ pub(crate) async fn consumed(tx: &Transaction<'_>, message: &QueueMessage) -> Re
 }
 
 impl Store {
-    /// Deletes rows by id (a message known to be handled).
-    pub async fn delete_outbox(&self, ids: &[i64]) -> Result<()> {
-        if ids.is_empty() {
+    /// Deletes the rows of messages known to be handled, by their keys
+    /// (as their consumers do).
+    pub async fn delete_outbox(&self, rows: &[OutboxRow]) -> Result<()> {
+        if rows.is_empty() {
             return Ok(());
         }
+        let keys: Vec<String> = rows.iter().map(|r| r.message.outbox_key()).collect();
         let client = self.client().await?;
         let stmt = client
-            .prepare_cached("DELETE FROM outbox WHERE id = ANY($1)")
+            .prepare_cached("DELETE FROM outbox WHERE key = ANY($1)")
             .await?;
-        client.execute(&stmt, &[&ids]).await?;
+        client.execute(&stmt, &[&keys]).await?;
         Ok(())
     }
 
@@ -118,14 +120,17 @@ impl Store {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "UPDATE outbox o SET claimed_until = now() + $2 * interval '1 millisecond'
-                 FROM (SELECT id FROM outbox
+                // The rows locked by the inner SELECT are addressed by ctid:
+                // no other transaction can move them before this statement
+                // ends, and the outbox has no index on id (migration 0017).
+                "UPDATE outbox SET claimed_until = now() + $2 * interval '1 millisecond'
+                 WHERE ctid = ANY(ARRAY(
+                       SELECT ctid FROM outbox
                        WHERE due_at < now() - $1 * interval '1 millisecond'
                          AND (claimed_until IS NULL OR claimed_until < now())
                          AND (NOT $4 OR delay_ms = 0)
-                       ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED) stale
-                 WHERE o.id = stale.id
-                 RETURNING o.id, o.message, o.key",
+                       ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED))
+                 RETURNING id, message, key",
             )
             .await?;
         let rows = client
