@@ -33,9 +33,22 @@ pub const PACKED_CALL_FIELDS: i16 = 8;
 /// The fields [`run_fields_of`] its type equalled those of the run row
 /// `run_id` and were left out.
 pub const PACKED_RUN_FIELDS: i16 = 16;
+/// An `INPUT_REQUIRED`'s `runName` and `depth` equalled those of the run
+/// row `run_id` and were left out ([`PARKED_RUN_FIELDS`]). A bit of its
+/// own, not [`PACKED_RUN_FIELDS`] with more fields: a reader of the version
+/// before knows bit 16 of an `INPUT_REQUIRED` as leaving nothing out and
+/// would serve the event without them, where an unknown bit is named.
+pub const PACKED_PARKED_RUN_FIELDS: i16 = 32;
 
-const ALL: i16 =
-    PACKED_RUN_ID | PACKED_ARGUMENTS | PACKED_MESSAGE | PACKED_CALL_FIELDS | PACKED_RUN_FIELDS;
+/// The run-row fields [`PACKED_PARKED_RUN_FIELDS`] leaves out.
+pub const PARKED_RUN_FIELDS: &[&str] = &["runName", "depth"];
+
+const ALL: i16 = PACKED_RUN_ID
+    | PACKED_ARGUMENTS
+    | PACKED_MESSAGE
+    | PACKED_CALL_FIELDS
+    | PACKED_RUN_FIELDS
+    | PACKED_PARKED_RUN_FIELDS;
 
 /// The call-row fields an event of `event_type` may leave out. Only
 /// fields whose row value is final when the event commits: a call's name
@@ -160,6 +173,11 @@ pub fn pack(event_type: EventType, run: Option<RunId>, data: Value, rows: &RowFi
     if leave_out(&mut object, run_fields_of(event_type), &rows.run) {
         packed |= PACKED_RUN_FIELDS;
     }
+    if event_type == EventType::InputRequired
+        && leave_out(&mut object, PARKED_RUN_FIELDS, &rows.run)
+    {
+        packed |= PACKED_PARKED_RUN_FIELDS;
+    }
     Packed {
         data: Value::Object(object),
         packed,
@@ -277,6 +295,11 @@ pub fn unpack(
     }
     if packed & PACKED_RUN_FIELDS != 0
         && !put_back(&mut object, run_fields_of(event_type), &referenced.rows.run)
+    {
+        problems.push(UnpackError::NoRunRow);
+    }
+    if packed & PACKED_PARKED_RUN_FIELDS != 0
+        && !put_back(&mut object, PARKED_RUN_FIELDS, &referenced.rows.run)
     {
         problems.push(UnpackError::NoRunRow);
     }

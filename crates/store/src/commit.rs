@@ -148,7 +148,7 @@ impl Store {
                     *event_type,
                     data.clone(),
                     format,
-                    &crate::event_rows::known_rows(changes, data),
+                    &crate::event_rows::known_rows(lease, changes, data),
                 ));
                 continue;
             }

@@ -24,6 +24,10 @@ pub struct Lease {
     pub thread_id: ThreadId,
     pub token: i64,
     pub ttl_ms: u64,
+    /// The run row's name and depth, which never change: an event of this
+    /// run may leave them to the row (`agentenkit_core::stored_event`).
+    pub run_name: String,
+    pub depth: i32,
 }
 
 /// What a worker needs to advance a run it now holds.
@@ -294,6 +298,8 @@ impl Store {
             thread_id,
             token: row.get(1),
             ttl_ms,
+            run_name: row.get(2),
+            depth: row.get(3),
         };
         let journal: Vec<(i32, String, serde_json::Value, i16)> =
             serde_json::from_value(row.get(7))?;

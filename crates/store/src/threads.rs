@@ -275,7 +275,7 @@ impl Store {
                    ON e.packed & 10 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
                  LEFT JOIN messages m
                    ON e.packed & 4 <> 0 AND m.thread_id = e.thread_id AND m.id = e.message_id
-                 LEFT JOIN runs r ON e.packed & 16 <> 0 AND r.id = e.run_id
+                 LEFT JOIN runs r ON e.packed & 48 <> 0 AND r.id = e.run_id
                  WHERE e.thread_id = $1 AND e.id > $2 ORDER BY e.id LIMIT $3"
                 ),
             )

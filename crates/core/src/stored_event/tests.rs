@@ -30,9 +30,10 @@ fn the_stored_bits_keep_their_values() {
             PACKED_ARGUMENTS,
             PACKED_MESSAGE,
             PACKED_CALL_FIELDS,
-            PACKED_RUN_FIELDS
+            PACKED_RUN_FIELDS,
+            PACKED_PARKED_RUN_FIELDS
         ),
-        (1, 2, 4, 8, 16)
+        (1, 2, 4, 8, 16, 32)
     );
 }
 
@@ -295,13 +296,10 @@ fn a_parked_calls_fields_and_its_runs_are_left_to_their_rows() {
         "runName": "mailer", "depth": 0, "expiresAt": "2026-12-02T13:34:37.934023Z",
     });
     let stored = pack(EventType::InputRequired, Some(run()), data.clone(), &rows);
-    assert_eq!(
-        stored.data,
-        json!({"toolCallId": "c1", "runName": "mailer", "depth": 0})
-    );
+    assert_eq!(stored.data, json!({"toolCallId": "c1"}));
     assert_eq!(
         stored.packed,
-        PACKED_RUN_ID | PACKED_ARGUMENTS | PACKED_CALL_FIELDS
+        PACKED_RUN_ID | PACKED_ARGUMENTS | PACKED_CALL_FIELDS | PACKED_PARKED_RUN_FIELDS
     );
     let referenced = Referenced {
         call_arguments: Some(json!({"to": "ops@example.com"})),
@@ -321,6 +319,26 @@ fn a_parked_calls_fields_and_its_runs_are_left_to_their_rows() {
                        "reason": "other", "expiresAt": "2026-12-02T13:34:37.934023Z"});
     let kept = pack(EventType::InputRequired, Some(run()), other.clone(), &rows);
     assert_eq!((kept.data, kept.packed), (other, 0));
+    // A depth the run row does not hold keeps the run's fields in the data;
+    // and its reader, given no run row, names what it could not put back.
+    let deeper = json!({"toolCallId": "c1", "runName": "mailer", "depth": 1});
+    let kept = pack(EventType::InputRequired, Some(run()), deeper.clone(), &rows);
+    assert_eq!((kept.data, kept.packed), (deeper, 0));
+    let alone = json!({"toolCallId": "c1", "runName": "mailer", "depth": 0});
+    let stored = pack(EventType::InputRequired, Some(run()), alone, &rows);
+    assert_eq!(stored.packed, PACKED_PARKED_RUN_FIELDS);
+    let unread = unpack(
+        EventType::InputRequired,
+        Some(run()),
+        stored.packed,
+        stored.data,
+        Referenced::default(),
+    );
+    assert_eq!(unread.problems, vec![UnpackError::NoRunRow]);
+    // Other events keep a run name beside a call (bit 32 is INPUT_REQUIRED's).
+    let call = json!({"toolCallId": "c1", "runName": "mailer", "depth": 0});
+    let kept = pack(EventType::ToolCall, Some(run()), call.clone(), &rows);
+    assert_eq!(kept.data, call);
     // A run start leaves its name and depth to the run row.
     let started = json!({"runId": run(), "runName": "mailer", "depth": 0});
     let stored = pack(EventType::RunStarted, Some(run()), started, &rows);
