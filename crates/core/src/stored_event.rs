@@ -33,15 +33,12 @@ pub const PACKED_CALL_FIELDS: i16 = 8;
 /// The fields [`run_fields_of`] its type equalled those of the run row
 /// `run_id` and were left out.
 pub const PACKED_RUN_FIELDS: i16 = 16;
-/// An `INPUT_REQUIRED`'s `runName` and `depth` equalled those of the run
-/// row `run_id` and were left out ([`PARKED_RUN_FIELDS`]). A bit of its
-/// own, not [`PACKED_RUN_FIELDS`] with more fields: a reader of the version
-/// before knows bit 16 of an `INPUT_REQUIRED` as leaving nothing out and
-/// would serve the event without them, where an unknown bit is named.
+/// The fields [`parked_run_fields_of`] its type equalled those of the run
+/// row `run_id` and were left out. A bit of its own, not
+/// [`PACKED_RUN_FIELDS`] with more types: a reader of the version before
+/// knows bit 16 of an `INPUT_REQUIRED` as leaving nothing out and would
+/// serve the event without them, where an unknown bit is named.
 pub const PACKED_PARKED_RUN_FIELDS: i16 = 32;
-
-/// The run-row fields [`PACKED_PARKED_RUN_FIELDS`] leaves out.
-pub const PARKED_RUN_FIELDS: &[&str] = &["runName", "depth"];
 
 const ALL: i16 = PACKED_RUN_ID
     | PACKED_ARGUMENTS
@@ -63,13 +60,31 @@ pub fn call_fields_of(event_type: EventType) -> &'static [&'static str] {
     }
 }
 
-/// The run-row fields an event of `event_type` may leave out (a run's name
-/// and depth never change).
+/// The run-row fields an event of `event_type` may leave out under
+/// [`PACKED_RUN_FIELDS`] (a run's name and depth never change).
 pub fn run_fields_of(event_type: EventType) -> &'static [&'static str] {
     match event_type {
         EventType::RunStarted => &["runName", "depth"],
         _ => &[],
     }
+}
+
+/// The run-row fields an event of `event_type` may leave out under
+/// [`PACKED_PARKED_RUN_FIELDS`].
+pub fn parked_run_fields_of(event_type: EventType) -> &'static [&'static str] {
+    match event_type {
+        EventType::InputRequired => &["runName", "depth"],
+        _ => &[],
+    }
+}
+
+/// Each bit that leaves run-row fields out, with the fields it stands for
+/// in an event of `event_type`.
+fn run_field_bits(event_type: EventType) -> [(i16, &'static [&'static str]); 2] {
+    [
+        (PACKED_RUN_FIELDS, run_fields_of(event_type)),
+        (PACKED_PARKED_RUN_FIELDS, parked_run_fields_of(event_type)),
+    ]
 }
 
 /// What the rows an event refers to hold, keyed as event data spells it:
@@ -170,13 +185,10 @@ pub fn pack(event_type: EventType, run: Option<RunId>, data: Value, rows: &RowFi
     {
         packed |= PACKED_CALL_FIELDS;
     }
-    if leave_out(&mut object, run_fields_of(event_type), &rows.run) {
-        packed |= PACKED_RUN_FIELDS;
-    }
-    if event_type == EventType::InputRequired
-        && leave_out(&mut object, PARKED_RUN_FIELDS, &rows.run)
-    {
-        packed |= PACKED_PARKED_RUN_FIELDS;
+    for (bit, fields) in run_field_bits(event_type) {
+        if leave_out(&mut object, fields, &rows.run) {
+            packed |= bit;
+        }
     }
     Packed {
         data: Value::Object(object),
@@ -293,15 +305,10 @@ pub fn unpack(
     {
         problems.push(UnpackError::NoCallRow);
     }
-    if packed & PACKED_RUN_FIELDS != 0
-        && !put_back(&mut object, run_fields_of(event_type), &referenced.rows.run)
-    {
-        problems.push(UnpackError::NoRunRow);
-    }
-    if packed & PACKED_PARKED_RUN_FIELDS != 0
-        && !put_back(&mut object, PARKED_RUN_FIELDS, &referenced.rows.run)
-    {
-        problems.push(UnpackError::NoRunRow);
+    for (bit, fields) in run_field_bits(event_type) {
+        if packed & bit != 0 && !put_back(&mut object, fields, &referenced.rows.run) {
+            problems.push(UnpackError::NoRunRow);
+        }
     }
     Unpacked {
         data: Value::Object(object),

@@ -24,8 +24,9 @@ pub struct Lease {
     pub thread_id: ThreadId,
     pub token: i64,
     pub ttl_ms: u64,
-    /// The run row's name and depth, which never change: an event of this
-    /// run may leave them to the row (`agentenkit_core::stored_event`).
+    /// The run row's name (the agent's; a sub-agent's for a child run) and
+    /// depth, which never change: an event of this run may leave them to
+    /// the row (`agentenkit_core::stored_event`).
     pub run_name: String,
     pub depth: i32,
 }
@@ -36,9 +37,6 @@ pub struct RunContext {
     pub lease: Lease,
     /// The delegation this (child) run answers, if it is one.
     pub parent_tool_call_id: Option<String>,
-    /// The agent's name (a sub-agent's name for a child run).
-    pub name: String,
-    pub depth: i32,
     pub parent_run_id: Option<RunId>,
     /// Failed attempts so far, across workers.
     pub attempts: i32,
@@ -319,8 +317,6 @@ impl Store {
         Ok(LeaseAttempt::Acquired(Box::new(RunContext {
             lease,
             parent_tool_call_id: row.get(6),
-            name: row.get(2),
-            depth: row.get(3),
             parent_run_id: row.get::<_, Option<Uuid>>(4).map(RunId),
             attempts: row.get(5),
             takeovers: row.get(10),

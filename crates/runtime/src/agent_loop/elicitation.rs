@@ -35,8 +35,8 @@ pub fn frame(
         "toolCallId": call,
         "request": request,
         "reason": reason,
-        "runName": ctx.name,
-        "depth": ctx.depth,
+        "runName": ctx.lease.run_name,
+        "depth": ctx.lease.depth,
     })
 }
 
@@ -112,7 +112,7 @@ pub async fn intake(
                     // an asking stopped before anyone answered asks again.
                     IntakeWhen::ThreadStart => {
                         !store
-                            .intake_asked_before(ctx.lease.thread_id, run_id, &ctx.name)
+                            .intake_asked_before(ctx.lease.thread_id, run_id, &ctx.lease.run_name)
                             .await?
                     }
                 };

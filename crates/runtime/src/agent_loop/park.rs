@@ -24,7 +24,7 @@ pub(super) async fn park(
     to_park: Vec<ParkItem>,
 ) -> Result<(), SegmentError> {
     let agent_ttl_ms = registry
-        .agent(&ctx.name)
+        .agent(&ctx.lease.run_name)
         .map_or(crate::config::DEFAULT_HITL_TTL_MS, |a| a.hitl_ttl_ms);
     let run_id = ctx.lease.run_id;
     let mut changes = Vec::with_capacity(to_park.len() * 3 + 1);
@@ -89,8 +89,8 @@ pub(super) async fn park(
                 "arguments": arguments.as_ref().unwrap_or(&call.arguments),
                 "kind": kind,
                 "reason": reason,
-                "runName": ctx.name,
-                "depth": ctx.depth,
+                "runName": ctx.lease.run_name,
+                "depth": ctx.lease.depth,
                 "expiresAt": expires_at,
             }),
         });

@@ -73,9 +73,9 @@ pub async fn advance(
     ctx: &RunContext,
     cp: &mut Checkpointer<'_>,
 ) -> Result<Outcome, SegmentError> {
-    let agent = registry
-        .agent(&ctx.name)
-        .ok_or_else(|| SegmentError::Permanent(format!("unknown agent {:?}", ctx.name)))?;
+    let agent = registry.agent(&ctx.lease.run_name).ok_or_else(|| {
+        SegmentError::Permanent(format!("unknown agent {:?}", ctx.lease.run_name))
+    })?;
     let takeovers = ctx.takeovers.max(0) as u32;
     if takeovers >= retry.max_takeovers {
         return Err(SegmentError::Permanent(format!(
@@ -169,7 +169,7 @@ async fn finish(
                 call_id: ToolCallId(call.clone()),
                 status: ToolCallStatus::Failed,
                 result: json!({
-                    "error": format!("sub-agent {} failed: {}", ctx.name, error.as_deref().unwrap_or("unknown error")),
+                    "error": format!("sub-agent {} failed: {}", ctx.lease.run_name, error.as_deref().unwrap_or("unknown error")),
                 }),
             },
         }),

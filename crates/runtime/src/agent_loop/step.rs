@@ -114,8 +114,14 @@ pub async fn run_turn(
                     Err(result) => conversation.push(tool_message(&persisted, result)),
                 },
                 ToolKind::Delegate => {
-                    match delegation_task(cp, run_id, &persisted, ctx.depth, registry.max_depth())
-                        .await?
+                    match delegation_task(
+                        cp,
+                        run_id,
+                        &persisted,
+                        ctx.lease.depth,
+                        registry.max_depth(),
+                    )
+                    .await?
                     {
                         Ok(task) => waiting.push((persisted, Some(Wait::Delegate { task }))),
                         Err(result) => conversation.push(tool_message(&persisted, result)),
