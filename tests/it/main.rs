@@ -7,6 +7,7 @@ mod crash;
 mod deploy;
 mod disruptive;
 mod elicitation;
+mod event_rows;
 mod expiry;
 mod golden;
 mod http_tool;

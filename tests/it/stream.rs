@@ -315,7 +315,7 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
         .await
         .query(
             "SELECT type, packed, data ? 'runId', data ? 'arguments' OR data ? 'message'
-             FROM events ORDER BY id",
+             FROM event_items ORDER BY id",
             &[],
         )
         .await
@@ -351,7 +351,7 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
     }
     // What is left of each is only what no row holds.
     let kept: Vec<(String, Value)> = env
-        .rows("SELECT type, data FROM events ORDER BY id", |r| {
+        .rows("SELECT type, data FROM event_items ORDER BY id", |r| {
             (r.get(0), r.get(1))
         })
         .await;
@@ -418,15 +418,16 @@ async fn a_store_writing_whole_rows_writes_what_the_previous_version_reads() {
     assert_eq!(required["data"]["runId"], run_id.as_str());
 
     let pg = env.pg_client().await;
-    let events: Vec<(String, i16, bool)> = env
-        .rows("SELECT type, packed, data ? 'runId' FROM events", |r| {
-            (r.get(0), r.get(1), r.get(2))
-        })
+    let events: Vec<(String, i16, bool, bool)> = env
+        .rows(
+            "SELECT type, packed, data ? 'runId', layout IS NULL FROM events",
+            |r| (r.get(0), r.get(1), r.get(2), r.get(3)),
+        )
         .await;
     assert!(
         events
             .iter()
-            .all(|(_, packed, has_run)| *packed == 0 && *has_run),
+            .all(|(_, packed, has_run, alone)| *packed == 0 && *has_run && *alone),
         "{events:?}"
     );
     let journal: Vec<(String, i16)> = env

@@ -73,9 +73,11 @@ pub struct Connections {
     #[arg(long, env = "AGENTENKIT_QUEUE", value_enum, default_value_t = QueueKind::Rabbitmq)]
     pub queue: QueueKind,
     /// `packed` stores events, journal entries, call rows, messages and outbox rows without what
-    /// other rows hold; `whole` writes them as versions before migrations
-    /// 0010-0015 did, for a rolling upgrade while such processes still run
-    /// (every process of this version reads both).
+    /// other rows hold, the events of one commit in one row; `unbatched`
+    /// packs them but writes one row per event, as versions of migrations
+    /// 0015-0017 did; `whole` writes them as versions before migrations
+    /// 0010-0015 did. The last two are for a rolling upgrade while such
+    /// processes still run (every process of this version reads all three).
     #[arg(long, env = "AGENTENKIT_STORAGE_FORMAT", value_enum, default_value_t = StorageFormatArg::Packed)]
     pub storage_format: StorageFormatArg,
 }
@@ -83,6 +85,7 @@ pub struct Connections {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StorageFormatArg {
     Packed,
+    Unbatched,
     Whole,
 }
 
@@ -90,6 +93,7 @@ impl From<StorageFormatArg> for StorageFormat {
     fn from(arg: StorageFormatArg) -> Self {
         match arg {
             StorageFormatArg::Packed => StorageFormat::Packed,
+            StorageFormatArg::Unbatched => StorageFormat::Unbatched,
             StorageFormatArg::Whole => StorageFormat::Whole,
         }
     }

@@ -9,6 +9,7 @@
 pub mod conversation;
 pub mod error;
 pub mod event;
+pub mod event_row;
 pub mod ids;
 pub mod journal;
 pub mod questions;

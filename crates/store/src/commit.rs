@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
 
-use crate::event_insert::{event_op, event_op_with_rows};
+use crate::event_insert::{event_item, event_op, event_op_with_rows, events_ops};
 use crate::journal_insert::StoredJournal;
 use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{self, Answer, Expect, Op, Param};
@@ -114,7 +114,8 @@ impl Store {
         let mut ops = vec![fence(lease, progress, end)];
         let mut messages: Vec<Option<(QueueMessage, u64)>> = vec![None];
         let mut sequential = Vec::new();
-        // Events go last, after every row lock (see INSERT_EVENT_SQL).
+        // Events go last, after every row lock (see INSERT_EVENT_SQL); the
+        // run's own share rows (event_insert::events_ops).
         let mut events = Vec::new();
         let format = self.format;
         let mut journal = StoredJournal::of(changes, format)?;
@@ -135,15 +136,12 @@ impl Store {
                 messages.push(None);
                 continue;
             }
-            if let Some(op) =
-                message_with_event.event_op(lease.thread_id, lease.run_id, change, &journal)
-            {
-                events.push(op);
+            if let Some(item) = message_with_event.event_item(lease.run_id, change, &journal) {
+                events.push(item);
                 continue;
             }
             if let Change::Event { event_type, data } = change {
-                events.push(event_op_with_rows(
-                    lease.thread_id,
+                events.push(event_item(
                     Some(lease.run_id),
                     *event_type,
                     data.clone(),
@@ -162,6 +160,7 @@ impl Store {
                 None => sequential.push(change),
             }
         }
+        let mut events = events_ops(lease.thread_id, Some(lease.run_id), events, format);
         let client = self.client().await?;
         let (answers, applied) = if sequential.is_empty() {
             // The common commit: BEGIN, the statements and COMMIT in one

@@ -1,6 +1,7 @@
 //! How an event row is written: under the thread's event lock (so ids are
 //! handed out in commit order), its data packed as the store's format says.
 
+use agentenkit_core::event_row;
 use agentenkit_core::stored_event::{self, RowFields};
 use agentenkit_core::{EventType, RunId, ThreadId};
 use deadpool_postgres::Transaction;
@@ -68,58 +69,176 @@ pub(crate) fn event_op_with_rows(
     format: StorageFormat,
     rows: &RowFields,
 ) -> Op {
-    let stored = pack_event(event_type, run, data, format, rows);
-    Op::new(
-        INSERT_EVENT_SQL,
-        vec![
-            Box::new(thread.0),
-            Box::new(run.map(|r| r.0)),
-            Box::new(event_type.as_str()),
-            Box::new(stored.data),
-            Box::new(stored.packed),
-        ],
-    )
+    single_op(thread, run, event_item(run, event_type, data, format, rows))
 }
 
-/// A `MESSAGE` event and its message (`body`) as one statement, placed
-/// where events go: under the thread's event lock it inserts the message,
-/// then the event naming it by `message_id` and left without it
-/// (`stored_event::pack_message`). Only for a store writing packed rows.
-/// The message row stores `body`, or the journal position of a model
-/// entry of the commit that holds it (`body_position`, see `in_journal.rs`).
-pub(crate) fn message_event_op(
-    thread: ThreadId,
-    run: RunId,
-    data: Value,
-    body: &Value,
-    journal: &StoredJournal,
-) -> Op {
-    const SQL: &str = concat!(
-        event_lock_cte!(),
-        ",
+/// The statement of a [`message_event_item`] in a row of its own: under the thread's event lock
+/// it inserts the message, then the event naming it by `message_id`.
+const INSERT_MESSAGE_EVENT_SQL: &str = concat!(
+    event_lock_cte!(),
+    ",
     message AS (
         INSERT INTO messages (thread_id, run_id, body, body_position)
         SELECT $1::uuid, $2::uuid, $6::jsonb, $7::int FROM ordered RETURNING id)
     INSERT INTO events (thread_id, run_id, type, data, packed, message_id)
     SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint, message.id FROM message"
-    );
+);
+
+/// A row of several events (`agentenkit_core::event_row`): the array of
+/// their data and their layout, the type left empty (a reader of a version
+/// before 0018 refuses it as an unknown event type rather than serving the
+/// first event's type with the array).
+const INSERT_SHARED_ROW_SQL: &str = concat!(
+    event_lock_cte!(),
+    "
+    INSERT INTO events (thread_id, run_id, type, data, packed, layout)
+    SELECT $1::uuid, $2::uuid, '', $3::jsonb, 0, $4::bytea FROM ordered"
+);
+
+/// [`INSERT_SHARED_ROW_SQL`] with the row's one `MESSAGE` event's message,
+/// inserted first as in [`INSERT_MESSAGE_EVENT_SQL`].
+const INSERT_SHARED_ROW_WITH_MESSAGE_SQL: &str = concat!(
+    event_lock_cte!(),
+    ",
+    message AS (
+        INSERT INTO messages (thread_id, run_id, body, body_position)
+        SELECT $1::uuid, $2::uuid, $5::jsonb, $6::int FROM ordered RETURNING id)
+    INSERT INTO events (thread_id, run_id, type, data, packed, layout, message_id)
+    SELECT $1::uuid, $2::uuid, '', $3::jsonb, 0, $4::bytea, message.id FROM message"
+);
+
+/// One event of a commit as it will be stored, before its row is chosen
+/// ([`events_ops`]).
+pub(crate) struct EventItem {
+    event_type: EventType,
+    stored: stored_event::Packed,
+    /// The message row its statement inserts and it names (packed bit 4):
+    /// the body, or the journal position that holds it.
+    message: Option<(Option<Value>, Option<i32>)>,
+}
+
+/// An event of `run` as `format` stores it, leaving to `rows` what they
+/// hold (see [`event_op_with_rows`]).
+pub(crate) fn event_item(
+    run: Option<RunId>,
+    event_type: EventType,
+    data: Value,
+    format: StorageFormat,
+    rows: &RowFields,
+) -> EventItem {
+    EventItem {
+        event_type,
+        stored: pack_event(event_type, run, data, format, rows),
+        message: None,
+    }
+}
+
+/// A `MESSAGE` event and its message (`body`), written by one statement:
+/// the event names the message row by `message_id` and is stored without
+/// it (`stored_event::pack_message`). Only for a store writing packed rows.
+/// The message row stores `body`, or the journal position of a model
+/// entry of the commit that holds it (`body_position`, see `in_journal.rs`).
+pub(crate) fn message_event_item(
+    run: RunId,
+    data: Value,
+    body: &Value,
+    journal: &StoredJournal,
+) -> EventItem {
     let stored = stored_event::pack_message(
         stored_event::pack(EventType::Message, Some(run), data, &RowFields::default()),
         body,
     );
-    let (stored_body, body_position) = journal.message_body(body.clone());
-    Op::new(
-        SQL,
-        vec![
-            Box::new(thread.0),
-            Box::new(run.0),
-            Box::new(EventType::Message.as_str()),
-            Box::new(stored.data),
-            Box::new(stored.packed),
-            Box::new(stored_body),
-            Box::new(body_position),
-        ],
-    )
+    EventItem {
+        event_type: EventType::Message,
+        stored,
+        message: Some(journal.message_body(body.clone())),
+    }
+}
+
+/// The statements that store `items`, a commit's events of `run` in
+/// thread `thread`, in order: one row each, or for a store writing
+/// [`StorageFormat::Packed`] rows as `agentenkit_core::event_row` splits
+/// them. They go after every other statement of the transaction (see
+/// [`INSERT_EVENT_SQL`]).
+pub(crate) fn events_ops(
+    thread: ThreadId,
+    run: Option<RunId>,
+    items: Vec<EventItem>,
+    format: StorageFormat,
+) -> Vec<Op> {
+    if !format.shares_rows() {
+        return items
+            .into_iter()
+            .map(|item| single_op(thread, run, item))
+            .collect();
+    }
+    let kinds: Vec<(EventType, i16)> = items
+        .iter()
+        .map(|item| (item.event_type, item.stored.packed))
+        .collect();
+    let ranges = event_row::rows(&kinds);
+    let mut items = items.into_iter();
+    ranges
+        .into_iter()
+        .map(|range| {
+            let row: Vec<EventItem> = items.by_ref().take(range.len()).collect();
+            if row.len() == 1 {
+                let item = row.into_iter().next().expect("one");
+                single_op(thread, run, item)
+            } else {
+                shared_op(thread, run, &kinds[range], row)
+            }
+        })
+        .collect()
+}
+
+/// A row of one event, stored as rows were before 0018.
+fn single_op(thread: ThreadId, run: Option<RunId>, item: EventItem) -> Op {
+    let mut params: Vec<crate::pipeline::Param> = vec![
+        Box::new(thread.0),
+        Box::new(run.map(|r| r.0)),
+        Box::new(item.event_type.as_str()),
+        Box::new(item.stored.data),
+        Box::new(item.stored.packed),
+    ];
+    match item.message {
+        None => Op::new(INSERT_EVENT_SQL, params),
+        Some((body, body_position)) => {
+            params.push(Box::new(body));
+            params.push(Box::new(body_position));
+            Op::new(INSERT_MESSAGE_EVENT_SQL, params)
+        }
+    }
+}
+
+/// A row shared by the events `row` (of types and bits `kinds`).
+fn shared_op(
+    thread: ThreadId,
+    run: Option<RunId>,
+    kinds: &[(EventType, i16)],
+    row: Vec<EventItem>,
+) -> Op {
+    let mut message = None;
+    let mut data = Vec::with_capacity(row.len());
+    for item in row {
+        // event_row::rows keeps at most one message per row.
+        message = message.or(item.message);
+        data.push(item.stored.data);
+    }
+    let mut params: Vec<crate::pipeline::Param> = vec![
+        Box::new(thread.0),
+        Box::new(run.map(|r| r.0)),
+        Box::new(Value::Array(data)),
+        Box::new(event_row::layout(kinds)),
+    ];
+    match message {
+        None => Op::new(INSERT_SHARED_ROW_SQL, params),
+        Some((body, body_position)) => {
+            params.push(Box::new(body));
+            params.push(Box::new(body_position));
+            Op::new(INSERT_SHARED_ROW_WITH_MESSAGE_SQL, params)
+        }
+    }
 }
 
 /// An event's data as `format` stores it.

@@ -219,7 +219,7 @@ impl Store {
             .query(
                 "SELECT (extract(epoch FROM e.created_at - tc.expires_at) * 1000)::float8
                  FROM tool_calls tc
-                 JOIN events e ON e.thread_id = tc.thread_id AND e.type = 'INPUT_RESOLVED'
+                 JOIN event_items e ON e.thread_id = tc.thread_id AND e.type = 'INPUT_RESOLVED'
                   AND e.data->>'toolCallId' = tc.id AND e.run_id = tc.run_id
                  WHERE tc.status = 'expired'",
                 &[],

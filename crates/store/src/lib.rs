@@ -73,17 +73,28 @@ pub struct StoreConfig {
 /// journal entries, call rows, messages and outbox rows what other rows already hold (see
 /// `agentenkit_core::stored_event` and `stored_journal`); `Whole` writes
 /// every row as the version before migrations 0010-0015 did, so processes
-/// of that version still running during a rolling upgrade read them. Every
-/// version with migration 0015 reads both.
+/// of that version still running during a rolling upgrade read them, and
+/// `Unbatched` packs them but writes an events row per event as versions
+/// with migrations 0015-0017 did (`Packed` lets a commit's events share a
+/// row: `agentenkit_core::event_row`). Every version with migration 0018
+/// reads all three.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StorageFormat {
     #[default]
     Packed,
+    /// Packed, but one events row per event, as versions with migrations
+    /// 0015-0017 wrote them: for a rolling upgrade from such a version.
+    Unbatched,
     Whole,
 }
 
 impl StorageFormat {
     pub(crate) fn packs(self) -> bool {
+        self != StorageFormat::Whole
+    }
+
+    /// Whether the events of a commit share rows (migration 0018).
+    pub(crate) fn shares_rows(self) -> bool {
         self == StorageFormat::Packed
     }
 }

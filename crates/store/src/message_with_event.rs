@@ -1,13 +1,12 @@
 //! A message and its `MESSAGE` event written by one statement, the event
 //! keeping only a reference to the message row: see [`MessageWithEvent`].
 
-use agentenkit_core::{EventType, RunId, ThreadId};
+use agentenkit_core::{EventType, RunId};
 use serde_json::Value;
 
 use crate::commit::Change;
-use crate::event_insert::message_event_op;
+use crate::event_insert::{message_event_item, EventItem};
 use crate::journal_insert::StoredJournal;
-use crate::pipeline::Op;
 use crate::{Result, StorageFormat};
 
 /// A `MESSAGE` event repeated its message whole beside the messages row
@@ -77,19 +76,18 @@ impl<'a> MessageWithEvent<'a> {
             .is_some_and(|(_, message, _)| std::ptr::eq(*message, change))
     }
 
-    /// The one statement of the pair, for its event.
-    pub(crate) fn event_op(
+    /// The event of the pair, carrying its message.
+    pub(crate) fn event_item(
         &self,
-        thread: ThreadId,
         run: RunId,
         change: &Change,
         journal: &StoredJournal,
-    ) -> Option<Op> {
+    ) -> Option<EventItem> {
         match (&self.pair, change) {
             (Some((event, _, body)), Change::Event { data, .. })
                 if std::ptr::eq(*event, change) =>
             {
-                Some(message_event_op(thread, run, data.clone(), body, journal))
+                Some(message_event_item(run, data.clone(), body, journal))
             }
             _ => None,
         }
@@ -100,7 +98,7 @@ impl<'a> MessageWithEvent<'a> {
 mod tests {
     use super::*;
     use agentenkit_core::conversation::Message;
-    use agentenkit_core::ToolCallId;
+    use agentenkit_core::{ThreadId, ToolCallId};
     use serde_json::json;
 
     fn message(text: &str) -> Message {
@@ -128,12 +126,22 @@ mod tests {
         let folded = MessageWithEvent::find(&changes, StorageFormat::Packed).unwrap();
         assert!(folded.folds(&changes[2]) && !folded.folds(&changes[0]));
         let journal = StoredJournal::of(&changes, StorageFormat::Packed).unwrap();
-        let op = folded
-            .event_op(ThreadId::new(), RunId::new(), &changes[1], &journal)
+        let item = folded
+            .event_item(RunId::new(), &changes[1], &journal)
             .expect("the pair");
-        assert!(op.sql().contains("INSERT INTO messages"), "{}", op.sql());
+        let ops = crate::event_insert::events_ops(
+            ThreadId::new(),
+            None,
+            vec![item],
+            StorageFormat::Packed,
+        );
+        assert!(
+            ops[0].sql().contains("INSERT INTO messages"),
+            "{}",
+            ops[0].sql()
+        );
         assert!(folded
-            .event_op(ThreadId::new(), RunId::new(), &changes[0], &journal)
+            .event_item(RunId::new(), &changes[0], &journal)
             .is_none());
     }
 

@@ -87,6 +87,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "denser_rows",
         include_str!("../../../migrations/0017_denser_rows.sql"),
     ),
+    (
+        18,
+        "events_per_commit",
+        include_str!("../../../migrations/0018_events_per_commit.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

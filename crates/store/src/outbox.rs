@@ -31,7 +31,7 @@ pub(crate) const INSERT: &str = "INSERT INTO outbox (delay_ms, key, message, due
 
 fn message_column(message: &QueueMessage, format: StorageFormat) -> Result<Option<Value>> {
     Ok(match format {
-        StorageFormat::Packed => None,
+        StorageFormat::Packed | StorageFormat::Unbatched => None,
         StorageFormat::Whole => Some(serde_json::to_value(message)?),
     })
 }

@@ -13,6 +13,10 @@ use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::views::{EventView, MessageView, PendingInput, ThreadView};
 use crate::{Error, Result, Store};
 
+/// The ids of a row's events are its own and the next ones below the next
+/// row's (migration 0018): every event above id N is in a row above N - this.
+const ROW_SPAN: i64 = agentenkit_core::event_row::MAX_EVENTS_PER_ROW as i64;
+
 /// A turn that was started: its run, and the segment to publish.
 #[derive(Debug, Clone)]
 pub struct StartedRun {
@@ -270,24 +274,29 @@ impl Store {
                     " END, ",
                     message_body_sql!(),
                     ", tc.name, tc.kind, tc.reason, tc.expires_at, r.name, r.depth
-                 FROM events e
+                 FROM event_items e
                  LEFT JOIN tool_calls tc
                    ON e.packed & 10 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
                  LEFT JOIN messages m
                    ON e.packed & 4 <> 0 AND m.thread_id = e.thread_id AND m.id = e.message_id
                  LEFT JOIN runs r ON e.packed & 48 <> 0 AND r.id = e.run_id
-                 WHERE e.thread_id = $1 AND e.id > $2 ORDER BY e.id LIMIT $3"
+                 WHERE e.thread_id = $1 AND e.row_id > $4 AND e.id > $2
+                 ORDER BY e.id LIMIT $3"
                 ),
             )
             .await?;
         client
-            .query(&stmt, &[&thread.0, &after, &limit])
+            .query(&stmt, &[&thread.0, &after, &limit, &after.saturating_sub(ROW_SPAN)])
             .await?
             .into_iter()
             .map(|r| {
                 let id: i64 = r.get(0);
                 let run_id = r.get::<_, Option<Uuid>>(1).map(RunId);
-                let event_type: EventType = r.get::<_, &str>(2).parse()?;
+                // A code this version does not know reads as null.
+                let event_type: EventType = r
+                    .get::<_, Option<&str>>(2)
+                    .ok_or_else(|| Error::Corrupt(format!("event {id}: unknown event type code")))?
+                    .parse()?;
                 let call = match (r.get::<_, Option<&str>>(8), r.get::<_, Option<&str>>(9)) {
                     (Some(name), Some(kind)) => {
                         stored_event::call_row(name, kind, r.get(10), r.get(11))
