@@ -119,7 +119,8 @@ async fn a_parks_three_events_share_one_row_and_are_served_with_their_own_ids() 
 
 /// `AGENTENKIT_STORAGE_FORMAT=unbatched`, for a rolling upgrade from the
 /// versions of migrations 0015-0017: packed events, one row each, ids still
-/// handed out by the sequence, served the same.
+/// handed out by the sequence, served the same; every journal entry in
+/// `journal`.
 #[tokio::test]
 async fn an_unbatched_store_writes_one_row_per_event() {
     let tool = ToolServer::ok().await;
@@ -149,6 +150,15 @@ async fn an_unbatched_store_writes_one_row_per_event() {
             .all(|(_, packed, alone)| *packed & 1 == 1 && *alone),
         "packed, one row each: {rows:?}"
     );
+    // and its journal as 0015-0017 wrote it: the persist entry in `journal`
+    let persisted: Vec<(String, Option<i32>)> = env
+        .rows(
+            "SELECT j.name, tc.persist_position FROM tool_calls tc
+             LEFT JOIN journal j ON j.run_id = tc.run_id AND j.name = 'persist:toolcall:' || tc.id",
+            |r| (r.get(0), r.get(1)),
+        )
+        .await;
+    assert_eq!(persisted, vec![("persist:toolcall:c1".to_owned(), None)]);
     let required = first_event(
         &env.get(&format!("/threads/{thread_id}/events")).await,
         "INPUT_REQUIRED",

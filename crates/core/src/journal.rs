@@ -26,6 +26,10 @@ pub mod names {
     pub fn persist_toolcall(call: &ToolCallId) -> String {
         format!("persist:toolcall:{call}")
     }
+    /// The call id of a `persist:toolcall:<callId>` name.
+    pub fn call_of_persist(name: &str) -> Option<&str> {
+        name.strip_prefix("persist:toolcall:")
+    }
     pub fn stream_elicitation(call: &ToolCallId) -> String {
         format!("stream:elicitation:{call}")
     }
@@ -144,6 +148,11 @@ mod tests {
         let c1 = ToolCallId::from("c1");
         assert_eq!(names::model(0), "model:0");
         assert_eq!(names::persist_toolcall(&c1), "persist:toolcall:c1");
+        assert_eq!(
+            names::call_of_persist(&names::persist_toolcall(&c1)),
+            Some("c1")
+        );
+        assert_eq!(names::call_of_persist("exec:c1"), None);
         assert_eq!(names::stream_elicitation(&c1), "stream:elicitation:c1");
         assert_eq!(
             names::tool(run, &c1),

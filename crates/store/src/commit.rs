@@ -120,6 +120,7 @@ impl Store {
         let format = self.format;
         let mut journal = StoredJournal::of(changes, format)?;
         let parked_at_once = crate::parked_at_once::ParkedAtOnce::find(changes);
+        journal.keep_in_call_rows(&parked_at_once);
         let message_with_event =
             crate::message_with_event::MessageWithEvent::find(changes, format)?;
         for change in changes {
@@ -270,6 +271,9 @@ pub(crate) struct NewCall<'a> {
     pub(crate) kind: ToolKind,
     /// `(arguments, arguments_position)`: see `in_journal.rs`.
     pub(crate) stored: (Option<Value>, Option<i32>),
+    /// The position of the call's persist entry when the row holds it
+    /// (`journal_insert::StoredJournal::keep_in_call_rows`).
+    pub(crate) persist_position: Option<i32>,
     pub(crate) parked: Option<(&'a str, Option<DateTime<Utc>>)>,
 }
 
@@ -278,10 +282,10 @@ macro_rules! insert_tool_call_sql {
     ($status:literal) => {
         concat!(
             "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, arguments_position,
-                                     kind, tool_type, status, reason, expires_at)
+                                     kind, tool_type, status, reason, expires_at, persist_position)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ",
             $status,
-            ", $9, $10)"
+            ", $9, $10, $11)"
         )
     };
 }
@@ -310,6 +314,7 @@ pub(crate) fn insert_tool_call(run: RunId, thread: ThreadId, call: NewCall<'_>) 
             Box::new(call.kind.tool_type()),
             Box::new(reason),
             Box::new(expires_at),
+            Box::new(call.persist_position),
         ],
     )
 }
@@ -327,7 +332,10 @@ fn plan(
     journal: &mut StoredJournal,
 ) -> Result<Option<Vec<Planned>>> {
     let op = match change {
-        Change::Journal { position, name, .. } => journal.insert_op(run, *position, name)?,
+        Change::Journal { position, name, .. } => match journal.insert_op(run, *position, name)? {
+            Some(op) => op,
+            None => return Ok(Some(Vec::new())),
+        },
         Change::Message(message) => {
             let (body, body_position) = journal.message_body(serde_json::to_value(message)?);
             Op::new(
@@ -356,6 +364,7 @@ fn plan(
                 name,
                 kind: *kind,
                 stored: journal.call_arguments(id.as_str(), arguments),
+                persist_position: None,
                 parked: None,
             },
         ),

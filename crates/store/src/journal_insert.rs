@@ -1,15 +1,18 @@
 //! How a commit's journal entries are written: packed together
 //! (`agentenkit_core::stored_journal`) or whole, as the store's format says;
 //! and which call rows and messages of the commit find what they hold in
-//! one of its model entries (see `in_journal.rs`).
+//! one of its model entries (see `in_journal.rs`); and which persist
+//! entries its parked call rows hold instead (migration 0019).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use agentenkit_core::stored_journal::{self, NewEntry};
+use agentenkit_core::journal::names;
+use agentenkit_core::stored_journal::{self, NewEntry, PACKED_CALL};
 use agentenkit_core::RunId;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::commit::Change;
+use crate::parked_at_once::ParkedAtOnce;
 use crate::pipeline::Op;
 use crate::{Error, Result, StorageFormat};
 
@@ -24,6 +27,13 @@ pub(crate) struct StoredJournal<'a> {
     /// The commit's model entries, for the messages they hold (packed
     /// format only).
     models: Vec<NewEntry<'a>>,
+    /// The position of each call's persist entry in the commit, by call id.
+    persist_at: BTreeMap<&'a str, u32>,
+    /// The persist entries a call row of the commit holds instead, by call
+    /// id, and their positions (not written to `journal`).
+    in_call_row: BTreeMap<String, u32>,
+    elided: BTreeSet<u32>,
+    format: StorageFormat,
 }
 
 impl<'a> StoredJournal<'a> {
@@ -44,6 +54,10 @@ impl<'a> StoredJournal<'a> {
             })
             .collect();
         let positions = entries.iter().map(|e| e.position);
+        let persist_at = entries
+            .iter()
+            .filter_map(|e| Some((names::call_of_persist(e.name)?, e.position)))
+            .collect();
         if format == StorageFormat::Whole {
             return Ok(StoredJournal {
                 values: positions
@@ -51,6 +65,10 @@ impl<'a> StoredJournal<'a> {
                     .collect(),
                 proposed_in: BTreeMap::new(),
                 models: Vec::new(),
+                persist_at,
+                in_call_row: BTreeMap::new(),
+                elided: BTreeSet::new(),
+                format,
             });
         }
         let stored = stored_journal::pack(&entries).map_err(|e| Error::Corrupt(e.to_string()))?;
@@ -72,7 +90,42 @@ impl<'a> StoredJournal<'a> {
                 .copied()
                 .filter(|e| e.name.starts_with("model:"))
                 .collect(),
+            persist_at,
+            in_call_row: BTreeMap::new(),
+            elided: BTreeSet::new(),
+            format,
         })
+    }
+
+    /// Leaves to the call rows of `parked` (proposed and parked in this
+    /// commit, `packed` format only) the persist entries they hold exactly:
+    /// stored packed, such an entry is the call's kind and tool type, which
+    /// its row inserted already parked holds and never changes (only the
+    /// park of a proposed call sets them). The view `journal_entries` puts
+    /// it back as stored. The formats for a rolling upgrade write it, as
+    /// the versions before read only `journal`.
+    pub(crate) fn keep_in_call_rows(&mut self, parked: &ParkedAtOnce<'_>) {
+        if self.format != StorageFormat::Packed {
+            return;
+        }
+        for (call_id, kind) in parked.calls() {
+            let Some(&position) = self.persist_at.get(call_id.as_str()) else {
+                continue;
+            };
+            let held = json!({ "kind": kind.as_str(), "toolType": kind.tool_type() });
+            if self.values.get(&position) == Some(&(held, PACKED_CALL)) {
+                self.values.remove(&position);
+                self.elided.insert(position);
+                self.in_call_row
+                    .insert(call_id.as_str().to_owned(), position);
+            }
+        }
+    }
+
+    /// The position of call `call_id`'s persist entry when its row holds
+    /// it (see [`Self::keep_in_call_rows`]).
+    pub(crate) fn persist_position(&self, call_id: &str) -> Option<i32> {
+        self.in_call_row.get(call_id).map(|at| *at as i32)
     }
 
     /// How call `call_id`, proposed in this commit, stores `arguments`:
@@ -98,14 +151,23 @@ impl<'a> StoredJournal<'a> {
         }
     }
 
-    /// The insert of the entry at `position`.
-    pub(crate) fn insert_op(&mut self, run: RunId, position: u32, name: &str) -> Result<Op> {
+    /// The insert of the entry at `position`; none for one a call row
+    /// holds.
+    pub(crate) fn insert_op(
+        &mut self,
+        run: RunId,
+        position: u32,
+        name: &str,
+    ) -> Result<Option<Op>> {
+        if self.elided.remove(&position) {
+            return Ok(None);
+        }
         let (value, packed) = self.values.remove(&position).ok_or_else(|| {
             Error::Corrupt(format!(
                 "journal position {position} written twice in one commit"
             ))
         })?;
-        Ok(Op::new(
+        Ok(Some(Op::new(
             "INSERT INTO journal (run_id, position, name, value, packed) VALUES ($1, $2, $3, $4, $5)",
             vec![
                 Box::new(run.0),
@@ -114,6 +176,82 @@ impl<'a> StoredJournal<'a> {
                 Box::new(value),
                 Box::new(packed),
             ],
-        ))
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_changes::{park, propose};
+    use agentenkit_core::ToolKind;
+
+    /// A step that parks on approval `c1`: its model entry, the persist
+    /// entry (kind and tool type beside the call's id, name and arguments),
+    /// then `extra` changes of the call.
+    fn step(persisted_kind: ToolKind, extra: Vec<Change>) -> Vec<Change> {
+        let arguments = json!({"to": "ops@example.com"});
+        let mut changes = vec![
+            Change::Journal {
+                position: 0,
+                name: "model:0".into(),
+                value: json!({"toolCalls": [
+                    {"id": "c1", "name": "send_email", "arguments": arguments}
+                ]}),
+            },
+            Change::Journal {
+                position: 1,
+                name: "persist:toolcall:c1".into(),
+                value: json!({"id": "c1", "name": "send_email", "arguments": arguments,
+                              "kind": persisted_kind, "toolType": persisted_kind.tool_type()}),
+            },
+        ];
+        changes.extend(extra);
+        changes
+    }
+
+    fn stored(changes: &[Change], format: StorageFormat) -> StoredJournal<'_> {
+        let mut journal = StoredJournal::of(changes, format).expect("consecutive");
+        journal.keep_in_call_rows(&ParkedAtOnce::find(changes));
+        journal
+    }
+
+    #[test]
+    fn a_call_parked_in_the_commit_holds_its_persist_entry() {
+        let changes = step(ToolKind::Approval, vec![propose("c1"), park("c1")]);
+        let mut journal = stored(&changes, StorageFormat::Packed);
+        assert_eq!(journal.persist_position("c1"), Some(1));
+        let run = RunId::new();
+        assert!(journal.insert_op(run, 0, "model:0").unwrap().is_some());
+        assert!(journal
+            .insert_op(run, 1, "persist:toolcall:c1")
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn a_persist_entry_is_written_unless_its_row_holds_it_exactly() {
+        let run = RunId::new();
+        let written = |changes: &[Change], format: StorageFormat| {
+            let mut journal = stored(changes, format);
+            let op = journal.insert_op(run, 1, "persist:toolcall:c1").unwrap();
+            (journal.persist_position("c1"), op.is_some())
+        };
+        // only proposed: its park (a later commit) may set another kind
+        let proposed = step(ToolKind::Approval, vec![propose("c1")]);
+        assert_eq!(written(&proposed, StorageFormat::Packed), (None, true));
+        // parked with a kind other than the persisted one
+        let other_kind = step(ToolKind::Function, vec![propose("c1"), park("c1")]);
+        assert_eq!(written(&other_kind, StorageFormat::Packed), (None, true));
+        // for the versions before, which read only `journal`
+        let parked = step(ToolKind::Approval, vec![propose("c1"), park("c1")]);
+        assert_eq!(written(&parked, StorageFormat::Unbatched), (None, true));
+        assert_eq!(written(&parked, StorageFormat::Whole), (None, true));
+        // a persist entry stored whole (its model entry in another commit)
+        let mut alone = parked.clone();
+        alone.remove(0);
+        let mut journal = StoredJournal::of(&alone, StorageFormat::Packed).expect("one entry");
+        journal.keep_in_call_rows(&ParkedAtOnce::find(&alone));
+        assert_eq!(journal.persist_position("c1"), None);
     }
 }

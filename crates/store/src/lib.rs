@@ -74,16 +74,18 @@ pub struct StoreConfig {
 /// `agentenkit_core::stored_event` and `stored_journal`); `Whole` writes
 /// every row as the version before migrations 0010-0015 did, so processes
 /// of that version still running during a rolling upgrade read them, and
-/// `Unbatched` packs them but writes an events row per event as versions
-/// with migrations 0015-0017 did (`Packed` lets a commit's events share a
-/// row: `agentenkit_core::event_row`). Every version with migration 0018
-/// reads all three.
+/// `Unbatched` packs them but writes an events row per event and every
+/// journal entry to `journal`, as versions with migrations 0015-0017 did
+/// (`Packed` lets a commit's events share a row, `agentenkit_core::event_row`,
+/// and a call row parked in its commit hold its persist entry, migration
+/// 0019). Every version with migration 0019 reads all three.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StorageFormat {
     #[default]
     Packed,
-    /// Packed, but one events row per event, as versions with migrations
-    /// 0015-0017 wrote them: for a rolling upgrade from such a version.
+    /// Packed, but one events row per event and every journal entry in
+    /// `journal`, as versions with migrations 0015-0017 wrote them: for a
+    /// rolling upgrade from such a version.
     Unbatched,
     Whole,
 }

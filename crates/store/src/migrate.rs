@@ -92,6 +92,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "events_per_commit",
         include_str!("../../../migrations/0018_events_per_commit.sql"),
     ),
+    (
+        19,
+        "persist_in_call_row",
+        include_str!("../../../migrations/0019_persist_in_call_row.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -1,7 +1,7 @@
 //! A call proposed and parked in the same commit is inserted once, already
 //! open: see [`ParkedAtOnce`].
 
-use agentenkit_core::{RunId, ThreadId};
+use agentenkit_core::{RunId, ThreadId, ToolCallId, ToolKind};
 
 use crate::commit::{insert_tool_call, Change, NewCall};
 use crate::journal_insert::StoredJournal;
@@ -47,6 +47,18 @@ impl<'a> ParkedAtOnce<'a> {
             }
         }
         ParkedAtOnce { calls }
+    }
+
+    /// The id and parked kind of each folded call.
+    pub(crate) fn calls(&self) -> impl Iterator<Item = (&'a ToolCallId, ToolKind)> + '_ {
+        self.calls
+            .iter()
+            .filter_map(|(propose, park)| match (propose, park) {
+                (Change::ProposeToolCall { id, .. }, Change::ParkToolCall { kind, .. }) => {
+                    Some((id, *kind))
+                }
+                _ => None,
+            })
     }
 
     /// The park of a folded call: its insert says it.
@@ -99,6 +111,7 @@ impl<'a> ParkedAtOnce<'a> {
                 name,
                 kind: *kind,
                 stored: (arguments, arguments_position),
+                persist_position: journal.persist_position(id.as_str()),
                 parked: Some((reason, *expires_at)),
             },
         ))

@@ -174,7 +174,7 @@ acquired AS (
 )
 SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
        (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value, j.packed) ORDER BY j.position), '[]')
-        FROM journal j WHERE j.run_id = a.id),
+        FROM journal_entries j WHERE j.run_id = a.id),
        -- a root run sees the thread's earlier turns (root runs only) and its
        -- own user message; a child run sees only its task
        -- (the run of each message looked up by key: a join let the planner
@@ -491,7 +491,7 @@ fn not_found(run: RunId) -> Error {
 async fn load_journal(client: &deadpool_postgres::Object, run: RunId) -> Result<Vec<JournalEntry>> {
     let stmt = client
         .prepare_cached(
-            "SELECT position, name, value, packed FROM journal WHERE run_id = $1 ORDER BY position",
+            "SELECT position, name, value, packed FROM journal_entries WHERE run_id = $1 ORDER BY position",
         )
         .await?;
     unpack_journal(
