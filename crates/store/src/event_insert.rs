@@ -194,19 +194,35 @@ pub(crate) fn events_ops(
 
 /// A row of one event, stored as rows were before 0018.
 fn single_op(thread: ThreadId, run: Option<RunId>, item: EventItem) -> Op {
-    let mut params: Vec<crate::pipeline::Param> = vec![
+    let params: Vec<crate::pipeline::Param> = vec![
         Box::new(thread.0),
         Box::new(run.map(|r| r.0)),
         Box::new(item.event_type.as_str()),
         Box::new(item.stored.data),
         Box::new(item.stored.packed),
     ];
-    match item.message {
-        None => Op::new(INSERT_EVENT_SQL, params),
+    with_message(
+        params,
+        item.message,
+        INSERT_EVENT_SQL,
+        INSERT_MESSAGE_EVENT_SQL,
+    )
+}
+
+/// The insert `sql` of `params`, or `message_sql`, which also inserts the
+/// message row the event names (its body and body position last).
+fn with_message(
+    mut params: Vec<crate::pipeline::Param>,
+    message: Option<(Option<Value>, Option<i32>)>,
+    sql: &'static str,
+    message_sql: &'static str,
+) -> Op {
+    match message {
+        None => Op::new(sql, params),
         Some((body, body_position)) => {
             params.push(Box::new(body));
             params.push(Box::new(body_position));
-            Op::new(INSERT_MESSAGE_EVENT_SQL, params)
+            Op::new(message_sql, params)
         }
     }
 }
@@ -225,20 +241,18 @@ fn shared_op(
         message = message.or(item.message);
         data.push(item.stored.data);
     }
-    let mut params: Vec<crate::pipeline::Param> = vec![
+    let params: Vec<crate::pipeline::Param> = vec![
         Box::new(thread.0),
         Box::new(run.map(|r| r.0)),
         Box::new(Value::Array(data)),
         Box::new(event_row::layout(kinds)),
     ];
-    match message {
-        None => Op::new(INSERT_SHARED_ROW_SQL, params),
-        Some((body, body_position)) => {
-            params.push(Box::new(body));
-            params.push(Box::new(body_position));
-            Op::new(INSERT_SHARED_ROW_WITH_MESSAGE_SQL, params)
-        }
-    }
+    with_message(
+        params,
+        message,
+        INSERT_SHARED_ROW_SQL,
+        INSERT_SHARED_ROW_WITH_MESSAGE_SQL,
+    )
 }
 
 /// An event's data as `format` stores it.
