@@ -209,14 +209,31 @@ impl Store {
 
     /// Drops this store's schema and everything in it (tests only clean up
     /// with this; production never calls it).
+    ///
+    /// A reader still running (a stream's page being read as its API
+    /// stops) locks a view before the tables under it, the drop the tables
+    /// before their views: Postgres may end one of them as a deadlock, and
+    /// when that is the drop it is tried again.
     pub async fn drop_schema(&self) -> Result<()> {
-        if let Some(schema) = &self.schema {
-            let client = self.client().await?;
-            client
-                .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                .await?;
+        let Some(schema) = &self.schema else {
+            return Ok(());
+        };
+        let client = self.client().await?;
+        let drop = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+        let mut attempt = 1;
+        loop {
+            match client.batch_execute(&drop).await {
+                Err(e)
+                    if attempt < 5
+                        && e.code()
+                            == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                result => return Ok(result?),
+            }
         }
-        Ok(())
     }
 }
 

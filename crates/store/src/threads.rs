@@ -267,6 +267,11 @@ impl Store {
                 // What the stored data left out is put back (see
                 // agentenkit_core::stored_event): arguments and fields from
                 // the call row, a message from its row, fields from the run row.
+                // Ordered by row first (the same order: a row's events lie
+                // between it and the next): the thread's index gives rows in
+                // order, so a page sorts only within rows and stops at the
+                // limit, where ordering by event id alone sorted every event
+                // of the thread above `after`.
                 concat!(
                     "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed,
                             CASE WHEN e.packed & 2 <> 0 THEN ",
@@ -281,7 +286,7 @@ impl Store {
                    ON e.packed & 4 <> 0 AND m.thread_id = e.thread_id AND m.id = e.message_id
                  LEFT JOIN runs r ON e.packed & 48 <> 0 AND r.id = e.run_id
                  WHERE e.thread_id = $1 AND e.row_id > $4 AND e.id > $2
-                 ORDER BY e.id LIMIT $3"
+                 ORDER BY e.row_id, e.id LIMIT $3"
                 ),
             )
             .await?;
