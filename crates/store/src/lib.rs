@@ -17,6 +17,7 @@ use tokio_postgres::NoTls;
 mod in_journal;
 
 mod answer;
+mod call_insert;
 mod commit;
 mod error;
 mod event_insert;

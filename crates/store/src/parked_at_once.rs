@@ -3,7 +3,8 @@
 
 use agentenkit_core::{RunId, ThreadId, ToolCallId, ToolKind};
 
-use crate::commit::{insert_tool_call, Change, NewCall};
+use crate::call_insert::{insert_tool_call, NewCall};
+use crate::commit::Change;
 use crate::journal_insert::StoredJournal;
 use crate::pipeline::Op;
 
