@@ -184,3 +184,43 @@ async fn the_stored_event_type_codes_are_the_domains() {
     domain.sort();
     assert_eq!(stored, domain);
 }
+
+/// A shared row holding a code this version does not know (written by a
+/// newer one) is refused by name, not served as some other type.
+#[tokio::test]
+async fn an_unknown_event_code_is_refused_not_guessed() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
+    let _worker = env.spawn_worker();
+    let (thread_id, _run_id) = env.start_turn("agent", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+    assert_eq!(served(&env, &thread_id, 0).await.len(), 4);
+
+    env.sql("UPDATE events SET layout = set_byte(layout, 2, 200) WHERE layout IS NOT NULL")
+        .await;
+    let unknown: Vec<Option<String>> = env
+        .rows(
+            "SELECT i.type FROM event_items i JOIN events e ON e.id = i.row_id
+             WHERE e.layout IS NOT NULL ORDER BY i.id",
+            |r| r.get(0),
+        )
+        .await;
+    assert_eq!(
+        unknown,
+        vec![
+            Some("MESSAGE".to_owned()),
+            None,
+            Some("INPUT_REQUIRED".to_owned())
+        ],
+        "the view reads an unknown code as null"
+    );
+    let (status, body) = env
+        .call(
+            "GET",
+            &format!("/threads/{thread_id}/events"),
+            Some(ALICE),
+            None,
+        )
+        .await;
+    assert_eq!(status.as_u16(), 500, "{body}");
+}

@@ -9,8 +9,9 @@
 //! bits), and the events take the ids `row id + 0, 1, …`, which is why a
 //! row holds at most [`MAX_EVENTS_PER_ROW`] (the id sequence's increment).
 //!
-//! [`rows`] decides the split; [`layout`] writes a shared row's layout and
-//! [`parse_layout`] reads it back as the `event_items` view does.
+//! [`rows`] decides the split; [`layout`] writes a shared row's layout,
+//! which the `event_items` view reads back (its tests read it as the view
+//! does).
 
 use std::ops::Range;
 
@@ -69,29 +70,29 @@ pub fn layout(events: &[(EventType, i16)]) -> Vec<u8> {
         .collect()
 }
 
-/// A shared row's layout read back: each event's type (`None` for a code
-/// this version does not know) and packed bits; `None` for a layout of odd
-/// length.
-pub fn parse_layout(layout: &[u8]) -> Option<Vec<(Option<EventType>, i16)>> {
-    if !layout.len().is_multiple_of(2) {
-        return None;
-    }
-    Some(
-        layout
-            .chunks_exact(2)
-            .map(|pair| {
-                let event_type = EventType::ALL.iter().copied().find(|t| t.code() == pair[0]);
-                (event_type, i16::from(pair[1]))
-            })
-            .collect(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::stored_event::{PACKED_CALL_FIELDS, PACKED_RUN_ID};
     use proptest::prelude::*;
+
+    /// A shared row's layout read back: each event's type (`None` for a code
+    /// this version does not know) and packed bits; `None` for a layout of odd
+    /// length.
+    fn parse_layout(layout: &[u8]) -> Option<Vec<(Option<EventType>, i16)>> {
+        if !layout.len().is_multiple_of(2) {
+            return None;
+        }
+        Some(
+            layout
+                .chunks_exact(2)
+                .map(|pair| {
+                    let event_type = EventType::ALL.iter().copied().find(|t| t.code() == pair[0]);
+                    (event_type, i16::from(pair[1]))
+                })
+                .collect(),
+        )
+    }
 
     const MESSAGE: (EventType, i16) = (EventType::Message, PACKED_RUN_ID | PACKED_MESSAGE);
     const CALL: (EventType, i16) = (EventType::ToolCall, PACKED_RUN_ID | PACKED_CALL_FIELDS);

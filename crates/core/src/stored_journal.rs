@@ -13,13 +13,12 @@
 
 use serde_json::Value;
 
-use crate::journal::JournalEntry;
+use crate::journal::{names, JournalEntry};
 
 /// The entry's `id`, `name` and `arguments` are those of the call with its
 /// id in the nearest earlier `model:<n>` entry, and were left out.
 pub const PACKED_CALL: i16 = 1;
 
-const PERSIST: &str = "persist:toolcall:";
 const MODEL: &str = "model:";
 const CALL_FIELDS: [&str; 3] = ["id", "name", "arguments"];
 
@@ -78,7 +77,7 @@ pub struct NotConsecutive(pub Vec<u32>);
 /// The entry's value without the call's fields, if `model` has that call
 /// with the same fields.
 fn packed_call(entry: NewEntry<'_>, model: &Value) -> Option<Value> {
-    let call_id = entry.name.strip_prefix(PERSIST)?;
+    let call_id = names::call_of_persist(entry.name)?;
     let call = call_in(model, call_id)?;
     let Value::Object(value) = entry.value else {
         return None;
@@ -169,7 +168,7 @@ pub fn unpack(entries: Vec<StoredEntry>) -> Result<Vec<JournalEntry>, UnpackJour
         let value = match entry.packed {
             0 => entry.value,
             PACKED_CALL => {
-                let call_id = entry.name.strip_prefix(PERSIST).ok_or_else(|| {
+                let call_id = names::call_of_persist(&entry.name).ok_or_else(|| {
                     UnpackJournalError::new(&entry, "only a persist entry is packed")
                 })?;
                 let call = model

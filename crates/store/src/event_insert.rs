@@ -11,6 +11,10 @@ use crate::journal_insert::StoredJournal;
 use crate::pipeline::Op;
 use crate::{Result, StorageFormat};
 
+/// How far apart the sequence hands out row ids (migration 0018): a row's
+/// events take the ids from its own up to the next row's.
+pub(crate) const ROW_ID_STEP: i64 = event_row::MAX_EVENTS_PER_ROW as i64;
+
 /// The thread `$1`'s event lock, as the CTE `ordered` every event insert
 /// selects from (see [`INSERT_EVENT_SQL`]).
 macro_rules! event_lock_cte {
@@ -166,7 +170,7 @@ pub(crate) fn events_ops(
     items: Vec<EventItem>,
     format: StorageFormat,
 ) -> Vec<Op> {
-    if !format.shares_rows() {
+    if !format.writes_newest_rows() {
         return items
             .into_iter()
             .map(|item| single_op(thread, run, item))

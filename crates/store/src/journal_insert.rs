@@ -4,7 +4,7 @@
 //! one of its model entries (see `in_journal.rs`); and which persist
 //! entries its parked call rows hold instead (migration 0019).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use agentenkit_core::journal::names;
 use agentenkit_core::stored_journal::{self, NewEntry, PACKED_CALL};
@@ -29,10 +29,9 @@ pub(crate) struct StoredJournal<'a> {
     models: Vec<NewEntry<'a>>,
     /// The position of each call's persist entry in the commit, by call id.
     persist_at: BTreeMap<&'a str, u32>,
-    /// The persist entries a call row of the commit holds instead, by call
-    /// id, and their positions (not written to `journal`).
+    /// The position of each persist entry a call row of the commit holds
+    /// instead (not written to `journal`), by call id.
     in_call_row: BTreeMap<String, u32>,
-    elided: BTreeSet<u32>,
     format: StorageFormat,
 }
 
@@ -58,7 +57,7 @@ impl<'a> StoredJournal<'a> {
             .iter()
             .filter_map(|e| Some((names::call_of_persist(e.name)?, e.position)))
             .collect();
-        if format == StorageFormat::Whole {
+        if !format.packs() {
             return Ok(StoredJournal {
                 values: positions
                     .zip(entries.iter().map(|e| (e.value.clone(), 0)))
@@ -67,7 +66,6 @@ impl<'a> StoredJournal<'a> {
                 models: Vec::new(),
                 persist_at,
                 in_call_row: BTreeMap::new(),
-                elided: BTreeSet::new(),
                 format,
             });
         }
@@ -92,7 +90,6 @@ impl<'a> StoredJournal<'a> {
                 .collect(),
             persist_at,
             in_call_row: BTreeMap::new(),
-            elided: BTreeSet::new(),
             format,
         })
     }
@@ -105,7 +102,7 @@ impl<'a> StoredJournal<'a> {
     /// it back as stored. The formats for a rolling upgrade write it, as
     /// the versions before read only `journal`.
     pub(crate) fn keep_in_call_rows(&mut self, parked: &ParkedAtOnce<'_>) {
-        if self.format != StorageFormat::Packed {
+        if !self.format.writes_newest_rows() {
             return;
         }
         for (call_id, kind) in parked.calls() {
@@ -115,7 +112,6 @@ impl<'a> StoredJournal<'a> {
             let held = json!({ "kind": kind.as_str(), "toolType": kind.tool_type() });
             if self.values.get(&position) == Some(&(held, PACKED_CALL)) {
                 self.values.remove(&position);
-                self.elided.insert(position);
                 self.in_call_row
                     .insert(call_id.as_str().to_owned(), position);
             }
@@ -159,7 +155,7 @@ impl<'a> StoredJournal<'a> {
         position: u32,
         name: &str,
     ) -> Result<Option<Op>> {
-        if self.elided.remove(&position) {
+        if self.in_call_row.values().any(|at| *at == position) {
             return Ok(None);
         }
         let (value, packed) = self.values.remove(&position).ok_or_else(|| {

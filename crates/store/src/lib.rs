@@ -96,8 +96,10 @@ impl StorageFormat {
         self != StorageFormat::Whole
     }
 
-    /// Whether the events of a commit share rows (migration 0018).
-    pub(crate) fn shares_rows(self) -> bool {
+    /// Whether rows only versions with migrations 0018-0019 read are
+    /// written: a commit's events in one row, persist entries in the call
+    /// rows that hold them.
+    pub(crate) fn writes_newest_rows(self) -> bool {
         self == StorageFormat::Packed
     }
 }

@@ -30,9 +30,10 @@ pub(crate) const INSERT: &str = "INSERT INTO outbox (delay_ms, key, message, due
      VALUES ($1, $2, $3, now() + $1::bigint * interval '1 millisecond') RETURNING id";
 
 fn message_column(message: &QueueMessage, format: StorageFormat) -> Result<Option<Value>> {
-    Ok(match format {
-        StorageFormat::Packed | StorageFormat::Unbatched => None,
-        StorageFormat::Whole => Some(serde_json::to_value(message)?),
+    Ok(if format.packs() {
+        None
+    } else {
+        Some(serde_json::to_value(message)?)
     })
 }
 

@@ -8,14 +8,11 @@ use serde_json::{json, Value};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::event_insert::ROW_ID_STEP;
 use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::views::{EventView, MessageView, PendingInput, ThreadView};
 use crate::{Error, Result, Store};
-
-/// The ids of a row's events are its own and the next ones below the next
-/// row's (migration 0018): every event above id N is in a row above N - this.
-const ROW_SPAN: i64 = agentenkit_core::event_row::MAX_EVENTS_PER_ROW as i64;
 
 /// A turn that was started: its run, and the segment to publish.
 #[derive(Debug, Clone)]
@@ -271,7 +268,8 @@ impl Store {
                 // between it and the next): the thread's index gives rows in
                 // order, so a page sorts only within rows and stops at the
                 // limit, where ordering by event id alone sorted every event
-                // of the thread above `after`.
+                // of the thread above `after`. Every event above `after` is
+                // in a row above `after` - ROW_ID_STEP ($4).
                 concat!(
                     "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed,
                             CASE WHEN e.packed & 2 <> 0 THEN ",
@@ -291,7 +289,7 @@ impl Store {
             )
             .await?;
         client
-            .query(&stmt, &[&thread.0, &after, &limit, &after.saturating_sub(ROW_SPAN)])
+            .query(&stmt, &[&thread.0, &after, &limit, &after.saturating_sub(ROW_ID_STEP)])
             .await?
             .into_iter()
             .map(|r| {

@@ -16,14 +16,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use agentenkit_core::event_row::MAX_EVENTS_PER_ROW;
 use agentenkit_core::ThreadId;
 use uuid::Uuid;
 
+use crate::event_insert::ROW_ID_STEP;
 use crate::{Result, Store};
 
-/// How far apart the sequence hands out row ids (migration 0018).
-const ROW_ID_STEP: i64 = MAX_EVENTS_PER_ROW as i64;
 /// Rows below the highest one at start that the first poll looks at again:
 /// an insert in flight when the watch starts may commit below the maximum.
 const START_LOOKBACK: i64 = 256 * ROW_ID_STEP;
