@@ -63,26 +63,13 @@ async fn the_journal_of_a_plain_approval_turn_is_pinned() {
         "the journal of a plain approval turn changed"
     );
     // What is served is the journal as written; what is stored leaves out
-    // what the model entry already holds (agentenkit_core::stored_journal),
-    // and the persist entry of a call parked in its commit is its call
-    // row's kind and tool type (migration 0019).
+    // what the model entry already holds (the store's format::journal).
     let stored: Vec<(String, i16, bool)> = env
         .rows(
-            "SELECT name, packed, value ? 'arguments' FROM journal_entries ORDER BY position",
+            "SELECT name, packed, value ? 'arguments' FROM journal ORDER BY position",
             |r| (r.get(0), r.get(1), r.get(2)),
         )
         .await;
-    let in_journal: Vec<String> = env
-        .rows("SELECT name FROM journal ORDER BY position", |r| r.get(0))
-        .await;
-    assert!(
-        !in_journal.iter().any(|name| name.starts_with("persist:")),
-        "{in_journal:?}"
-    );
-    let persist_position: Vec<Option<i32>> = env
-        .rows("SELECT persist_position FROM tool_calls", |r| r.get(0))
-        .await;
-    assert_eq!(persist_position, vec![Some(1)]);
     assert_eq!(
         stored[1],
         ("persist:toolcall:c1".into(), 1, false),

@@ -14,6 +14,7 @@ mod http_tool;
 mod intake;
 mod jobs;
 mod limits;
+mod migrations;
 mod openapi;
 mod ops;
 mod parked;

@@ -315,7 +315,7 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
         .await
         .query(
             "SELECT type, packed, data ? 'runId', data ? 'arguments' OR data ? 'message'
-             FROM event_items ORDER BY id",
+             FROM events ORDER BY id",
             &[],
         )
         .await
@@ -351,7 +351,7 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
     }
     // What is left of each is only what no row holds.
     let kept: Vec<(String, Value)> = env
-        .rows("SELECT type, data FROM event_items ORDER BY id", |r| {
+        .rows("SELECT type, data FROM events ORDER BY id", |r| {
             (r.get(0), r.get(1))
         })
         .await;
@@ -393,69 +393,4 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
         vec![(false, None), (true, Some("model:0".to_owned()))],
         "the user's message, then the assistant's"
     );
-}
-
-/// A store set to write rows whole (`AGENTENKIT_STORAGE_FORMAT=whole`, for
-/// a rolling upgrade) writes what the version before migrations 0010-0015
-/// reads: event data, journal entries and outbox messages in full. What the
-/// API serves is the same either way.
-#[tokio::test]
-async fn a_store_writing_whole_rows_writes_what_the_previous_version_reads() {
-    let tool = ToolServer::ok().await;
-    let env = TestEnv::start_with(
-        approval_registry(CALL_THEN_DONE, &tool.url),
-        |config| config.storage_format = agentenkit_store::StorageFormat::Whole,
-        |state| state,
-    )
-    .await;
-    let _worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
-    env.wait_pending(&thread_id, 1).await;
-
-    let events = env.get(&format!("/threads/{thread_id}/events")).await;
-    let required = first_event(&events, "INPUT_REQUIRED");
-    assert_eq!(required["data"]["arguments"], json!({ "to": "a@b.c" }));
-    assert_eq!(required["data"]["runId"], run_id.as_str());
-
-    let pg = env.pg_client().await;
-    let events: Vec<(String, i16, bool, bool)> = env
-        .rows(
-            "SELECT type, packed, data ? 'runId', layout IS NULL FROM events",
-            |r| (r.get(0), r.get(1), r.get(2), r.get(3)),
-        )
-        .await;
-    assert!(
-        events
-            .iter()
-            .all(|(_, packed, has_run, alone)| *packed == 0 && *has_run && *alone),
-        "{events:?}"
-    );
-    let journal: Vec<(String, i16)> = env
-        .rows("SELECT name, packed FROM journal ORDER BY position", |r| {
-            (r.get(0), r.get(1))
-        })
-        .await;
-    assert!(journal
-        .iter()
-        .any(|(name, _)| name == "persist:toolcall:c1"));
-    assert!(
-        journal.iter().all(|(_, packed)| *packed == 0),
-        "{journal:?}"
-    );
-    let outbox: Vec<Option<Value>> = env.rows("SELECT message FROM outbox", |r| r.get(0)).await;
-    assert!(
-        !outbox.is_empty() && outbox.iter().all(Option::is_some),
-        "{outbox:?}"
-    );
-    let call = pg
-        .query_one("SELECT arguments, arguments_position FROM tool_calls", &[])
-        .await
-        .unwrap();
-    assert_eq!(
-        call.get::<_, Option<Value>>(0),
-        Some(json!({ "to": "a@b.c" }))
-    );
-    assert_eq!(call.get::<_, Option<i32>>(1), None);
-    let bodies: Vec<Option<Value>> = env.rows("SELECT body FROM messages", |r| r.get(0)).await;
-    assert!(bodies.iter().all(Option::is_some), "{bodies:?}");
 }

@@ -17,7 +17,7 @@ use agentenkit_queue::memory::MemoryQueue;
 use agentenkit_queue::rabbit::RabbitQueue;
 use agentenkit_queue::{QueueAdapter, Topology};
 use agentenkit_runtime::Registry;
-use agentenkit_store::{StorageFormat, Store, StoreConfig};
+use agentenkit_store::{Store, StoreConfig};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
@@ -72,31 +72,6 @@ pub struct Connections {
     /// `rabbitmq` for a fleet; `memory` runs everything in one process.
     #[arg(long, env = "AGENTENKIT_QUEUE", value_enum, default_value_t = QueueKind::Rabbitmq)]
     pub queue: QueueKind,
-    /// `packed` stores events, journal entries, call rows, messages and outbox rows without what
-    /// other rows hold, the events of one commit in one row; `unbatched`
-    /// packs them but writes one row per event, as versions of migrations
-    /// 0015-0017 did; `whole` writes them as versions before migrations
-    /// 0010-0015 did. The last two are for a rolling upgrade while such
-    /// processes still run (every process of this version reads all three).
-    #[arg(long, env = "AGENTENKIT_STORAGE_FORMAT", value_enum, default_value_t = StorageFormatArg::Packed)]
-    pub storage_format: StorageFormatArg,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StorageFormatArg {
-    Packed,
-    Unbatched,
-    Whole,
-}
-
-impl From<StorageFormatArg> for StorageFormat {
-    fn from(arg: StorageFormatArg) -> Self {
-        match arg {
-            StorageFormatArg::Packed => StorageFormat::Packed,
-            StorageFormatArg::Unbatched => StorageFormat::Unbatched,
-            StorageFormatArg::Whole => StorageFormat::Whole,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -123,7 +98,6 @@ impl Connections {
     pub fn store(&self) -> anyhow::Result<Store> {
         let mut config = StoreConfig::new(&self.database_url);
         config.schema = self.schema.clone();
-        config.storage_format = self.storage_format.into();
         Ok(Store::connect(&config)?)
     }
 

@@ -23,38 +23,9 @@ string_enum!(
     }
 );
 
-impl EventType {
-    /// The type's code where an events row holds several events (their
-    /// `layout`, migration 0018, whose `event_type_codes` table says the
-    /// same): stored, so a code is never reused or renumbered.
-    pub fn code(self) -> u8 {
-        match self {
-            EventType::RunStarted => 1,
-            EventType::Message => 2,
-            EventType::ToolCall => 3,
-            EventType::ToolResult => 4,
-            EventType::InputRequired => 5,
-            EventType::InputResolved => 6,
-            EventType::Elicitation => 7,
-            EventType::RunCompleted => 8,
-            EventType::RunFailed => 9,
-            EventType::RunCancelled => 10,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn codes_are_distinct_and_never_zero() {
-        let mut codes: Vec<u8> = EventType::ALL.iter().map(|e| e.code()).collect();
-        codes.sort_unstable();
-        codes.dedup();
-        assert_eq!(codes.len(), EventType::ALL.len());
-        assert!(!codes.contains(&0));
-    }
 
     #[test]
     fn event_names_are_the_spec_names() {

@@ -9,15 +9,12 @@
 pub mod conversation;
 pub mod error;
 pub mod event;
-pub mod event_row;
 pub mod ids;
 pub mod journal;
 pub mod questions;
 pub mod queue_message;
 pub mod reply;
 pub mod status;
-pub mod stored_event;
-pub mod stored_journal;
 
 pub use error::{Error, Result};
 pub use event::EventType;

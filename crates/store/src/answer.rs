@@ -18,9 +18,10 @@ use uuid::Uuid;
 
 use crate::commit::resume_if_settled;
 use crate::event_insert::{event_op, insert_event};
+use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
-use crate::{Error, Result, StorageFormat, Store};
+use crate::{Error, Result, Store};
 
 /// How a reply names the request it answers.
 #[derive(Debug, Clone, Copy)]
@@ -225,7 +226,7 @@ impl Store {
                     "run {run} changed under its lock"
                 )))),
             );
-            ops.push(crate::outbox::insert_op(segment, 0, self.format)?);
+            ops.push(crate::outbox::insert_op(segment, 0));
         }
         // The event last, after every row lock (see INSERT_EVENT_SQL).
         ops.push(event_op(
@@ -233,7 +234,7 @@ impl Store {
             Some(run),
             EventType::InputResolved,
             resolved_event(&row, call, &reply)?,
-            self.format,
+            &RowFields::default(),
         ));
         let answers = tx.commit_with(ops).await?;
         let outbox = match resume {
@@ -258,61 +259,6 @@ impl Store {
             waited: Some(std::time::Duration::from_secs_f64(row.waited_secs.max(0.0))),
             outbox,
         })
-    }
-
-    /// A proposed call's recorded park request (see `RecordParkRequest`).
-    /// Returned with the call's status, in one query: what a function call
-    /// needs to know before it runs.
-    pub async fn park_request(
-        &self,
-        run: RunId,
-        call: &ToolCallId,
-    ) -> Result<(ToolCallStatus, Option<Value>)> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT status, park_request FROM tool_calls WHERE run_id = $1 AND id = $2",
-            )
-            .await?;
-        let row = client
-            .query_opt(&stmt, &[&run.0, &call.as_str()])
-            .await?
-            .ok_or_else(|| Error::NotFound {
-                what: "tool call",
-                id: call.to_string(),
-            })?;
-        Ok((row.get::<_, &str>(0).parse()?, row.get(1)))
-    }
-
-    /// The settled reply of a call, or its status while it is not settled.
-    pub async fn tool_call_reply(
-        &self,
-        run: RunId,
-        call: &ToolCallId,
-    ) -> Result<std::result::Result<SettledReply, ToolCallStatus>> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT status, payload, result, answered_by, answered_at, kind, defaulted
-                 FROM tool_calls WHERE run_id = $1 AND id = $2",
-            )
-            .await?;
-        let row = client
-            .query_opt(&stmt, &[&run.0, &call.as_str()])
-            .await?
-            .ok_or_else(|| Error::NotFound {
-                what: "tool call",
-                id: call.to_string(),
-            })?;
-        settled_reply(
-            row.get::<_, &str>(0).parse()?,
-            row.get::<_, &str>(5).parse()?,
-            row.get(1),
-            row.get::<_, Option<Value>>(2).as_ref(),
-            row.get(6),
-            row.get(3),
-            row.get(4),
-        )
     }
 
     /// Stops the thread's current run tree: every active run of it is
@@ -375,7 +321,6 @@ impl Store {
                 Some(RunId(*run)),
                 EventType::RunCancelled,
                 &json!({ "runId": run, "reason": "stopped" }),
-                self.format,
             )
             .await?;
         }
@@ -494,10 +439,9 @@ pub(crate) async fn settle(
     row: &ReplyTarget,
     call: &ToolCallId,
     reply: &SettledReply,
-    format: StorageFormat,
 ) -> Result<Vec<OutboxRow>> {
     let data = resolved_event(row, call, reply)?;
-    let outbox = resume_if_settled(tx, row.run_id, format).await?;
+    let outbox = resume_if_settled(tx, row.run_id).await?;
     // The event last, after every row lock (see INSERT_EVENT_SQL); the
     // caller commits right after.
     insert_event(
@@ -506,7 +450,6 @@ pub(crate) async fn settle(
         Some(row.run_id),
         EventType::InputResolved,
         &data,
-        format,
     )
     .await?;
     Ok(outbox)

@@ -1,8 +1,8 @@
 //! How a call row is inserted: proposed, or proposed and parked in one
-//! commit (see `parked_at_once.rs`), storing its arguments and persist
-//! entry where the commit's journal holds them (`journal_insert.rs`).
+//! commit (see `parked_at_once.rs`), storing its arguments where the
+//! commit's journal holds them (`journal_insert.rs`).
 
-use agentenkit_core::{RunId, ThreadId, ToolCallId, ToolKind};
+use agentenkit_core::{RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
@@ -14,40 +14,31 @@ pub(crate) struct NewCall<'a> {
     pub(crate) id: &'a ToolCallId,
     pub(crate) name: &'a str,
     pub(crate) kind: ToolKind,
-    /// `(arguments, arguments_position)`: see `in_journal.rs`.
+    /// `(arguments, arguments_position)`: see `format/sql.rs`.
     pub(crate) stored: (Option<Value>, Option<i32>),
-    /// The position of the call's persist entry when the row holds it
-    /// (`journal_insert::StoredJournal::keep_in_call_rows`).
-    pub(crate) persist_position: Option<i32>,
     pub(crate) parked: Option<(&'a str, Option<DateTime<Utc>>)>,
 }
 
-/// The insert of a call row with status `$status` (a literal).
-macro_rules! insert_tool_call_sql {
-    ($status:literal) => {
-        concat!(
-            "INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, arguments_position,
-                                     kind, tool_type, status, reason, expires_at, persist_position)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ",
-            $status,
-            ", $9, $10, $11)"
-        )
-    };
-}
+/// The insert of a call row, proposed (`$9`, `$10` and `$11` null) or
+/// already open.
+const INSERT_TOOL_CALL_SQL: &str = "
+    INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, arguments_position,
+                            kind, tool_type, status, reason, expires_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 /// The one insert of a call row, proposed or already open.
 pub(crate) fn insert_tool_call(run: RunId, thread: ThreadId, call: NewCall<'_>) -> Op {
     let (arguments, arguments_position) = call.stored;
-    let (sql, reason, expires_at) = match call.parked {
+    let (status, reason, expires_at) = match call.parked {
         Some((reason, expires_at)) => (
-            insert_tool_call_sql!("'pending_approval'"),
+            ToolCallStatus::PendingApproval,
             Some(reason.to_owned()),
             expires_at,
         ),
-        None => (insert_tool_call_sql!("'proposed'"), None, None),
+        None => (ToolCallStatus::Proposed, None, None),
     };
     Op::new(
-        sql,
+        INSERT_TOOL_CALL_SQL,
         vec![
             Box::new(run.0),
             Box::new(call.id.as_str().to_owned()),
@@ -57,9 +48,9 @@ pub(crate) fn insert_tool_call(run: RunId, thread: ThreadId, call: NewCall<'_>) 
             Box::new(arguments_position),
             Box::new(call.kind.as_str()),
             Box::new(call.kind.tool_type()),
+            Box::new(status.as_str()),
             Box::new(reason),
             Box::new(expires_at),
-            Box::new(call.persist_position),
         ],
     )
 }

@@ -2,7 +2,6 @@
 //! transaction, fenced by the worker's lease.
 
 use agentenkit_core::conversation::Message;
-use agentenkit_core::stored_event::{self, RowFields};
 use agentenkit_core::{
     EventType, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
@@ -11,12 +10,13 @@ use deadpool_postgres::Transaction;
 use serde_json::Value;
 
 use crate::call_insert::{insert_tool_call, NewCall};
-use crate::event_insert::{event_item, event_op, event_op_with_rows, events_ops};
+use crate::event_insert::{event_item, event_op, item_op};
+use crate::format::event::{self as stored_event, RowFields};
 use crate::journal_insert::StoredJournal;
 use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{self, Answer, Expect, Op, Param};
 use crate::runs::Lease;
-use crate::{Error, Result, StorageFormat, Store};
+use crate::{Error, Result, Store};
 
 /// One row-level change made by a worker on the run it holds.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,15 +115,11 @@ impl Store {
         let mut ops = vec![fence(lease, progress, end)];
         let mut messages: Vec<Option<(QueueMessage, u64)>> = vec![None];
         let mut sequential = Vec::new();
-        // Events go last, after every row lock (see INSERT_EVENT_SQL); the
-        // run's own share rows (event_insert::events_ops).
+        // Events go last, after every row lock (see INSERT_EVENT_SQL).
         let mut events = Vec::new();
-        let format = self.format;
-        let mut journal = StoredJournal::of(changes, format)?;
+        let mut journal = StoredJournal::of(changes)?;
         let parked_at_once = crate::parked_at_once::ParkedAtOnce::find(changes);
-        journal.keep_in_call_rows(&parked_at_once);
-        let message_with_event =
-            crate::message_with_event::MessageWithEvent::find(changes, format)?;
+        let message_with_event = crate::message_with_event::MessageWithEvent::find(changes)?;
         for change in changes {
             if end.is_some_and(|end| std::ptr::eq(end, change))
                 || parked_at_once.folds(change)
@@ -139,20 +135,20 @@ impl Store {
                 continue;
             }
             if let Some(item) = message_with_event.event_item(lease.run_id, change, &journal) {
-                events.push(item);
+                events.push(item_op(lease.thread_id, Some(lease.run_id), item));
                 continue;
             }
             if let Change::Event { event_type, data } = change {
-                events.push(event_item(
+                let item = event_item(
                     Some(lease.run_id),
                     *event_type,
                     data.clone(),
-                    format,
                     &crate::event_rows::known_rows(lease, changes, data),
-                ));
+                );
+                events.push(item_op(lease.thread_id, Some(lease.run_id), item));
                 continue;
             }
-            match plan(lease.run_id, lease.thread_id, change, format, &mut journal)? {
+            match plan(lease.run_id, lease.thread_id, change, &mut journal)? {
                 Some(planned) => {
                     for (op, message) in planned {
                         ops.push(op);
@@ -162,7 +158,6 @@ impl Store {
                 None => sequential.push(change),
             }
         }
-        let mut events = events_ops(lease.thread_id, Some(lease.run_id), events, format);
         let client = self.client().await?;
         let (answers, applied) = if sequential.is_empty() {
             // The common commit: BEGIN, the statements and COMMIT in one
@@ -175,8 +170,7 @@ impl Store {
             let answers = pipeline::run(&tx, ops).await?;
             let mut outbox = Vec::new();
             for change in sequential {
-                let (row, event) =
-                    apply(&tx, lease.run_id, lease.thread_id, change, format).await?;
+                let (row, event) = apply(&tx, lease.run_id, lease.thread_id, change).await?;
                 outbox.extend(row);
                 events.extend(event);
             }
@@ -273,14 +267,10 @@ fn plan(
     run: RunId,
     thread: ThreadId,
     change: &Change,
-    format: StorageFormat,
     journal: &mut StoredJournal,
 ) -> Result<Option<Vec<Planned>>> {
     let op = match change {
-        Change::Journal { position, name, .. } => match journal.insert_op(run, *position, name)? {
-            Some(op) => op,
-            None => return Ok(Some(Vec::new())),
-        },
+        Change::Journal { position, name, .. } => journal.insert_op(run, *position, name)?,
         Change::Message(message) => {
             let (body, body_position) = journal.message_body(serde_json::to_value(message)?);
             Op::new(
@@ -293,9 +283,13 @@ fn plan(
                 ],
             )
         }
-        Change::Event { event_type, data } => {
-            event_op(thread, Some(run), *event_type, data.clone(), format)
-        }
+        Change::Event { event_type, data } => event_op(
+            thread,
+            Some(run),
+            *event_type,
+            data.clone(),
+            &RowFields::default(),
+        ),
         Change::ProposeToolCall {
             id,
             name,
@@ -309,7 +303,6 @@ fn plan(
                 name,
                 kind: *kind,
                 stored: journal.call_arguments(id.as_str(), arguments),
-                persist_position: None,
                 parked: None,
             },
         ),
@@ -335,7 +328,7 @@ fn plan(
             ))))
         }
         Change::Outbox { message, delay_ms } => {
-            let op = outbox::insert_op(message, *delay_ms, format)?;
+            let op = outbox::insert_op(message, *delay_ms);
             return Ok(Some(vec![(op, Some((message.clone(), *delay_ms)))]));
         }
         Change::ParkToolCall {
@@ -408,11 +401,7 @@ fn plan(
 /// Resumes a waiting run whose requests and children are all settled: the
 /// run is queued with a new segment seq, whose segment goes to the outbox.
 /// Callers hold the run's row lock.
-pub(crate) async fn resume_if_settled(
-    tx: &Transaction<'_>,
-    run: RunId,
-    format: StorageFormat,
-) -> Result<Vec<OutboxRow>> {
+pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Result<Vec<OutboxRow>> {
     let stmt = tx
         .prepare_cached(
             "SELECT (SELECT count(*) FROM tool_calls WHERE run_id = $1 AND status = 'pending_approval')
@@ -438,7 +427,7 @@ pub(crate) async fn resume_if_settled(
         run_id: run,
         seq: resumed.get(0),
     };
-    Ok(vec![outbox::insert(tx, &segment, 0, format).await?])
+    Ok(vec![outbox::insert(tx, &segment, 0).await?])
 }
 
 pub(crate) async fn insert_message(
@@ -464,7 +453,6 @@ async fn apply(
     run: RunId,
     thread: ThreadId,
     change: &Change,
-    format: StorageFormat,
 ) -> Result<(Option<OutboxRow>, Option<Op>)> {
     match change {
         Change::StartChild {
@@ -495,7 +483,7 @@ async fn apply(
                 },
             )
             .await?;
-            let started = event_op_with_rows(
+            let started = event_op(
                 thread,
                 Some(*child_run_id),
                 EventType::RunStarted,
@@ -506,7 +494,6 @@ async fn apply(
                     "parentRunId": run,
                     "parentToolCallId": call_id,
                 }),
-                format,
                 &RowFields {
                     run: stored_event::run_row(name, depth),
                     ..RowFields::default()
@@ -516,10 +503,7 @@ async fn apply(
                 run_id: *child_run_id,
                 seq: 1,
             };
-            Ok((
-                Some(outbox::insert(tx, &segment, 0, format).await?),
-                Some(started),
-            ))
+            Ok((Some(outbox::insert(tx, &segment, 0).await?), Some(started)))
         }
         Change::FinishDelegation {
             parent_run_id,
@@ -554,7 +538,7 @@ async fn apply(
             )
             .await?;
             Ok((
-                resume_if_settled(tx, *parent_run_id, format)
+                resume_if_settled(tx, *parent_run_id)
                     .await?
                     .into_iter()
                     .next(),

@@ -1,8 +1,8 @@
 //! What a commit's event may leave to the rows the same commit writes: a
 //! call's name from its proposal, and a parked call's kind, reason and
-//! expiry from its park (see `agentenkit_core::stored_event::RowFields`).
+//! expiry from its park (see `format::event::RowFields`).
 
-use agentenkit_core::stored_event::{self, RowFields};
+use crate::format::event::{self as stored_event, RowFields};
 use serde_json::{Map, Value};
 
 use crate::commit::Change;

@@ -84,7 +84,7 @@ impl Store {
         };
         if now < expires_at {
             let remaining_ms = (expires_at - now).num_milliseconds().max(1) as u64;
-            let row = outbox::insert(&tx, &message, remaining_ms, self.format).await?;
+            let row = outbox::insert(&tx, &message, remaining_ms).await?;
             tx.commit().await?;
             return Ok(Expiry::NotDue {
                 remaining_ms,
@@ -119,7 +119,7 @@ impl Store {
             arguments: row.get(6),
             waited_secs: 0.0,
         };
-        let outbox = settle(&tx, &target, call, &reply, self.format).await?;
+        let outbox = settle(&tx, &target, call, &reply).await?;
         tx.commit().await?;
         let late_ms = (now - expires_at).num_milliseconds().max(0) as u64;
         Ok(Expiry::Expired { outbox, late_ms })
@@ -203,7 +203,7 @@ impl Store {
                 run_id: RunId(row.get(0)),
                 tool_call_id: ToolCallId(row.get(1)),
             };
-            outbox.push(outbox::insert(&tx, &message, ttl_ms, self.format).await?);
+            outbox.push(outbox::insert(&tx, &message, ttl_ms).await?);
         }
         tx.commit().await?;
         Ok(outbox)
@@ -219,7 +219,7 @@ impl Store {
             .query(
                 "SELECT (extract(epoch FROM e.created_at - tc.expires_at) * 1000)::float8
                  FROM tool_calls tc
-                 JOIN event_items e ON e.thread_id = tc.thread_id AND e.type = 'INPUT_RESOLVED'
+                 JOIN events e ON e.thread_id = tc.thread_id AND e.type = 'INPUT_RESOLVED'
                   AND e.data->>'toolCallId' = tc.id AND e.run_id = tc.run_id
                  WHERE tc.status = 'expired'",
                 &[],

@@ -14,7 +14,7 @@ use tokio_postgres::NoTls;
 
 // Defines SQL macros the modules below use (textual scope: keep it first).
 #[macro_use]
-mod in_journal;
+mod format;
 
 mod answer;
 mod call_insert;
@@ -66,42 +66,6 @@ pub struct StoreConfig {
     /// The server's `statement_timeout` for this store's sessions
     /// (migrations lift it for their own transactions).
     pub statement_timeout: Duration,
-    /// What rows this store writes (readers read both formats).
-    pub storage_format: StorageFormat,
-}
-
-/// What rows a store writes. `Packed` (the default) leaves out of events,
-/// journal entries, call rows, messages and outbox rows what other rows already hold (see
-/// `agentenkit_core::stored_event` and `stored_journal`); `Whole` writes
-/// every row as the version before migrations 0010-0015 did, so processes
-/// of that version still running during a rolling upgrade read them, and
-/// `Unbatched` packs them but writes an events row per event and every
-/// journal entry to `journal`, as versions with migrations 0015-0017 did
-/// (`Packed` lets a commit's events share a row, `agentenkit_core::event_row`,
-/// and a call row parked in its commit hold its persist entry, migration
-/// 0019). Every version with migration 0019 reads all three.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StorageFormat {
-    #[default]
-    Packed,
-    /// Packed, but one events row per event and every journal entry in
-    /// `journal`, as versions with migrations 0015-0017 wrote them: for a
-    /// rolling upgrade from such a version.
-    Unbatched,
-    Whole,
-}
-
-impl StorageFormat {
-    pub(crate) fn packs(self) -> bool {
-        self != StorageFormat::Whole
-    }
-
-    /// Whether rows only versions with migrations 0018-0019 read are
-    /// written: a commit's events in one row, persist entries in the call
-    /// rows that hold them.
-    pub(crate) fn writes_newest_rows(self) -> bool {
-        self == StorageFormat::Packed
-    }
 }
 
 impl StoreConfig {
@@ -112,7 +76,6 @@ impl StoreConfig {
             max_connections: 16,
             pool_wait: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(30),
-            storage_format: StorageFormat::Packed,
         }
     }
 }
@@ -122,7 +85,6 @@ impl StoreConfig {
 pub struct Store {
     pool: Pool,
     schema: Option<String>,
-    format: StorageFormat,
 }
 
 impl Store {
@@ -167,7 +129,6 @@ impl Store {
         Ok(Store {
             pool,
             schema: config.schema.clone(),
-            format: config.storage_format,
         })
     }
 

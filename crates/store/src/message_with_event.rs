@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::commit::Change;
 use crate::event_insert::{message_event_item, EventItem};
 use crate::journal_insert::StoredJournal;
-use crate::{Result, StorageFormat};
+use crate::Result;
 
 /// A `MESSAGE` event repeated its message whole beside the messages row
 /// inserted in the same commit (the largest event of a parked thread after
@@ -24,14 +24,9 @@ pub(crate) struct MessageWithEvent<'a> {
 }
 
 impl<'a> MessageWithEvent<'a> {
-    /// The pair to fold in `changes`, if any: none for a store writing
-    /// whole rows (the version before 0012 reads a MESSAGE event's message
-    /// from its data).
-    pub(crate) fn find(changes: &'a [Change], format: StorageFormat) -> Result<Self> {
+    /// The pair to fold in `changes`, if any.
+    pub(crate) fn find(changes: &'a [Change]) -> Result<Self> {
         let none = MessageWithEvent { pair: None };
-        if !format.packs() {
-            return Ok(none);
-        }
         let child_run = changes.iter().any(|c| {
             matches!(
                 c,
@@ -123,23 +118,14 @@ mod tests {
             Change::Message(last.clone()),
             Change::WaitRun,
         ];
-        let folded = MessageWithEvent::find(&changes, StorageFormat::Packed).unwrap();
+        let folded = MessageWithEvent::find(&changes).unwrap();
         assert!(folded.folds(&changes[2]) && !folded.folds(&changes[0]));
-        let journal = StoredJournal::of(&changes, StorageFormat::Packed).unwrap();
+        let journal = StoredJournal::of(&changes).unwrap();
         let item = folded
             .event_item(RunId::new(), &changes[1], &journal)
             .expect("the pair");
-        let ops = crate::event_insert::events_ops(
-            ThreadId::new(),
-            None,
-            vec![item],
-            StorageFormat::Packed,
-        );
-        assert!(
-            ops[0].sql().contains("INSERT INTO messages"),
-            "{}",
-            ops[0].sql()
-        );
+        let op = crate::event_insert::item_op(ThreadId::new(), None, item);
+        assert!(op.sql().contains("INSERT INTO messages"), "{}", op.sql());
         assert!(folded
             .event_item(RunId::new(), &changes[0], &journal)
             .is_none());
@@ -154,7 +140,7 @@ mod tests {
             Change::Message(first.clone()),
             Change::Message(last),
         ];
-        let folded = MessageWithEvent::find(&changes, StorageFormat::Packed).unwrap();
+        let folded = MessageWithEvent::find(&changes).unwrap();
         assert!(!folded.folds(&changes[1]) && !folded.folds(&changes[2]));
         // a child run starts in the same commit
         let changes = [
@@ -167,13 +153,9 @@ mod tests {
                 task: "t".into(),
             },
         ];
-        assert!(!MessageWithEvent::find(&changes, StorageFormat::Packed)
-            .unwrap()
-            .folds(&changes[1]));
+        assert!(!MessageWithEvent::find(&changes).unwrap().folds(&changes[1]));
         // no MESSAGE event for it
         let changes = [Change::Message(first)];
-        assert!(!MessageWithEvent::find(&changes, StorageFormat::Packed)
-            .unwrap()
-            .folds(&changes[0]));
+        assert!(!MessageWithEvent::find(&changes).unwrap().folds(&changes[0]));
     }
 }

@@ -4,100 +4,14 @@
 use crate::{Error, Result, Store};
 
 /// `(version, name, sql)`, in order. Embedded at build time so a binary
-/// migrates without the source tree beside it.
-const MIGRATIONS: &[(i32, &str, &str)] = &[
-    (1, "init", include_str!("../../../migrations/0001_init.sql")),
-    (
-        2,
-        "event_notify",
-        include_str!("../../../migrations/0002_event_notify.sql"),
-    ),
-    (
-        3,
-        "park_request",
-        include_str!("../../../migrations/0003_park_request.sql"),
-    ),
-    (
-        4,
-        "event_xid",
-        include_str!("../../../migrations/0004_event_xid.sql"),
-    ),
-    (
-        5,
-        "outbox_consumed",
-        include_str!("../../../migrations/0005_outbox_consumed.sql"),
-    ),
-    (
-        6,
-        "hot_path",
-        include_str!("../../../migrations/0006_hot_path.sql"),
-    ),
-    (
-        7,
-        "row_checks",
-        include_str!("../../../migrations/0007_row_checks.sql"),
-    ),
-    (
-        8,
-        "no_event_notify",
-        include_str!("../../../migrations/0008_no_event_notify.sql"),
-    ),
-    (
-        9,
-        "takeovers",
-        include_str!("../../../migrations/0009_takeovers.sql"),
-    ),
-    (
-        10,
-        "packed_events",
-        include_str!("../../../migrations/0010_packed_events.sql"),
-    ),
-    (
-        11,
-        "outbox_key_only",
-        include_str!("../../../migrations/0011_outbox_key_only.sql"),
-    ),
-    (
-        12,
-        "message_events",
-        include_str!("../../../migrations/0012_message_events.sql"),
-    ),
-    (
-        13,
-        "packed_journal",
-        include_str!("../../../migrations/0013_packed_journal.sql"),
-    ),
-    (
-        14,
-        "call_arguments_in_journal",
-        include_str!("../../../migrations/0014_call_arguments_in_journal.sql"),
-    ),
-    (
-        15,
-        "assistant_messages_in_journal",
-        include_str!("../../../migrations/0015_assistant_messages_in_journal.sql"),
-    ),
-    (
-        16,
-        "fewer_indexes",
-        include_str!("../../../migrations/0016_fewer_indexes.sql"),
-    ),
-    (
-        17,
-        "denser_rows",
-        include_str!("../../../migrations/0017_denser_rows.sql"),
-    ),
-    (
-        18,
-        "events_per_commit",
-        include_str!("../../../migrations/0018_events_per_commit.sql"),
-    ),
-    (
-        19,
-        "persist_in_call_row",
-        include_str!("../../../migrations/0019_persist_in_call_row.sql"),
-    ),
-];
+/// migrates without the source tree beside it. A version, once released,
+/// is never edited: a change to the schema is a new file (README.md,
+/// "Changing the schema").
+const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "schema",
+    include_str!("../../../migrations/0001_schema.sql"),
+)];
 
 /// An arbitrary constant: migrations of one database take this advisory lock
 /// so two processes starting at once do not both apply a version.
@@ -121,6 +35,7 @@ impl Store {
                     applied_at timestamptz NOT NULL DEFAULT now())",
             )
             .await?;
+        refuse_unknown_history(&client).await?;
         let mut applied = Vec::new();
         for &(version, name, sql) in MIGRATIONS {
             let tx = client.transaction().await?;
@@ -154,6 +69,38 @@ impl Store {
         }
         Ok(applied)
     }
+}
+
+/// A database whose recorded migrations are not this binary's (one made
+/// by a pre-release build, whose migrations were squashed into the first
+/// one, or by a newer release) is refused before anything is applied:
+/// applying this binary's list on top of another would build a schema no
+/// version of the code reads.
+async fn refuse_unknown_history(client: &deadpool_postgres::Object) -> Result<()> {
+    let recorded = client
+        .query(
+            "SELECT version, name FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .await?;
+    for row in recorded {
+        let (version, name): (i32, String) = (row.get(0), row.get(1));
+        if !MIGRATIONS
+            .iter()
+            .any(|(v, n, _)| *v == version && *n == name)
+        {
+            return Err(Error::Migration {
+                version,
+                message: format!(
+                    "the database records migration {version} ({name}), which this build does \
+                     not have: it was made by a pre-release build (whose migrations were \
+                     squashed) or by a newer release. Migrate a new database (or schema) \
+                     instead, or run the release that made it."
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

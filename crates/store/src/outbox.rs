@@ -10,8 +10,7 @@ use agentenkit_core::QueueMessage;
 use deadpool_postgres::Transaction;
 
 use crate::pipeline::{Expect, Op};
-use crate::{Result, StorageFormat, Store};
-use serde_json::Value;
+use crate::{Result, Store};
 
 /// One message to publish after its commit.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,48 +21,28 @@ pub struct OutboxRow {
     pub delay_ms: u64,
 }
 
-/// Inserts a row: `(delay_ms, key, message)`, returning its id. The key
-/// names the message whole ([`QueueMessage::from_outbox_key`]), so
-/// `message` is null unless the store writes [`StorageFormat::Whole`] (for
-/// processes of the version before 0011, which read only `message`).
-pub(crate) const INSERT: &str = "INSERT INTO outbox (delay_ms, key, message, due_at)
-     VALUES ($1, $2, $3, now() + $1::bigint * interval '1 millisecond') RETURNING id";
-
-fn message_column(message: &QueueMessage, format: StorageFormat) -> Result<Option<Value>> {
-    Ok(if format.packs() {
-        None
-    } else {
-        Some(serde_json::to_value(message)?)
-    })
-}
+/// Inserts a row: `(delay_ms, key)`, returning its id. The key names the
+/// message whole ([`QueueMessage::from_outbox_key`]).
+const INSERT_SQL: &str = "INSERT INTO outbox (delay_ms, key, due_at)
+     VALUES ($1, $2, now() + $1::bigint * interval '1 millisecond') RETURNING id";
 
 /// The insert of `message` as a pipelined statement ([`Expect::Ids`]).
-pub(crate) fn insert_op(
-    message: &QueueMessage,
-    delay_ms: u64,
-    format: StorageFormat,
-) -> Result<Op> {
-    Ok(Op::new(
-        INSERT,
-        vec![
-            Box::new(delay_ms as i64),
-            Box::new(message.outbox_key()),
-            Box::new(message_column(message, format)?),
-        ],
+pub(crate) fn insert_op(message: &QueueMessage, delay_ms: u64) -> Op {
+    Op::new(
+        INSERT_SQL,
+        vec![Box::new(delay_ms as i64), Box::new(message.outbox_key())],
     )
-    .expect(Expect::Ids))
+    .expect(Expect::Ids)
 }
 
 pub(crate) async fn insert(
     tx: &Transaction<'_>,
     message: &QueueMessage,
     delay_ms: u64,
-    format: StorageFormat,
 ) -> Result<OutboxRow> {
-    let stmt = tx.prepare_cached(INSERT).await?;
-    let body = message_column(message, format)?;
+    let stmt = tx.prepare_cached(INSERT_SQL).await?;
     let row = tx
-        .query_one(&stmt, &[&(delay_ms as i64), &message.outbox_key(), &body])
+        .query_one(&stmt, &[&(delay_ms as i64), &message.outbox_key()])
         .await?;
     Ok(OutboxRow {
         id: row.get(0),
@@ -123,7 +102,7 @@ impl Store {
             .prepare_cached(
                 // The rows locked by the inner SELECT are addressed by ctid:
                 // no other transaction can move them before this statement
-                // ends, and the outbox has no index on id (migration 0017).
+                // ends, and the outbox has no index on id.
                 "UPDATE outbox SET claimed_until = now() + $2 * interval '1 millisecond'
                  WHERE ctid = ANY(ARRAY(
                        SELECT ctid FROM outbox
@@ -131,7 +110,7 @@ impl Store {
                          AND (claimed_until IS NULL OR claimed_until < now())
                          AND (NOT $4 OR delay_ms = 0)
                        ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED))
-                 RETURNING id, message, key",
+                 RETURNING id, key",
             )
             .await?;
         let rows = client
@@ -148,27 +127,17 @@ impl Store {
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let id: i64 = row.get(0);
-            let body: Option<serde_json::Value> = row.get(1);
-            let key: &str = row.get(2);
-            let message = match body {
-                Some(body) => {
-                    serde_json::from_value::<QueueMessage>(body).map_err(|e| e.to_string())
-                }
-                None => QueueMessage::from_outbox_key(key)
-                    .ok_or_else(|| format!("the key {key:?} names no message")),
-            };
-            match message {
+            let key: &str = row.get(1);
+            match QueueMessage::from_outbox_key(key) {
                 // A stale row goes at once: its delay is long past.
-                Ok(message) => out.push(OutboxRow {
+                Some(message) => out.push(OutboxRow {
                     id,
                     message,
                     delay_ms: 0,
                 }),
-                Err(e) => {
-                    // A row no code version can publish: keep it out of the
-                    // way of the others, but say so.
-                    tracing::error!(outbox_id = id, error = %e, "unreadable outbox row skipped");
-                }
+                // A row no code version can publish: keep it out of the
+                // way of the others, but say so.
+                None => tracing::error!(outbox_id = id, key, "unreadable outbox row skipped"),
             }
         }
         Ok(out)

@@ -1,7 +1,7 @@
 //! A call proposed and parked in the same commit is inserted once, already
 //! open: see [`ParkedAtOnce`].
 
-use agentenkit_core::{RunId, ThreadId, ToolCallId, ToolKind};
+use agentenkit_core::{RunId, ThreadId};
 
 use crate::call_insert::{insert_tool_call, NewCall};
 use crate::commit::Change;
@@ -48,18 +48,6 @@ impl<'a> ParkedAtOnce<'a> {
             }
         }
         ParkedAtOnce { calls }
-    }
-
-    /// The id and parked kind of each folded call.
-    pub(crate) fn calls(&self) -> impl Iterator<Item = (&'a ToolCallId, ToolKind)> + '_ {
-        self.calls
-            .iter()
-            .filter_map(|(propose, park)| match (propose, park) {
-                (Change::ProposeToolCall { id, .. }, Change::ParkToolCall { kind, .. }) => {
-                    Some((id, *kind))
-                }
-                _ => None,
-            })
     }
 
     /// The park of a folded call: its insert says it.
@@ -112,7 +100,6 @@ impl<'a> ParkedAtOnce<'a> {
                 name,
                 kind: *kind,
                 stored: (arguments, arguments_position),
-                persist_position: journal.persist_position(id.as_str()),
                 parked: Some((reason, *expires_at)),
             },
         ))
@@ -127,7 +114,7 @@ mod tests {
     use serde_json::json;
 
     fn journal_of(changes: &[Change]) -> StoredJournal<'_> {
-        StoredJournal::of(changes, crate::StorageFormat::Packed).expect("consecutive")
+        StoredJournal::of(changes).expect("consecutive")
     }
 
     fn ids() -> (RunId, ThreadId) {
@@ -143,7 +130,7 @@ mod tests {
             .insert_op(run, thread, &changes[0], &journal_of(&changes))
             .expect("folded");
         assert!(
-            insert.sql().contains("'pending_approval'"),
+            insert.sql().contains("INSERT INTO tool_calls"),
             "{}",
             insert.sql()
         );

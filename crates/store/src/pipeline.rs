@@ -22,7 +22,7 @@ use crate::{Error, Result};
 /// A statement's parameter, owned: the statement is built before it is sent.
 pub(crate) type Param = Box<dyn ToSql + Sync + Send>;
 
-/// The SQLSTATE `expect_one_row` raises (migration 0007).
+/// The SQLSTATE `expect_one_row` raises (see migrations/0001_schema.sql).
 const ROW_CHECK_FAILED: &str = "AK001";
 
 /// What a statement's answer must be.

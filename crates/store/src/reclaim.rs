@@ -63,7 +63,7 @@ impl Store {
             let segment = QueueMessage::Segment { run_id: run, seq };
             reclaimed
                 .outbox
-                .push(outbox::insert(&tx, &segment, 0, self.format).await?);
+                .push(outbox::insert(&tx, &segment, 0).await?);
         }
         tx.commit().await?;
         Ok(reclaimed)
@@ -145,7 +145,7 @@ impl Store {
                 "error": format!("sub-agent {name} failed: {error}"),
             });
             tx.execute(&stmt, &[&parent, &call, &result]).await?;
-            outbox = crate::commit::resume_if_settled(&tx, RunId(parent), self.format).await?;
+            outbox = crate::commit::resume_if_settled(&tx, RunId(parent)).await?;
         }
         // Events last, after every row lock (see INSERT_EVENT_SQL).
         for child in &cancelled {
@@ -155,7 +155,6 @@ impl Store {
                 Some(RunId(*child)),
                 agentenkit_core::EventType::RunCancelled,
                 &serde_json::json!({ "runId": child, "reason": "its parent run failed" }),
-                self.format,
             )
             .await?;
         }
@@ -165,7 +164,6 @@ impl Store {
             Some(run),
             agentenkit_core::EventType::RunFailed,
             &serde_json::json!({ "runId": run, "error": error }),
-            self.format,
         )
         .await?;
         tx.commit().await?;

@@ -2,7 +2,6 @@
 
 use agentenkit_core::conversation::Message;
 use agentenkit_core::reply::SettledReply;
-use agentenkit_core::stored_journal::{self, StoredEntry};
 use agentenkit_core::{
     JournalEntry, Owner, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus,
     ToolKind,
@@ -12,6 +11,7 @@ use serde::Deserialize;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::format::journal::{self as stored_journal, StoredEntry};
 use crate::views::{RunView, UsageView};
 use crate::{Error, Result, Store};
 
@@ -26,7 +26,7 @@ pub struct Lease {
     pub ttl_ms: u64,
     /// The run row's name (the agent's; a sub-agent's for a child run) and
     /// depth, which never change: an event of this run may leave them to
-    /// the row (`agentenkit_core::stored_event`).
+    /// the row (`format::event`).
     pub run_name: String,
     pub depth: i32,
 }
@@ -174,7 +174,7 @@ acquired AS (
 )
 SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
        (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value, j.packed) ORDER BY j.position), '[]')
-        FROM journal_entries j WHERE j.run_id = a.id),
+        FROM journal j WHERE j.run_id = a.id),
        -- a root run sees the thread's earlier turns (root runs only) and its
        -- own user message; a child run sees only its task
        -- (the run of each message looked up by key: a join let the planner
@@ -329,40 +329,6 @@ impl Store {
         })))
     }
 
-    /// Where a delegation stands: `None` before its child run exists.
-    pub async fn delegation(
-        &self,
-        run: RunId,
-        call: &agentenkit_core::ToolCallId,
-    ) -> Result<Option<Delegation>> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT tc.status, tc.result, c.id, c.status
-                 FROM tool_calls tc
-                 LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
-                 WHERE tc.run_id = $1 AND tc.id = $2",
-            )
-            .await?;
-        let Some(row) = client.query_opt(&stmt, &[&run.0, &call.as_str()]).await? else {
-            return Ok(None);
-        };
-        let status: agentenkit_core::ToolCallStatus = row.get::<_, &str>(0).parse()?;
-        let child: Option<Uuid> = row.get(2);
-        Ok(match (status, child) {
-            (agentenkit_core::ToolCallStatus::Proposed, None) => None,
-            (agentenkit_core::ToolCallStatus::Proposed, Some(child)) => Some(Delegation::Running {
-                child: RunId(child),
-            }),
-            (status, _) => Some(Delegation::Settled {
-                status,
-                result: row
-                    .get::<_, Option<serde_json::Value>>(1)
-                    .unwrap_or_default(),
-            }),
-        })
-    }
-
     /// Whether an earlier run of `agent` on this thread had its intake
     /// answered or skipped (for `when = "thread-start"`): an asking that was
     /// stopped (or failed) before anyone answered does not count, so the
@@ -441,9 +407,7 @@ impl Store {
             .query_opt(&stmt, &[&run.0, &owner.as_str()])
             .await?
             .ok_or_else(|| not_found(run))?;
-        // Usage is what each journaled model answer reported (the `usage`
-        // table is no longer written; it is dropped in a later release, once
-        // no worker of an older release writes to it).
+        // Usage is what each journaled model answer reported.
         let stmt = client
             .prepare_cached(
                 "SELECT substr(name, 7)::int,
@@ -491,7 +455,7 @@ fn not_found(run: RunId) -> Error {
 async fn load_journal(client: &deadpool_postgres::Object, run: RunId) -> Result<Vec<JournalEntry>> {
     let stmt = client
         .prepare_cached(
-            "SELECT position, name, value, packed FROM journal_entries WHERE run_id = $1 ORDER BY position",
+            "SELECT position, name, value, packed FROM journal WHERE run_id = $1 ORDER BY position",
         )
         .await?;
     unpack_journal(

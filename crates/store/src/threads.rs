@@ -1,14 +1,13 @@
 //! Threads: creation, reads, and starting a turn.
 
 use agentenkit_core::conversation::Message;
-use agentenkit_core::stored_event::{self, RowFields};
 use agentenkit_core::{EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ThreadStatus};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use crate::event_insert::ROW_ID_STEP;
+use crate::format::event::{self as stored_event, RowFields};
 use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::views::{EventView, MessageView, PendingInput, ThreadView};
@@ -196,14 +195,13 @@ impl Store {
                     "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)",
                     vec![Box::new(thread.0), Box::new(run.0), Box::new(user)],
                 ),
-                outbox::insert_op(&segment, 0, self.format)?,
+                outbox::insert_op(&segment, 0),
                 // Last, after every row lock (see INSERT_EVENT_SQL).
-                crate::event_insert::event_op_with_rows(
+                crate::event_insert::event_op(
                     thread,
                     Some(run),
                     EventType::RunStarted,
                     started,
-                    self.format,
                     &started_rows,
                 ),
             ])
@@ -262,14 +260,8 @@ impl Store {
         let stmt = client
             .prepare_cached(
                 // What the stored data left out is put back (see
-                // agentenkit_core::stored_event): arguments and fields from
-                // the call row, a message from its row, fields from the run row.
-                // Ordered by row first (the same order: a row's events lie
-                // between it and the next): the thread's index gives rows in
-                // order, so a page sorts only within rows and stops at the
-                // limit, where ordering by event id alone sorted every event
-                // of the thread above `after`. Every event above `after` is
-                // in a row above `after` - ROW_ID_STEP ($4).
+                // format::event): arguments and fields from the call row, a
+                // message from its row, fields from the run row.
                 concat!(
                     "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed,
                             CASE WHEN e.packed & 2 <> 0 THEN ",
@@ -277,29 +269,25 @@ impl Store {
                     " END, ",
                     message_body_sql!(),
                     ", tc.name, tc.kind, tc.reason, tc.expires_at, r.name, r.depth
-                 FROM event_items e
+                 FROM events e
                  LEFT JOIN tool_calls tc
                    ON e.packed & 10 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
                  LEFT JOIN messages m
                    ON e.packed & 4 <> 0 AND m.thread_id = e.thread_id AND m.id = e.message_id
                  LEFT JOIN runs r ON e.packed & 48 <> 0 AND r.id = e.run_id
-                 WHERE e.thread_id = $1 AND e.row_id > $4 AND e.id > $2
-                 ORDER BY e.row_id, e.id LIMIT $3"
+                 WHERE e.thread_id = $1 AND e.id > $2
+                 ORDER BY e.id LIMIT $3"
                 ),
             )
             .await?;
         client
-            .query(&stmt, &[&thread.0, &after, &limit, &after.saturating_sub(ROW_ID_STEP)])
+            .query(&stmt, &[&thread.0, &after, &limit])
             .await?
             .into_iter()
             .map(|r| {
                 let id: i64 = r.get(0);
                 let run_id = r.get::<_, Option<Uuid>>(1).map(RunId);
-                // A code this version does not know reads as null.
-                let event_type: EventType = r
-                    .get::<_, Option<&str>>(2)
-                    .ok_or_else(|| Error::Corrupt(format!("event {id}: unknown event type code")))?
-                    .parse()?;
+                let event_type: EventType = r.get::<_, &str>(2).parse()?;
                 let call = match (r.get::<_, Option<&str>>(8), r.get::<_, Option<&str>>(9)) {
                     (Some(name), Some(kind)) => {
                         stored_event::call_row(name, kind, r.get(10), r.get(11))

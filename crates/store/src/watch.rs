@@ -19,12 +19,11 @@ use std::time::{Duration, Instant};
 use agentenkit_core::ThreadId;
 use uuid::Uuid;
 
-use crate::event_insert::ROW_ID_STEP;
 use crate::{Result, Store};
 
 /// Rows below the highest one at start that the first poll looks at again:
 /// an insert in flight when the watch starts may commit below the maximum.
-const START_LOOKBACK: i64 = 256 * ROW_ID_STEP;
+const START_LOOKBACK: i64 = 256;
 /// At most this many new events are read per poll; the rest come next poll.
 const POLL_LIMIT: i64 = 10_000;
 /// A gap is asked for at least this long (covers an id handed out just
@@ -40,8 +39,6 @@ pub struct EventWatch {
     /// Every id at or below this has been seen or is a gap.
     floor: i64,
     gaps: BTreeMap<i64, Gap>,
-    /// How far apart row ids are ([`ROW_ID_STEP`]; 1 in unit tests).
-    step: i64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +68,6 @@ impl Store {
         Ok(EventWatch {
             floor: (max - START_LOOKBACK).max(0),
             gaps: BTreeMap::new(),
-            step: ROW_ID_STEP,
         })
     }
 
@@ -125,15 +121,11 @@ impl EventWatch {
             }
         }
         new_ids.sort_unstable();
-        let step = self.step;
-        let mut expected = self.floor + step;
+        let mut expected = self.floor + 1;
         for id in &new_ids {
             // A jump wider than the cap keeps only its top (see MAX_GAPS).
-            // Counted down from the id: ids below the migration that set the
-            // step were 1 apart, so `expected` may not be on the step.
-            let lowest = expected.max(id - MAX_GAPS as i64 * step);
-            let below = (id - lowest + step - 1).div_euclid(step);
-            for missing in (1..=below).map(|k| id - k * step) {
+            let lowest = expected.max(id - MAX_GAPS as i64);
+            for missing in lowest..*id {
                 self.gaps.insert(
                     missing,
                     Gap {
@@ -142,7 +134,7 @@ impl EventWatch {
                     },
                 );
             }
-            expected = id + step;
+            expected = id + 1;
         }
         if let Some(last) = new_ids.last() {
             self.floor = *last;
@@ -176,7 +168,6 @@ mod tests {
         EventWatch {
             floor,
             gaps: BTreeMap::new(),
-            step: 1,
         }
     }
 
@@ -293,58 +284,5 @@ mod tests {
         assert_eq!(w.open_gaps(), MAX_GAPS);
         // The oldest (lowest) were dropped.
         assert_eq!(w.gaps.keys().next(), Some(&100));
-    }
-
-    #[test]
-    fn with_row_ids_a_step_apart_only_ids_on_the_step_are_gaps() {
-        let mut w = EventWatch {
-            floor: 100,
-            gaps: BTreeMap::new(),
-            step: 16,
-        };
-        let now = Instant::now();
-        w.apply(
-            Polled {
-                xmin: 5,
-                xmax: 9,
-                rows: vec![(116, thread(1)), (164, thread(2))],
-            },
-            now,
-        );
-        assert_eq!(w.gaps.keys().copied().collect::<Vec<_>>(), vec![132, 148]);
-        assert_eq!(w.floor, 164);
-        // The last row before the step changed (1 apart) and the first after.
-        let mut upgraded = EventWatch {
-            floor: 90,
-            gaps: BTreeMap::new(),
-            step: 16,
-        };
-        upgraded.apply(
-            Polled {
-                xmin: 5,
-                xmax: 9,
-                rows: vec![(91, thread(1)), (107, thread(1))],
-            },
-            now,
-        );
-        assert_eq!(upgraded.open_gaps(), 0);
-        // A jump past the cap keeps the top MAX_GAPS ids on the step.
-        let mut far = EventWatch {
-            floor: 0,
-            gaps: BTreeMap::new(),
-            step: 16,
-        };
-        let top = 16 * (MAX_GAPS as i64 + 50);
-        far.apply(
-            Polled {
-                xmin: 1,
-                xmax: 2,
-                rows: vec![(top, thread(1))],
-            },
-            now,
-        );
-        assert_eq!(far.open_gaps(), MAX_GAPS);
-        assert_eq!(far.gaps.keys().next(), Some(&(top - 16 * MAX_GAPS as i64)));
-        assert!(far.gaps.keys().all(|id| id % 16 == 0));
     }
 }

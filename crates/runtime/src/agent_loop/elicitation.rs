@@ -64,18 +64,48 @@ fn intake_message(call: &PersistedToolCall, set: &QuestionSet) -> Message {
 
 /// The `intake:ask` journal entry: whether this turn asks, and the question
 /// set it asked, so that a deploy that edits or removes the intake does not
-/// change what a run in flight replays.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(untagged)]
+/// change what a run in flight replays. Stored as `false` for a turn that
+/// does not ask (the verdict, as SPEC's journal table has it), and as
+/// `{"asks": true, "set": …}` for one that does.
+#[derive(Debug, Clone, PartialEq)]
 enum IntakeAsk {
-    Journaled {
-        asks: bool,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        set: Option<QuestionSet>,
-    },
-    /// Written before the set was journaled with the verdict: the set is
-    /// the configured one.
-    Bare(bool),
+    Skips,
+    Asks(QuestionSet),
+}
+
+/// How [`IntakeAsk`] is stored.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum StoredIntakeAsk {
+    Verdict(bool),
+    Asked { asks: bool, set: QuestionSet },
+}
+
+impl Serialize for IntakeAsk {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            IntakeAsk::Skips => StoredIntakeAsk::Verdict(false),
+            IntakeAsk::Asks(set) => StoredIntakeAsk::Asked {
+                asks: true,
+                set: set.clone(),
+            },
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for IntakeAsk {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match StoredIntakeAsk::deserialize(deserializer)? {
+            StoredIntakeAsk::Verdict(false) | StoredIntakeAsk::Asked { asks: false, .. } => {
+                Ok(IntakeAsk::Skips)
+            }
+            StoredIntakeAsk::Asked { asks: true, set } => Ok(IntakeAsk::Asks(set)),
+            StoredIntakeAsk::Verdict(true) => Err(serde::de::Error::custom(
+                "an intake verdict that asks without the question set it asked",
+            )),
+        }
+    }
 }
 
 /// Runs the intake before the first model call: `intake:ask` (the verdict
@@ -132,35 +162,17 @@ pub async fn intake(
                         kind: ToolKind::Ask,
                     });
                 }
-                // A turn that does not ask journals a bare `false`, as it
-                // always has; one that asks journals the set it asked.
                 let verdict = if asks {
-                    IntakeAsk::Journaled {
-                        asks,
-                        set: Some(intake.set.clone()),
-                    }
+                    IntakeAsk::Asks(intake.set.clone())
                 } else {
-                    IntakeAsk::Bare(false)
+                    IntakeAsk::Skips
                 };
                 Ok((verdict, changes))
             },
         )
         .await?;
-    let set = match verdict {
-        IntakeAsk::Journaled { asks: false, .. } | IntakeAsk::Bare(false) => return Ok(None),
-        IntakeAsk::Journaled {
-            asks: true,
-            set: Some(set),
-        } => set,
-        IntakeAsk::Journaled {
-            asks: true,
-            set: None,
-        }
-        | IntakeAsk::Bare(true) => intake.map(|i| i.set.clone()).ok_or_else(|| {
-            SegmentError::Permanent(
-                "this run asked an intake that the agent no longer has, from before intakes were journaled".into(),
-            )
-        })?,
+    let IntakeAsk::Asks(set) = verdict else {
+        return Ok(None);
     };
     let call = intake_call(&set);
     conversation.push(intake_message(&call, &set));
@@ -223,33 +235,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_intake_verdict_reads_both_journal_forms() {
-        // Journals written before the set was journaled hold a bare bool.
-        assert!(matches!(
-            serde_json::from_value::<IntakeAsk>(json!(true)).unwrap(),
-            IntakeAsk::Bare(true)
-        ));
+    fn an_intake_verdict_is_stored_as_spec_says_and_read_back() {
         let set = QuestionSet {
             preamble: Some("Before I start".into()),
             questions: vec![],
         };
-        let asked = IntakeAsk::Journaled {
-            asks: true,
-            set: Some(set.clone()),
-        };
+        let asked = IntakeAsk::Asks(set.clone());
         let written = serde_json::to_value(&asked).unwrap();
         assert_eq!(written["asks"], true);
-        match serde_json::from_value::<IntakeAsk>(written).unwrap() {
-            IntakeAsk::Journaled {
-                asks: true,
-                set: Some(read),
-            } => assert_eq!(read, set),
-            other => panic!("{other:?}"),
-        }
-        // A turn that does not ask journals a bare false, as before.
         assert_eq!(
-            serde_json::to_value(IntakeAsk::Bare(false)).unwrap(),
+            serde_json::from_value::<IntakeAsk>(written).unwrap(),
+            IntakeAsk::Asks(set)
+        );
+        // A turn that does not ask journals the bare verdict.
+        assert_eq!(
+            serde_json::to_value(IntakeAsk::Skips).unwrap(),
             json!(false)
         );
+        assert_eq!(
+            serde_json::from_value::<IntakeAsk>(json!(false)).unwrap(),
+            IntakeAsk::Skips
+        );
+        // A verdict that asks must carry its set: replay never guesses it.
+        assert!(serde_json::from_value::<IntakeAsk>(json!(true)).is_err());
     }
 }

@@ -1,23 +1,22 @@
-//! What rows read from the journal instead of repeating it. A model entry
-//! (`model:<n>`, immutable) holds the response: its text and tool calls
-//! with their arguments. Written in the same commit as that entry,
+//! The SQL side of `journal.rs`: a model entry (`model:<n>`, immutable)
+//! holds the response, its text and tool calls with their arguments.
+//! Written in the same commit as that entry,
 //! * a call row it proposed, with the same arguments, stores only the
-//!   entry's position (`tool_calls.arguments_position`, migration 0014;
-//!   `agentenkit_core::stored_journal::proposing_entry` decides); a park
-//!   that changes the arguments writes them on the row, which then wins;
+//!   entry's position (`tool_calls.arguments_position`;
+//!   `journal::proposing_entry` decides); a park that changes the
+//!   arguments writes them on the row, which then wins;
 //! * the assistant message it gave stores only the entry's position
-//!   (`messages.body_position`, migration 0015;
-//!   `stored_journal::message_entry` decides).
+//!   (`messages.body_position`; `journal::message_entry` decides).
 //!
 //! Every other row stores its own. Each reader selects through these
 //! expressions, a primary-key lookup of one journal row. Model entries are
-//! stored whole (`stored_journal` packs only persist entries); should one
-//! ever not be, these read nothing (the reader fails, or reports the part
-//! missing) rather than serve a stored entry as if it were whole.
+//! stored whole (`journal::pack` packs only persist entries), which the
+//! expressions check (`packed = 0`): they would read nothing rather than
+//! serve a packed entry as if whole.
 
 /// The arguments of the call row aliased `tc` in the query: its own, or
 /// those of the first call with its id in the model entry at
-/// `arguments_position` (`stored_journal::proposed_arguments` reads the
+/// `arguments_position` (`journal::proposed_arguments` reads the
 /// same). A primary-key lookup of one journal row.
 macro_rules! call_arguments_sql {
     () => {
@@ -32,7 +31,7 @@ macro_rules! call_arguments_sql {
 
 /// The body of the message row aliased `m` in the query: its own, or the
 /// assistant message of the model entry at `body_position`, built key for
-/// key as `stored_journal::assistant_message` builds it.
+/// key as `journal::assistant_message` builds it.
 macro_rules! message_body_sql {
     () => {
         "COALESCE(m.body,

@@ -15,8 +15,8 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
-use crate::event::EventType;
-use crate::ids::RunId;
+use agentenkit_core::EventType;
+use agentenkit_core::RunId;
 
 /// `runId` equalled the row's `run_id` and was left out.
 pub const PACKED_RUN_ID: i16 = 1;
@@ -34,10 +34,7 @@ pub const PACKED_CALL_FIELDS: i16 = 8;
 /// `run_id` and were left out.
 pub const PACKED_RUN_FIELDS: i16 = 16;
 /// The fields [`parked_run_fields_of`] its type equalled those of the run
-/// row `run_id` and were left out. A bit of its own, not
-/// [`PACKED_RUN_FIELDS`] with more types: a reader of the version before
-/// knows bit 16 of an `INPUT_REQUIRED` as leaving nothing out and would
-/// serve the event without them, where an unknown bit is named.
+/// row `run_id` and were left out.
 pub const PACKED_PARKED_RUN_FIELDS: i16 = 32;
 
 const ALL: i16 = PACKED_RUN_ID

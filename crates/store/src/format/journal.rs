@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use crate::journal::{names, JournalEntry};
+use agentenkit_core::journal::{names, JournalEntry};
 
 /// The entry's `id`, `name` and `arguments` are those of the call with its
 /// id in the nearest earlier `model:<n>` entry, and were left out.
@@ -514,13 +514,13 @@ mod tests {
             calls in prop::collection::vec(("[a-c]", "[a-z]{1,3}", small_json()), 0..3),
             tokens in (0u64..100, 0u64..100),
         ) {
-            use crate::conversation::{Message, ModelResponse, ToolCallRequest, Usage};
+            use agentenkit_core::conversation::{Message, ModelResponse, ToolCallRequest, Usage};
             let response = ModelResponse {
                 text,
                 tool_calls: calls
                     .into_iter()
                     .map(|(id, name, arguments)| ToolCallRequest {
-                        id: crate::ToolCallId(id),
+                        id: agentenkit_core::ToolCallId(id),
                         name,
                         arguments,
                     })

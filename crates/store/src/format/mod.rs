@@ -1,0 +1,24 @@
+//! How rows are stored: what a row leaves out because another row written
+//! in the same commit holds it, and how a reader puts it back. Readers see
+//! exactly what was written (the property tests of each module check the
+//! pair is lossless); only the bytes on disk differ.
+//!
+//! * [`event`]: an event's data without its run id, a parked call's
+//!   arguments and fields, a message, or its run's name and depth, each
+//!   held by a row it refers to (`events.packed` says which).
+//! * [`journal`]: a `persist:toolcall:<id>` entry without the call's id,
+//!   name and arguments, which its model entry holds (`journal.packed`);
+//!   and which call rows and assistant messages of a commit read their
+//!   arguments or body from one of its model entries
+//!   (`tool_calls.arguments_position`, `messages.body_position`).
+//!
+//! Writers encode through `event::pack` and `journal::pack`; readers decode
+//! through `event::unpack` and `journal::unpack` (and, in SQL, the
+//! expressions of `sql.rs`).
+
+// SQL macros the store's readers use (textual scope: keep it first).
+#[macro_use]
+mod sql;
+
+pub(crate) mod event;
+pub(crate) mod journal;
