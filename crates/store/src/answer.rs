@@ -8,15 +8,13 @@
 
 use agentenkit_core::reply::{reduce, refusal, ReplyError, SettledReply, Verdict};
 use agentenkit_core::{
-    EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus,
-    ToolKind,
+    EventType, Owner, QueueMessage, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::commit::resume_if_settled;
 use crate::event_insert::{event_op, insert_event};
 use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
@@ -103,7 +101,7 @@ impl Store {
         let tx = OpenTx::new(self.client().await?);
         // One round trip: the run's row lock (which serializes replies to
         // its requests, and expiries, and the worker's fence), then, read
-        // after it, the row and what else of the run is still open.
+        // after it, the row.
         let mut answers = tx
             .begin_with(vec![
                 Op::new(
@@ -120,25 +118,14 @@ impl Store {
                     ],
                 )
                 .expect(Expect::Rows),
-                Op::new(
-                    "SELECT status, segment_seq,
-                            (SELECT count(*) FROM tool_calls
-                             WHERE run_id = $1 AND status = 'pending_approval')
-                          + (SELECT count(*) FROM runs WHERE parent_run_id = $1
-                                                      AND status IN ('queued', 'running', 'waiting'))
-                     FROM runs WHERE id = $1",
-                    vec![Box::new(run.0)],
-                )
-                .expect(Expect::Rows),
             ])
             .await?
             .into_iter()
             .map(Answer::rows);
-        let (locked, located, open) = (answers.next(), answers.next(), answers.next());
-        let (Some(now), Some(row), Some(open)) = (
+        let (locked, located) = (answers.next(), answers.next());
+        let (Some(now), Some(row)) = (
             locked.as_ref().and_then(|rows| rows.first()),
             located.as_ref().and_then(|rows| rows.first()),
-            open.as_ref().and_then(|rows| rows.first()),
         ) else {
             tx.rollback().await?;
             return Err(Error::NotFound {
@@ -204,30 +191,8 @@ impl Store {
                 tool_call_id: call.clone(),
             }),
         ];
-        // The last open request of a waiting run (this one is still
-        // pending in `still_open`): the run resumes with its next segment.
-        let status: &str = open.get(0);
-        let seq: i64 = open.get(1);
-        let still_open: i64 = open.get(2);
-        let resume = (status == RunStatus::Waiting.as_str() && still_open == 1).then(|| {
-            QueueMessage::Segment {
-                run_id: run,
-                seq: seq + 1,
-            }
-        });
-        if let Some(segment) = &resume {
-            ops.push(
-                Op::new(
-                    "UPDATE runs SET status = 'queued', segment_seq = $2, updated_at = now()
-                     WHERE id = $1 AND status = 'waiting' AND segment_seq = $3",
-                    vec![Box::new(run.0), Box::new(seq + 1), Box::new(seq)],
-                )
-                .expect(Expect::One(Error::Corrupt(format!(
-                    "run {run} changed under its lock"
-                )))),
-            );
-            ops.push(crate::outbox::insert_op(segment, 0));
-        }
+        // The run resumes if this was the last thing it waited on.
+        ops.push(crate::resume::resume_op(run));
         // The event last, after every row lock (see INSERT_EVENT_SQL).
         ops.push(event_op(
             row.thread_id,
@@ -237,22 +202,14 @@ impl Store {
             &RowFields::default(),
         ));
         let answers = tx.commit_with(ops).await?;
-        let outbox = match resume {
-            Some(message) => answers
-                .into_iter()
-                .find_map(|answer| match answer {
-                    Answer::Ids(ids) => ids.first().copied(),
-                    _ => None,
-                })
-                .map(|id| OutboxRow {
-                    id,
-                    message,
-                    delay_ms: 0,
-                })
-                .into_iter()
-                .collect(),
-            None => Vec::new(),
-        };
+        let resumed = answers
+            .into_iter()
+            .find_map(|answer| match answer {
+                Answer::Rows(rows) => Some(rows),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let outbox = crate::resume::outbox_rows(&resumed)?;
         Ok(Answered {
             delivered: true,
             error: None,
@@ -441,7 +398,7 @@ pub(crate) async fn settle(
     reply: &SettledReply,
 ) -> Result<Vec<OutboxRow>> {
     let data = resolved_event(row, call, reply)?;
-    let outbox = resume_if_settled(tx, row.run_id).await?;
+    let outbox = crate::resume::resume_if_settled(tx, row.run_id).await?;
     // The event last, after every row lock (see INSERT_EVENT_SQL); the
     // caller commits right after.
     insert_event(

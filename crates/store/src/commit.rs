@@ -6,16 +6,16 @@ use agentenkit_core::{
     EventType, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
 use chrono::{DateTime, Utc};
-use deadpool_postgres::Transaction;
 use serde_json::Value;
 
 use crate::call_insert::{insert_tool_call, NewCall};
 use crate::event_insert::{event_item, event_op, item_op};
-use crate::format::event::{self as stored_event, RowFields};
+use crate::format::event::RowFields;
 use crate::journal_insert::StoredJournal;
 use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{self, Answer, Expect, Op, Param};
 use crate::runs::Lease;
+use crate::start::{start, NewRun};
 use crate::{Error, Result, Store};
 
 /// One row-level change made by a worker on the run it holds.
@@ -114,7 +114,6 @@ impl Store {
             .find(|c| matches!(c, Change::WaitRun | Change::FinishRun { .. }));
         let mut ops = vec![fence(lease, progress, end)];
         let mut messages: Vec<Option<(QueueMessage, u64)>> = vec![None];
-        let mut sequential = Vec::new();
         // Events go last, after every row lock (see INSERT_EVENT_SQL).
         let mut events = Vec::new();
         let mut journal = StoredJournal::of(changes)?;
@@ -148,49 +147,54 @@ impl Store {
                 events.push(item_op(lease.thread_id, Some(lease.run_id), item));
                 continue;
             }
-            match plan(lease.run_id, lease.thread_id, change, &mut journal)? {
-                Some(planned) => {
-                    for (op, message) in planned {
-                        ops.push(op);
-                        messages.push(message);
-                    }
-                }
-                None => sequential.push(change),
+            if let Change::StartChild {
+                call_id,
+                child_run_id,
+                name,
+                task,
+            } = change
+            {
+                let started = start(&NewRun {
+                    id: *child_run_id,
+                    thread: lease.thread_id,
+                    root: lease.root_run_id,
+                    parent: Some((lease.run_id, call_id)),
+                    name,
+                    depth: lease.depth + 1,
+                    task,
+                })?;
+                messages.extend(started.rows.iter().map(|_| None));
+                ops.extend(started.rows);
+                let (op, segment) = started.outbox;
+                ops.push(op);
+                messages.push(Some((segment, 0)));
+                events.push(started.event);
+                continue;
+            }
+            for (op, message) in plan(lease.run_id, lease.thread_id, change, &mut journal)? {
+                ops.push(op);
+                messages.push(message);
             }
         }
-        let client = self.client().await?;
-        let (answers, applied) = if sequential.is_empty() {
-            // The common commit: BEGIN, the statements and COMMIT in one
-            // round trip (the fence and row checks abort it in the database).
-            ops.extend(events);
-            (pipeline::transact(client, ops).await?, Vec::new())
-        } else {
-            let mut client = client;
-            let tx = client.transaction().await?;
-            let answers = pipeline::run(&tx, ops).await?;
-            let mut outbox = Vec::new();
-            for change in sequential {
-                let (row, event) = apply(&tx, lease.run_id, lease.thread_id, change).await?;
-                outbox.extend(row);
-                events.extend(event);
-            }
-            pipeline::run(&tx, events).await?;
-            tx.commit().await?;
-            (answers, outbox)
-        };
+        // BEGIN, the statements and COMMIT in one round trip (the fence and
+        // row checks abort it in the database).
+        ops.extend(events);
+        let answers = pipeline::transact(self.client().await?, ops).await?;
         let mut outbox = Vec::new();
         for (answer, message) in answers.into_iter().zip(messages) {
-            if let (Answer::Ids(ids), Some((message, delay_ms))) = (answer, message) {
-                for id in ids {
-                    outbox.push(OutboxRow {
+            match (answer, message) {
+                (Answer::Ids(ids), Some((message, delay_ms))) => {
+                    outbox.extend(ids.into_iter().map(|id| OutboxRow {
                         id,
                         message: message.clone(),
                         delay_ms,
-                    });
+                    }))
                 }
+                // A parent resumed by its child's end.
+                (Answer::Rows(rows), _) => outbox.extend(crate::resume::outbox_rows(&rows)?),
+                _ => {}
             }
         }
-        outbox.extend(applied);
         Ok(outbox)
     }
 }
@@ -261,14 +265,13 @@ fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
 /// A statement of a commit, and the message it puts in the outbox.
 type Planned = (Op, Option<(QueueMessage, u64)>);
 
-/// The statement(s) of a change that needs no answer before the next
-/// statement; `None` for a change that does (applied after, by [`apply`]).
+/// The statement(s) of a change.
 fn plan(
     run: RunId,
     thread: ThreadId,
     change: &Change,
     journal: &mut StoredJournal,
-) -> Result<Option<Vec<Planned>>> {
+) -> Result<Vec<Planned>> {
     let op = match change {
         Change::Journal { position, name, .. } => journal.insert_op(run, *position, name)?,
         Change::Message(message) => {
@@ -329,7 +332,7 @@ fn plan(
         }
         Change::Outbox { message, delay_ms } => {
             let op = outbox::insert_op(message, *delay_ms);
-            return Ok(Some(vec![(op, Some((message.clone(), *delay_ms)))]));
+            return Ok(vec![(op, Some((message.clone(), *delay_ms)))]);
         }
         Change::ParkToolCall {
             id,
@@ -393,160 +396,55 @@ fn plan(
             "UPDATE runs SET attempts = attempts + 1, error = $2 WHERE id = $1",
             vec![Box::new(run.0), Box::new(error.clone())],
         ),
-        Change::StartChild { .. } | Change::FinishDelegation { .. } => return Ok(None),
-    };
-    Ok(Some(vec![(op, None)]))
-}
-
-/// Resumes a waiting run whose requests and children are all settled: the
-/// run is queued with a new segment seq, whose segment goes to the outbox.
-/// Callers hold the run's row lock.
-pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Result<Vec<OutboxRow>> {
-    let stmt = tx
-        .prepare_cached(
-            "SELECT (SELECT count(*) FROM tool_calls WHERE run_id = $1 AND status = 'pending_approval')
-                  + (SELECT count(*) FROM runs WHERE parent_run_id = $1
-                                              AND status IN ('queued', 'running', 'waiting'))",
-        )
-        .await?;
-    let open: i64 = tx.query_one(&stmt, &[&run.0]).await?.get(0);
-    if open > 0 {
-        return Ok(vec![]);
-    }
-    let stmt = tx
-        .prepare_cached(
-            "UPDATE runs SET status = 'queued', segment_seq = segment_seq + 1, updated_at = now()
-             WHERE id = $1 AND status = 'waiting'
-             RETURNING segment_seq",
-        )
-        .await?;
-    let Some(resumed) = tx.query_opt(&stmt, &[&run.0]).await? else {
-        return Ok(vec![]);
-    };
-    let segment = QueueMessage::Segment {
-        run_id: run,
-        seq: resumed.get(0),
-    };
-    Ok(vec![outbox::insert(tx, &segment, 0).await?])
-}
-
-pub(crate) async fn insert_message(
-    tx: &Transaction<'_>,
-    thread: ThreadId,
-    run: RunId,
-    message: &Message,
-) -> Result<()> {
-    let stmt = tx
-        .prepare_cached("INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)")
-        .await?;
-    let body = serde_json::to_value(message)?;
-    tx.execute(&stmt, &[&thread.0, &run.0, &body]).await?;
-    Ok(())
-}
-
-/// A change whose statements depend on each other's answers, applied one
-/// statement at a time after the pipelined ones of its commit.
-/// Returns the outbox row it wrote and the event it leaves for the end of
-/// the transaction.
-async fn apply(
-    tx: &Transaction<'_>,
-    run: RunId,
-    thread: ThreadId,
-    change: &Change,
-) -> Result<(Option<OutboxRow>, Option<Op>)> {
-    match change {
-        Change::StartChild {
-            call_id,
-            child_run_id,
-            name,
-            task,
-        } => {
-            let stmt = tx
-                .prepare_cached(
-                    "INSERT INTO runs (id, thread_id, root_run_id, parent_run_id, parent_tool_call_id,
-                                       name, depth, status, segment_seq)
-                     SELECT $1, thread_id, root_run_id, id, $3, $4, depth + 1, 'queued', 1
-                     FROM runs WHERE id = $2
-                     RETURNING depth",
-                )
-                .await?;
-            let depth: i32 = tx
-                .query_one(&stmt, &[&child_run_id.0, &run.0, &call_id.as_str(), name])
-                .await?
-                .get(0);
-            insert_message(
-                tx,
-                thread,
-                *child_run_id,
-                &Message::User {
-                    content: task.clone(),
-                },
-            )
-            .await?;
-            let started = event_op(
-                thread,
-                Some(*child_run_id),
-                EventType::RunStarted,
-                serde_json::json!({
-                    "runId": child_run_id,
-                    "runName": name,
-                    "depth": depth,
-                    "parentRunId": run,
-                    "parentToolCallId": call_id,
-                }),
-                &RowFields {
-                    run: stored_event::run_row(name, depth),
-                    ..RowFields::default()
-                },
-            );
-            let segment = QueueMessage::Segment {
-                run_id: *child_run_id,
-                seq: 1,
-            };
-            Ok((Some(outbox::insert(tx, &segment, 0).await?), Some(started)))
-        }
         Change::FinishDelegation {
             parent_run_id,
             call_id,
             status,
             result,
-        } => {
-            // Lock the parent like an answer does, so that two children
-            // finishing at once see each other and exactly one resumes it.
-            // NO KEY UPDATE, not UPDATE: each sibling already holds a KEY
-            // SHARE lock on the parent (the foreign-key check of its second
-            // update of its own row in this transaction), and FOR UPDATE
-            // would wait on every sibling's, which wait on ours: a deadlock.
-            let stmt = tx
-                .prepare_cached("SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE")
-                .await?;
-            tx.query_one(&stmt, &[&parent_run_id.0]).await?;
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE tool_calls SET status = $3, result = $4
-                     WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
-                )
-                .await?;
-            tx.execute(
-                &stmt,
-                &[
-                    &parent_run_id.0,
-                    &call_id.as_str(),
-                    &status.as_str(),
-                    result,
-                ],
-            )
-            .await?;
-            Ok((
-                resume_if_settled(tx, *parent_run_id)
-                    .await?
-                    .into_iter()
-                    .next(),
-                None,
+        } => return Ok(finish_delegation(*parent_run_id, call_id, *status, result)),
+        Change::StartChild { .. } => {
+            return Err(Error::Corrupt(
+                "a child run is started by its commit, not planned".into(),
             ))
         }
-        other => Err(Error::Corrupt(format!(
-            "{other:?} is a pipelined change, not a sequential one"
-        ))),
-    }
+    };
+    Ok(vec![(op, None)])
+}
+
+/// This (child) run ended: its parent's delegation row settles, and the
+/// parent resumes if nothing else of it is open.
+fn finish_delegation(
+    parent: RunId,
+    call_id: &ToolCallId,
+    status: ToolCallStatus,
+    result: &Value,
+) -> Vec<Planned> {
+    vec![
+        // Lock the parent like an answer does, so that two children
+        // finishing at once see each other and exactly one resumes it. NO
+        // KEY UPDATE, not UPDATE: each sibling already holds a KEY SHARE
+        // lock on the parent (the foreign-key check of its own row), and
+        // FOR UPDATE would wait on every sibling's, which wait on ours.
+        (
+            Op::new(
+                "SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+                vec![Box::new(parent.0)],
+            ),
+            None,
+        ),
+        (
+            Op::new(
+                "UPDATE tool_calls SET status = $3, result = $4
+                 WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
+                vec![
+                    Box::new(parent.0),
+                    Box::new(call_id.as_str().to_owned()),
+                    Box::new(status.as_str()),
+                    Box::new(result.clone()),
+                ],
+            ),
+            None,
+        ),
+        (crate::resume::resume_op(parent), None),
+    ]
 }

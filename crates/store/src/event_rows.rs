@@ -64,6 +64,7 @@ mod tests {
             ttl_ms: 30_000,
             run_name: "mailer".into(),
             depth: 2,
+            root_run_id: RunId(uuid::Uuid::from_u128(1)),
         }
     }
 

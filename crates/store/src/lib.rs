@@ -30,7 +30,9 @@ mod outbox;
 mod parked_at_once;
 mod pipeline;
 mod reclaim;
+mod resume;
 mod runs;
+mod start;
 #[cfg(test)]
 mod test_changes;
 mod threads;

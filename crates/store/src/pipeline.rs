@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use deadpool_postgres::{Object, Transaction};
+use deadpool_postgres::Object;
 use futures::future::join_all;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -92,25 +92,6 @@ impl Answer {
             _ => Vec::new(),
         }
     }
-}
-
-/// Sends `ops` in order in one round trip inside the caller's transaction
-/// (statements are prepared first: from the connection's cache after the
-/// first time). The first failure is returned; the statements after a
-/// failed one fail too (the transaction is aborted), and the caller drops
-/// the transaction, which rolls it back.
-pub(crate) async fn run(tx: &Transaction<'_>, ops: Vec<Op>) -> Result<Vec<Answer>> {
-    let mut statements = Vec::with_capacity(ops.len());
-    for op in &ops {
-        statements.push(tx.prepare_cached(&op.sql).await?);
-    }
-    let answers = join_all(
-        ops.iter()
-            .zip(&statements)
-            .map(|(op, statement)| send(&**tx, op, statement)),
-    )
-    .await;
-    check(answers, ops)
 }
 
 /// `BEGIN`, `ops` and `COMMIT` in one round trip: a transaction whose

@@ -145,7 +145,7 @@ impl Store {
                 "error": format!("sub-agent {name} failed: {error}"),
             });
             tx.execute(&stmt, &[&parent, &call, &result]).await?;
-            outbox = crate::commit::resume_if_settled(&tx, RunId(parent)).await?;
+            outbox = crate::resume::resume_if_settled(&tx, RunId(parent)).await?;
         }
         // Events last, after every row lock (see INSERT_EVENT_SQL).
         for child in &cancelled {

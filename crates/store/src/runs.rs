@@ -29,6 +29,9 @@ pub struct Lease {
     /// the row (`format::event`).
     pub run_name: String,
     pub depth: i32,
+    /// The root of the run's tree (its own id for a turn's run), where a
+    /// child run it starts belongs too.
+    pub root_run_id: RunId,
 }
 
 /// What a worker needs to advance a run it now holds.
@@ -170,7 +173,7 @@ acquired AS (
       AND NOT EXISTS (SELECT 1 FROM runs root WHERE root.id = runs.root_run_id
                       AND root.status = 'cancelled')
     RETURNING id, thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id,
-              takeovers
+              takeovers, root_run_id
 )
 SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
        (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value, j.packed) ORDER BY j.position), '[]')
@@ -196,7 +199,7 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
         FROM tool_calls tc
         LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
         WHERE tc.run_id = a.id),
-       a.takeovers
+       a.takeovers, a.root_run_id
 FROM acquired a"
 );
 
@@ -298,6 +301,7 @@ impl Store {
             ttl_ms,
             run_name: row.get(2),
             depth: row.get(3),
+            root_run_id: RunId(row.get(11)),
         };
         let journal: Vec<(i32, String, serde_json::Value, i16)> =
             serde_json::from_value(row.get(7))?;

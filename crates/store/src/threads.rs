@@ -1,15 +1,15 @@
 //! Threads: creation, reads, and starting a turn.
 
-use agentenkit_core::conversation::Message;
-use agentenkit_core::{EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ThreadStatus};
+use agentenkit_core::{EventType, Owner, RunId, RunStatus, ThreadId, ThreadStatus};
 use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::format::event::{self as stored_event, RowFields};
-use crate::outbox::{self, OutboxRow};
+use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
+use crate::start::{start, NewRun};
 use crate::views::{EventView, MessageView, PendingInput, ThreadView};
 use crate::{Error, Result, Store};
 
@@ -165,47 +165,30 @@ impl Store {
             }
         }
         let run = RunId::new();
-        let segment = QueueMessage::Segment {
-            run_id: run,
-            seq: 1,
-        };
-        let user = serde_json::to_value(Message::User {
-            content: content.to_owned(),
+        let started = start(&NewRun {
+            id: run,
+            thread,
+            root: run,
+            parent: None,
+            name: &agent,
+            depth: 0,
+            task: content,
         })?;
-        let started = json!({ "runId": run, "runName": agent, "depth": 0 });
-        let started_rows = RowFields {
-            run: stored_event::run_row(&agent, 0),
-            ..RowFields::default()
-        };
-        let answers = tx
-            .commit_with(vec![
-                Op::new(
-                    "INSERT INTO runs (id, thread_id, root_run_id, name, depth, status, segment_seq)
-                     VALUES ($1, $2, $1, $3, 0, 'queued', 1)",
-                    vec![Box::new(run.0), Box::new(thread.0), Box::new(agent)],
-                ),
-                Op::new(
-                    "UPDATE threads SET current_run_id = $2 WHERE id = $1",
-                    vec![Box::new(thread.0), Box::new(run.0)],
-                )
-                .expect(Expect::One(Error::Corrupt(format!(
-                    "thread {thread} vanished while locked"
-                )))),
-                Op::new(
-                    "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)",
-                    vec![Box::new(thread.0), Box::new(run.0), Box::new(user)],
-                ),
-                outbox::insert_op(&segment, 0),
-                // Last, after every row lock (see INSERT_EVENT_SQL).
-                crate::event_insert::event_op(
-                    thread,
-                    Some(run),
-                    EventType::RunStarted,
-                    started,
-                    &started_rows,
-                ),
-            ])
-            .await?;
+        let mut ops = started.rows;
+        ops.push(
+            Op::new(
+                "UPDATE threads SET current_run_id = $2 WHERE id = $1",
+                vec![Box::new(thread.0), Box::new(run.0)],
+            )
+            .expect(Expect::One(Error::Corrupt(format!(
+                "thread {thread} vanished while locked"
+            )))),
+        );
+        let (outbox_op, segment) = started.outbox;
+        ops.push(outbox_op);
+        // Last, after every row lock (see INSERT_EVENT_SQL).
+        ops.push(started.event);
+        let answers = tx.commit_with(ops).await?;
         let id = answers
             .into_iter()
             .find_map(|answer| match answer {

@@ -1,0 +1,63 @@
+//! Resuming a waiting run: once none of its requests and none of its child
+//! runs is open, the run is queued with its next segment, and the segment
+//! goes to the outbox, in one statement. Every path that settles what a run
+//! waits on (an answer, an expiry, a child run that ends or fails) ends its
+//! transaction with it, after its own changes and while holding the run's
+//! row lock, so that of two settling at once exactly one sees nothing left
+//! open.
+
+use agentenkit_core::{QueueMessage, RunId};
+use deadpool_postgres::Transaction;
+use tokio_postgres::Row;
+
+use crate::outbox::OutboxRow;
+use crate::pipeline::{Expect, Op};
+use crate::{Error, Result};
+
+/// Queues run `$1` with its next segment if it waits on nothing more, and
+/// writes the segment's outbox row, returning `(id, key)`; no row when the
+/// run still waits (or is not waiting). The key is
+/// `QueueMessage::outbox_key`'s, which [`outbox_rows`] reads back (and a
+/// test holds to).
+const RESUME_IF_SETTLED_SQL: &str = "
+    WITH resumed AS (
+        UPDATE runs SET status = 'queued', segment_seq = segment_seq + 1, updated_at = now()
+        WHERE id = $1 AND status = 'waiting'
+          AND NOT EXISTS (SELECT 1 FROM tool_calls
+                          WHERE run_id = $1 AND status = 'pending_approval')
+          AND NOT EXISTS (SELECT 1 FROM runs child
+                          WHERE child.parent_run_id = $1
+                            AND child.status IN ('queued', 'running', 'waiting'))
+        RETURNING segment_seq)
+    INSERT INTO outbox (delay_ms, key, due_at)
+    SELECT 0, 'segment:' || $1::uuid::text || ':' || segment_seq, now() FROM resumed
+    RETURNING id, key";
+
+/// The resume of `run` as a pipelined statement, after the changes of its
+/// transaction that may have settled the run's last wait; its answer's
+/// rows go to [`outbox_rows`].
+pub(crate) fn resume_op(run: RunId) -> Op {
+    Op::new(RESUME_IF_SETTLED_SQL, vec![Box::new(run.0)]).expect(Expect::Rows)
+}
+
+/// The resume of `run` in a transaction run statement by statement.
+pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Result<Vec<OutboxRow>> {
+    let stmt = tx.prepare_cached(RESUME_IF_SETTLED_SQL).await?;
+    outbox_rows(&tx.query(&stmt, &[&run.0]).await?)
+}
+
+/// The outbox row a resume wrote, if it resumed the run.
+pub(crate) fn outbox_rows(rows: &[Row]) -> Result<Vec<OutboxRow>> {
+    rows.iter()
+        .map(|row| {
+            let key: &str = row.get(1);
+            let message = QueueMessage::from_outbox_key(key)
+                .ok_or_else(|| Error::Corrupt(format!("a resume wrote the outbox key {key:?}")))?;
+            Ok(OutboxRow {
+                id: row.get(0),
+                message,
+                delay_ms: 0,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,95 @@
+//! Starting a run: a queued run row, its user message, its first segment in
+//! the outbox and `RUN_STARTED`, all in the transaction that decides it. A
+//! turn's root run (`Store::start_run`) and a delegation's child run (a
+//! commit's `Change::StartChild`) start the same way.
+
+use agentenkit_core::conversation::Message;
+use agentenkit_core::{EventType, QueueMessage, RunId, ThreadId, ToolCallId};
+use serde_json::json;
+
+use crate::event_insert::event_op;
+use crate::format::event::{self as stored_event, RowFields};
+use crate::outbox;
+use crate::pipeline::Op;
+use crate::Result;
+
+const INSERT_RUN_SQL: &str = "
+    INSERT INTO runs (id, thread_id, root_run_id, parent_run_id, parent_tool_call_id,
+                      name, depth, status, segment_seq)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', 1)";
+
+const INSERT_USER_MESSAGE_SQL: &str =
+    "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)";
+
+/// A run to start.
+pub(crate) struct NewRun<'a> {
+    pub id: RunId,
+    pub thread: ThreadId,
+    /// The root of its run tree: its own id for a turn's run.
+    pub root: RunId,
+    /// The run and the delegation call it answers, for a child run.
+    pub parent: Option<(RunId, &'a ToolCallId)>,
+    /// The agent's name (a sub-agent's for a child run).
+    pub name: &'a str,
+    pub depth: i32,
+    /// Its user message: what the turn said, or the delegated task.
+    pub task: &'a str,
+}
+
+/// The statements that start a run, in the order they go.
+pub(crate) struct Started {
+    /// The run row and its user message.
+    pub rows: Vec<Op>,
+    /// The first segment's outbox row ([`crate::pipeline::Expect::Ids`]),
+    /// and the segment it publishes.
+    pub outbox: (Op, QueueMessage),
+    /// `RUN_STARTED`: after every other statement of the transaction (see
+    /// `INSERT_EVENT_SQL`).
+    pub event: Op,
+}
+
+pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
+    let user = serde_json::to_value(Message::User {
+        content: run.task.to_owned(),
+    })?;
+    let mut started = json!({ "runId": run.id, "runName": run.name, "depth": run.depth });
+    if let Some((parent, call)) = run.parent {
+        started["parentRunId"] = json!(parent);
+        started["parentToolCallId"] = json!(call);
+    }
+    let segment = QueueMessage::Segment {
+        run_id: run.id,
+        seq: 1,
+    };
+    Ok(Started {
+        rows: vec![
+            Op::new(
+                INSERT_RUN_SQL,
+                vec![
+                    Box::new(run.id.0),
+                    Box::new(run.thread.0),
+                    Box::new(run.root.0),
+                    Box::new(run.parent.map(|(parent, _)| parent.0)),
+                    Box::new(run.parent.map(|(_, call)| call.as_str().to_owned())),
+                    Box::new(run.name.to_owned()),
+                    Box::new(run.depth),
+                ],
+            ),
+            Op::new(
+                INSERT_USER_MESSAGE_SQL,
+                vec![Box::new(run.thread.0), Box::new(run.id.0), Box::new(user)],
+            ),
+        ],
+        outbox: (outbox::insert_op(&segment, 0), segment),
+        event: event_op(
+            run.thread,
+            Some(run.id),
+            EventType::RunStarted,
+            started,
+            &RowFields {
+                run: stored_event::run_row(run.name, run.depth),
+                ..RowFields::default()
+            },
+        ),
+    })
+}
