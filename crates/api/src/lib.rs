@@ -16,6 +16,7 @@ mod extract;
 mod hub;
 mod openapi;
 mod routes;
+mod schemas;
 mod ui;
 
 pub use auth::{ApiKeys, ApiKeysError};

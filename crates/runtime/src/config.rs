@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::model::ScriptEntry;
+use crate::model::ModelDef;
 
 /// How deep sub-agents nest unless the agent file says otherwise.
 pub const DEFAULT_MAX_DEPTH: u32 = 8;
@@ -65,53 +65,6 @@ pub enum IntakeWhen {
     #[default]
     ThreadStart,
     EveryTurn,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "provider", rename_all = "lowercase", deny_unknown_fields)]
-pub enum ModelDef {
-    Scripted {
-        script: Vec<ScriptEntry>,
-    },
-    /// Any OpenAI-compatible Chat Completions server. `base_url` defaults
-    /// to `OPENAI_BASE_URL`, then OpenAI's; the key is read from
-    /// `api_key_env` (default `OPENAI_API_KEY`); none sends no header.
-    Openai {
-        model: String,
-        #[serde(default)]
-        base_url: Option<String>,
-        #[serde(default)]
-        api_key_env: Option<String>,
-        #[serde(default)]
-        temperature: Option<f64>,
-        #[serde(default)]
-        max_tokens: Option<u32>,
-        #[serde(default)]
-        timeout_ms: Option<u64>,
-        #[serde(default)]
-        max_retries: Option<u32>,
-        /// A CA certificate (PEM file) trusted besides the platform's roots.
-        #[serde(default)]
-        ca_file: Option<String>,
-    },
-    /// The Messages API. The key is read from `api_key_env` (default
-    /// `ANTHROPIC_API_KEY`).
-    Anthropic {
-        model: String,
-        #[serde(default)]
-        base_url: Option<String>,
-        #[serde(default)]
-        api_key_env: Option<String>,
-        #[serde(default)]
-        max_tokens: Option<u32>,
-        #[serde(default)]
-        timeout_ms: Option<u64>,
-        #[serde(default)]
-        max_retries: Option<u32>,
-        /// A CA certificate (PEM file) trusted besides the platform's roots.
-        #[serde(default)]
-        ca_file: Option<String>,
-    },
 }
 
 #[derive(Debug, Clone, Deserialize)]

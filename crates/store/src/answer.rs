@@ -1,4 +1,4 @@
-//! Answers to open requests, and stopping a thread's run tree.
+//! Answers to open requests.
 //!
 //! An answer is one transaction: the run row is locked (so answers to
 //! sibling requests settle one after another and exactly one of them sees
@@ -13,7 +13,6 @@ use agentenkit_core::{
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
-use uuid::Uuid;
 
 use crate::event_insert::{event_op, insert_event};
 use crate::format::event::RowFields;
@@ -217,73 +216,6 @@ impl Store {
             outbox,
         })
     }
-
-    /// Stops the thread's current run tree: every active run of it is
-    /// cancelled, its open requests with it, in one transaction. A worker
-    /// still advancing the run loses its lease and commits nothing more.
-    /// Returns the runs stopped (none when the thread was idle).
-    pub async fn stop_thread(&self, thread: ThreadId, owner: &Owner) -> Result<Vec<RunId>> {
-        crate::error::retry_conflicts(|| self.stop_thread_once(thread, owner)).await
-    }
-
-    async fn stop_thread_once(&self, thread: ThreadId, owner: &Owner) -> Result<Vec<RunId>> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let stmt = tx
-            .prepare_cached(
-                "SELECT current_run_id FROM threads WHERE id = $1 AND owner = $2 FOR NO KEY UPDATE",
-            )
-            .await?;
-        let current: Option<Uuid> = tx
-            .query_opt(&stmt, &[&thread.0, &owner.as_str()])
-            .await?
-            .ok_or_else(|| Error::NotFound {
-                what: "thread",
-                id: thread.to_string(),
-            })?
-            .get(0);
-        let Some(current) = current else {
-            return Ok(vec![]);
-        };
-        let stmt = tx
-            .prepare_cached(
-                "UPDATE runs SET status = 'cancelled', finished_at = now(), updated_at = now(),
-                        lease_owner = NULL, lease_expires_at = NULL, error = 'stopped'
-                 WHERE (id = $1 OR (root_run_id = $1 AND parent_run_id IS NOT NULL))
-                   AND status IN ('queued', 'running', 'waiting')
-                 RETURNING id",
-            )
-            .await?;
-        // Each statement sees what committed before it: repeat until a
-        // pass finds nothing, so a child started by a park that committed
-        // while this waited is stopped too.
-        let mut stopped: Vec<Uuid> = Vec::new();
-        for _ in 0..16 {
-            let more: Vec<Uuid> = tx
-                .query(&stmt, &[&current])
-                .await?
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
-            if more.is_empty() {
-                break;
-            }
-            stopped.extend(more);
-        }
-        cancel_open_calls(&tx, &stopped).await?;
-        for run in &stopped {
-            insert_event(
-                &tx,
-                thread,
-                Some(RunId(*run)),
-                EventType::RunCancelled,
-                &json!({ "runId": run, "reason": "stopped" }),
-            )
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(stopped.into_iter().map(RunId).collect())
-    }
 }
 
 /// The addressed row among the owner's calls, preferring the one in the
@@ -375,18 +307,6 @@ fn resolved_event(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) ->
         map.insert("toolName".into(), json!(row.tool_name));
     }
     Ok(data)
-}
-
-/// Cancels every call of `runs` not yet settled (their runs ended).
-pub(crate) async fn cancel_open_calls(tx: &Transaction<'_>, runs: &[Uuid]) -> Result<()> {
-    let stmt = tx
-        .prepare_cached(
-            "UPDATE tool_calls SET status = 'cancelled'
-             WHERE run_id = ANY($1) AND status IN ('proposed', 'pending_approval')",
-        )
-        .await?;
-    tx.execute(&stmt, &[&runs]).await?;
-    Ok(())
 }
 
 /// After a row settled: `INPUT_RESOLVED`, and the resume segment when it was

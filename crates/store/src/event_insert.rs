@@ -1,12 +1,12 @@
 //! How an event row is written: under the thread's event lock (so ids are
-//! handed out in commit order), its data packed (`format::event`).
+//! handed out in commit order), its data as `format::event_item` stores it.
 
 use agentenkit_core::{EventType, RunId, ThreadId};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
 
 use crate::format::event::{self as stored_event, RowFields};
-use crate::journal_insert::StoredJournal;
+use crate::format::event_item::{event_item, EventItem};
 use crate::pipeline::{Op, Param};
 use crate::Result;
 
@@ -43,50 +43,6 @@ const INSERT_MESSAGE_EVENT_SQL: &str = "
         SELECT $1::uuid, $2::uuid, $6::jsonb, $7::int FROM ordered RETURNING id)
     INSERT INTO events (thread_id, run_id, type, data, packed, message_id)
     SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint, message.id FROM message";
-
-/// One event of a commit as it will be stored.
-pub(crate) struct EventItem {
-    event_type: EventType,
-    stored: stored_event::Packed,
-    /// The message row its statement inserts and it names (packed bit 4):
-    /// the body, or the journal position that holds it.
-    message: Option<(Option<Value>, Option<i32>)>,
-}
-
-/// An event of `run`, leaving to `rows` what they hold.
-pub(crate) fn event_item(
-    run: Option<RunId>,
-    event_type: EventType,
-    data: Value,
-    rows: &RowFields,
-) -> EventItem {
-    EventItem {
-        event_type,
-        stored: stored_event::pack(event_type, run, data, rows),
-        message: None,
-    }
-}
-
-/// A `MESSAGE` event and its message (`body`), written by one statement:
-/// the event names the message row by `message_id` and is stored without
-/// it (`stored_event::pack_message`). The message row stores `body`, or the
-/// journal position of a model entry of the commit that holds it.
-pub(crate) fn message_event_item(
-    run: RunId,
-    data: Value,
-    body: &Value,
-    journal: &StoredJournal,
-) -> EventItem {
-    let stored = stored_event::pack_message(
-        stored_event::pack(EventType::Message, Some(run), data, &RowFields::default()),
-        body,
-    );
-    EventItem {
-        event_type: EventType::Message,
-        stored,
-        message: Some(journal.message_body(body.clone())),
-    }
-}
 
 /// The insert of `item`, an event of `run` in `thread`, as a pipelined
 /// statement: it goes after every other statement of its transaction (see

@@ -132,7 +132,7 @@ impl Store {
             .collect();
         let mut ended = cancelled.clone();
         ended.push(run.0);
-        crate::answer::cancel_open_calls(&tx, &ended).await?;
+        crate::stop::cancel_open_calls(&tx, &ended).await?;
         let mut outbox = Vec::new();
         if let (Some(parent), Some(call)) = (parent, parent_call) {
             let stmt = tx

@@ -6,8 +6,9 @@
 //! row lock, so that of two settling at once exactly one sees nothing left
 //! open.
 
-use agentenkit_core::{QueueMessage, RunId};
+use agentenkit_core::{QueueMessage, RunId, ToolCallId, ToolCallStatus};
 use deadpool_postgres::Transaction;
+use serde_json::Value;
 use tokio_postgres::Row;
 
 use crate::outbox::OutboxRow;
@@ -60,4 +61,37 @@ pub(crate) fn outbox_rows(rows: &[Row]) -> Result<Vec<OutboxRow>> {
             })
         })
         .collect()
+}
+
+/// A child run ended: its parent's delegation row settles, and the parent
+/// resumes if nothing else of it is open. Pipelined after the child's own
+/// fence.
+pub(crate) fn finish_delegation_ops(
+    parent: RunId,
+    call_id: &ToolCallId,
+    status: ToolCallStatus,
+    result: &Value,
+) -> Vec<Op> {
+    vec![
+        // Lock the parent like an answer does, so that two children
+        // finishing at once see each other and exactly one resumes it. NO
+        // KEY UPDATE, not UPDATE: each sibling already holds a KEY SHARE
+        // lock on the parent (the foreign-key check of its own row), and
+        // FOR UPDATE would wait on every sibling's, which wait on ours.
+        Op::new(
+            "SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+            vec![Box::new(parent.0)],
+        ),
+        Op::new(
+            "UPDATE tool_calls SET status = $3, result = $4
+             WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
+            vec![
+                Box::new(parent.0),
+                Box::new(call_id.as_str().to_owned()),
+                Box::new(status.as_str()),
+                Box::new(result.clone()),
+            ],
+        ),
+        resume_op(parent),
+    ]
 }

@@ -3,7 +3,7 @@
 use agentenkit_core::{ToolCallId, ToolKind};
 use serde_json::json;
 
-use crate::commit::Change;
+use crate::change::Change;
 
 /// An approval `send_email` proposed as call `id`.
 pub(crate) fn propose(id: &str) -> Change {

@@ -6,7 +6,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::auth::Caller;
-use crate::openapi::ErrorBody;
+use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
 #[derive(Serialize, ToSchema)]

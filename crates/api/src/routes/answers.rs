@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use crate::auth::Caller;
 use crate::extract::{parse_id, JsonBody};
-use crate::openapi::ErrorBody;
+use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
 /// What became of a reply. `delivered: false` is not an error of the
@@ -34,7 +34,7 @@ pub struct Approve {
     tool_call_id: String,
     /// Given to the tool (approvals) or returned as the job's result.
     #[serde(default)]
-    #[schema(value_type = Option<crate::openapi::StorableJson>)]
+    #[schema(value_type = Option<crate::schemas::StorableJson>)]
     payload: Option<Value>,
 }
 
@@ -57,7 +57,7 @@ pub struct Answer {
     run_id: String,
     #[schema(min_length = 1, pattern = "^[^\\u0000]*$")]
     tool_call_id: String,
-    #[schema(value_type = crate::openapi::AnswerMap)]
+    #[schema(value_type = crate::schemas::AnswerMap)]
     answers: Value,
 }
 
@@ -80,7 +80,7 @@ pub struct Respond {
     approved: bool,
     /// Given to the tool (approvals) or returned as the job's result.
     #[serde(default)]
-    #[schema(value_type = Option<crate::openapi::StorableJson>)]
+    #[schema(value_type = Option<crate::schemas::StorableJson>)]
     payload: Option<Value>,
 }
 

@@ -5,7 +5,7 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::openapi::ErrorBody;
+use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
 #[derive(Serialize, ToSchema)]

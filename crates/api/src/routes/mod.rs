@@ -8,7 +8,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::openapi::ApiDoc;
+use crate::schemas::ApiDoc;
 use crate::{ApiError, AppState};
 
 mod agents;

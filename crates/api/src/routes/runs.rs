@@ -5,7 +5,7 @@ use axum::Json;
 
 use crate::auth::Caller;
 use crate::extract::{parse_id, PathText};
-use crate::openapi::ErrorBody;
+use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
 /// A run: its status, place in the run tree, output or error, and usage.

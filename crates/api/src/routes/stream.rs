@@ -16,7 +16,7 @@ use serde::Deserialize;
 use crate::auth::Caller;
 use crate::extract::{parse_event_id, parse_id, PathText, QueryParams};
 use crate::hub::Subscription;
-use crate::openapi::ErrorBody;
+use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
 const PAGE: i64 = 500;
@@ -40,7 +40,7 @@ pub struct StreamQuery {
         StreamQuery,
     ),
     responses(
-        (status = 200, content_type = "text/event-stream", body = crate::openapi::StreamEvent),
+        (status = 200, content_type = "text/event-stream", body = crate::schemas::StreamEvent),
         (status = 400, description = "`Last-Event-ID` or `after` is not an event id", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No such thread of the caller's", body = ErrorBody),

@@ -9,7 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
 use crate::extract::{parse_event_id, parse_id, JsonBody, PathText, QueryParams};
-use crate::openapi::ErrorBody;
+use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
 /// Longest user message accepted (characters are bytes here; the body
@@ -24,7 +24,7 @@ pub struct CreateThread {
     agent: String,
     /// Kept with the thread and returned with it.
     #[serde(default)]
-    #[schema(value_type = Option<crate::openapi::StorableObject>)]
+    #[schema(value_type = Option<crate::schemas::StorableObject>)]
     metadata: Option<Value>,
 }
 

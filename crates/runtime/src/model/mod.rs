@@ -10,15 +10,16 @@ use agentenkit_core::conversation::{Message, ModelResponse};
 use async_trait::async_trait;
 use thiserror::Error;
 
-use crate::config::ModelDef;
 use crate::tool::ToolSpec;
 
 mod anthropic;
+mod def;
 mod http;
 mod openai;
 mod scripted;
 
 pub use anthropic::{AnthropicConfig, AnthropicModel};
+pub use def::ModelDef;
 pub use http::{ApiKey, ProviderSettings};
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use scripted::{ScriptEntry, ScriptedModel};

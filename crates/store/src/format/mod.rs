@@ -12,13 +12,21 @@
 //!   arguments or body from one of its model entries
 //!   (`tool_calls.arguments_position`, `messages.body_position`).
 //!
-//! Writers encode through `event::pack` and `journal::pack`; readers decode
-//! through `event::unpack` and `journal::unpack` (and, in SQL, the
-//! expressions of `sql.rs`).
+//! Encoding is per commit: `journal_insert::StoredJournal` packs its
+//! journal entries and says where its call rows and messages find what
+//! they hold, `event_rows::known_rows` what each event may leave to the
+//! rows of the commit, and `message_with_event` which message its `MESSAGE`
+//! event names instead of repeating it; each event then goes through
+//! `event::pack`. Decoding is `event::unpack` and `journal::unpack` (and,
+//! in SQL, the expressions of `sql.rs`).
 
 // SQL macros the store's readers use (textual scope: keep it first).
 #[macro_use]
 mod sql;
 
 pub(crate) mod event;
+pub(crate) mod event_item;
+pub(crate) mod event_rows;
 pub(crate) mod journal;
+pub(crate) mod journal_insert;
+pub(crate) mod message_with_event;

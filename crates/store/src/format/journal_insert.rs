@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use agentenkit_core::RunId;
 use serde_json::Value;
 
-use crate::commit::Change;
+use crate::change::Change;
 use crate::format::journal::{self as stored_journal, NewEntry};
 use crate::pipeline::Op;
 use crate::{Error, Result};

@@ -5,16 +5,20 @@
 use crate::format::event::{self as stored_event, RowFields};
 use serde_json::{Map, Value};
 
-use crate::commit::Change;
-use crate::runs::Lease;
+use crate::change::Change;
 
-/// What the rows of an event of `lease`'s run hold: the run row's name and
-/// depth, and the call-row fields of the call `data` names (`toolCallId`)
+/// What the rows of an event of a run named `run_name` at `depth` hold: the
+/// run row's name and depth, and the call-row fields of the call `data` names (`toolCallId`)
 /// that `changes` write. A call proposed in an earlier commit has no known
 /// name here, so nothing of it is left out (its row is not re-read to
 /// check).
-pub(crate) fn known_rows(lease: &Lease, changes: &[Change], data: &Value) -> RowFields {
-    let run = stored_event::run_row(&lease.run_name, lease.depth);
+pub(crate) fn known_rows(
+    run_name: &str,
+    depth: i32,
+    changes: &[Change],
+    data: &Value,
+) -> RowFields {
+    let run = stored_event::run_row(run_name, depth);
     let Some(call_id) = data.get("toolCallId").and_then(Value::as_str) else {
         return RowFields {
             run,
@@ -53,28 +57,16 @@ pub(crate) fn known_rows(lease: &Lease, changes: &[Change], data: &Value) -> Row
 mod tests {
     use super::*;
     use crate::test_changes::{park, propose};
-    use agentenkit_core::{RunId, ThreadId};
     use serde_json::json;
 
-    fn lease() -> Lease {
-        Lease {
-            run_id: RunId(uuid::Uuid::from_u128(1)),
-            thread_id: ThreadId(uuid::Uuid::from_u128(2)),
-            token: 1,
-            ttl_ms: 30_000,
-            run_name: "mailer".into(),
-            depth: 2,
-            root_run_id: RunId(uuid::Uuid::from_u128(1)),
-        }
+    /// `known_rows` of a run named `mailer` at depth 2.
+    fn known(changes: &[Change], data: &Value) -> RowFields {
+        known_rows("mailer", 2, changes, data)
     }
 
     #[test]
     fn a_call_proposed_and_parked_in_the_commit_is_known_whole() {
-        let rows = known_rows(
-            &lease(),
-            &[propose("c1"), park("c1")],
-            &json!({"toolCallId": "c1"}),
-        );
+        let rows = known(&[propose("c1"), park("c1")], &json!({"toolCallId": "c1"}));
         assert_eq!(
             Value::Object(rows.call),
             json!({"toolName": "send_email", "kind": "approval", "reason": "approval",
@@ -83,9 +75,9 @@ mod tests {
     }
 
     #[test]
-    fn the_run_row_is_the_leases_whatever_the_event_names() {
+    fn the_run_row_is_the_runs_whatever_the_event_names() {
         for data in [json!({"toolCallId": "c1"}), json!({})] {
-            let rows = known_rows(&lease(), &[propose("c1")], &data);
+            let rows = known(&[propose("c1")], &data);
             assert_eq!(
                 Value::Object(rows.run),
                 json!({"runName": "mailer", "depth": 2})
@@ -96,16 +88,11 @@ mod tests {
     #[test]
     fn a_call_proposed_elsewhere_or_another_call_is_not_known() {
         let data = json!({"toolCallId": "c1"});
-        let lease = lease();
-        assert!(known_rows(&lease, &[park("c1")], &data).call.is_empty());
-        assert!(known_rows(&lease, &[propose("c2"), park("c2")], &data)
-            .call
-            .is_empty());
-        assert!(known_rows(&lease, &[propose("c1")], &json!({}))
-            .call
-            .is_empty());
+        assert!(known(&[park("c1")], &data).call.is_empty());
+        assert!(known(&[propose("c2"), park("c2")], &data).call.is_empty());
+        assert!(known(&[propose("c1")], &json!({})).call.is_empty());
         // proposed only: its name (its kind may still change)
-        let proposed = known_rows(&lease, &[propose("c1")], &data).call;
+        let proposed = known(&[propose("c1")], &data).call;
         assert_eq!(proposed.get("toolName"), Some(&json!("send_email")));
         assert!(proposed.get("reason").is_none());
     }

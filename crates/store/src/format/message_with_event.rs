@@ -4,9 +4,9 @@
 use agentenkit_core::{EventType, RunId};
 use serde_json::Value;
 
-use crate::commit::Change;
-use crate::event_insert::{message_event_item, EventItem};
-use crate::journal_insert::StoredJournal;
+use super::event_item::{message_event_item, EventItem};
+use crate::change::Change;
+use crate::format::journal_insert::StoredJournal;
 use crate::Result;
 
 /// A `MESSAGE` event repeated its message whole beside the messages row

@@ -1,12 +1,18 @@
-//! A call proposed and parked in the same commit is inserted once, already
-//! open: see [`ParkedAtOnce`].
+//! Parking: a proposed call becomes an open request (the run's commit
+//! then ends its segment with the run waiting, see `lease::fence`). A call
+//! proposed and parked in the same commit is inserted once, already open:
+//! see [`ParkedAtOnce`]. A self-parking tool's request is kept on its row
+//! first, the moment the tool returns it.
 
-use agentenkit_core::{RunId, ThreadId};
+use agentenkit_core::{RunId, ThreadId, ToolCallId, ToolKind};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
 
-use crate::call_insert::{insert_tool_call, NewCall};
-use crate::commit::Change;
-use crate::journal_insert::StoredJournal;
-use crate::pipeline::Op;
+use crate::calls::{insert_tool_call, NewCall};
+use crate::change::Change;
+use crate::format::journal_insert::StoredJournal;
+use crate::pipeline::{Expect, Op};
+use crate::Error;
 
 /// Calls proposed and parked in the same commit (an approval proposed in
 /// the step that parks on it): each is inserted once, already open, instead
@@ -104,6 +110,50 @@ impl<'a> ParkedAtOnce<'a> {
             },
         ))
     }
+}
+
+/// A proposed call parks: it becomes an open request, with the kind it
+/// parks as (a self-parking tool's call becomes `park`, its payload the
+/// `arguments`).
+pub(crate) fn park_op(
+    run: RunId,
+    id: &ToolCallId,
+    kind: ToolKind,
+    reason: &str,
+    arguments: Option<&Value>,
+    expires_at: Option<DateTime<Utc>>,
+) -> Op {
+    Op::new(
+        "UPDATE tool_calls SET status = 'pending_approval', reason = $3, expires_at = $4,
+                kind = $5, tool_type = $6, arguments = COALESCE($7, arguments)
+         WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
+        vec![
+            Box::new(run.0),
+            Box::new(id.as_str().to_owned()),
+            Box::new(reason.to_owned()),
+            Box::new(expires_at),
+            Box::new(kind.as_str()),
+            Box::new(kind.tool_type()),
+            Box::new(arguments.cloned()),
+        ],
+    )
+    .expect(Expect::One(Error::Corrupt(format!(
+        "tool call {id} of run {run} is not proposed and cannot park"
+    ))))
+}
+
+/// A self-parking tool asked to wait: its request is kept on the row at
+/// once, so a retried step knows without calling the tool again.
+pub(crate) fn record_park_request_op(run: RunId, id: &ToolCallId, request: &Value) -> Op {
+    Op::new(
+        "UPDATE tool_calls SET park_request = $3
+         WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
+        vec![
+            Box::new(run.0),
+            Box::new(id.as_str().to_owned()),
+            Box::new(request.clone()),
+        ],
+    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,54 @@
+//! How an agent file names its model: the `[agents.<name>.model]` table,
+//! which `model::from_def` turns into a client.
+
+use serde::Deserialize;
+
+use super::ScriptEntry;
+
+/// The model of an agent, by provider.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "provider", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ModelDef {
+    Scripted {
+        script: Vec<ScriptEntry>,
+    },
+    /// Any OpenAI-compatible Chat Completions server. `base_url` defaults
+    /// to `OPENAI_BASE_URL`, then OpenAI's; the key is read from
+    /// `api_key_env` (default `OPENAI_API_KEY`); none sends no header.
+    Openai {
+        model: String,
+        #[serde(default)]
+        base_url: Option<String>,
+        #[serde(default)]
+        api_key_env: Option<String>,
+        #[serde(default)]
+        temperature: Option<f64>,
+        #[serde(default)]
+        max_tokens: Option<u32>,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        #[serde(default)]
+        max_retries: Option<u32>,
+        /// A CA certificate (PEM file) trusted besides the platform's roots.
+        #[serde(default)]
+        ca_file: Option<String>,
+    },
+    /// The Messages API. The key is read from `api_key_env` (default
+    /// `ANTHROPIC_API_KEY`).
+    Anthropic {
+        model: String,
+        #[serde(default)]
+        base_url: Option<String>,
+        #[serde(default)]
+        api_key_env: Option<String>,
+        #[serde(default)]
+        max_tokens: Option<u32>,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        #[serde(default)]
+        max_retries: Option<u32>,
+        /// A CA certificate (PEM file) trusted besides the platform's roots.
+        #[serde(default)]
+        ca_file: Option<String>,
+    },
+}

@@ -1,0 +1,84 @@
+//! What a worker changes on the run it holds: a list of [`Change`]s,
+//! committed together by `Store::commit` (commit.rs), fenced by its lease.
+
+use agentenkit_core::conversation::Message;
+use agentenkit_core::{
+    EventType, QueueMessage, RunId, RunStatus, ToolCallId, ToolCallStatus, ToolKind,
+};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+/// One row-level change made by a worker on the run it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// A new journal entry (the checkpoint just ran).
+    Journal {
+        position: u32,
+        name: String,
+        value: Value,
+    },
+    /// A message appended to the thread's conversation.
+    Message(Message),
+    /// An event on the thread's stream.
+    Event { event_type: EventType, data: Value },
+    /// A tool call as the model proposed it, with its resolved kind.
+    ProposeToolCall {
+        id: ToolCallId,
+        name: String,
+        arguments: Value,
+        kind: ToolKind,
+    },
+    /// A proposed tool call ran (or failed).
+    SettleToolCall {
+        id: ToolCallId,
+        status: ToolCallStatus,
+        result: Value,
+    },
+    /// A message to publish once this commit is durable.
+    Outbox {
+        message: QueueMessage,
+        delay_ms: u64,
+    },
+    /// A self-parking tool asked to wait: kept on the row at once, so a
+    /// retried step knows without calling the tool again.
+    RecordParkRequest { id: ToolCallId, request: Value },
+    /// A proposed call parks: it becomes an open request. A self-parking
+    /// tool's call becomes kind `park` with its payload as `arguments`.
+    ParkToolCall {
+        id: ToolCallId,
+        kind: ToolKind,
+        reason: String,
+        arguments: Option<Value>,
+        expires_at: Option<DateTime<Utc>>,
+    },
+    /// A delegation starts its child run: queued, with the task as its user
+    /// message, `RUN_STARTED`, and its first segment in the outbox.
+    StartChild {
+        call_id: ToolCallId,
+        child_run_id: RunId,
+        name: String,
+        task: String,
+    },
+    /// This (child) run ended: settle the parent's delegation row and
+    /// resume the parent if nothing else of it is open.
+    FinishDelegation {
+        parent_run_id: RunId,
+        call_id: ToolCallId,
+        status: ToolCallStatus,
+        result: Value,
+    },
+    /// The result a settled (answered) call finally had, without changing
+    /// its status.
+    RecordToolResult { id: ToolCallId, result: Value },
+    /// The run waits for its open requests; the lease is released.
+    WaitRun,
+    /// The run ends; the lease is released.
+    FinishRun {
+        status: RunStatus,
+        output: Option<String>,
+        error: Option<String>,
+    },
+    /// One attempt of the segment failed; counted so that a crash loop also
+    /// ends.
+    RecordFailure { error: String },
+}

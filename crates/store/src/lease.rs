@@ -1,0 +1,321 @@
+//! The lease: a worker takes a run's lease to advance one segment of it,
+//! and every write it makes is fenced by it (a worker whose lease ran out
+//! changes nothing).
+
+use agentenkit_core::conversation::Message;
+use agentenkit_core::{JournalEntry, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::change::Change;
+use crate::format::journal::StoredEntry;
+use crate::pipeline::{self, Expect, Op, Param};
+use crate::runs::{unpack_journal, CallRow};
+use crate::{Error, Result, Store};
+
+/// A worker's hold on a run. Every write it makes carries `token`; once
+/// another worker takes the run (after this lease ran out) the token no
+/// longer matches and the write changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub run_id: RunId,
+    pub thread_id: ThreadId,
+    pub token: i64,
+    pub ttl_ms: u64,
+    /// The run row's name (the agent's; a sub-agent's for a child run) and
+    /// depth, which never change: an event of this run may leave them to
+    /// the row (`format::event`).
+    pub run_name: String,
+    pub depth: i32,
+    /// The root of the run's tree (its own id for a turn's run), where a
+    /// child run it starts belongs too.
+    pub root_run_id: RunId,
+}
+
+/// What a worker needs to advance a run it now holds.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    pub lease: Lease,
+    /// The delegation this (child) run answers, if it is one.
+    pub parent_tool_call_id: Option<String>,
+    pub parent_run_id: Option<RunId>,
+    /// Failed attempts so far, across workers.
+    pub attempts: i32,
+    /// Workers that died holding this step before this one (each taken
+    /// over after its lease ran out).
+    pub takeovers: i32,
+    /// The whole journal, in position order.
+    pub journal: Vec<JournalEntry>,
+    /// The conversation before this run's own steps: earlier turns and this
+    /// run's user message. The run's own steps come back from the journal.
+    pub history: Vec<Message>,
+    /// The run's tool-call rows as the lease found them. While a worker
+    /// holds the run nobody else changes them (answers, expiries and child
+    /// runs settle rows only of a waiting run), so the step reads them here
+    /// instead of asking the store once per call.
+    pub calls: Vec<CallRow>,
+}
+
+/// A call row as the acquire statement renders it (JSON).
+#[derive(Deserialize)]
+struct CallSnapshot {
+    id: String,
+    kind: String,
+    status: String,
+    park_request: Option<serde_json::Value>,
+    payload: Option<serde_json::Value>,
+    result: Option<serde_json::Value>,
+    defaulted: Option<Vec<String>>,
+    answered_by: Option<String>,
+    answered_at: Option<DateTime<Utc>>,
+    child: Option<Uuid>,
+}
+
+impl CallSnapshot {
+    fn into_row(self) -> Result<CallRow> {
+        Ok(CallRow {
+            id: ToolCallId(self.id),
+            kind: self.kind.parse()?,
+            status: self.status.parse()?,
+            park_request: self.park_request,
+            payload: self.payload,
+            result: self.result,
+            defaulted: self.defaulted,
+            answered_by: self.answered_by,
+            answered_at: self.answered_at,
+            child: self.child.map(RunId),
+        })
+    }
+}
+
+/// Takes the lease and reads what the segment needs, in one statement.
+/// The reads see the snapshot the UPDATE started from, which is all they
+/// need: the lease row is the only one the statement changes.
+const ACQUIRE: &str = concat!(
+    "
+WITH consumed AS (
+    -- the segment is being handled: its outbox row has done its work
+    DELETE FROM outbox WHERE key = $6
+),
+acquired AS (
+    UPDATE runs SET status = 'running', lease_owner = $4, lease_token = lease_token + 1,
+           lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now(),
+           -- taking over from a worker whose lease ran out is counted (apart
+           -- from failed attempts), so a segment that kills its worker every
+           -- time ends instead of looping
+           takeovers = takeovers + CASE WHEN status = 'running' THEN 1 ELSE 0 END
+    WHERE id = $1 AND segment_seq = $2 AND status = ANY($5)
+      AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+      -- a child created while its tree was being stopped never runs
+      AND NOT EXISTS (SELECT 1 FROM runs root WHERE root.id = runs.root_run_id
+                      AND root.status = 'cancelled')
+    RETURNING id, thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id,
+              takeovers, root_run_id
+)
+SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value, j.packed) ORDER BY j.position), '[]')
+        FROM journal j WHERE j.run_id = a.id),
+       -- a root run sees the thread's earlier turns (root runs only) and its
+       -- own user message; a child run sees only its task
+       -- (the run of each message looked up by key: a join let the planner
+       -- hash every run of the database)
+       (SELECT coalesce(jsonb_agg(",
+    message_body_sql!(),
+    " ORDER BY m.id), '[]')
+        FROM messages m
+        WHERE m.thread_id = a.thread_id
+          AND CASE WHEN a.parent_run_id IS NULL
+                   THEN (m.run_id <> a.id OR m.body->>'role' = 'user')
+                        AND (SELECT r.parent_run_id IS NULL FROM runs r WHERE r.id = m.run_id)
+                   ELSE m.run_id = a.id AND m.body->>'role' = 'user' END),
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'id', tc.id, 'kind', tc.kind, 'status', tc.status,
+                   'park_request', tc.park_request, 'payload', tc.payload, 'result', tc.result,
+                   'defaulted', tc.defaulted, 'answered_by', tc.answered_by,
+                   'answered_at', tc.answered_at, 'child', c.id)), '[]')
+        FROM tool_calls tc
+        LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
+        WHERE tc.run_id = a.id),
+       a.takeovers, a.root_run_id
+FROM acquired a"
+);
+
+/// The outcome of trying to take a run's lease for segment `seq`.
+#[derive(Debug)]
+pub enum LeaseAttempt {
+    Acquired(Box<RunContext>),
+    /// Another worker holds the run until then, which is `left` from now
+    /// by the database's clock (wait for `left`, not for `until` by the
+    /// local clock, which may be skewed).
+    Held {
+        until: DateTime<Utc>,
+        left: std::time::Duration,
+    },
+    /// The segment is not the run's current one, or the run is not
+    /// runnable (waiting, finished): a duplicate or late delivery to drop.
+    Stale,
+}
+
+impl Store {
+    /// Takes the run's lease for `ttl_ms` if segment `seq` is current and
+    /// nobody holds it, moving the run to `running`. One statement, one
+    /// round trip: the lease, the journal, the conversation before the run
+    /// and the run's tool-call rows come back together, and the segment's
+    /// outbox row is deleted (whatever the outcome: a stale or duplicate
+    /// delivery has been handled too).
+    pub async fn acquire_lease(&self, run: RunId, seq: i64, ttl_ms: u64) -> Result<LeaseAttempt> {
+        let client = self.client().await?;
+        let sources = RunStatus::sources_of(RunStatus::Running);
+        let stmt = client.prepare_cached(ACQUIRE).await?;
+        let worker = Uuid::now_v7();
+        let key = QueueMessage::Segment { run_id: run, seq }.outbox_key();
+        let pg: &tokio_postgres::Client = &client;
+        // Committed without waiting for its WAL flush, in one round trip: a
+        // lease matters only to the writes fenced by it, and the first
+        // durable commit of the segment (before any tool runs, at the park,
+        // at the finish) flushes the WAL this commit wrote before its own.
+        // If Postgres crashes first, the lease and the consumed outbox row
+        // are lost together: the fence refuses the worker's next commit,
+        // and the reaper re-publishes the segment.
+        let ttl = ttl_ms as f64;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+            [&run.0, &seq, &ttl, &worker, &sources, &key];
+        let (begun, acquired, committed) = futures::join!(
+            pg.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
+            pg.query_opt(&stmt, &params),
+            pg.batch_execute("COMMIT"),
+        );
+        begun?;
+        let acquired = acquired?;
+        committed?;
+        let Some(row) = acquired else {
+            let stmt = client
+                .prepare_cached(
+                    "SELECT segment_seq, status, lease_expires_at,
+                            extract(epoch FROM greatest(lease_expires_at - now(), interval '0'))::float8
+                     FROM runs WHERE id = $1",
+                )
+                .await?;
+            return Ok(match client.query_opt(&stmt, &[&run.0]).await? {
+                Some(row) => {
+                    let current: i64 = row.get(0);
+                    let status: RunStatus = row.get::<_, &str>(1).parse()?;
+                    let until: Option<DateTime<Utc>> = row.get(2);
+                    let left: Option<f64> = row.get(3);
+                    match until {
+                        Some(until) if current == seq && status == RunStatus::Running => {
+                            LeaseAttempt::Held {
+                                until,
+                                left: std::time::Duration::from_secs_f64(
+                                    left.unwrap_or(0.0).max(0.0),
+                                ),
+                            }
+                        }
+                        _ => LeaseAttempt::Stale,
+                    }
+                }
+                None => LeaseAttempt::Stale,
+            });
+        };
+        let thread_id = ThreadId(row.get(0));
+        let lease = Lease {
+            run_id: run,
+            thread_id,
+            token: row.get(1),
+            ttl_ms,
+            run_name: row.get(2),
+            depth: row.get(3),
+            root_run_id: RunId(row.get(11)),
+        };
+        let journal: Vec<(i32, String, serde_json::Value, i16)> =
+            serde_json::from_value(row.get(7))?;
+        let journal = unpack_journal(
+            journal
+                .into_iter()
+                .map(|(position, name, value, packed)| StoredEntry {
+                    position: position as u32,
+                    name,
+                    value,
+                    packed,
+                })
+                .collect(),
+        )?;
+        let history: Vec<Message> = serde_json::from_value(row.get(8))?;
+        let calls: Vec<CallSnapshot> = serde_json::from_value(row.get(9))?;
+        Ok(LeaseAttempt::Acquired(Box::new(RunContext {
+            lease,
+            parent_tool_call_id: row.get(6),
+            parent_run_id: row.get::<_, Option<Uuid>>(4).map(RunId),
+            attempts: row.get(5),
+            takeovers: row.get(10),
+            journal,
+            history,
+            calls: calls
+                .into_iter()
+                .map(CallSnapshot::into_row)
+                .collect::<Result<_>>()?,
+        })))
+    }
+
+    /// Extends `lease` (a heartbeat), in one round trip. The statement may
+    /// run `within` at most on the server too: a renewal that waited on a
+    /// stalled database must not land later, after its worker gave the run
+    /// up, and extend a lease nobody acts on.
+    pub async fn renew_lease(&self, lease: &Lease, within: std::time::Duration) -> Result<()> {
+        let ops = vec![
+            Op::new(
+                "SELECT set_config('statement_timeout', $1, true)",
+                vec![Box::new(format!("{}ms", within.as_millis().max(1)))],
+            ),
+            fence(lease, false, None),
+        ];
+        pipeline::transact(self.client().await?, ops).await?;
+        Ok(())
+    }
+}
+
+/// Extends the lease if it is still this worker's, or ends it with the
+/// segment (`end`: the run waits, or finishes); the row lock taken here
+/// also orders concurrent writers of the same run.
+pub(crate) fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
+    let mut params: Vec<Param> = vec![
+        Box::new(lease.run_id.0),
+        Box::new(lease.token),
+        Box::new(progress),
+    ];
+    let sql = match end {
+        Some(Change::WaitRun) => {
+            "UPDATE runs SET status = 'waiting', updated_at = now(), lease_owner = NULL,
+                    lease_expires_at = NULL, attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
+                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
+             WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"
+        }
+        Some(Change::FinishRun {
+            status,
+            output,
+            error,
+        }) => {
+            params.push(Box::new(status.as_str()));
+            params.push(Box::new(output.clone()));
+            params.push(Box::new(error.clone()));
+            params.push(Box::new(RunStatus::sources_of(*status)));
+            "UPDATE runs SET status = $4, output = $5, error = $6, finished_at = now(),
+                    updated_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+                    attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
+                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
+             WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'
+               AND status = ANY($7)"
+        }
+        _ => {
+            params.push(Box::new(lease.ttl_ms as f64));
+            "UPDATE runs SET lease_expires_at = now() + $4 * interval '1 millisecond', updated_at = now(),
+                    attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
+                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
+             WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"
+        }
+    };
+    Op::new(sql, params).expect(Expect::One(Error::LeaseLost {
+        run_id: lease.run_id.to_string(),
+    }))
+}
