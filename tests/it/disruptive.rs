@@ -110,9 +110,9 @@ async fn an_answer_is_given_when_the_broker_blocks_publishers_and_the_reaper_pub
     let env = TestEnv::start_with(
         approval_registry(CALL_THEN_DONE, &tool.url),
         |_| {},
-        |mut state| {
-            state.relay = state.relay.clone().with_timeout(Duration::from_millis(500));
-            state
+        |state| {
+            let relay = state.relay.clone().with_timeout(Duration::from_millis(500));
+            state.with_relay(relay)
         },
     )
     .await;
@@ -177,9 +177,9 @@ async fn an_answer_given_while_the_broker_is_down_is_published_by_its_own_proces
     let env = TestEnv::start_with(
         approval_registry(CALL_THEN_DONE, &tool.url),
         |_| {},
-        |mut state| {
-            state.relay = state.relay.clone().with_timeout(Duration::from_secs(1));
-            state
+        |state| {
+            let relay = state.relay.clone().with_timeout(Duration::from_secs(1));
+            state.with_relay(relay)
         },
     )
     .await;

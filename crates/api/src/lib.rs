@@ -62,8 +62,10 @@ impl AppState {
         registry: Arc<Registry>,
         keys: ApiKeys,
     ) -> Self {
+        let relay = Relay::new(queue.clone());
+        let store = relay.attach(store);
         Self {
-            relay: Relay::new(queue.clone()),
+            relay,
             hub: Arc::new(hub::EventHub::new(
                 store.clone(),
                 STREAM_POLL,
@@ -98,6 +100,13 @@ impl AppState {
     }
 
     /// The same state with another per-owner limit of open streams.
+    /// The same state publishing through `relay` (its store's writes too).
+    pub fn with_relay(mut self, relay: Relay) -> Self {
+        self.store = relay.attach(self.store);
+        self.relay = relay;
+        self
+    }
+
     pub fn with_max_streams(mut self, max_per_owner: usize) -> Self {
         self.hub = Arc::new(hub::EventHub::new(
             self.store.clone(),

@@ -38,7 +38,6 @@ pub trait Hooks: Send + Sync {
 
 pub struct InlineRunner {
     store: Store,
-    relay: Relay,
     owner: Owner,
     shutdown: CancellationToken,
     worker: tokio::task::JoinHandle<()>,
@@ -63,8 +62,8 @@ impl InlineRunner {
             }
         });
         InlineRunner {
-            relay: Relay::new(queue),
-            store,
+            // What its calls write to the outbox is published by the store.
+            store: Relay::new(queue).attach(store),
             owner,
             shutdown,
             worker,
@@ -89,7 +88,6 @@ impl InlineRunner {
         // Watch before starting, so no event of this turn goes unseen.
         let mut watch = self.store.event_watch().await.ok();
         let started = self.store.start_run(thread, &self.owner, content).await?;
-        self.relay.publish(&started.outbox).await;
         loop {
             let view = self.store.get_thread(thread, &self.owner).await?;
             match view.status {
@@ -134,7 +132,6 @@ impl InlineRunner {
             .store
             .answer(&self.owner, AnswerTarget::Run(run), &call, &verdict)
             .await?;
-        self.relay.publish(&answered.outbox).await;
         if let Some(error) = answered.error {
             tracing::info!(tool_call_id = %call, %error, "reply not delivered");
         }

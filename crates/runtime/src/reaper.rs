@@ -64,16 +64,17 @@ pub async fn reclaim_requests(
     config: &ReaperConfig,
     scope: &Scope,
 ) -> Result<ReapReport> {
+    // What the pass writes to the outbox is published through `relay`.
+    let store = &relay.attach(store.clone());
     let mut report = ReapReport::default();
     loop {
         let overdue = store.overdue_requests(scope, config.batch).await?;
         for (run, call) in &overdue {
-            if let Expiry::Expired { outbox, late_ms } = store.expire(*run, call).await? {
+            if let Expiry::Expired { late_ms, .. } = store.expire(*run, call).await? {
                 report.expired_requests += 1;
                 ::metrics::histogram!(metrics::EXPIRY_LATENESS_SECONDS, "by" => "reaper")
                     .record(late_ms as f64 / 1000.0);
                 tracing::info!(run_id = %run, tool_call_id = %call, "expired an overdue request");
-                relay.publish(&outbox).await;
             }
         }
         if (overdue.len() as i64) < config.batch {
@@ -88,7 +89,6 @@ pub async fn reclaim_requests(
             .schedule_missing_expiries(scope, config.default_ttl.as_millis() as u64, config.batch)
             .await?;
         report.scheduled_expiries += scheduled.len();
-        relay.publish(&scheduled).await;
         if (scheduled.len() as i64) < config.batch {
             break;
         }
@@ -101,6 +101,7 @@ pub async fn reclaim_requests(
 /// One reclaim pass over all threads.
 pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> Result<ReapReport> {
     let mut report = reclaim_requests(store, relay, config, &Scope::All).await?;
+    let store = &relay.attach(store.clone());
     loop {
         let reclaimed = store
             .reclaim_stuck_runs(config.stalled_after.as_millis() as u64, config.batch)
@@ -115,7 +116,6 @@ pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> R
             .increment(reclaimed.expired_leases.len() as u64);
         ::metrics::counter!(metrics::RECLAIMS, "cause" => "stalled_queued")
             .increment(reclaimed.stalled_queued.len() as u64);
-        relay.publish(&reclaimed.outbox).await;
         if (found as i64) < config.batch {
             break;
         }
@@ -124,10 +124,10 @@ pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> R
     let orphan_ms = config.outbox_orphan_after.as_millis() as u64;
     if orphan_ms < stale_ms && relay.backlog().await == Some(0) {
         report.outbox_published +=
-            republish_outbox(store, relay, config, orphan_ms, true, "orphaned_outbox").await?;
+            republish_outbox(store, config, orphan_ms, true, "orphaned_outbox").await?;
     }
     report.outbox_published +=
-        republish_outbox(store, relay, config, stale_ms, false, "stale_outbox").await?;
+        republish_outbox(store, config, stale_ms, false, "stale_outbox").await?;
     Ok(report)
 }
 
@@ -135,7 +135,6 @@ pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> R
 /// past due (segments only when `immediate_only`); returns how many.
 async fn republish_outbox(
     store: &Store,
-    relay: &Relay,
     config: &ReaperConfig,
     older_than_ms: u64,
     immediate_only: bool,
@@ -151,7 +150,6 @@ async fn republish_outbox(
             .await?;
         published += rows.len();
         ::metrics::counter!(metrics::RECLAIMS, "cause" => cause).increment(rows.len() as u64);
-        relay.publish(&rows).await;
         if (rows.len() as i64) < config.batch {
             return Ok(published);
         }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use agentenkit_queue::QueueAdapter;
-use agentenkit_store::OutboxRow;
+use agentenkit_store::{OutboxRow, Publisher, Store};
 
 use crate::metrics;
 
@@ -62,6 +62,12 @@ impl Relay {
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
+    }
+
+    /// `store`, handing what its transactions write to the outbox to this
+    /// relay once they commit.
+    pub fn attach(&self, store: Store) -> Store {
+        store.with_publisher(Arc::new(self.clone()))
     }
 
     /// Publishes `rows`. Never fails: what could not be published is
@@ -188,6 +194,13 @@ impl Relay {
     /// Rows waiting for a retry (for tests and diagnostics).
     pub fn retrying(&self) -> usize {
         lock(&self.retrying.rows).len()
+    }
+}
+
+#[async_trait::async_trait]
+impl Publisher for Relay {
+    async fn publish(&self, rows: &[OutboxRow]) {
+        Relay::publish(self, rows).await
     }
 }
 

@@ -34,8 +34,13 @@ pub struct Replies {
 }
 
 impl Replies {
+    /// Replies written through `store`; what they write to the outbox is
+    /// published through `relay`.
     pub fn new(store: Store, relay: Relay) -> Self {
-        Self { store, relay }
+        Self {
+            store: relay.attach(store),
+            relay,
+        }
     }
 
     /// `respond` (SPEC §5): approve (`approved`) with an optional payload,
@@ -145,7 +150,6 @@ impl Replies {
         }
         let call = ToolCallId(call.to_owned());
         let answered = self.store.answer(owner, target, &call, &verdict).await?;
-        self.relay.publish(&answered.outbox).await;
         let outcome = if answered.delivered {
             "delivered"
         } else {

@@ -94,7 +94,6 @@ struct Inner {
     store: Store,
     queue: Arc<dyn QueueAdapter>,
     registry: Arc<Registry>,
-    relay: Relay,
     config: WorkerConfig,
     crash: Option<CrashPoint>,
     /// Segments being handled right now, across this worker's clones.
@@ -108,13 +107,14 @@ impl Worker {
         registry: Arc<Registry>,
         config: WorkerConfig,
     ) -> Self {
+        // What the worker's commits write to the outbox is published by
+        // its store, through this relay.
         let relay = Relay::new(queue.clone());
         Self {
             inner: Arc::new(Inner {
-                store,
+                store: relay.attach(store),
                 queue,
                 registry,
-                relay,
                 config,
                 crash: None,
                 busy: Arc::default(),
@@ -132,7 +132,6 @@ impl Worker {
                 store: inner.store.clone(),
                 queue: inner.queue.clone(),
                 registry: inner.registry.clone(),
-                relay: inner.relay.clone(),
                 config: inner.config.clone(),
                 crash: Some(crash),
                 busy: Arc::default(),
@@ -262,7 +261,6 @@ impl Worker {
         let inner = &self.inner;
         let mut cp = Checkpointer::new(
             &inner.store,
-            &inner.relay,
             &ctx.lease,
             ctx.journal.clone(),
             ctx.calls.clone(),
@@ -343,7 +341,6 @@ impl Worker {
                 if outbox.is_some() {
                     ::metrics::counter!(metrics::RUNS_FINISHED, "status" => "failed").increment(1);
                 }
-                self.inner.relay.publish(&outbox.unwrap_or_default()).await;
                 Disposition::Ack
             }
             Err(e) => {
@@ -357,21 +354,16 @@ impl Worker {
     /// an early delivery is re-scheduled for the remainder, never applied.
     async fn expiry(&self, run_id: RunId, call: agentenkit_core::ToolCallId) -> Disposition {
         match self.inner.store.expire(run_id, &call).await {
-            Ok(Expiry::Expired { outbox, late_ms }) => {
+            Ok(Expiry::Expired { late_ms, .. }) => {
                 ::metrics::counter!(metrics::EXPIRIES).increment(1);
                 ::metrics::histogram!(metrics::EXPIRY_LATENESS_SECONDS, "by" => "worker")
                     .record(late_ms as f64 / 1000.0);
                 tracing::info!("request expired");
-                self.inner.relay.publish(&outbox).await;
                 Disposition::Ack
             }
-            Ok(Expiry::NotDue {
-                remaining_ms,
-                outbox,
-            }) => {
+            Ok(Expiry::NotDue { remaining_ms, .. }) => {
                 ::metrics::counter!(metrics::EXPIRIES_RESCHEDULED).increment(1);
                 tracing::info!(remaining_ms, "expiry arrived early; re-scheduled");
-                self.inner.relay.publish(&outbox).await;
                 Disposition::Ack
             }
             Ok(Expiry::Gone) => Disposition::Ack,

@@ -78,7 +78,11 @@ impl Store {
         call: &ToolCallId,
         verdict: &Verdict,
     ) -> Result<Answered> {
-        crate::error::retry_conflicts(|| self.answer_once(owner, target, call, verdict)).await
+        let answered =
+            crate::error::retry_conflicts(|| self.answer_once(owner, target, call, verdict))
+                .await?;
+        self.publish(&answered.outbox).await;
+        Ok(answered)
     }
 
     async fn answer_once(

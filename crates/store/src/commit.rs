@@ -27,10 +27,12 @@ use crate::{Error, Result, Store};
 
 impl Store {
     /// Applies `changes` in one transaction if `lease` still holds the run,
-    /// extending the lease. Returns the outbox rows written, for the caller
-    /// to publish. `Error::LeaseLost` when the lease ran out or was taken.
+    /// extending the lease, and publishes the outbox rows it wrote (which
+    /// it returns). `Error::LeaseLost` when the lease ran out or was taken.
     pub async fn commit(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
-        crate::error::retry_conflicts(|| self.commit_once(lease, changes)).await
+        let outbox = crate::error::retry_conflicts(|| self.commit_once(lease, changes)).await?;
+        self.publish(&outbox).await;
+        Ok(outbox)
     }
 
     async fn commit_once(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {

@@ -42,7 +42,11 @@ pub enum Scope {
 impl Store {
     /// Expires the request if it is still open and due, in one transaction.
     pub async fn expire(&self, run: RunId, call: &ToolCallId) -> Result<Expiry> {
-        crate::error::retry_conflicts(|| self.expire_once(run, call)).await
+        let expiry = crate::error::retry_conflicts(|| self.expire_once(run, call)).await?;
+        if let Expiry::Expired { outbox, .. } | Expiry::NotDue { outbox, .. } = &expiry {
+            self.publish(outbox).await;
+        }
+        Ok(expiry)
     }
 
     async fn expire_once(&self, run: RunId, call: &ToolCallId) -> Result<Expiry> {
@@ -206,6 +210,7 @@ impl Store {
             outbox.push(outbox::insert(&tx, &message, ttl_ms).await?);
         }
         tx.commit().await?;
+        self.publish(&outbox).await;
         Ok(outbox)
     }
 }

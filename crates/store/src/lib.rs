@@ -4,7 +4,8 @@
 //! [`Store::commit`], which applies a list of [`Change`]s fenced by the
 //! worker's [`Lease`]: a worker whose lease ran out changes nothing.
 //! Messages that must follow a commit are written to the outbox in that same
-//! transaction and returned, so the caller publishes them right after.
+//! transaction, and the store hands them to its [`Publisher`] right after
+//! it commits: no caller has to remember to.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -46,7 +47,7 @@ pub use error::{Error, Result};
 pub use event_insert::INSERT_EVENT_SQL;
 pub use expire::{Expiry, Scope};
 pub use lease::{Lease, LeaseAttempt, RunContext};
-pub use outbox::OutboxRow;
+pub use outbox::{OutboxRow, Publisher};
 pub use reclaim::Reclaimed;
 pub use runs::{CallRow, Delegation};
 pub use threads::StartedRun;
@@ -88,6 +89,7 @@ impl StoreConfig {
 pub struct Store {
     pool: Pool,
     schema: Option<String>,
+    publisher: Option<std::sync::Arc<dyn Publisher>>,
 }
 
 impl Store {
@@ -132,7 +134,24 @@ impl Store {
         Ok(Store {
             pool,
             schema: config.schema.clone(),
+            publisher: None,
         })
+    }
+
+    /// The same store, handing what each transaction writes to the outbox
+    /// to `publisher` once it commits. A store without one leaves those
+    /// messages to the reaper (which publishes outbox rows left past due):
+    /// right for tools that only read, slow for anything that writes.
+    pub fn with_publisher(mut self, publisher: std::sync::Arc<dyn Publisher>) -> Store {
+        self.publisher = Some(publisher);
+        self
+    }
+
+    /// Hands `rows`, committed, to the publisher.
+    pub(crate) async fn publish(&self, rows: &[OutboxRow]) {
+        if let (Some(publisher), false) = (&self.publisher, rows.is_empty()) {
+            publisher.publish(rows).await;
+        }
     }
 
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object> {

@@ -12,6 +12,15 @@ use deadpool_postgres::Transaction;
 use crate::pipeline::{Expect, Op};
 use crate::{Result, Store};
 
+/// What publishes the messages a transaction wrote to the outbox, right
+/// after it committed (the runtime's relay; see [`Store::with_publisher`]).
+/// Publishing never fails the write: a message it could not send stays in
+/// the outbox, for it to retry and for the reaper.
+#[async_trait::async_trait]
+pub trait Publisher: Send + Sync {
+    async fn publish(&self, rows: &[OutboxRow]);
+}
+
 /// One message to publish after its commit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxRow {
@@ -87,7 +96,8 @@ impl Store {
     /// Claims up to `limit` rows whose messages should have been handled
     /// more than `older_than_ms` ago and were not (the committing process
     /// died before it published, the publish failed, or the broker lost the
-    /// message). A claim lasts `claim_ms`, so two reapers never publish the
+    /// message), and publishes them again. A claim lasts `claim_ms`, so two
+    /// reapers never publish the
     /// same row at once; a reaper that dies mid-publish leaves rows for the
     /// next one. `immediate_only` leaves delayed messages (expiries) out.
     pub async fn claim_stale_outbox(
@@ -140,6 +150,7 @@ impl Store {
                 None => tracing::error!(outbox_id = id, key, "unreadable outbox row skipped"),
             }
         }
+        self.publish(&out).await;
         Ok(out)
     }
 }

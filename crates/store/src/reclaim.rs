@@ -66,6 +66,7 @@ impl Store {
                 .push(outbox::insert(&tx, &segment, 0).await?);
         }
         tx.commit().await?;
+        self.publish(&reclaimed.outbox).await;
         Ok(reclaimed)
     }
 }
@@ -79,7 +80,11 @@ impl Store {
     /// transaction; returns the parent's resume segment to publish, if any,
     /// or `None` when the run had already ended.
     pub async fn fail_run(&self, run: RunId, error: &str) -> Result<Option<Vec<OutboxRow>>> {
-        crate::error::retry_conflicts(|| self.fail_run_once(run, error)).await
+        let failed = crate::error::retry_conflicts(|| self.fail_run_once(run, error)).await?;
+        if let Some(outbox) = &failed {
+            self.publish(outbox).await;
+        }
+        Ok(failed)
     }
 
     async fn fail_run_once(&self, run: RunId, error: &str) -> Result<Option<Vec<OutboxRow>>> {

@@ -196,13 +196,15 @@ impl Store {
                 _ => None,
             })
             .ok_or_else(|| Error::Corrupt("the outbox insert returned no id".into()))?;
+        let outbox = vec![OutboxRow {
+            id,
+            message: segment,
+            delay_ms: 0,
+        }];
+        self.publish(&outbox).await;
         Ok(StartedRun {
             run_id: run,
-            outbox: vec![OutboxRow {
-                id,
-                message: segment,
-                delay_ms: 0,
-            }],
+            outbox,
         })
     }
 

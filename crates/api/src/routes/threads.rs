@@ -151,7 +151,6 @@ pub async fn post_message(
         )));
     }
     let started = state.store.start_run(thread, &owner, &body.content).await?;
-    state.relay.publish(&started.outbox).await;
     Ok((
         StatusCode::ACCEPTED,
         Json(StartedRun {

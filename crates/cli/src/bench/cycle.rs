@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agentenkit_core::reply::Verdict;
 use agentenkit_core::{Owner, QueueMessage, RunId, ToolCallId};
 use agentenkit_queue::QueueAdapter;
-use agentenkit_runtime::{Registry, Relay, Worker, WorkerConfig};
+use agentenkit_runtime::{Registry, Worker, WorkerConfig};
 use agentenkit_store::{AnswerTarget, OutboxRow, Store};
 use anyhow::{bail, Context};
 use serde_json::json;
@@ -24,8 +24,9 @@ const WAIT: Duration = Duration::from_secs(60);
 pub struct Ctx {
     /// The queue as the worker and clients use it, counting publishes.
     pub hooked: Arc<HookedQueue>,
+    /// The clients' store: it publishes what its calls write to the
+    /// outbox through the hooked queue.
     pub store: Store,
-    pub relay: Relay,
     pub hub: Arc<Hub>,
     pub owner: Owner,
     pub content: String,
@@ -131,10 +132,11 @@ pub fn columns(rows: Vec<Vec<Duration>>) -> Vec<Vec<Duration>> {
         .collect()
 }
 
-/// Phase A: create a thread, start a turn, publish; parked when the worker
-/// acks the first segment. Columns: create_thread call → that ack; store
-/// calls (create_thread, start_run); publish until confirmed; publish call →
-/// the worker got the segment; worker got it → acked.
+/// Phase A: create a thread, start a turn (the store publishes its
+/// segment); parked when the worker acks the first segment. Columns:
+/// create_thread call → that ack; store calls (create_thread, start_run,
+/// its publish confirmed included); start_run call → the worker got the
+/// segment; worker got it → acked.
 pub async fn park_phase(
     ctx: &Arc<Ctx>,
     n: usize,
@@ -149,13 +151,12 @@ pub async fn park_phase(
                 .store
                 .create_thread(&ctx.owner, "mailer", &json!({}))
                 .await?;
+            let starting = Instant::now();
             let started = ctx
                 .store
                 .start_run(thread.id, &ctx.owner, &ctx.content)
                 .await?;
-            let publishing = Instant::now();
-            ctx.relay.publish(&started.outbox).await;
-            let published = Instant::now();
+            let stored = Instant::now();
             let run = started.run_id;
             let seq = segment_seq(&started.outbox, run)?;
             let parked = ctx.hub.wait(Key::Acked(run, seq), WAIT).await?;
@@ -164,9 +165,8 @@ pub async fn park_phase(
                 Parked { run },
                 vec![
                     parked.saturating_duration_since(t0),
-                    publishing - t0,
-                    published - publishing,
-                    delivered.saturating_duration_since(publishing),
+                    stored - t0,
+                    delivered.saturating_duration_since(starting),
                     parked.saturating_duration_since(delivered),
                 ],
             ))
@@ -177,10 +177,11 @@ pub async fn park_phase(
     Ok((parked, columns(rows), wall))
 }
 
-/// Phase B: approve each parked call and publish the resume segment.
-/// Columns: answer call → tool ran; answer call → last segment acked;
-/// the answer call; publish until confirmed; publish call → the worker got
-/// the segment; worker got it → the tool ran; tool ran → acked.
+/// Phase B: approve each parked call (the store publishes the resume
+/// segment). Columns: answer call → tool ran; answer call → last segment
+/// acked; the answer call (its publish confirmed included); answer call →
+/// the worker got the segment; worker got it → the tool ran; tool ran →
+/// acked.
 pub async fn resume_phase(
     ctx: &Arc<Ctx>,
     parked: &[Parked],
@@ -205,9 +206,7 @@ pub async fn resume_phase(
             if !answered.delivered {
                 bail!("answer to run {run} refused: {:?}", answered.error);
             }
-            let publishing = Instant::now();
-            ctx.relay.publish(&answered.outbox).await;
-            let published = Instant::now();
+            let stored = Instant::now();
             let seq = segment_seq(&answered.outbox, run)?;
             let executed = ctx.hub.wait(Key::Executed(run), WAIT).await?;
             let completed = ctx.hub.wait(Key::Acked(run, seq), WAIT).await?;
@@ -215,9 +214,8 @@ pub async fn resume_phase(
             anyhow::Ok(vec![
                 executed.saturating_duration_since(t0),
                 completed.saturating_duration_since(t0),
-                publishing - t0,
-                published - publishing,
-                delivered.saturating_duration_since(publishing),
+                stored - t0,
+                delivered.saturating_duration_since(t0),
                 executed.saturating_duration_since(delivered),
                 completed.saturating_duration_since(executed),
             ])

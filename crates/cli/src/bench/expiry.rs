@@ -71,7 +71,8 @@ async fn measure(
     queue: Arc<dyn QueueAdapter>,
     n: usize,
 ) -> anyhow::Result<Vec<f64>> {
-    let relay = Relay::new(queue.clone());
+    // The clients' store publishes what they write.
+    let clients = Relay::new(queue.clone()).attach(store.clone());
     let worker = Worker::new(
         store.clone(),
         queue,
@@ -89,14 +90,13 @@ async fn measure(
     let started = Instant::now();
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(0..n)
         .map(|i| {
-            let (store, relay, owner) = (store.clone(), relay.clone(), owner.clone());
+            let (store, owner) = (clients.clone(), owner.clone());
             let agent = format!("ttl{}", agents[i % agents.len()]);
             async move {
                 let thread = store
                     .create_thread(&owner, &agent, &serde_json::json!({}))
                     .await?;
-                let run = store.start_run(thread.id, &owner, "wait").await?;
-                relay.publish(&run.outbox).await;
+                store.start_run(thread.id, &owner, "wait").await?;
                 anyhow::Ok(())
             }
         })

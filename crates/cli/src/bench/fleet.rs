@@ -42,7 +42,6 @@ pub struct Fleet {
     config: FleetConfig,
     store: Store,
     queue: Arc<dyn QueueAdapter>,
-    relay: Relay,
     owner: Owner,
     dir: PathBuf,
     topology: Topology,
@@ -95,8 +94,10 @@ impl Fleet {
                 .await
                 .context("connecting the fleet's clients to RabbitMQ")?,
         );
+        // The clients' store publishes what they write through the fleet's
+        // own connection.
+        let store = Relay::new(queue.clone()).attach(store);
         Ok(Fleet {
-            relay: Relay::new(queue.clone()),
             queue,
             store,
             owner: Owner("bench-fleet".into()),
@@ -146,7 +147,6 @@ impl Fleet {
                     .store
                     .start_run(thread.id, &fleet.owner, &body_text())
                     .await?;
-                fleet.relay.publish(&started.outbox).await;
                 anyhow::Ok(started.run_id)
             })
             .await?;
@@ -176,7 +176,6 @@ impl Fleet {
                 if !answered.delivered {
                     bail!("answer to run {run} refused: {:?}", answered.error);
                 }
-                fleet.relay.publish(&answered.outbox).await;
                 anyhow::Ok(())
             }
         })
@@ -208,7 +207,6 @@ impl Fleet {
     {
         let clients = Arc::new(Clients {
             store: self.store.clone(),
-            relay: self.relay.clone(),
             owner: self.owner.clone(),
         });
         let per_item = Arc::new(per_item);
@@ -272,7 +270,6 @@ impl Fleet {
 /// What a client task holds.
 pub struct Clients {
     store: Store,
-    relay: Relay,
     owner: Owner,
 }
 

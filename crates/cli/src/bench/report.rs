@@ -15,11 +15,12 @@ pub struct ConfigResult {
     pub n: usize,
     pub wall_park: Duration,
     pub wall_resume: Duration,
-    /// Sorted columns: park latency, store calls, publish confirm, publish
-    /// → delivered, worker.
+    /// Sorted columns: park latency, store calls (publish confirmed
+    /// included), start_run call → delivered, worker.
     pub park: Vec<Vec<Duration>>,
-    /// Sorted columns: respond→resumed, respond→completed, answer call,
-    /// publish confirm, publish → delivered, worker → tool ran, tool → ack.
+    /// Sorted columns: respond→resumed, respond→completed, answer call
+    /// (publish confirmed included), answer call → delivered, worker → tool
+    /// ran, tool → ack.
     pub resume: Vec<Vec<Duration>>,
     pub cpu_ms: f64,
     pub busy_pct: f64,
@@ -196,14 +197,14 @@ pub fn print_markdown(
     println!("\nNotes: commits = pg_stat_database.xact_commit delta / N (read-only transactions count too), minus the meter's own and one start-up commit per new session; \
               process CPU is the bench process, which holds the clients *and* the worker; latencies are nearest-rank over N; \
               'resumed' = the approved tool ran, 'completed' = the worker acked the run's last segment (the peers' resume latency ends at completion).");
-    println!("\nWhere the latency goes, p50 / p99 ms. 'store' = the bench's own store calls; 'confirm' = relay.publish until the broker confirmed (and the outbox row deleted); \
-              'delivered' = publish call → the worker got the segment (often before the confirm); 'worker' = got it → acked (lease, replay, model/tool steps, commits, outbox publishes):\n");
-    println!("| config | park: store (create_thread + start_run) | park: confirm | park: delivered | park: worker | resume: store (answer) | resume: confirm | resume: delivered | resume: worker → tool ran | resume: tool ran → acked |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("\nWhere the latency goes, p50 / p99 ms. 'store' = the bench's own store calls, each with the publish of what it wrote to the outbox, confirmed by the broker; \
+              'delivered' = the call that wrote the segment → the worker got it (often before the confirm); 'worker' = got it → acked (lease, replay, model/tool steps, commits, outbox publishes):\n");
+    println!("| config | park: store (create_thread + start_run) | park: delivered | park: worker | resume: store (answer) | resume: delivered | resume: worker → tool ran | resume: tool ran → acked |");
+    println!("|---|---|---|---|---|---|---|---|");
     for r in results {
-        let cells: Vec<String> = (1..5)
+        let cells: Vec<String> = (1..4)
             .map(|j| p50_99(col(&r.park, j)))
-            .chain((2..7).map(|j| p50_99(col(&r.resume, j))))
+            .chain((2..6).map(|j| p50_99(col(&r.resume, j))))
             .collect();
         println!("| agentenkit c={} | {} |", r.concurrency, cells.join(" | "));
     }
@@ -415,12 +416,12 @@ pub fn to_json(
             "park_latency": lat_json(r.park_latency()),
             "respond_to_resumed_latency": lat_json(r.resumed()),
             "respond_to_completed_latency": lat_json(r.completed()),
-            "park_stages": {"store": lat_json(col(&r.park, 1)), "confirm": lat_json(col(&r.park, 2)),
-                            "delivered": lat_json(col(&r.park, 3)), "worker": lat_json(col(&r.park, 4))},
-            "resume_stages": {"store": lat_json(col(&r.resume, 2)), "confirm": lat_json(col(&r.resume, 3)),
-                              "delivered": lat_json(col(&r.resume, 4)),
-                              "worker_to_tool": lat_json(col(&r.resume, 5)),
-                              "tool_to_ack": lat_json(col(&r.resume, 6))},
+            "park_stages": {"store": lat_json(col(&r.park, 1)),
+                            "delivered": lat_json(col(&r.park, 2)), "worker": lat_json(col(&r.park, 3))},
+            "resume_stages": {"store": lat_json(col(&r.resume, 2)),
+                              "delivered": lat_json(col(&r.resume, 3)),
+                              "worker_to_tool": lat_json(col(&r.resume, 4)),
+                              "tool_to_ack": lat_json(col(&r.resume, 5))},
             "process_cpu_ms_per_cycle": r.cpu_ms / r.n as f64, "machine_busy_pct": r.busy_pct,
             "cpu_ms_per_cycle_by_process": r.cpu_by_group.iter()
                 .map(|(g, ms)| (g.key().to_owned(), json!(ms / r.n as f64)))

@@ -186,8 +186,7 @@ async fn bench(
     let prefetch = u16::try_from((max_c * 2).max(16)).unwrap_or(u16::MAX);
     let ctx = Arc::new(Ctx {
         hooked,
-        relay: Relay::new(queue.clone()),
-        store: store.clone(),
+        store: Relay::new(queue.clone()).attach(store.clone()),
         hub,
         owner: Owner("bench".into()),
         content: hub::body_text(),
@@ -370,8 +369,7 @@ async fn round_trip_pass(
     config.max_connections = 4;
     let ctx = Arc::new(Ctx {
         hooked: main.hooked.clone(),
-        relay: Relay::new(main.hooked.clone()),
-        store: Store::connect(&config)?,
+        store: Relay::new(main.hooked.clone()).attach(Store::connect(&config)?),
         hub: main.hub.clone(),
         owner: main.owner.clone(),
         content: main.content.clone(),

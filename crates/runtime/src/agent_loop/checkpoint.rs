@@ -33,7 +33,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::error::{CrashPoint, SegmentError};
-use crate::relay::Relay;
 
 /// How durable a new journal entry must be before the run goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +50,6 @@ pub enum Durability {
 /// Journal access for one segment of one run, fenced by its lease.
 pub struct Checkpointer<'a> {
     pub(super) store: &'a Store,
-    relay: &'a Relay,
     lease: &'a Lease,
     replay: Replay,
     crash: Option<&'a CrashPoint>,
@@ -68,7 +66,6 @@ pub struct Checkpointer<'a> {
 impl<'a> Checkpointer<'a> {
     pub fn new(
         store: &'a Store,
-        relay: &'a Relay,
         lease: &'a Lease,
         journal: Vec<JournalEntry>,
         calls: Vec<CallRow>,
@@ -76,7 +73,6 @@ impl<'a> Checkpointer<'a> {
     ) -> Self {
         Self {
             store,
-            relay,
             lease,
             replay: Replay::new(journal),
             crash,
@@ -148,11 +144,10 @@ impl<'a> Checkpointer<'a> {
         if let Some(label) = label {
             self.crash_point(&format!("before:{label}"))?;
         }
-        let outbox = self.store.commit(self.lease, &self.pending).await?;
+        self.store.commit(self.lease, &self.pending).await?;
         self.pending.clear();
         self.pending_decided = false;
         let names = std::mem::take(&mut self.pending_names);
-        self.relay.publish(&outbox).await;
         for name in &names {
             self.crash_point(name)?;
         }
