@@ -92,119 +92,30 @@ impl Store {
         call: &ToolCallId,
         verdict: &Verdict,
     ) -> Result<Answered> {
-        // The run to lock: a thread's call is found first, outside the
-        // transaction; it is read again, in its run, once the run is locked.
-        let run = match target {
-            AnswerTarget::Run(run) => run,
-            AnswerTarget::Thread(_) => {
-                let client = self.client().await?;
-                locate(&client, owner, target, call).await?.run_id
-            }
-        };
+        let run = self.run_to_lock(owner, target, call).await?;
         let tx = OpenTx::new(self.client().await?);
-        // One round trip: the run's row lock (which serializes replies to
-        // its requests, and expiries, and the worker's fence), then, read
-        // after it, the row.
-        let mut answers = tx
-            .begin_with(vec![
-                Op::new(
-                    "SELECT now() FROM runs WHERE id = $1 FOR NO KEY UPDATE",
-                    vec![Box::new(run.0)],
-                )
-                .expect(Expect::Rows),
-                Op::new(
-                    LOCATE_IN_RUN,
-                    vec![
-                        Box::new(run.0),
-                        Box::new(call.as_str().to_owned()),
-                        Box::new(owner.as_str().to_owned()),
-                    ],
-                )
-                .expect(Expect::Rows),
-            ])
-            .await?
-            .into_iter()
-            .map(Answer::rows);
-        let (locked, located) = (answers.next(), answers.next());
-        let (Some(now), Some(row)) = (
-            locked.as_ref().and_then(|rows| rows.first()),
-            located.as_ref().and_then(|rows| rows.first()),
-        ) else {
+        let Some((answered_at, row)) = lock_and_locate(&tx, run, call, owner).await? else {
             tx.rollback().await?;
             return Err(Error::NotFound {
                 what: "tool call",
                 id: call.to_string(),
             });
         };
-        let answered_at: DateTime<Utc> = now.get(0);
-        let row = reply_target(row)?;
         // A request no longer open refuses every reply, whatever its shape.
         if let Some(reason) = refusal(row.status, row.current) {
             tx.rollback().await?;
             return Ok(Answered::refused(reason));
         }
-        // The kind of wait decides what a reply means; a reply of the
-        // wrong shape, or answers that do not fit, record nothing.
-        let reduced = reduce(row.kind, verdict, &row.arguments).map_err(|e| match e {
-            ReplyError::Mismatch => Error::ReplyMismatch {
-                kind: row.kind.to_string(),
-            },
-            ReplyError::InvalidAnswers(issues) => Error::InvalidAnswers(issues),
-        });
-        let mut reply = match reduced {
+        let mut reply = match reduce_reply(&row, verdict) {
             Ok(reply) => reply,
             Err(e) => {
                 tx.rollback().await?;
                 return Err(e);
             }
         };
-        // Questions keep their resolved answers in `payload`; a rejection
-        // keeps the denial the model will see in `result`.
-        let (payload, result) = match (&reply.answers, reply.denial()) {
-            (Some(answers), _) => (Some(serde_json::to_value(answers)?), reply.answers_result()),
-            (None, denial) => (reply.payload.clone(), denial),
-        };
         reply.answered_by = Some(owner.to_string());
         reply.answered_at = Some(answered_at);
-        let mut ops = vec![
-            // Pending, as read under the lock nobody else writes it without.
-            Op::new(
-                "UPDATE tool_calls SET status = $3, payload = $4, result = $5,
-                        answered_by = $6, answered_at = $7, defaulted = $8
-                 WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'",
-                vec![
-                    Box::new(run.0),
-                    Box::new(call.as_str().to_owned()),
-                    Box::new(reply.status.as_str()),
-                    Box::new(payload),
-                    Box::new(result),
-                    Box::new(owner.as_str().to_owned()),
-                    Box::new(answered_at),
-                    Box::new(reply.defaulted.clone()),
-                ],
-            )
-            .expect(Expect::One(Error::Corrupt(format!(
-                "tool call {call} of run {run} changed under its run's lock"
-            )))),
-            // The request's expiry has nothing left to do: its row goes
-            // (the message itself, if already in the broker, is dropped on
-            // arrival).
-            crate::outbox::consumed_op(&QueueMessage::Expiry {
-                run_id: run,
-                tool_call_id: call.clone(),
-            }),
-        ];
-        // The run resumes if this was the last thing it waited on.
-        ops.push(crate::resume::resume_op(run));
-        // The event last, after every row lock (see INSERT_EVENT_SQL).
-        ops.push(event_op(
-            row.thread_id,
-            Some(run),
-            EventType::InputResolved,
-            resolved_event(&row, call, &reply)?,
-            &RowFields::default(),
-        ));
-        let answers = tx.commit_with(ops).await?;
+        let answers = tx.commit_with(settle_ops(&row, call, &reply)?).await?;
         let resumed = answers
             .into_iter()
             .find_map(|answer| match answer {
@@ -212,14 +123,129 @@ impl Store {
                 _ => None,
             })
             .unwrap_or_default();
-        let outbox = crate::resume::outbox_rows(&resumed)?;
         Ok(Answered {
             delivered: true,
             error: None,
             waited: Some(std::time::Duration::from_secs_f64(row.waited_secs.max(0.0))),
-            outbox,
+            outbox: crate::resume::outbox_rows(&resumed)?,
         })
     }
+
+    /// The run whose row an answer locks: a thread's call is found first,
+    /// outside the transaction, and read again in its run once it is locked.
+    async fn run_to_lock(
+        &self,
+        owner: &Owner,
+        target: AnswerTarget,
+        call: &ToolCallId,
+    ) -> Result<RunId> {
+        Ok(match target {
+            AnswerTarget::Run(run) => run,
+            AnswerTarget::Thread(_) => {
+                let client = self.client().await?;
+                locate(&client, owner, target, call).await?.run_id
+            }
+        })
+    }
+}
+
+/// Opens the answer's transaction in one round trip: the run's row lock
+/// (which serializes replies to its requests, expiries, and the worker's
+/// fence), then, read after it, the addressed row. `None` when either is
+/// missing; with the time the lock was taken, which the reply records.
+async fn lock_and_locate(
+    tx: &OpenTx,
+    run: RunId,
+    call: &ToolCallId,
+    owner: &Owner,
+) -> Result<Option<(DateTime<Utc>, ReplyTarget)>> {
+    let mut answers = tx
+        .begin_with(vec![
+            Op::new(
+                "SELECT now() FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+                vec![Box::new(run.0)],
+            )
+            .expect(Expect::Rows),
+            Op::new(
+                LOCATE_IN_RUN,
+                vec![
+                    Box::new(run.0),
+                    Box::new(call.as_str().to_owned()),
+                    Box::new(owner.as_str().to_owned()),
+                ],
+            )
+            .expect(Expect::Rows),
+        ])
+        .await?
+        .into_iter()
+        .map(Answer::rows);
+    let (locked, located) = (answers.next(), answers.next());
+    match (
+        locked.as_ref().and_then(|rows| rows.first()),
+        located.as_ref().and_then(|rows| rows.first()),
+    ) {
+        (Some(now), Some(row)) => Ok(Some((now.get(0), reply_target(row)?))),
+        _ => Ok(None),
+    }
+}
+
+/// What `verdict` means for the request `row` is: the kind of wait decides;
+/// a reply of the wrong shape, or answers that do not fit, record nothing.
+fn reduce_reply(row: &ReplyTarget, verdict: &Verdict) -> Result<SettledReply> {
+    reduce(row.kind, verdict, &row.arguments).map_err(|e| match e {
+        ReplyError::Mismatch => Error::ReplyMismatch {
+            kind: row.kind.to_string(),
+        },
+        ReplyError::InvalidAnswers(issues) => Error::InvalidAnswers(issues),
+    })
+}
+
+/// The statements that record `reply` to the open request `row`: the row
+/// settles, its expiry's outbox row goes, the run resumes if that was all
+/// it waited on, and `INPUT_RESOLVED` last (after every row lock).
+fn settle_ops(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) -> Result<Vec<Op>> {
+    let run = row.run_id;
+    // Questions keep their resolved answers in `payload`; a rejection
+    // keeps the denial the model will see in `result`.
+    let (payload, result) = match (&reply.answers, reply.denial()) {
+        (Some(answers), _) => (Some(serde_json::to_value(answers)?), reply.answers_result()),
+        (None, denial) => (reply.payload.clone(), denial),
+    };
+    Ok(vec![
+        // Pending, as read under the lock nobody else writes it without.
+        Op::new(
+            "UPDATE tool_calls SET status = $3, payload = $4, result = $5,
+                    answered_by = $6, answered_at = $7, defaulted = $8
+             WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'",
+            vec![
+                Box::new(run.0),
+                Box::new(call.as_str().to_owned()),
+                Box::new(reply.status.as_str()),
+                Box::new(payload),
+                Box::new(result),
+                Box::new(reply.answered_by.clone()),
+                Box::new(reply.answered_at),
+                Box::new(reply.defaulted.clone()),
+            ],
+        )
+        .expect(Expect::One(Error::Corrupt(format!(
+            "tool call {call} of run {run} changed under its run's lock"
+        )))),
+        // The request's expiry has nothing left to do: its row goes (the
+        // message itself, if already in the broker, is dropped on arrival).
+        crate::outbox::consumed_op(&QueueMessage::Expiry {
+            run_id: run,
+            tool_call_id: call.clone(),
+        }),
+        crate::resume::resume_op(run),
+        event_op(
+            row.thread_id,
+            Some(run),
+            EventType::InputResolved,
+            resolved_event(row, call, reply)?,
+            &RowFields::default(),
+        ),
+    ])
 }
 
 /// The addressed row among the owner's calls, preferring the one in the

@@ -19,10 +19,21 @@ use super::results::{await_reply, tool_message, without_nul};
 use crate::agent::{Agent, Registry};
 use crate::model::ModelRequest;
 use crate::tool::Approval;
+use crate::tool::ToolSpec;
 
 /// A run makes at most this many model calls: a model that never stops
 /// calling tools fails the run instead of looping for ever.
 pub const MAX_MODEL_CALLS: u32 = 64;
+
+/// What one turn of a run works with: the agent, its tools, the run, and
+/// the conversation as the steps add to it.
+struct Turn<'a> {
+    agent: &'a Agent,
+    registry: &'a Registry,
+    ctx: &'a RunContext,
+    tools: Vec<ToolSpec>,
+    conversation: Vec<Message>,
+}
 
 /// Advances the run until it completes (or fails with an error that says
 /// what to do with it).
@@ -32,9 +43,13 @@ pub async fn run_turn(
     ctx: &RunContext,
     cp: &mut Checkpointer<'_>,
 ) -> Result<Outcome, SegmentError> {
-    let run_id = ctx.lease.run_id;
-    let tools = registry.tool_specs(agent);
-    let mut conversation = ctx.history.clone();
+    let mut turn = Turn {
+        agent,
+        registry,
+        ctx,
+        tools: registry.tool_specs(agent),
+        conversation: ctx.history.clone(),
+    };
     // Call ids key the rows of a run: a model that reuses one cannot be
     // followed (decided from the journal's responses, so replay agrees).
     let mut call_ids: HashSet<ToolCallId> = HashSet::new();
@@ -45,43 +60,13 @@ pub async fn run_turn(
         call_ids.insert(ToolCallId(elicitation::INTAKE_CALL_ID.to_owned()));
     }
     if let Some(to_park) =
-        elicitation::intake(cp, agent.intake.as_ref(), ctx, &mut conversation).await?
+        elicitation::intake(cp, agent.intake.as_ref(), ctx, &mut turn.conversation).await?
     {
         return Ok(Outcome::Park { to_park });
     }
     for n in 0..MAX_MODEL_CALLS {
-        let response: ModelResponse = cp
-            .checkpoint(names::model(n), Durability::Decided, || async {
-                let request = ModelRequest {
-                    call_index: n,
-                    system: &agent.system,
-                    messages: &conversation,
-                    tools: &tools,
-                };
-                let response = agent.model.complete(request).await.map_err(|e| match e {
-                    crate::ModelError::Transient(_) => SegmentError::Retry(e.to_string()),
-                    crate::ModelError::Refused { status, message } => {
-                        SegmentError::ModelRefused { status, message }
-                    }
-                })?;
-                let response: ModelResponse = serde_json::to_value(&response)
-                    .map(without_nul)
-                    .and_then(serde_json::from_value)
-                    .map_err(|e| SegmentError::Permanent(format!("model response: {e}")))?;
-                ::metrics::counter!(crate::metrics::MODEL_CALLS).increment(1);
-                let message = Message::assistant(&response);
-                let changes = vec![
-                    Change::Event {
-                        event_type: EventType::Message,
-                        data: json!({ "runId": run_id, "message": message }),
-                    },
-                    Change::Message(message),
-                    // No usage row: the journal's `model:<n>` holds it.
-                ];
-                Ok((response, changes))
-            })
-            .await?;
-        conversation.push(Message::assistant(&response));
+        let response = turn.model_call(cp, n).await?;
+        turn.conversation.push(Message::assistant(&response));
         for call in &response.tool_calls {
             if !call_ids.insert(call.id.clone()) {
                 return Err(SegmentError::Permanent(format!(
@@ -95,73 +80,127 @@ pub async fn run_turn(
                 output: response.text,
             });
         }
-        // Function tools run at once; calls that wait (approvals, parks,
-        // delegations) are handled once every call of the step is, so a
-        // park is written only for a step that finished.
-        let mut waiting: Vec<(PersistedToolCall, Option<Wait>)> = Vec::new();
+        let waiting = turn.start_calls(cp, &response).await?;
+        if let Some(to_park) = turn.settle_waits(cp, waiting).await? {
+            return Ok(Outcome::Park { to_park });
+        }
+    }
+    Err(SegmentError::Permanent(format!(
+        "the run made {MAX_MODEL_CALLS} model calls without finishing"
+    )))
+}
+
+impl Turn<'_> {
+    /// Model call `n`: journaled with the assistant message and its
+    /// `MESSAGE` event, or read back from the journal on replay.
+    async fn model_call(
+        &self,
+        cp: &mut Checkpointer<'_>,
+        n: u32,
+    ) -> Result<ModelResponse, SegmentError> {
+        let run_id = self.ctx.lease.run_id;
+        cp.checkpoint(names::model(n), Durability::Decided, || async {
+            let request = ModelRequest {
+                call_index: n,
+                system: &self.agent.system,
+                messages: &self.conversation,
+                tools: &self.tools,
+            };
+            let response = self
+                .agent
+                .model
+                .complete(request)
+                .await
+                .map_err(|e| match e {
+                    crate::ModelError::Transient(_) => SegmentError::Retry(e.to_string()),
+                    crate::ModelError::Refused { status, message } => {
+                        SegmentError::ModelRefused { status, message }
+                    }
+                })?;
+            let response: ModelResponse = serde_json::to_value(&response)
+                .map(without_nul)
+                .and_then(serde_json::from_value)
+                .map_err(|e| SegmentError::Permanent(format!("model response: {e}")))?;
+            ::metrics::counter!(crate::metrics::MODEL_CALLS).increment(1);
+            let message = Message::assistant(&response);
+            let changes = vec![
+                Change::Event {
+                    event_type: EventType::Message,
+                    data: json!({ "runId": run_id, "message": message }),
+                },
+                Change::Message(message),
+                // No usage row: the journal's `model:<n>` holds it.
+            ];
+            Ok((response, changes))
+        })
+        .await
+    }
+
+    /// Persists each call of a response and runs its function tools at
+    /// once; returns the calls that wait (approvals, parks, questions,
+    /// delegations), handled once every call of the step is, so a park is
+    /// written only for a step that finished.
+    async fn start_calls(
+        &mut self,
+        cp: &mut Checkpointer<'_>,
+        response: &ModelResponse,
+    ) -> Result<Vec<(PersistedToolCall, Option<Wait>)>, SegmentError> {
+        let (agent, registry, ctx) = (self.agent, self.registry, self.ctx);
+        let run_id = ctx.lease.run_id;
+        let mut waiting = Vec::new();
         for call in &response.tool_calls {
             let persisted = persist_tool_call(cp, agent, registry, run_id, call).await?;
-            match persisted.kind {
+            let started = match persisted.kind {
                 ToolKind::Function => {
                     match run_function(cp, agent, registry, ctx, &persisted).await? {
-                        Ran::Result(result) => conversation.push(tool_message(&persisted, result)),
-                        Ran::Parked(wait) => waiting.push((persisted, wait)),
+                        Ran::Result(result) => Err(result),
+                        Ran::Parked(wait) => Ok(wait),
                     }
                 }
-                ToolKind::Approval => waiting.push((persisted, Some(Wait::Approval))),
-                ToolKind::Ask => match elicitation::ask_call(cp, ctx, &persisted).await? {
-                    Ok(wait) => waiting.push((persisted, Some(wait))),
-                    Err(result) => conversation.push(tool_message(&persisted, result)),
-                },
-                ToolKind::Delegate => {
-                    match delegation_task(
-                        cp,
-                        run_id,
-                        &persisted,
-                        ctx.lease.depth,
-                        registry.max_depth(),
-                    )
-                    .await?
-                    {
-                        Ok(task) => waiting.push((persisted, Some(Wait::Delegate { task }))),
-                        Err(result) => conversation.push(tool_message(&persisted, result)),
-                    }
-                }
+                ToolKind::Approval => Ok(Some(Wait::Approval)),
+                ToolKind::Ask => elicitation::ask_call(cp, ctx, &persisted).await?.map(Some),
+                ToolKind::Delegate => delegation_task(
+                    cp,
+                    run_id,
+                    &persisted,
+                    ctx.lease.depth,
+                    registry.max_depth(),
+                )
+                .await?
+                .map(|task| Some(Wait::Delegate { task })),
                 other => {
                     return Err(SegmentError::Permanent(format!(
                         "tool call {} has kind {other}, which this worker cannot run",
                         persisted.id
                     )))
                 }
+            };
+            match started {
+                Ok(wait) => waiting.push((persisted, wait)),
+                Err(result) => self.conversation.push(tool_message(&persisted, result)),
             }
         }
+        Ok(waiting)
+    }
+
+    /// Settles the waiting calls that have their answer (or child run's
+    /// end), in call order; `Some(to_park)` once one still waits: every
+    /// later one waits with it (but is parked now if it is new).
+    async fn settle_waits(
+        &mut self,
+        cp: &mut Checkpointer<'_>,
+        waiting: Vec<(PersistedToolCall, Option<Wait>)>,
+    ) -> Result<Option<Vec<ParkItem>>, SegmentError> {
         let mut to_park: Vec<ParkItem> = Vec::new();
         let mut blocked = false;
         for (call, wait) in waiting {
-            // Results are journaled in call order: once one waits, every
-            // later one waits with it (but is parked now if it is new).
             let settled = if blocked {
                 None
-            } else if call.kind == ToolKind::Delegate {
-                await_delegation(cp, run_id, &call).await?
             } else {
-                let name = names::tool(run_id, &call.id);
-                match await_reply(cp, run_id, &call, name).await? {
-                    Ok(reply) => Some(match reply.answers_result().or_else(|| reply.denial()) {
-                        Some(result) => result,
-                        None => {
-                            let approval = Approval {
-                                approved: true,
-                                payload: reply.payload.clone(),
-                            };
-                            execute(cp, agent, registry, ctx, &call, Some(approval)).await?
-                        }
-                    }),
-                    Err(_) => None,
-                }
+                self.settled_result(cp, &call).await?
             };
             match settled {
-                Some(result) => conversation.push(tool_message(&call, result)),
+                Some(result) => self.conversation.push(tool_message(&call, result)),
                 None => {
                     blocked = true;
                     if let Some(wait) = wait {
@@ -172,11 +211,35 @@ pub async fn run_turn(
                 }
             }
         }
-        if blocked {
-            return Ok(Outcome::Park { to_park });
-        }
+        Ok(blocked.then_some(to_park))
     }
-    Err(SegmentError::Permanent(format!(
-        "the run made {MAX_MODEL_CALLS} model calls without finishing"
-    )))
+
+    /// The result of a waiting call once it has one: its child run's end,
+    /// or its reply (a denial or answers as they are, an approval by
+    /// running the tool with the reply's payload).
+    async fn settled_result(
+        &self,
+        cp: &mut Checkpointer<'_>,
+        call: &PersistedToolCall,
+    ) -> Result<Option<serde_json::Value>, SegmentError> {
+        let run_id = self.ctx.lease.run_id;
+        if call.kind == ToolKind::Delegate {
+            return await_delegation(cp, run_id, call).await;
+        }
+        let name = names::tool(run_id, &call.id);
+        let Ok(reply) = await_reply(cp, run_id, call, name).await? else {
+            return Ok(None);
+        };
+        if let Some(result) = reply.answers_result().or_else(|| reply.denial()) {
+            return Ok(Some(result));
+        }
+        let approval = Approval {
+            approved: true,
+            payload: reply.payload.clone(),
+        };
+        let (agent, registry, ctx) = (self.agent, self.registry, self.ctx);
+        Ok(Some(
+            execute(cp, agent, registry, ctx, call, Some(approval)).await?,
+        ))
+    }
 }
