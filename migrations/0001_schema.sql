@@ -130,6 +130,42 @@ CREATE TABLE journal (
     PRIMARY KEY (run_id, position)
 );
 
+-- The rows as written, for readers (writers write the tables): a call
+-- row's arguments and an assistant message's body may be left to the model
+-- entry of the same commit that holds them (crates/store/src/format/). A
+-- column put back here is computed only where a query reads it, by a
+-- primary-key lookup of one journal row; model entries are stored whole
+-- (`packed = 0`), and a packed one would read as nothing rather than be
+-- served as if whole.
+
+-- `arguments_whole`: the row's own arguments, or those of the first call
+-- with its id in the model entry at `arguments_position`
+-- (format::journal::proposed_arguments reads the same).
+CREATE VIEW tool_calls_whole AS
+SELECT tc.*,
+       COALESCE(tc.arguments,
+         (SELECT c.call->'arguments'
+          FROM journal j, jsonb_array_elements(j.value->'toolCalls') WITH ORDINALITY AS c(call, n)
+          WHERE j.run_id = tc.run_id AND j.position = tc.arguments_position AND j.packed = 0
+            AND c.call->>'id' = tc.id
+          ORDER BY c.n LIMIT 1)) AS arguments_whole
+FROM tool_calls tc;
+
+-- `body_whole`: the row's own body, or the assistant message of the model
+-- entry at `body_position`, built key for key as
+-- format::journal::assistant_message builds it.
+CREATE VIEW messages_whole AS
+SELECT m.*,
+       COALESCE(m.body,
+         (SELECT jsonb_build_object('role', 'assistant')
+                 || CASE WHEN j.value ? 'text'
+                         THEN jsonb_build_object('content', j.value->'text') ELSE '{}' END
+                 || CASE WHEN j.value ? 'toolCalls'
+                         THEN jsonb_build_object('toolCalls', j.value->'toolCalls') ELSE '{}' END
+          FROM journal j
+          WHERE j.run_id = m.run_id AND j.position = m.body_position AND j.packed = 0)) AS body_whole
+FROM messages m;
+
 -- Messages that must follow a commit, written in the commit. The committer
 -- publishes them right after; the handler that consumes one deletes its row
 -- by key in the transaction it commits anyway; the reaper re-publishes rows

@@ -252,30 +252,24 @@ fn settle_ops(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) -> Res
 /// thread's current run tree. Two statements rather than one with
 /// `run_id = $1 OR thread_id = $1`: a generic plan of the OR scans every call
 /// with this id (bench finding).
-const LOCATE_IN_RUN: &str = concat!(
-    "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, ",
-    call_arguments_sql!(),
-    ",
+const LOCATE_IN_RUN: &str = "
+    SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
            (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
            extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited
-    FROM tool_calls tc
+    FROM tool_calls_whole tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
     WHERE tc.run_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
-    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 1"
-);
-const LOCATE_IN_THREAD: &str = concat!(
-    "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, ",
-    call_arguments_sql!(),
-    ",
+    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 1";
+const LOCATE_IN_THREAD: &str = "
+    SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
            (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
            extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited
-    FROM tool_calls tc
+    FROM tool_calls_whole tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
     WHERE tc.thread_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
-    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 16"
-);
+    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 16";
 
 /// Finds the addressed row (see [`LOCATE_IN_RUN`]). By thread, a call id
 /// that names more than one open request of the current run tree (two

@@ -16,7 +16,7 @@ pub(crate) struct NewCall<'a> {
     pub(crate) id: &'a ToolCallId,
     pub(crate) name: &'a str,
     pub(crate) kind: ToolKind,
-    /// `(arguments, arguments_position)`: see `format/sql.rs`.
+    /// `(arguments, arguments_position)`: see the view `tool_calls_whole`.
     pub(crate) stored: (Option<Value>, Option<i32>),
     pub(crate) parked: Option<(&'a str, Option<DateTime<Utc>>)>,
 }

@@ -69,11 +69,11 @@ impl Store {
             return Ok(Expiry::Gone);
         }
         let stmt = tx
-            .prepare_cached(concat!(
-                "SELECT tc.status, tc.expires_at, now(), tc.thread_id, tc.kind, tc.name, ",
-                call_arguments_sql!(),
-                " FROM tool_calls tc WHERE tc.run_id = $1 AND tc.id = $2"
-            ))
+            .prepare_cached(
+                "SELECT tc.status, tc.expires_at, now(), tc.thread_id, tc.kind, tc.name,
+                        tc.arguments_whole
+                 FROM tool_calls_whole tc WHERE tc.run_id = $1 AND tc.id = $2",
+            )
             .await?;
         let Some(row) = tx.query_opt(&stmt, &[&run.0, &call.as_str()]).await? else {
             tx.commit().await?;

@@ -92,8 +92,7 @@ impl CallSnapshot {
 /// Takes the lease and reads what the segment needs, in one statement.
 /// The reads see the snapshot the UPDATE started from, which is all they
 /// need: the lease row is the only one the statement changes.
-const ACQUIRE: &str = concat!(
-    "
+const ACQUIRE: &str = "
 WITH consumed AS (
     -- the segment is being handled: its outbox row has done its work
     DELETE FROM outbox WHERE key = $6
@@ -120,10 +119,8 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
        -- own user message; a child run sees only its task
        -- (the run of each message looked up by key: a join let the planner
        -- hash every run of the database)
-       (SELECT coalesce(jsonb_agg(",
-    message_body_sql!(),
-    " ORDER BY m.id), '[]')
-        FROM messages m
+       (SELECT coalesce(jsonb_agg(m.body_whole ORDER BY m.id), '[]')
+        FROM messages_whole m
         WHERE m.thread_id = a.thread_id
           AND CASE WHEN a.parent_run_id IS NULL
                    THEN (m.run_id <> a.id OR m.body->>'role' = 'user')
@@ -138,8 +135,7 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
         LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
         WHERE tc.run_id = a.id),
        a.takeovers, a.root_run_id
-FROM acquired a"
-);
+FROM acquired a";
 
 /// The outcome of trying to take a run's lease for segment `seq`.
 #[derive(Debug)]

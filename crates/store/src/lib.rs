@@ -13,10 +13,6 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
-// Defines SQL macros the modules below use (textual scope: keep it first).
-#[macro_use]
-mod format;
-
 mod answer;
 mod calls;
 mod change;
@@ -24,6 +20,7 @@ mod commit;
 mod error;
 mod event_insert;
 mod expire;
+mod format;
 mod lease;
 mod migrate;
 mod outbox;

@@ -22,19 +22,15 @@ pub struct StartedRun {
 
 /// Open requests: pending rows of a run in the thread's current run tree
 /// that is still active. Rows of earlier runs are never open.
-const PENDING_INPUTS: &str = concat!(
-    "
-    SELECT tc.id, tc.run_id, tc.thread_id, tc.name, ",
-    call_arguments_sql!(),
-    ", tc.kind, tc.reason,
+const PENDING_INPUTS: &str = "
+    SELECT tc.id, tc.run_id, tc.thread_id, tc.name, tc.arguments_whole, tc.kind, tc.reason,
            r.name, r.depth, tc.expires_at
-    FROM tool_calls tc
+    FROM tool_calls_whole tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
     WHERE tc.status = 'pending_approval'
       AND r.root_run_id = t.current_run_id
-      AND r.status IN ('queued', 'running', 'waiting')"
-);
+      AND r.status IN ('queued', 'running', 'waiting')";
 
 impl Store {
     pub async fn create_thread(
@@ -213,11 +209,10 @@ impl Store {
         let client = self.client().await?;
         self.check_owner(&client, thread, owner).await?;
         let stmt = client
-            .prepare_cached(concat!(
-                "SELECT m.id, m.run_id, ",
-                message_body_sql!(),
-                ", m.created_at FROM messages m WHERE m.thread_id = $1 ORDER BY m.id"
-            ))
+            .prepare_cached(
+                "SELECT m.id, m.run_id, m.body_whole, m.created_at
+                 FROM messages_whole m WHERE m.thread_id = $1 ORDER BY m.id",
+            )
             .await?;
         Ok(client
             .query(&stmt, &[&thread.0])
@@ -247,22 +242,17 @@ impl Store {
                 // What the stored data left out is put back (see
                 // format::event): arguments and fields from the call row, a
                 // message from its row, fields from the run row.
-                concat!(
-                    "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed,
-                            CASE WHEN e.packed & 2 <> 0 THEN ",
-                    call_arguments_sql!(),
-                    " END, ",
-                    message_body_sql!(),
-                    ", tc.name, tc.kind, tc.reason, tc.expires_at, r.name, r.depth
+                "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed,
+                        CASE WHEN e.packed & 2 <> 0 THEN tc.arguments_whole END, m.body_whole,
+                        tc.name, tc.kind, tc.reason, tc.expires_at, r.name, r.depth
                  FROM events e
-                 LEFT JOIN tool_calls tc
+                 LEFT JOIN tool_calls_whole tc
                    ON e.packed & 10 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
-                 LEFT JOIN messages m
+                 LEFT JOIN messages_whole m
                    ON e.packed & 4 <> 0 AND m.thread_id = e.thread_id AND m.id = e.message_id
                  LEFT JOIN runs r ON e.packed & 48 <> 0 AND r.id = e.run_id
                  WHERE e.thread_id = $1 AND e.id > $2
-                 ORDER BY e.id LIMIT $3"
-                ),
+                 ORDER BY e.id LIMIT $3",
             )
             .await?;
         client

@@ -1,6 +1,6 @@
 //! How a commit's journal entries are written (packed together:
 //! `format::journal`), and which call rows and messages of the commit find
-//! what they hold in one of its model entries (see `format/sql.rs`).
+//! what they hold in one of its model entries (read back through the views `tool_calls_whole` and `messages_whole`).
 
 use std::collections::BTreeMap;
 

@@ -17,12 +17,9 @@
 //! they hold, `event_rows::known_rows` what each event may leave to the
 //! rows of the commit, and `message_with_event` which message its `MESSAGE`
 //! event names instead of repeating it; each event then goes through
-//! `event::pack`. Decoding is `event::unpack` and `journal::unpack` (and,
-//! in SQL, the expressions of `sql.rs`).
-
-// SQL macros the store's readers use (textual scope: keep it first).
-#[macro_use]
-mod sql;
+//! `event::pack`. Decoding is `event::unpack` and `journal::unpack`, and,
+//! in SQL, the views `tool_calls_whole` and `messages_whole`
+//! (`migrations/0001_schema.sql`), which every reader of those rows reads.
 
 pub(crate) mod event;
 pub(crate) mod event_item;
