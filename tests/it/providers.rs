@@ -489,3 +489,59 @@ async fn a_provider_is_reached_over_tls_with_a_certificate_the_test_made() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// A provider whose answer is past `max_response_bytes` is read no further:
+/// the run fails at once, saying so, instead of holding the body in memory
+/// or retrying for the same; an error answer's message is quoted only so
+/// far; and a `retry-after-ms` no duration holds ends the call, no panic.
+#[tokio::test]
+async fn a_providers_answer_is_read_only_so_far_and_its_message_quoted_only_so_long() {
+    let tool = ToolServer::ok().await;
+    let huge = "x".repeat(256 * 1024);
+    let fake = FakeProvider::start(
+        Wire::OpenAi,
+        vec![
+            // a 503 with an endless wait, then a body past the cap
+            Reply::error(503, &huge).with_header("retry-after-ms", "1e300"),
+            openai_text(&huge),
+        ],
+    )
+    .await;
+    let mut capped = settings(&fake.url, None);
+    capped.max_response_bytes = 64 * 1024;
+    capped.max_retries = 1;
+    let model: Arc<dyn Model> = Arc::new(
+        OpenAiModel::new(OpenAiConfig {
+            model: "gpt-test".into(),
+            temperature: None,
+            max_tokens: None,
+            provider: capped,
+        })
+        .unwrap(),
+    );
+    let first = model
+        .complete(agentenkit_runtime::model::ModelRequest {
+            call_index: 0,
+            system: "s",
+            messages: &[],
+            tools: &[],
+        })
+        .await
+        .expect_err("a 503");
+    let first = first.to_string();
+    assert!(first.len() < 2_000, "quoted whole: {} bytes", first.len());
+    let env = TestEnv::start(registry_with(model, &tool.url, false)).await;
+    let worker = env.spawn_worker();
+    let (_, run_id) = env.start_turn("llm", "hi").await;
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    let error = run["error"].as_str().unwrap_or_default();
+    assert!(error.contains("max_response_bytes"), "{error}");
+    assert_eq!(
+        fake.requests().len(),
+        2,
+        "the oversized answer is not retried"
+    );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -116,6 +116,7 @@ impl Turn<'_> {
                     crate::ModelError::Refused { status, message } => {
                         SegmentError::ModelRefused { status, message }
                     }
+                    crate::ModelError::Unusable(_) => SegmentError::Permanent(e.to_string()),
                 })?;
             let response: ModelResponse = serde_json::to_value(&response)
                 .map(without_nul)

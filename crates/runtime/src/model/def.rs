@@ -14,7 +14,8 @@ pub enum ModelDef {
     },
     /// Any OpenAI-compatible Chat Completions server. `base_url` defaults
     /// to `OPENAI_BASE_URL`, then OpenAI's; the key is read from
-    /// `api_key_env` (default `OPENAI_API_KEY`); none sends no header.
+    /// `api_key_env`, else from `OPENAI_API_KEY` unless `base_url` names
+    /// another host than OpenAI's; none sends no header.
     Openai {
         model: String,
         #[serde(default)]
@@ -29,12 +30,17 @@ pub enum ModelDef {
         timeout_ms: Option<u64>,
         #[serde(default)]
         max_retries: Option<u32>,
+        /// The largest answer read (default 4 MiB); a larger one fails the
+        /// run.
+        #[serde(default)]
+        max_response_bytes: Option<u64>,
         /// A CA certificate (PEM file) trusted besides the platform's roots.
         #[serde(default)]
         ca_file: Option<String>,
     },
-    /// The Messages API. The key is read from `api_key_env` (default
-    /// `ANTHROPIC_API_KEY`).
+    /// The Messages API. The key is read from `api_key_env`, else from
+    /// `ANTHROPIC_API_KEY` unless `base_url` names another host than
+    /// Anthropic's.
     Anthropic {
         model: String,
         #[serde(default)]
@@ -47,6 +53,10 @@ pub enum ModelDef {
         timeout_ms: Option<u64>,
         #[serde(default)]
         max_retries: Option<u32>,
+        /// The largest answer read (default 4 MiB); a larger one fails the
+        /// run.
+        #[serde(default)]
+        max_response_bytes: Option<u64>,
         /// A CA certificate (PEM file) trusted besides the platform's roots.
         #[serde(default)]
         ca_file: Option<String>,

@@ -56,11 +56,17 @@ pub struct ProviderSettings {
     /// Certificates (PEM) trusted besides the platform's roots: a private
     /// CA of a gateway or of a local server.
     pub extra_roots_pem: Vec<Vec<u8>>,
+    /// The largest answer read: a successful one past it fails the run
+    /// (retrying would read the same); of an error answer only this much
+    /// is read for its message.
+    pub max_response_bytes: u64,
 }
 
 impl ProviderSettings {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
     pub const DEFAULT_MAX_RETRIES: u32 = 4;
+    /// 4 MiB: a chat completion is a few KiB; this is far past any.
+    pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 4 << 20;
 
     pub fn new(base_url: impl Into<String>, api_key: Option<ApiKey>) -> Self {
         Self {
@@ -72,6 +78,7 @@ impl ProviderSettings {
             backoff: Duration::from_millis(500),
             backoff_cap: Duration::from_secs(30),
             extra_roots_pem: Vec::new(),
+            max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -79,9 +86,10 @@ impl ProviderSettings {
 /// The longest `Retry-After` waited inside a call; a longer one ends the
 /// call as transient, and the run's own backoff takes over.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
-/// How much of an error body a message quotes when it is not the usual
-/// `{"error": {"message": …}}`.
-const ERROR_BODY_CHARS: usize = 512;
+/// How much of a provider's error message (or of its body, when it is not
+/// the usual `{"error": {"message": …}}`) is quoted: the message goes into
+/// the run's failure, its event and logs.
+const ERROR_MESSAGE_CHARS: usize = 512;
 
 pub(super) struct ProviderClient {
     provider: &'static str,
@@ -91,6 +99,24 @@ pub(super) struct ProviderClient {
 
 impl ProviderClient {
     pub(super) fn new(provider: &'static str, settings: ProviderSettings) -> Result<Self, String> {
+        let url = reqwest::Url::parse(&settings.base_url)
+            .map_err(|e| format!("{provider}: base_url {:?}: {e}", settings.base_url))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!(
+                "{provider}: base_url {:?} is neither http nor https",
+                settings.base_url
+            ));
+        }
+        // A key sent in clear text can be read by anyone on the way; only
+        // this machine is trusted with one over plain http.
+        if settings.api_key.is_some() && url.scheme() == "http" && !is_loopback(&url) {
+            return Err(format!(
+                "{provider}: base_url {:?} is plain http to another machine, and a key would \
+                 travel in clear text: use https, or send no key (a base_url of the agent file \
+                 sends one only when api_key_env names it)",
+                settings.base_url
+            ));
+        }
         // A key no header can carry would otherwise be dropped silently and
         // every call refused as unauthenticated.
         if let Some(key) = &settings.api_key {
@@ -138,6 +164,7 @@ impl ProviderClient {
         loop {
             let (error, retry_after) = match self.send(&url, headers.clone(), body).await {
                 Attempt::Answered(value) => return Ok(value),
+                Attempt::Unusable(message) => return Err(ModelError::Unusable(message)),
                 Attempt::Refused { status, message } => {
                     return Err(ModelError::Refused { status, message })
                 }
@@ -184,8 +211,9 @@ impl ProviderClient {
         };
         let status = response.status();
         let retry_after = retry_after(response.headers());
-        let text = match response.text().await {
-            Ok(text) => text,
+        let cap = self.settings.max_response_bytes;
+        let (body, whole) = match read_at_most(response, cap).await {
+            Ok(read) => read,
             Err(e) => {
                 return Attempt::Failed {
                     error: self.describe(&e),
@@ -193,6 +221,13 @@ impl ProviderClient {
                 }
             }
         };
+        if status.is_success() && !whole {
+            return Attempt::Unusable(format!(
+                "{} answered {status} with a body over max_response_bytes ({cap} bytes)",
+                self.provider
+            ));
+        }
+        let text = String::from_utf8_lossy(&body);
         if status.is_success() {
             return match serde_json::from_str(&text) {
                 Ok(value) => Attempt::Answered(value),
@@ -252,6 +287,8 @@ impl ProviderClient {
 
 enum Attempt {
     Answered(Value),
+    /// An answer the run cannot use, whatever a retry gets.
+    Unusable(String),
     Refused {
         status: u16,
         message: String,
@@ -262,9 +299,53 @@ enum Attempt {
     },
 }
 
+/// Reads the body of `response`, at most `cap` bytes of it: the bytes read,
+/// and whether that is the whole body. A body announced (Content-Length)
+/// or found past the cap is not read further.
+async fn read_at_most(
+    mut response: reqwest::Response,
+    cap: u64,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = cap - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, false));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, true))
+}
+
+/// Whether `url` names this machine: `localhost` or a loopback address.
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.to_ascii_lowercase().ends_with(".localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The provider's own message: `error.message` (OpenAI and Anthropic),
-/// `error` or `message` as text, else the start of the body.
+/// `error` or `message` as text, else the start of the body; at most
+/// [`ERROR_MESSAGE_CHARS`] of it.
 fn error_message(body: &str) -> String {
+    let message = whole_error_message(body);
+    if message.chars().count() <= ERROR_MESSAGE_CHARS {
+        return message;
+    }
+    let mut cut: String = message.chars().take(ERROR_MESSAGE_CHARS).collect();
+    cut.push('…');
+    cut
+}
+
+fn whole_error_message(body: &str) -> String {
     let from_json = serde_json::from_str::<Value>(body).ok().and_then(|v| {
         v.pointer("/error/message")
             .or_else(|| v.get("error").filter(|e| e.is_string()))
@@ -273,11 +354,10 @@ fn error_message(body: &str) -> String {
             .map(str::to_owned)
     });
     from_json.unwrap_or_else(|| {
-        let text: String = body.chars().take(ERROR_BODY_CHARS).collect();
-        if text.trim().is_empty() {
+        if body.trim().is_empty() {
             "(no message)".to_owned()
         } else {
-            text
+            body.to_owned()
         }
     })
 }
@@ -288,7 +368,8 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(ms) = text("retry-after-ms").and_then(|t| t.trim().parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
+            // Past what a Duration holds (1e300 ms): longer than any wait.
+            return Some(Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(Duration::MAX));
         }
     }
     let value = text("retry-after")?.trim();
@@ -332,7 +413,7 @@ mod tests {
 
     #[test]
     fn a_key_no_header_can_carry_is_refused_when_the_agents_load() {
-        let settings = ProviderSettings::new("http://x", ApiKey::new("sk-a\u{7f}b"));
+        let settings = ProviderSettings::new("http://127.0.0.1", ApiKey::new("sk-a\u{7f}b"));
         let refused = ProviderClient::new("openai", settings).err().unwrap();
         assert!(refused.contains("cannot carry"), "{refused}");
         assert!(!refused.contains("sk-a"), "{refused}");
@@ -358,6 +439,44 @@ mod tests {
         assert_eq!(retry_after(&dated), Some(Duration::ZERO));
         dated.insert("retry-after", HeaderValue::from_static("soon"));
         assert_eq!(retry_after(&dated), None);
+    }
+
+    #[test]
+    fn a_retry_after_no_duration_holds_waits_longer_than_any_and_does_not_panic() {
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after-ms", HeaderValue::from_static("1e300"));
+        assert_eq!(retry_after(&headers), Some(Duration::MAX));
+        headers.insert("retry-after-ms", HeaderValue::from_static("-1"));
+        headers.insert(
+            "retry-after",
+            HeaderValue::from_static("99999999999999999999"),
+        );
+        assert_eq!(retry_after(&headers), None, "neither parses");
+    }
+
+    #[test]
+    fn a_providers_message_is_quoted_at_most_so_long() {
+        let long = "x".repeat(100_000);
+        let quoted = error_message(&format!(r#"{{"error":{{"message":"{long}"}}}}"#));
+        assert_eq!(quoted.chars().count(), ERROR_MESSAGE_CHARS + 1);
+        assert!(quoted.ends_with('…'));
+        assert_eq!(
+            error_message(&long).chars().count(),
+            ERROR_MESSAGE_CHARS + 1
+        );
+    }
+
+    #[test]
+    fn only_this_machine_counts_as_loopback() {
+        let loopback = |url: &str| is_loopback(&reqwest::Url::parse(url).unwrap());
+        assert!(loopback("http://127.0.0.1:1/"));
+        assert!(loopback("http://127.9.9.9/"));
+        assert!(loopback("http://[::1]:8080/"));
+        assert!(loopback("http://localhost/"));
+        assert!(loopback("http://api.localhost/"));
+        assert!(!loopback("http://gpu-box:11434/"));
+        assert!(!loopback("http://10.0.0.1/"));
+        assert!(!loopback("http://localhost.example/"));
     }
 
     #[test]

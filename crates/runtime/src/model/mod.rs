@@ -46,6 +46,11 @@ pub enum ModelError {
     /// message): retrying cannot help, so the run fails at once.
     #[error("the model provider refused the request ({status}): {message}")]
     Refused { status: u16, message: String },
+    /// The provider answered with nothing the run can use (a body past
+    /// `max_response_bytes`): a retry would read the same, so the run
+    /// fails at once.
+    #[error("the model provider's answer cannot be used: {0}")]
+    Unusable(String),
 }
 
 #[async_trait]
@@ -57,15 +62,62 @@ pub trait Model: Send + Sync {
 pub const MAX_MODEL_TIMEOUT_MS: u64 = 600_000;
 /// The most `max_retries` a provider may set.
 pub const MAX_MODEL_RETRIES: u32 = 10;
+/// The largest `max_response_bytes` a provider may set: 64 MiB.
+pub const MAX_MODEL_RESPONSE_BYTES: u64 = 64 << 20;
+
+/// What bounds one provider's calls, as the agent file sets them.
+struct Limits {
+    timeout_ms: Option<u64>,
+    max_retries: Option<u32>,
+    max_response_bytes: Option<u64>,
+}
+
+/// The key a provider sends: from `api_key_env` when the agent file names
+/// one. Without it, the provider's default variable (`default_env`) is
+/// read only when the agent file leaves `base_url` alone (the provider's
+/// own host, or the deployment's `OPENAI_BASE_URL`, set beside the key by
+/// whoever holds it) or names the provider's own host: a `base_url`
+/// elsewhere never gets a key it did not ask for.
+fn provider_key(
+    agent: &str,
+    explicit_env: Option<&str>,
+    default_env: &str,
+    file_base_url: Option<&str>,
+    own_host: &str,
+) -> Option<ApiKey> {
+    if let Some(name) = explicit_env {
+        return ApiKey::from_env(name);
+    }
+    let elsewhere = file_base_url.and_then(|url| {
+        let host = reqwest::Url::parse(url)
+            .ok()?
+            .host_str()?
+            .to_ascii_lowercase();
+        (host != own_host).then_some(host)
+    });
+    match elsewhere {
+        None => ApiKey::from_env(default_env),
+        Some(host) => {
+            if ApiKey::from_env(default_env).is_some() {
+                tracing::warn!(
+                    agent,
+                    host,
+                    "the key in {default_env} is not sent to a base_url other than {own_host}: \
+                     name it in api_key_env to send it there"
+                );
+            }
+            None
+        }
+    }
+}
 
 /// The model an agent file describes. Keys are read from the environment
 /// here, once, when the agents are loaded.
 pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
     let invalid = |what: String| crate::Error::Config(format!("agent {agent:?}: model: {what}"));
     let settings = |base_url: String,
-                    key_env: &str,
-                    timeout_ms: Option<u64>,
-                    max_retries: Option<u32>,
+                    key: Option<ApiKey>,
+                    limits: Limits,
                     ca_file: Option<String>|
      -> crate::Result<ProviderSettings> {
         let url = reqwest::Url::parse(&base_url)
@@ -73,7 +125,20 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(invalid(format!("base_url {base_url:?} is not http(s)")));
         }
-        let mut settings = ProviderSettings::new(base_url, ApiKey::from_env(key_env));
+        let Limits {
+            timeout_ms,
+            max_retries,
+            max_response_bytes,
+        } = limits;
+        let mut settings = ProviderSettings::new(base_url, key);
+        if let Some(bytes) = max_response_bytes {
+            if !(1024..=MAX_MODEL_RESPONSE_BYTES).contains(&bytes) {
+                return Err(invalid(format!(
+                    "max_response_bytes must be from 1024 to {MAX_MODEL_RESPONSE_BYTES}"
+                )));
+            }
+            settings.max_response_bytes = bytes;
+        }
         if let Some(ms) = timeout_ms {
             if !(1..=MAX_MODEL_TIMEOUT_MS).contains(&ms) {
                 return Err(invalid(format!(
@@ -111,11 +176,19 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
             max_tokens,
             timeout_ms,
             max_retries,
+            max_response_bytes,
             ca_file,
         } => {
             if temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
                 return Err(invalid("temperature must be from 0 to 2".into()));
             }
+            let key = provider_key(
+                agent,
+                api_key_env.as_deref(),
+                "OPENAI_API_KEY",
+                base_url.as_deref(),
+                "api.openai.com",
+            );
             let base_url = base_url
                 .or_else(|| {
                     std::env::var("OPENAI_BASE_URL")
@@ -123,12 +196,16 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
                         .filter(|u| !u.is_empty())
                 })
                 .unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_owned());
-            let key_env = api_key_env.unwrap_or_else(|| "OPENAI_API_KEY".to_owned());
+            let limits = Limits {
+                timeout_ms,
+                max_retries,
+                max_response_bytes,
+            };
             let config = OpenAiConfig {
                 model,
                 temperature,
                 max_tokens: positive(max_tokens)?,
-                provider: settings(base_url, &key_env, timeout_ms, max_retries, ca_file)?,
+                provider: settings(base_url, key, limits, ca_file)?,
             };
             Arc::new(OpenAiModel::new(config).map_err(invalid)?)
         }
@@ -139,16 +216,117 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
             max_tokens,
             timeout_ms,
             max_retries,
+            max_response_bytes,
             ca_file,
         } => {
+            let key = provider_key(
+                agent,
+                api_key_env.as_deref(),
+                "ANTHROPIC_API_KEY",
+                base_url.as_deref(),
+                "api.anthropic.com",
+            );
             let base_url = base_url.unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_owned());
-            let key_env = api_key_env.unwrap_or_else(|| "ANTHROPIC_API_KEY".to_owned());
+            let limits = Limits {
+                timeout_ms,
+                max_retries,
+                max_response_bytes,
+            };
             let config = AnthropicConfig {
                 model,
                 max_tokens: positive(max_tokens)?.unwrap_or(anthropic::DEFAULT_MAX_TOKENS),
-                provider: settings(base_url, &key_env, timeout_ms, max_retries, ca_file)?,
+                provider: settings(base_url, key, limits, ca_file)?,
             };
             Arc::new(AnthropicModel::new(config).map_err(invalid)?)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each test its own variable: tests run in parallel in one process.
+    fn with_key(name: &str) -> &str {
+        std::env::set_var(name, "sk-deployment-key");
+        name
+    }
+
+    #[test]
+    fn the_default_key_goes_only_to_the_providers_own_host() {
+        let env = with_key("AGENTENKIT_TEST_DEFAULT_KEY_A");
+        let own = "api.openai.com";
+        let key = |url: Option<&str>| provider_key("a", None, env, url, own).is_some();
+        assert!(key(None), "base_url left to the deployment");
+        assert!(key(Some("https://api.openai.com/v1")));
+        assert!(key(Some("https://API.OPENAI.COM/v1")));
+        assert!(!key(Some("http://gpu-box:11434/v1")), "another host");
+        assert!(!key(Some("https://api.openai.com.evil.example/v1")));
+        assert!(!key(Some("https://gateway.example/v1")));
+    }
+
+    #[test]
+    fn a_key_named_in_the_agent_file_goes_where_its_base_url_says() {
+        let env = with_key("AGENTENKIT_TEST_DEFAULT_KEY_B");
+        let named = provider_key(
+            "a",
+            Some(env),
+            "OPENAI_API_KEY",
+            Some("https://gateway.example/v1"),
+            "api.openai.com",
+        );
+        assert!(named.is_some());
+        assert!(provider_key("a", Some("AGENTENKIT_TEST_UNSET"), env, None, "x").is_none());
+    }
+
+    fn openai_def(base_url: &str, api_key_env: Option<&str>) -> ModelDef {
+        ModelDef::Openai {
+            model: "m".into(),
+            base_url: Some(base_url.into()),
+            api_key_env: api_key_env.map(str::to_owned),
+            temperature: None,
+            max_tokens: None,
+            timeout_ms: None,
+            max_retries: None,
+            max_response_bytes: None,
+            ca_file: None,
+        }
+    }
+
+    #[test]
+    fn a_key_over_plain_http_to_another_machine_is_refused_at_load() {
+        let env = with_key("AGENTENKIT_TEST_DEFAULT_KEY_C");
+        let refused = from_def("mailer", openai_def("http://gpu-box:11434/v1", Some(env)))
+            .err()
+            .expect("refused");
+        let message = refused.to_string();
+        assert!(message.contains("clear text"), "{message}");
+        assert!(!message.contains("sk-deployment-key"), "{message}");
+        // This machine, https, or no key at all: loaded.
+        for (url, key_env) in [
+            ("http://127.0.0.1:11434/v1", Some(env)),
+            ("http://localhost:11434/v1", Some(env)),
+            ("http://[::1]:11434/v1", Some(env)),
+            ("https://gpu-box/v1", Some(env)),
+            ("http://gpu-box:11434/v1", None),
+        ] {
+            assert!(
+                from_def("mailer", openai_def(url, key_env)).is_ok(),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn max_response_bytes_is_bounded() {
+        let mut def = openai_def("https://api.openai.com/v1", None);
+        if let ModelDef::Openai {
+            max_response_bytes, ..
+        } = &mut def
+        {
+            *max_response_bytes = Some(10);
+        }
+        let refused = from_def("mailer", def).err().expect("refused").to_string();
+        assert!(refused.contains("max_response_bytes"), "{refused}");
+    }
 }
