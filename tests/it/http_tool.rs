@@ -61,6 +61,7 @@ fn tool(url: String) -> HttpTool {
         url,
         false,
     )
+    .expect("an http tool")
 }
 
 async fn call(tool: &HttpTool) -> Result<serde_json::Value, ToolError> {
@@ -108,7 +109,9 @@ async fn a_redirect_is_not_followed() {
 #[tokio::test]
 async fn a_slow_endpoint_times_out_as_transient() {
     let base = endpoint().await;
-    let quick = tool(format!("{base}/slow")).with_timeout(Duration::from_millis(200));
+    let quick = tool(format!("{base}/slow"))
+        .with_timeout(Duration::from_millis(200))
+        .expect("a client");
     let started = std::time::Instant::now();
     assert!(matches!(call(&quick).await, Err(ToolError::Transient(_))));
     assert!(

@@ -406,3 +406,34 @@ async fn the_fuzzer_finds_no_server_error_and_no_answer_outside_the_document() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// The document names the deployment's agents only to a caller with a key:
+/// anyone may read the API's shape, not what a deployment runs.
+#[tokio::test]
+async fn the_document_names_the_agents_only_to_a_caller_with_a_key() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(session_registry(&tool.url)).await;
+    let agent_of =
+        |doc: &Value| doc["components"]["schemas"]["CreateThread"]["properties"]["agent"].clone();
+    let (status, public) = env.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(agent_of(&public)["enum"].is_null(), "{}", agent_of(&public));
+    assert!(
+        !public.to_string().contains("scoper"),
+        "an agent's name leaked"
+    );
+    let (status, keyed) = env.call("GET", "/openapi.json", Some(ALICE), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let names = agent_of(&keyed)["enum"].clone();
+    assert!(
+        names
+            .as_array()
+            .is_some_and(|n| n.contains(&json!("scoper"))),
+        "{names}"
+    );
+    // A wrong key is a caller without one, not an error.
+    let (status, wrong) = env.call("GET", "/openapi.json", Some("nope"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(agent_of(&wrong)["enum"].is_null());
+    env.finish().await;
+}

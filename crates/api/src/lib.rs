@@ -51,8 +51,10 @@ pub struct AppState {
     /// reconnects elsewhere with `Last-Event-ID`), so a graceful shutdown
     /// does not wait for them for ever.
     pub shutdown: tokio_util::sync::CancellationToken,
-    /// `GET /openapi.json`, rendered on first request.
+    /// `GET /openapi.json`, rendered on first request: for a caller with
+    /// a key (the deployment's agents listed), and for anyone.
     openapi: Arc<OnceLock<bytes::Bytes>>,
+    openapi_public: Arc<OnceLock<bytes::Bytes>>,
 }
 
 impl AppState {
@@ -79,6 +81,7 @@ impl AppState {
             metrics: metrics_handle(),
             shutdown: tokio_util::sync::CancellationToken::new(),
             openapi: Arc::default(),
+            openapi_public: Arc::default(),
         }
     }
 
@@ -88,6 +91,18 @@ impl AppState {
     }
 
     /// The OpenAPI document of this deployment (its agents listed).
+    /// The document of this build, which names no agent: what a caller
+    /// without a key is shown.
+    pub(crate) fn openapi_public_json(&self) -> bytes::Bytes {
+        self.openapi_public
+            .get_or_init(|| {
+                serde_json::to_vec_pretty(&openapi::document())
+                    .unwrap_or_default()
+                    .into()
+            })
+            .clone()
+    }
+
     pub(crate) fn openapi_json(&self) -> bytes::Bytes {
         self.openapi
             .get_or_init(|| {

@@ -113,13 +113,18 @@ mod tests {
     fn security_is_declared_where_a_key_is_needed() {
         let json = document();
         assert_eq!(json["security"], serde_json::json!([{ "bearer": [] }]));
-        for open in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
+        for open in ["/healthz", "/readyz", "/metrics"] {
             assert_eq!(
                 json["paths"][open]["get"]["security"],
                 serde_json::json!([{}]),
                 "{open}"
             );
         }
+        // Open, and with a key it names the deployment's agents.
+        assert_eq!(
+            json["paths"]["/openapi.json"]["get"]["security"],
+            serde_json::json!([{}, { "bearer": [] }])
+        );
         let create = &json["paths"]["/threads"]["post"]["responses"];
         for status in ["201", "400", "401", "413", "422", "503"] {
             assert!(create.get(status).is_some(), "POST /threads {status}");

@@ -63,7 +63,7 @@ pub async fn run(mut connections: Connections) -> anyhow::Result<()> {
             },
             tool_url,
             true,
-        )))?
+        )?))?
         .with_agent(
             Agent::new("mailer", Arc::new(ScriptedModel::new(script)))
                 .system("You send email.")

@@ -209,10 +209,10 @@ impl Registry {
                         },
                         url,
                         requires_confirmation,
-                    );
+                    )?;
                     match timeout_ms {
                         Some(ms) if (1..=MAX_HTTP_TOOL_TIMEOUT_MS).contains(&ms) => {
-                            tool = tool.with_timeout(Duration::from_millis(ms));
+                            tool = tool.with_timeout(Duration::from_millis(ms))?;
                         }
                         Some(ms) => {
                             return Err(Error::Config(format!(

@@ -177,23 +177,37 @@ pub const HTTP_TOOL_MAX_RESPONSE_BYTES: u64 = 1024 * 1024;
 /// How much of a failed answer's body the model is shown.
 const ERROR_BODY_CHARS: usize = 512;
 
+/// An http tool's client: a builder that fails is an error, never a
+/// default client, which would follow redirects (to a host the agent file
+/// never named) and wait for ever.
+fn build_client(builder: reqwest::ClientBuilder) -> crate::Result<reqwest::Client> {
+    builder
+        .build()
+        .map_err(|e| crate::Error::Config(format!("http tool client: {e}")))
+}
+
 impl HttpTool {
-    pub fn new(spec: ToolSpec, url: impl Into<String>, requires_confirmation: bool) -> Self {
+    /// `Error::Config` when its HTTP client cannot be built.
+    pub fn new(
+        spec: ToolSpec,
+        url: impl Into<String>,
+        requires_confirmation: bool,
+    ) -> crate::Result<Self> {
         let url = url.into();
-        Self {
+        Ok(Self {
             spec,
             shown_url: redact_url(&url),
             url,
             requires_confirmation,
             max_response_bytes: HTTP_TOOL_MAX_RESPONSE_BYTES,
-            client: Self::client(HTTP_TOOL_TIMEOUT),
-        }
+            client: Self::client(HTTP_TOOL_TIMEOUT)?,
+        })
     }
 
     /// The whole call (connect, send, read the answer) may take `timeout`.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.client = Self::client(timeout);
-        self
+    pub fn with_timeout(mut self, timeout: Duration) -> crate::Result<Self> {
+        self.client = Self::client(timeout)?;
+        Ok(self)
     }
 
     /// Answers longer than this are a failure the model sees.
@@ -202,12 +216,12 @@ impl HttpTool {
         self
     }
 
-    fn client(timeout: Duration) -> reqwest::Client {
-        crate::tls::http_client()
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default()
+    fn client(timeout: Duration) -> crate::Result<reqwest::Client> {
+        build_client(
+            crate::tls::http_client()
+                .timeout(timeout)
+                .redirect(reqwest::redirect::Policy::none()),
+        )
     }
 
     /// The body, read chunk by chunk and refused past the cap (a declared
@@ -384,6 +398,21 @@ fn parse_park(park: &Value) -> Result<ToolError, ToolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_that_cannot_be_built_is_an_error_not_a_default_client() {
+        crate::tls::install_crypto_provider();
+        // No TLS version at all: no client can be built from this.
+        let impossible = crate::tls::http_client()
+            .min_tls_version(reqwest::tls::Version::TLS_1_3)
+            .max_tls_version(reqwest::tls::Version::TLS_1_2);
+        let refused = build_client(impossible).err().expect("refused");
+        assert!(
+            refused.to_string().contains("http tool client"),
+            "{refused}"
+        );
+        assert!(build_client(crate::tls::http_client()).is_ok());
+    }
 
     struct Echo;
 
