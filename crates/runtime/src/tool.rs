@@ -406,7 +406,7 @@ mod tests {
         let impossible = crate::tls::http_client()
             .min_tls_version(reqwest::tls::Version::TLS_1_3)
             .max_tls_version(reqwest::tls::Version::TLS_1_2);
-        let refused = build_client(impossible).err().expect("refused");
+        let refused = build_client(impossible).expect_err("refused");
         assert!(
             refused.to_string().contains("http tool client"),
             "{refused}"
