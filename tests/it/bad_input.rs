@@ -366,3 +366,54 @@ async fn every_error_is_json_and_the_bearer_scheme_is_case_insensitive() {
     }
     env.finish().await;
 }
+
+/// A tool call id is short and shows as it reads: one too long, or with a
+/// control or bidirectional formatting character, is 400 and changes
+/// nothing; a model that gives one fails its run, saying why.
+#[tokio::test]
+async fn tool_call_ids_that_are_too_long_or_hide_characters_are_refused() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    env.wait_pending(&thread_id, 1).await;
+    let long = "c".repeat(257);
+    for id in [long.as_str(), "c1\u{1b}[2K", "c\u{202E}1", ""] {
+        for (path, body) in [
+            (
+                "/agent/tool-call/approve",
+                json!({ "runId": run_id, "toolCallId": id }),
+            ),
+            (
+                "/agent/hitl/respond",
+                json!({ "threadId": thread_id, "toolCallId": id, "approved": true }),
+            ),
+        ] {
+            let (status, body) = env.call("POST", path, Some(ALICE), Some(body)).await;
+            assert_error(status, &body, StatusCode::BAD_REQUEST, "BadRequest");
+            assert!(
+                body["message"].as_str().unwrap().contains("toolCallId"),
+                "{body}"
+            );
+        }
+    }
+    let pending = env.wait_pending(&thread_id, 1).await;
+    assert_eq!(pending[0]["toolCallId"], "c1");
+    worker.stop().await.unwrap();
+    env.finish().await;
+
+    // The model names a call with a right-to-left override in its id.
+    let env = TestEnv::start(approval_registry(
+        r#"{ tool_calls = [ { id = "c\u202E1", name = "tool", arguments = { to = "a@b.c" } } ] },"#,
+        &tool.url,
+    ))
+    .await;
+    let worker = env.spawn_worker();
+    let (_, run_id) = env.start_turn("agent", "go").await;
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    let error = run["error"].as_str().unwrap_or_default();
+    assert!(error.contains("U+202E"), "{error}");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

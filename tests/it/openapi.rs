@@ -437,3 +437,37 @@ async fn the_document_names_the_agents_only_to_a_caller_with_a_key() {
     assert!(agent_of(&wrong)["enum"].is_null());
     env.finish().await;
 }
+
+/// The document's tool call id schema says what the API accepts: the same
+/// ids pass both (a client that validates against the document is never
+/// refused for an id, and the fuzzer's valid ids are accepted).
+#[test]
+fn the_documented_tool_call_id_is_the_one_accepted() {
+    let doc = agentenkit_api::openapi_document();
+    let schema = doc["components"]["schemas"]["ToolCallIdText"].clone();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let long = "c".repeat(257);
+    let wide = "ü".repeat(256);
+    for id in [
+        "c1",
+        "call_abc123",
+        "ü-ç",
+        wide.as_str(),
+        long.as_str(),
+        "",
+        "c\u{1b}[2K",
+        "\u{81}",
+        "c\u{202E}1",
+        "c\u{2066}",
+        "\u{61C}",
+        "a\u{200F}",
+        "tab\there",
+        "ok\u{a0}nbsp",
+    ] {
+        assert_eq!(
+            validator.is_valid(&json!(id)),
+            agentenkit_core::ToolCallId::check(id).is_ok(),
+            "{id:?}"
+        );
+    }
+}

@@ -48,6 +48,30 @@ impl PartialSchema for StorableObject {
 
 impl ToSchema for StorableObject {}
 
+/// A tool call id as a request names one (`agentenkit_core::ToolCallId::check`):
+/// 1 to 256 characters, none a control character or a bidirectional
+/// formatting one.
+pub struct ToolCallIdText;
+
+impl PartialSchema for ToolCallIdText {
+    fn schema() -> RefOr<Schema> {
+        built(json!({
+            "type": "string",
+            "description": "The model's id of the call: 1 to 256 characters, no control or bidirectional formatting character.",
+            "minLength": 1,
+            "maxLength": agentenkit_core::ToolCallId::MAX_LEN,
+            "pattern": TOOL_CALL_ID_PATTERN,
+        }))
+    }
+}
+
+impl ToSchema for ToolCallIdText {}
+
+/// The characters a tool call id may hold: none of Unicode's control
+/// characters (Cc) or bidirectional formatting characters.
+pub const TOOL_CALL_ID_PATTERN: &str =
+    "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200E\\u200F\\u202A-\\u202E\\u2066-\\u2069]*$";
+
 /// Answers to a question set: question id → the chosen values.
 pub struct AnswerMap;
 
@@ -125,7 +149,7 @@ pub struct ErrorBody {
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
-    components(schemas(ErrorBody, StorableJson, StorableObject, AnswerMap, StreamEvent)),
+    components(schemas(ErrorBody, StorableJson, StorableObject, AnswerMap, StreamEvent, ToolCallIdText)),
     tags(
         (name = "threads", description = "Threads, their turns and what happened in them"),
         (name = "runs", description = "One run and its journal"),

@@ -64,9 +64,51 @@ uuid_id!(RunId, "run");
 pub struct ToolCallId(pub String);
 
 impl ToolCallId {
+    /// The longest id accepted, in characters (providers' ids are a few
+    /// dozen).
+    pub const MAX_LEN: usize = 256;
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Whether `id` can name a tool call: 1 to [`Self::MAX_LEN`] characters, and
+    /// no control character or bidirectional formatting character (an id
+    /// is shown on approval cards, in the operator CLI and in logs, where
+    /// those could hide or reorder what a person reads).
+    pub fn check(id: &str) -> Result<(), InvalidToolCallId> {
+        if id.is_empty() {
+            return Err(InvalidToolCallId::Empty);
+        }
+        let chars = id.chars().count();
+        if chars > Self::MAX_LEN {
+            return Err(InvalidToolCallId::TooLong(chars));
+        }
+        match id.chars().find(|c| c.is_control() || is_bidi_control(*c)) {
+            Some(c) => Err(InvalidToolCallId::Character(c)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why a text cannot be a tool call id (see [`ToolCallId::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidToolCallId {
+    #[error("a tool call id must not be empty")]
+    Empty,
+    #[error("a tool call id is at most {max} characters, not {0}", max = ToolCallId::MAX_LEN)]
+    TooLong(usize),
+    #[error("a tool call id must not contain the character U+{:04X}", u32::from(*.0))]
+    Character(char),
+}
+
+/// The characters that change the direction text is shown in (Unicode's
+/// bidirectional formatting characters, and the implicit marks).
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+    )
 }
 
 impl fmt::Display for ToolCallId {
@@ -108,6 +150,57 @@ mod tests {
         assert_eq!(id.to_string().parse::<RunId>(), Ok(id));
         let err = "nope".parse::<ThreadId>().unwrap_err();
         assert_eq!(err.to_string(), "invalid thread id: \"nope\"");
+    }
+
+    #[test]
+    fn a_tool_call_id_is_short_and_shows_as_it_reads() {
+        for ok in [
+            "c1",
+            "call_abc123",
+            "toolu_01A09q90qw90lq917835lq9",
+            "intake",
+            "ü-ç",
+        ] {
+            assert_eq!(ToolCallId::check(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(ToolCallId::check(""), Err(InvalidToolCallId::Empty));
+        let long = "x".repeat(ToolCallId::MAX_LEN + 1);
+        assert_eq!(
+            ToolCallId::check(&long),
+            Err(InvalidToolCallId::TooLong(257))
+        );
+        assert!(ToolCallId::check(&long[1..]).is_ok());
+        assert!(
+            ToolCallId::check(&"ü".repeat(ToolCallId::MAX_LEN)).is_ok(),
+            "characters, not bytes"
+        );
+        for bad in [
+            "c\u{1b}[31m",
+            "c\n1",
+            "c\u{7f}",
+            "a\u{202E}gnp.exe",
+            "c\u{2066}1",
+            "\u{9b}",
+        ] {
+            assert!(
+                matches!(ToolCallId::check(bad), Err(InvalidToolCallId::Character(_))),
+                "{bad:?}"
+            );
+        }
+        let message = ToolCallId::check("a\u{202E}b").unwrap_err().to_string();
+        assert!(message.contains("U+202E"), "{message}");
+    }
+
+    proptest::proptest! {
+        /// Whatever the text, the check decides without panicking, and
+        /// what it accepts is within the length and shows no control.
+        #[test]
+        fn the_tool_call_id_check_is_total(id in ".{0,300}") {
+            if ToolCallId::check(&id).is_ok() {
+                proptest::prop_assert!(!id.is_empty() && id.chars().count() <= ToolCallId::MAX_LEN);
+                proptest::prop_assert!(!id.chars().any(|c| c.is_control() || is_bidi_control(c)));
+            }
+        }
     }
 
     #[test]

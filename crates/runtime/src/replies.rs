@@ -140,13 +140,13 @@ impl Replies {
         call: &str,
         verdict: Verdict,
     ) -> Result<Answered> {
-        if call.is_empty() {
-            return Err(Error::InvalidInput("toolCallId must not be empty".into()));
-        }
         if call.contains('\0') || verdict_has_nul(&verdict) {
             return Err(Error::InvalidInput(
                 "text contains a NUL character (\\u0000), which cannot be stored".into(),
             ));
+        }
+        if let Err(invalid) = ToolCallId::check(call) {
+            return Err(Error::InvalidInput(format!("toolCallId: {invalid}")));
         }
         let call = ToolCallId(call.to_owned());
         let answered = self.store.answer(owner, target, &call, &verdict).await?;

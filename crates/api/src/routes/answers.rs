@@ -30,7 +30,7 @@ pub struct Delivery {
 pub struct Approve {
     #[schema(format = Uuid)]
     run_id: String,
-    #[schema(min_length = 1, pattern = "^[^\\u0000]*$")]
+    #[schema(value_type = crate::schemas::ToolCallIdText)]
     tool_call_id: String,
     /// Given to the tool (approvals) or returned as the job's result.
     #[serde(default)]
@@ -43,7 +43,7 @@ pub struct Approve {
 pub struct Reject {
     #[schema(format = Uuid)]
     run_id: String,
-    #[schema(min_length = 1, pattern = "^[^\\u0000]*$")]
+    #[schema(value_type = crate::schemas::ToolCallIdText)]
     tool_call_id: String,
     #[serde(default)]
     #[schema(pattern = "^[^\\u0000]*$")]
@@ -55,7 +55,7 @@ pub struct Reject {
 pub struct Answer {
     #[schema(format = Uuid)]
     run_id: String,
-    #[schema(min_length = 1, pattern = "^[^\\u0000]*$")]
+    #[schema(value_type = crate::schemas::ToolCallIdText)]
     tool_call_id: String,
     #[schema(value_type = crate::schemas::AnswerMap)]
     answers: Value,
@@ -66,7 +66,7 @@ pub struct Answer {
 pub struct Skip {
     #[schema(format = Uuid)]
     run_id: String,
-    #[schema(min_length = 1, pattern = "^[^\\u0000]*$")]
+    #[schema(value_type = crate::schemas::ToolCallIdText)]
     tool_call_id: String,
 }
 
@@ -75,7 +75,7 @@ pub struct Skip {
 pub struct Respond {
     #[schema(format = Uuid)]
     thread_id: String,
-    #[schema(min_length = 1, pattern = "^[^\\u0000]*$")]
+    #[schema(value_type = crate::schemas::ToolCallIdText)]
     tool_call_id: String,
     approved: bool,
     /// Given to the tool (approvals) or returned as the job's result.

@@ -68,6 +68,14 @@ pub async fn run_turn(
         let response = turn.model_call(cp, n).await?;
         turn.conversation.push(Message::assistant(&response));
         for call in &response.tool_calls {
+            // An id is shown to people and keys the call's row: one that is
+            // too long or hides characters fails the run (decided from the
+            // journaled response, so replay agrees).
+            if let Err(invalid) = ToolCallId::check(call.id.as_str()) {
+                return Err(SegmentError::Permanent(format!(
+                    "the model gave a tool call id that cannot be used: {invalid}"
+                )));
+            }
             if !call_ids.insert(call.id.clone()) {
                 return Err(SegmentError::Permanent(format!(
                     "the model reused tool call id {:?} within the run",
