@@ -122,7 +122,7 @@ async fn a_turn_runs_end_to_end_through_the_queue() {
     let (status, ready) = env.call("GET", "/readyz", None, None).await;
     assert_eq!(
         (status, ready),
-        (StatusCode::OK, json!({ "status": "ready" }))
+        (StatusCode::OK, json!({ "status": "ready", "broker": "up" }))
     );
     worker.stop().await.unwrap();
     env.finish().await;

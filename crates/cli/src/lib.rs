@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentenkit_api::{ApiKeys, AppState};
+use agentenkit_queue::lazy::LazyQueue;
 use agentenkit_queue::memory::MemoryQueue;
 use agentenkit_queue::rabbit::RabbitQueue;
 use agentenkit_queue::{QueueAdapter, Topology};
@@ -167,6 +168,35 @@ impl Connections {
             }
             backoff = (backoff * 2).min(Duration::from_secs(5));
         }
+    }
+}
+
+impl Connections {
+    /// The broker, connected in the background: the returned queue fails
+    /// every call as an unreachable broker until [`Self::queue_when_up`]
+    /// has connected (a refused declaration is logged and the queue stays
+    /// away). For the API, which serves while the broker is away: its
+    /// writes' messages wait in the outbox and its relay retries them.
+    pub fn queue_in_background(
+        &self,
+        delay_lanes: &[u64],
+        shutdown: &CancellationToken,
+    ) -> Arc<LazyQueue> {
+        let lazy = Arc::new(LazyQueue::new());
+        let (connections, lanes, shutdown) = (self.clone(), delay_lanes.to_vec(), shutdown.clone());
+        let connecting = lazy.clone();
+        tokio::spawn(async move {
+            match connections.queue_when_up(&lanes, &shutdown).await {
+                Ok(queue) => {
+                    tracing::info!("connected to RabbitMQ");
+                    connecting.connected(queue);
+                }
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "no broker: messages wait in the outbox")
+                }
+            }
+        });
+        lazy
     }
 }
 

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 
 pub mod error;
 pub mod ladder;
+pub mod lazy;
 pub mod memory;
 pub mod rabbit;
 

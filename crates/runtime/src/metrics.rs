@@ -21,3 +21,6 @@ pub const ANSWER_WAIT_SECONDS: &str = "agentenkit_answer_wait_seconds";
 /// How long after its `expires_at` a request expired, seconds; `by` is
 /// `worker` (the delayed message) or `reaper` (an overdue request).
 pub const EXPIRY_LATENESS_SECONDS: &str = "agentenkit_expiry_lateness_seconds";
+/// 1 while this process reaches the broker, 0 while it is away (set by
+/// every readiness check of the API).
+pub const BROKER_UP: &str = "agentenkit_broker_up";

@@ -12,20 +12,29 @@ use crate::{ApiError, AppState};
 pub struct Health {
     /// `ok` (liveness) or `ready` (readiness).
     status: &'static str,
+    /// With readiness: `up`, or `away` while the broker is unreachable
+    /// (the API serves on: what must follow a commit waits in the outbox).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    broker: Option<&'static str>,
 }
 
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
     responses((status = 200, body = Health)))]
 pub async fn healthz() -> Json<Health> {
-    Json(Health { status: "ok" })
+    Json(Health {
+        status: "ok",
+        broker: None,
+    })
 }
 
-/// Readiness: both the database and the broker answer.
+/// Readiness: the database answers. The broker is reported, not required:
+/// while it is away, reads, answers and new turns still commit, and their
+/// messages wait in the outbox for it (`agentenkit_broker_up` is 0).
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
     responses(
         (status = 200, body = Health),
-        (status = 503, description = "The database or the broker is unreachable", body = ErrorBody),
+        (status = 503, description = "The database is unreachable", body = ErrorBody),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     // The cause is logged, not echoed: this route needs no key.
@@ -33,11 +42,22 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
         tracing::warn!(error = %e, "not ready: database");
         ApiError::Unavailable("the database is unreachable".into())
     })?;
-    state.queue.ready().await.map_err(|e| {
-        tracing::warn!(error = %e, "not ready: broker");
-        ApiError::Unavailable("the broker is unreachable".into())
-    })?;
-    Ok(Json(Health { status: "ready" }))
+    let broker = match state.queue.ready().await {
+        Ok(()) => "up",
+        Err(e) => {
+            tracing::warn!(error = %e, "the broker is away; serving on, messages wait in the outbox");
+            "away"
+        }
+    };
+    ::metrics::gauge!(agentenkit_runtime::metrics::BROKER_UP).set(if broker == "up" {
+        1.0
+    } else {
+        0.0
+    });
+    Ok(Json(Health {
+        status: "ready",
+        broker: Some(broker),
+    }))
 }
 
 /// Prometheus text: the counters and histograms the README lists.

@@ -32,7 +32,8 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = shutdown_on_signal();
     let state = AppState::new(
         cli.connections.store()?,
-        cli.connections.queue_when_up(&[], &shutdown).await?,
+        // Served at once, the broker or not: see `queue_in_background`.
+        cli.connections.queue_in_background(&[], &shutdown),
         cli.agents.load()?,
         cli.keys.load()?,
     )
