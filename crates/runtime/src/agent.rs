@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use agentenkit_core::questions::QuestionSet;
 
-use crate::config::{AgentFile, IntakeWhen, ToolDef, DEFAULT_HITL_TTL_MS, DEFAULT_MAX_DEPTH};
+use crate::config::{
+    AgentFile, IntakeWhen, ToolDef, DEFAULT_HITL_TTL_MS, DEFAULT_MAX_CHILDREN_PER_STEP,
+    DEFAULT_MAX_DEPTH, DEFAULT_MAX_RUNS_PER_TREE,
+};
 
 /// The name of the built-in question tool. Never registered, no handler:
 /// the kind `ask` is resolved from the agent's configuration alone.
@@ -122,7 +125,29 @@ pub const MAX_HTTP_TOOL_TIMEOUT_MS: u64 = 3_600_000;
 pub struct Registry {
     agents: HashMap<String, Arc<Agent>>,
     tools: HashMap<String, RegisteredTool>,
-    max_depth: u32,
+    delegation: DelegationLimits,
+}
+
+/// What bounds delegation, so that one model response or one turn cannot
+/// start runs without end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DelegationLimits {
+    /// How deep runs nest (the root run is depth 0).
+    pub max_depth: u32,
+    /// Sub-agents one model response may start.
+    pub max_children_per_step: u32,
+    /// Runs one turn's tree may hold, its root included.
+    pub max_runs_per_tree: u32,
+}
+
+impl Default for DelegationLimits {
+    fn default() -> Self {
+        Self {
+            max_depth: DEFAULT_MAX_DEPTH,
+            max_children_per_step: DEFAULT_MAX_CHILDREN_PER_STEP,
+            max_runs_per_tree: DEFAULT_MAX_RUNS_PER_TREE,
+        }
+    }
 }
 
 impl Default for Registry {
@@ -130,7 +155,7 @@ impl Default for Registry {
         Self {
             agents: HashMap::new(),
             tools: HashMap::new(),
-            max_depth: DEFAULT_MAX_DEPTH,
+            delegation: DelegationLimits::default(),
         }
     }
 }
@@ -143,11 +168,21 @@ impl Registry {
     /// How deep delegations may nest: a delegation that would start a run
     /// deeper than this is a tool failure the model sees.
     pub fn max_depth(&self) -> u32 {
-        self.max_depth
+        self.delegation.max_depth
     }
 
     pub fn with_max_depth(mut self, max_depth: u32) -> Self {
-        self.max_depth = max_depth;
+        self.delegation.max_depth = max_depth;
+        self
+    }
+
+    /// Every limit on delegation (depth, children per step, runs per tree).
+    pub fn delegation_limits(&self) -> DelegationLimits {
+        self.delegation
+    }
+
+    pub fn with_delegation_limits(mut self, limits: DelegationLimits) -> Self {
+        self.delegation = limits;
         self
     }
 
@@ -183,8 +218,14 @@ impl Registry {
 
     pub fn from_toml(text: &str) -> Result<Registry> {
         let file = AgentFile::parse(text).map_err(Error::Config)?;
-        let mut registry =
-            Registry::new().with_max_depth(file.max_depth.unwrap_or(DEFAULT_MAX_DEPTH));
+        let limits = DelegationLimits {
+            max_depth: file.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
+            max_children_per_step: file
+                .max_children_per_step
+                .unwrap_or(DEFAULT_MAX_CHILDREN_PER_STEP),
+            max_runs_per_tree: file.max_runs_per_tree.unwrap_or(DEFAULT_MAX_RUNS_PER_TREE),
+        };
+        let mut registry = Registry::new().with_delegation_limits(limits);
         for (name, def) in file.tools {
             let tool: Arc<dyn Tool> = match def {
                 ToolDef::Http {

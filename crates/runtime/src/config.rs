@@ -9,6 +9,11 @@ use crate::model::ModelDef;
 
 /// How deep sub-agents nest unless the agent file says otherwise.
 pub const DEFAULT_MAX_DEPTH: u32 = 8;
+/// Sub-agents one model response may start unless the agent file says.
+pub const DEFAULT_MAX_CHILDREN_PER_STEP: u32 = 8;
+/// Runs one turn's tree may hold (its root included) unless the agent file
+/// says: with the depth limit, what one turn can cost is bounded.
+pub const DEFAULT_MAX_RUNS_PER_TREE: u32 = 64;
 
 /// The default TTL of a park: 15 minutes.
 pub const DEFAULT_HITL_TTL_MS: u64 = 900_000;
@@ -20,6 +25,14 @@ pub struct AgentFile {
     /// [`DEFAULT_MAX_DEPTH`].
     #[serde(default)]
     pub max_depth: Option<u32>,
+    /// How many sub-agents one model response may start; default
+    /// [`DEFAULT_MAX_CHILDREN_PER_STEP`].
+    #[serde(default)]
+    pub max_children_per_step: Option<u32>,
+    /// How many runs one turn's tree may hold, its root included; default
+    /// [`DEFAULT_MAX_RUNS_PER_TREE`].
+    #[serde(default)]
+    pub max_runs_per_tree: Option<u32>,
     #[serde(default)]
     pub agents: BTreeMap<String, AgentDef>,
     #[serde(default)]

@@ -16,7 +16,7 @@ pub mod tls;
 pub mod tool;
 pub mod worker;
 
-pub use agent::{Agent, Registry};
+pub use agent::{Agent, DelegationLimits, Registry};
 pub use error::{Error, Result};
 pub use model::{
     AnthropicModel, ApiKey, Model, ModelError, ModelRequest, OpenAiModel, ScriptEntry,

@@ -112,6 +112,17 @@ impl Store {
             .get(0))
     }
 
+    /// How many runs the tree of root run `root` holds, the root included.
+    pub async fn runs_in_tree(&self, root: RunId) -> Result<i64> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT 1 + count(*) FROM runs WHERE root_run_id = $1 AND parent_run_id IS NOT NULL",
+            )
+            .await?;
+        Ok(client.query_one(&stmt, &[&root.0]).await?.get(0))
+    }
+
     /// How many runs a worker holds a live lease on right now.
     pub async fn leases_held(&self) -> Result<i64> {
         let client = self.client().await?;

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::calls::{execute, needs_park, persist_tool_call, run_function, Ran};
 use super::checkpoint::{Checkpointer, Durability};
-use super::delegation::{await_delegation, delegation_task};
+use super::delegation::{await_delegation, delegation_task, StepDelegations};
 use super::elicitation;
 use super::error::SegmentError;
 use super::outcome::{Outcome, ParkItem, PersistedToolCall, Wait};
@@ -157,6 +157,7 @@ impl Turn<'_> {
         let (agent, registry, ctx) = (self.agent, self.registry, self.ctx);
         let run_id = ctx.lease.run_id;
         let mut waiting = Vec::new();
+        let mut delegations = StepDelegations::default();
         for call in &response.tool_calls {
             let persisted = persist_tool_call(cp, agent, registry, run_id, call).await?;
             let started = match persisted.kind {
@@ -170,10 +171,10 @@ impl Turn<'_> {
                 ToolKind::Ask => elicitation::ask_call(cp, ctx, &persisted).await?.map(Some),
                 ToolKind::Delegate => delegation_task(
                     cp,
-                    run_id,
+                    &ctx.lease,
                     &persisted,
-                    ctx.lease.depth,
-                    registry.max_depth(),
+                    registry.delegation_limits(),
+                    &mut delegations,
                 )
                 .await?
                 .map(|task| Some(Wait::Delegate { task })),
