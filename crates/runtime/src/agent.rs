@@ -121,7 +121,7 @@ impl Agent {
 pub const MAX_HTTP_TOOL_TIMEOUT_MS: u64 = 3_600_000;
 
 /// Every agent and tool a deployment knows, by name.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Registry {
     agents: HashMap<String, Arc<Agent>>,
     tools: HashMap<String, RegisteredTool>,
@@ -146,16 +146,6 @@ impl Default for DelegationLimits {
             max_depth: DEFAULT_MAX_DEPTH,
             max_children_per_step: DEFAULT_MAX_CHILDREN_PER_STEP,
             max_runs_per_tree: DEFAULT_MAX_RUNS_PER_TREE,
-        }
-    }
-}
-
-impl Default for Registry {
-    fn default() -> Self {
-        Self {
-            agents: HashMap::new(),
-            tools: HashMap::new(),
-            delegation: DelegationLimits::default(),
         }
     }
 }
