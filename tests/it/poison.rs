@@ -183,3 +183,55 @@ requires_confirmation = true
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// A tool that panics: its handler's panic is a failed delivery like any
+/// other, handed back with its count and dead-lettered after the last one,
+/// never dropped unsettled.
+#[tokio::test]
+async fn a_handler_that_panics_is_handed_back_counted_and_dead_lettered() {
+    use agentenkit_runtime::tool::{Tool, ToolContext, ToolError, ToolSpec};
+    use agentenkit_runtime::{Agent, Registry};
+    use serde_json::{json, Value};
+
+    struct Panics;
+    #[async_trait::async_trait]
+    impl Tool for Panics {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: "panics".into(),
+                description: String::new(),
+                input_schema: json!({ "type": "object" }),
+            }
+        }
+        async fn execute(&self, _: Value, _: &ToolContext) -> Result<Value, ToolError> {
+            panic!("the tool fell over");
+        }
+    }
+    let model = std::sync::Arc::new(agentenkit_runtime::ScriptedModel::new(
+        serde_json::from_value(json!([
+            { "tool_calls": [ { "id": "p1", "name": "panics", "arguments": {} } ] },
+            { "text": "never" },
+        ]))
+        .unwrap(),
+    ));
+    let registry = Registry::new()
+        .with_tool(std::sync::Arc::new(Panics))
+        .unwrap()
+        .with_agent(Agent::new("agent", model).tool("panics"));
+    let mut env = TestEnv::start(registry).await;
+    env.worker_config.max_deliveries = 2;
+    let worker = env.spawn_worker();
+    let (_, run_id) = env.start_turn("agent", "go").await;
+    let dead = eventually("the panicking segment is dead-lettered", || async {
+        let dead = env.take_dead_letters().await;
+        (!dead.is_empty()).then_some(dead)
+    })
+    .await;
+    assert_eq!(dead.len(), 1);
+    match QueueMessage::from_bytes(&dead[0]) {
+        Ok(QueueMessage::Segment { run_id: run, .. }) => assert_eq!(run.to_string(), run_id),
+        other => panic!("{other:?}"),
+    }
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -6,12 +6,14 @@
 //! retried with backoff, then fails the run; a lost lease or a stale
 //! delivery is dropped; a database outage hands the message back.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentenkit_core::{QueueMessage, RunId};
 use agentenkit_queue::{Delivery, QueueAdapter};
 use agentenkit_store::{Expiry, Lease, LeaseAttempt, RunContext, Store};
+use futures::FutureExt;
 use thiserror::Error;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -186,24 +188,40 @@ impl Worker {
     async fn process(&self, delivery: Delivery) -> Disposition {
         let _busy = Busy::enter(&self.inner.busy);
         let started = std::time::Instant::now();
-        let disposition = match delivery.message() {
-            Ok(QueueMessage::Segment { run_id, seq }) => {
-                let span = tracing::info_span!("segment", run_id = %run_id, seq, thread_id = tracing::field::Empty);
-                self.segment(run_id, seq).instrument(span).await
+        let handled = AssertUnwindSafe(async {
+            match delivery.message() {
+                Ok(QueueMessage::Segment { run_id, seq }) => {
+                    let span = tracing::info_span!("segment", run_id = %run_id, seq, thread_id = tracing::field::Empty);
+                    self.segment(run_id, seq).instrument(span).await
+                }
+                Ok(QueueMessage::Expiry {
+                    run_id,
+                    tool_call_id,
+                }) => {
+                    let span = tracing::info_span!("expiry", run_id = %run_id, tool_call_id = %tool_call_id);
+                    self.expiry(run_id, tool_call_id).instrument(span).await
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "unreadable message: dead-lettered");
+                    Disposition::DeadLetter
+                }
             }
-            Ok(QueueMessage::Expiry {
-                run_id,
-                tool_call_id,
-            }) => {
-                let span =
-                    tracing::info_span!("expiry", run_id = %run_id, tool_call_id = %tool_call_id);
-                self.expiry(run_id, tool_call_id).instrument(span).await
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "unreadable message: dead-lettered");
-                Disposition::DeadLetter
-            }
-        };
+        })
+        .catch_unwind()
+        .await;
+        // A handler that panicked is a failed delivery like any other: handed
+        // back, counted, and dead-lettered after its last delivery (dropped
+        // unsettled, it stayed with the channel, uncounted).
+        let disposition = handled.unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned());
+            tracing::error!(panic = %what, deliveries = delivery.deliveries, "the handler panicked; handed back");
+            ::metrics::counter!(metrics::SEGMENTS, "outcome" => "panicked").increment(1);
+            Disposition::Requeue
+        });
         ::metrics::histogram!(metrics::SEGMENT_SECONDS).record(started.elapsed().as_secs_f64());
         // A hand-back past the last delivery is a dead letter like any other.
         let disposition = match disposition {
