@@ -113,3 +113,87 @@ async fn an_owner_past_its_stream_limit_gets_429_and_a_closed_stream_frees_a_pla
     .await;
     env.finish().await;
 }
+
+/// The API serves at most `max_connections` connections at once (a new one
+/// waits until one closes), and a connection whose request head does not
+/// arrive within `header_read_timeout` is closed: idle or trickling
+/// clients cannot hold the server.
+#[tokio::test]
+async fn connections_are_capped_and_a_request_head_must_arrive_in_time() {
+    use agentenkit::{serve_api_with, ServerLimits};
+    use agentenkit_api::{ApiKeys, AppState};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let state = AppState::new(
+        env.store.clone(),
+        env.queue.clone(),
+        env.registry.clone(),
+        ApiKeys::parse("").unwrap(),
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let limits = ServerLimits {
+        max_connections: 2,
+        header_read_timeout: Duration::from_millis(700),
+    };
+    let (addr, server) = serve_api_with(
+        state,
+        "127.0.0.1:0".parse().unwrap(),
+        shutdown.clone(),
+        limits,
+    )
+    .await
+    .unwrap();
+    let healthz = format!("http://{addr}/healthz");
+    // Each request on a connection of its own (no pool holding one open).
+    let quick = agentenkit_runtime::tls::http_client()
+        .timeout(Duration::from_millis(300))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    assert!(quick
+        .get(&healthz)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // Two clients hold both connections, sending nothing yet.
+    let idle_a = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut trickle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    trickle
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        quick.get(&healthz).send().await.is_err(),
+        "a third connection was served past max_connections"
+    );
+    // The head never completes: the server closes the connection.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(3), trickle.read_to_end(&mut rest)).await;
+    assert!(
+        closed.is_ok(),
+        "a trickling request head held its connection"
+    );
+    drop(idle_a);
+    // Room again (the idle one is closed by its timeout or its client).
+    let patient = agentenkit_runtime::tls::http_client()
+        .timeout(Duration::from_secs(5))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    assert!(patient
+        .get(&healthz)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+    shutdown.cancel();
+    server.await.unwrap();
+    env.finish().await;
+}

@@ -5,14 +5,17 @@ pub mod broker;
 pub mod chaos;
 pub mod chat;
 pub mod demo;
+pub mod http_server;
 pub mod ops;
+
+pub use http_server::{serve_api, serve_api_with, ServerLimits, API_DRAIN};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentenkit_api::{ApiKeys, AppState};
+use agentenkit_api::ApiKeys;
 use agentenkit_queue::lazy::LazyQueue;
 use agentenkit_queue::memory::MemoryQueue;
 use agentenkit_queue::rabbit::RabbitQueue;
@@ -224,49 +227,6 @@ impl KeyConfig {
         }
         Ok(keys)
     }
-}
-
-/// Serves the API on `listen` until `shutdown`; returns the bound address
-/// through `bound` (port 0 picks a free port).
-/// How long a stopping API waits for open requests and streams to end.
-pub const API_DRAIN: Duration = Duration::from_secs(25);
-
-pub async fn serve_api(
-    state: AppState,
-    listen: SocketAddr,
-    shutdown: CancellationToken,
-) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding {listen}"))?;
-    let addr = listener.local_addr()?;
-    // Streams end when the server is asked to stop, so that the graceful
-    // shutdown (which waits for open connections) does not wait for ever.
-    let mut state = state;
-    state.shutdown = shutdown.clone();
-    let app = agentenkit_api::router(state);
-    let stopping = shutdown.clone();
-    let handle = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await });
-        // Streams end on shutdown when polled; a client that stopped
-        // reading is not polled, so the drain has a deadline.
-        let deadline = async {
-            stopping.cancelled().await;
-            tokio::time::sleep(API_DRAIN).await;
-        };
-        tokio::select! {
-            served = served => {
-                if let Err(e) = served {
-                    tracing::error!(error = %e, "API server stopped");
-                }
-            }
-            () = deadline => {
-                tracing::warn!(after = ?API_DRAIN, "open connections did not close; API stopped");
-            }
-        }
-    });
-    Ok((addr, handle))
 }
 
 /// Serves `/metrics` (Prometheus text) alone on `listen`, for processes
