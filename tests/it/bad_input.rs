@@ -417,3 +417,48 @@ async fn tool_call_ids_that_are_too_long_or_hide_characters_are_refused() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// Every operation the document says needs a key answers 401 without one,
+/// or with a wrong one, whatever else the request holds: the document and
+/// the routes cannot disagree on what is open.
+#[tokio::test]
+async fn every_route_that_needs_a_key_refuses_a_request_without_one() {
+    let (env, thread_id, run_id) = started().await;
+    let doc = agentenkit_api::openapi_document();
+    let mut checked = 0;
+    for (template, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            // Open operations say so with an empty requirement.
+            let open = operation["security"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|r| r.as_object().is_some_and(|o| o.is_empty()))
+            });
+            if open {
+                continue;
+            }
+            let id = if template.starts_with("/runs/") {
+                &run_id
+            } else {
+                &thread_id
+            };
+            let path = template.replace("{id}", id);
+            for key in [None, Some("wrong-key")] {
+                let (status, body) = env
+                    .call(
+                        &method.to_ascii_uppercase(),
+                        &path,
+                        key,
+                        Some(json!({ "agent": "agent", "content": "x", "runId": run_id, "toolCallId": "c1" })),
+                    )
+                    .await;
+                assert_error(status, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
+            }
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 15,
+        "only {checked} keyed operations in the document"
+    );
+    env.finish().await;
+}

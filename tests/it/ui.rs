@@ -82,3 +82,42 @@ async fn the_page_and_its_assets_are_served_without_a_key() {
     }
     env.finish().await;
 }
+
+/// Every file of the page carries its security headers: a policy that
+/// loads nothing from elsewhere, runs no inline script and is framed by
+/// nobody; no sniffing of content types; no referrer sent.
+#[tokio::test]
+async fn the_page_and_its_assets_carry_their_security_headers() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9")).await;
+    let page = env.http.get(env.url("/ui/")).send().await.unwrap();
+    let body = page.text().await.unwrap();
+    let asset = body
+        .split('"')
+        .find(|part| part.starts_with("/ui/assets/") && part.ends_with(".js"))
+        .expect("a script")
+        .to_owned();
+    for path in ["/ui/", "/ui/threads/x", asset.as_str()] {
+        let response = env.http.get(env.url(path)).send().await.unwrap();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let policy = header("content-security-policy");
+        for directive in [
+            "default-src 'self'",
+            "script-src 'self'",
+            "frame-ancestors 'none'",
+            "base-uri 'self'",
+        ] {
+            assert!(policy.contains(directive), "{path}: {policy}");
+        }
+        assert!(!policy.contains("unsafe"), "{path}: {policy}");
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(header("referrer-policy"), "no-referrer", "{path}");
+    }
+    env.finish().await;
+}
