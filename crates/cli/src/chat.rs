@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use tokio::sync::Mutex;
 
+use crate::shown::shown;
 use crate::{AgentConfig, Connections};
 
 type Input = Arc<Mutex<Lines<BufReader<Stdin>>>>;
@@ -64,19 +65,27 @@ impl Hooks for TerminalHooks {
     async fn await_answers(&self, pending: &PendingInput) -> Option<Value> {
         let set = QuestionSet::parse(pending.request.as_ref()?).ok()?;
         if let Some(preamble) = &set.preamble {
-            println!("\n{}: {preamble}", pending.run_name);
+            println!(
+                "\n{}: {}",
+                shown(&pending.run_name, false),
+                shown(preamble, true)
+            );
         }
         let total = set.questions.len();
         let mut answers = serde_json::Map::new();
         for (i, question) in set.questions.iter().enumerate() {
-            println!("\nQuestion {} of {total}: {}", i + 1, question.prompt);
+            println!(
+                "\nQuestion {} of {total}: {}",
+                i + 1,
+                shown(&question.prompt, true)
+            );
             for (n, option) in question.options.iter().enumerate() {
                 let picked = if question.defaults.contains(&option.value) {
                     "*"
                 } else {
                     " "
                 };
-                println!("  {picked} {}. {}", n + 1, option.label);
+                println!("  {picked} {}. {}", n + 1, shown(&option.label, false));
             }
             let how = if question.multiple {
                 "numbers, comma-separated"
@@ -103,15 +112,19 @@ impl Hooks for TerminalHooks {
     }
 
     async fn await_approval(&self, pending: &PendingInput) -> Verdict {
-        let arguments = serde_json::to_string_pretty(&pending.arguments).unwrap_or_default();
+        let arguments = shown(
+            &serde_json::to_string_pretty(&pending.arguments).unwrap_or_default(),
+            true,
+        );
         let who = if pending.depth > 0 {
-            format!(" (asked by {})", pending.run_name)
+            format!(" (asked by {})", shown(&pending.run_name, false))
         } else {
             String::new()
         };
         print!(
             "\n{} wants to call {}{who} with\n{arguments}\nApprove? [y/N] ",
-            pending.run_name, pending.tool_name
+            shown(&pending.run_name, false),
+            shown(&pending.tool_name, false)
         );
         let line = self.read_line().await;
         match line.as_deref().map(str::trim) {
@@ -160,7 +173,7 @@ pub async fn run(
             print_message(&message.body);
         }
         if let Some(error) = run.error.filter(|_| run.status.as_str() != "completed") {
-            println!("(the run {}: {error})", run.status);
+            println!("(the run {}: {})", run.status, shown(&error, false));
         }
     }
     runner.shutdown().await?;
@@ -168,10 +181,14 @@ pub async fn run(
 }
 
 fn print_message(body: &Value) {
+    // Shown as it is, whatever the model wrote (see `crate::shown`).
     let text = |v: &Value| {
-        v.as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| v.to_string())
+        shown(
+            &v.as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| v.to_string()),
+            false,
+        )
     };
     match body["role"].as_str() {
         Some("assistant") => {
@@ -179,14 +196,18 @@ fn print_message(body: &Value) {
                 println!(
                     "assistant: calls {}({})",
                     text(&call["name"]),
-                    call["arguments"]
+                    shown(&call["arguments"].to_string(), false)
                 );
             }
             if let Some(content) = body["content"].as_str() {
-                println!("assistant: {content}");
+                println!("assistant: {}", shown(content, true));
             }
         }
-        Some("tool") => println!("tool {}: {}", text(&body["name"]), body["content"]),
+        Some("tool") => println!(
+            "tool {}: {}",
+            text(&body["name"]),
+            shown(&body["content"].to_string(), false)
+        ),
         _ => {}
     }
 }

@@ -8,6 +8,7 @@
 
 use std::fmt::Write as _;
 
+use crate::shown::shown;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
@@ -381,21 +382,25 @@ fn pretty(value: &Value) -> String {
 }
 
 /// A value on one line, cut to `max` characters.
+/// `value` as one line of at most `max` characters, shown as it is (see
+/// `crate::shown`).
 fn short(value: &Value, max: usize) -> String {
     let text = match value {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    if text.chars().count() > max {
+    let text = if text.chars().count() > max {
         let cut: String = text.chars().take(max).collect();
         format!("{cut}…")
     } else {
         text
-    }
+    };
+    shown(&text, false)
 }
 
-fn text(value: &Value) -> &str {
-    value.as_str().unwrap_or("-")
+/// A text field, shown as it is (see `crate::shown`).
+fn text(value: &Value) -> String {
+    shown(value.as_str().unwrap_or("-"), false)
 }
 
 fn render_inbox(inbox: &Value) -> String {
@@ -472,7 +477,7 @@ fn render_run(run: &Value, journal: Option<&Value>) -> String {
         let _ = writeln!(out, "  output: {}", short(&json!(output), 500));
     }
     if let Some(error) = run["error"].as_str() {
-        let _ = writeln!(out, "  error: {error}");
+        let _ = writeln!(out, "  error: {}", shown(error, false));
     }
     if let Some(entries) = journal.and_then(Value::as_array) {
         let _ = writeln!(out, "  journal ({} entries):", entries.len());
@@ -561,5 +566,30 @@ mod tests {
         assert!(text.contains("expires never"));
         assert!(text.contains(r#"arguments: {"to":"a@b.c"}"#));
         assert!(text.ends_with("1 open request(s)\n"));
+    }
+
+    /// What a model named or wrote reaches the terminal shown, not obeyed:
+    /// no escape sequence, no reversed text, no forged line.
+    #[test]
+    fn the_inbox_shows_escapes_and_bidi_controls_as_text() {
+        let text = render_inbox(&json!([{
+            "kind": "approval", "toolName": "send\u{1b}[2J_email", "reason": "ok\u{202e}gnp.exe",
+            "runId": "R", "toolCallId": "c1", "runName": "mailer\nforged line", "threadId": "T",
+            "depth": 0, "expiresAt": null, "arguments": { "to": "a\u{202e}b" }
+        }]));
+        assert!(
+            !text.chars().any(|c| c == '\u{1b}' || c == '\u{202e}'),
+            "{text:?}"
+        );
+        assert!(text.contains("send\\u{1b}[2J_email"), "{text}");
+        assert!(text.contains("ok\\u{202e}gnp.exe"), "{text}");
+        assert!(text.contains("mailer\\u{a}forged line"), "{text}");
+        assert_eq!(text.lines().count(), 3, "{text}");
+        let run = render_run(
+            &json!({ "id": "R", "name": "n", "depth": 0, "status": "failed",
+                     "error": "bad\u{1b}]0;title\u{7}", "threadId": "T" }),
+            None,
+        );
+        assert!(!run.contains('\u{1b}') && !run.contains('\u{7}'), "{run:?}");
     }
 }

@@ -1,0 +1,47 @@
+//! Text from the server shown on a terminal: what a model or a caller wrote
+//! (a tool's name, its arguments, a question, an error) must not move the
+//! cursor, clear the screen, retitle the window or reverse what follows. A
+//! control character or a bidirectional formatting character is shown as
+//! its escape (`\u{1b}`), so a person reads what is there.
+
+use agentenkit_core::ids::is_bidi_control;
+
+/// `text` with every control and bidirectional formatting character
+/// escaped; line breaks too, unless `lines` (multi-line values we lay out).
+pub fn shown(text: &str, lines: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if (c.is_control() && !(lines && c == '\n')) || is_bidi_control(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn escapes_and_bidi_controls_are_shown_not_obeyed() {
+        assert_eq!(shown("send_email", false), "send_email");
+        assert_eq!(shown("a\u{1b}[2Jb", false), "a\\u{1b}[2Jb");
+        assert_eq!(shown("evil\u{202e}gnp.exe", false), "evil\\u{202e}gnp.exe");
+        assert_eq!(shown("x\u{9b}31m", false), "x\\u{9b}31m");
+        assert_eq!(shown("one\ntwo", false), "one\\u{a}two");
+        assert_eq!(shown("one\ntwo", true), "one\ntwo");
+        assert_eq!(shown("tab\there", true), "tab\\u{9}here");
+    }
+
+    proptest! {
+        /// Whatever comes in, nothing a terminal obeys comes out.
+        #[test]
+        fn nothing_a_terminal_obeys_comes_out(text in ".{0,64}", lines: bool) {
+            let out = shown(&text, lines);
+            prop_assert!(!out.chars().any(|c| (c.is_control() && !(lines && c == '\n')) || is_bidi_control(c)));
+        }
+    }
+}
