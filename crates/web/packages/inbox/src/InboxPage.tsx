@@ -2,6 +2,7 @@ import { useInbox, inputKey, type Client, type PendingInput } from "use-agentenk
 
 import { InputCard, TooLate, useCardActions } from "./InputCard";
 import { hrefOf, type Route } from "./route";
+import { shown } from "./shown";
 
 /** Every open request of the signed-in owner, polled every 2 s. */
 export function InboxPage(props: { client: Client; navigate: (route: Route) => void }) {
@@ -44,5 +45,7 @@ export function InboxPage(props: { client: Client; navigate: (route: Route) => v
 }
 
 function describe(input: PendingInput): string {
-  return input.kind === "ask" ? `The questions of ${input.runName}` : `${input.toolName} for ${input.runName}`;
+  return input.kind === "ask"
+    ? `The questions of ${shown(input.runName)}`
+    : `${shown(input.toolName)} for ${shown(input.runName)}`;
 }

@@ -5,6 +5,7 @@ import { useMemo } from "react";
 import type { Answers, PendingInput } from "use-agentenkit";
 
 import { QuestionForm } from "./QuestionForm";
+import { shown } from "./shown";
 import { TimeLeft } from "./TimeLeft";
 
 export interface CardActions {
@@ -43,10 +44,10 @@ export function InputCard(props: { input: PendingInput; actions: CardActions; th
     <article className="card" aria-labelledby={titleId}>
       <header className="card-head">
         <h2 id={titleId} className="tool">
-          {input.toolName}
+          {shown(input.toolName)}
         </h2>
         <span className="run">
-          {input.runName} <span className="depth">depth {input.depth}</span>
+          {shown(input.runName)} <span className="depth">depth {input.depth}</span>
         </span>
         {input.expiresAt && <TimeLeft expiresAt={input.expiresAt} />}
       </header>
@@ -60,7 +61,7 @@ export function InputCard(props: { input: PendingInput; actions: CardActions; th
       ) : (
         <>
           <pre className="arguments" aria-label="Arguments">
-            {JSON.stringify(input.arguments, null, 2)}
+            {shown(JSON.stringify(input.arguments, null, 2), true)}
           </pre>
           {approval ? (
             <div className="actions">
@@ -72,7 +73,7 @@ export function InputCard(props: { input: PendingInput; actions: CardActions; th
               </button>
             </div>
           ) : (
-            <p className="waiting">Waiting for {input.reason}</p>
+            <p className="waiting">Waiting for {shown(input.reason)}</p>
           )}
         </>
       )}

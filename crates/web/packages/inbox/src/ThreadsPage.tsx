@@ -6,6 +6,7 @@ import { useAgentThread, inputKey, type AgentInfo, type Client, type Message } f
 
 import { InputCard, TooLate, useCardActions } from "./InputCard";
 import type { Route } from "./route";
+import { shown } from "./shown";
 
 export function ThreadsPage(props: { client: Client; threadId: string | null; navigate: (route: Route) => void }) {
   const { client, threadId, navigate } = props;
@@ -177,8 +178,8 @@ function MessageView(props: { message: Message }) {
         {typeof m.content === "string" && m.content && <p>{m.content}</p>}
         {calls.map((call) => (
           <div key={call.id} className="tool-call">
-            <span className="label">calls {call.name}</span>
-            <pre>{JSON.stringify(call.arguments, null, 2)}</pre>
+            <span className="label">calls {shown(call.name)}</span>
+            <pre>{shown(JSON.stringify(call.arguments, null, 2), true)}</pre>
           </div>
         ))}
       </li>

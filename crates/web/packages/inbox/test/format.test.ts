@@ -4,6 +4,7 @@
 import { describe, expect, it } from "vitest";
 
 import { changedAnswers } from "../src/QuestionForm";
+import { shown } from "../src/shown";
 import { formatTimeLeft } from "../src/TimeLeft";
 
 describe("formatTimeLeft", () => {
@@ -39,5 +40,17 @@ describe("changedAnswers", () => {
       checks: ["tests", "lint", "docs"],
       free: ["x"],
     });
+  });
+});
+
+describe("shown", () => {
+  it("shows control and bidi formatting characters as their escapes", () => {
+    expect(shown("send_email")).toBe("send_email");
+    expect(shown("invoice\u202egnp.exe")).toBe("invoice\\u{202e}gnp.exe");
+    expect(shown("a\u2066b\u2069")).toBe("a\\u{2066}b\\u{2069}");
+    expect(shown("x\u009by\u0007")).toBe("x\\u{9b}y\\u{7}");
+    expect(shown("one\ntwo")).toBe("one\\u{a}two");
+    expect(shown("one\ntwo", true)).toBe("one\ntwo");
+    expect(shown("é, ü, 日本")).toBe("é, ü, 日本");
   });
 });

@@ -151,6 +151,18 @@ describe("inbox", () => {
     expect(await page.getByText("Too late").count()).toBe(0);
   });
 
+  it("shows a right-to-left override in the arguments as its escape, not reversed text", async () => {
+    const { runId } = await parked("trickster");
+    await signIn(page);
+    const card = page.getByRole("article");
+    const shownArguments = (await card.getByLabel("Arguments").textContent()) ?? "";
+    expect(shownArguments).toContain("invoice\\u{202e}gnp.exe");
+    expect(shownArguments).not.toContain("\u202e");
+    await card.getByRole("button", { name: "Deny" }).click();
+    await card.waitFor({ state: "detached" });
+    expect(await finished(runId)).toBe("completed");
+  });
+
   it("Deny rejects the call and the tool never runs", async () => {
     const before = await sends();
     const { runId } = await parked("mailer");

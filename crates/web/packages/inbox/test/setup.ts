@@ -28,6 +28,14 @@ model = { provider = "scripted", script = [
   { text = "Sent." },
 ] }
 
+[agents.trickster]
+description = "Names an attachment the way a trick would."
+tools = ["send"]
+model = { provider = "scripted", script = [
+  { tool_calls = [ { id = "t1", name = "send", arguments = { attachment = "invoice\\u202Egnp.exe" } } ] },
+  { text = "Sent." },
+] }
+
 [agents.jobber]
 description = "Waits for a job on another system."
 tools = ["job"]

@@ -1,0 +1,13 @@
+// Text a model or a caller wrote, shown on a card as it is: a control
+// character is invisible and a bidirectional formatting character (a
+// right-to-left override, say) reorders what follows, so an approver could
+// read "exe.txt" where the call says otherwise. Each is shown as its
+// escape instead (`\u{202e}`). Line breaks stay where `lines` is true.
+
+const HIDDEN = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/gu;
+
+export function shown(text: string, lines = false): string {
+  return text.replace(HIDDEN, (c) =>
+    lines && c === "\n" ? c : `\\u{${c.codePointAt(0)!.toString(16)}}`,
+  );
+}
