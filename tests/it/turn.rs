@@ -276,3 +276,64 @@ async fn the_shipped_agent_file_completes_a_turn_as_it_is() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// The conversation and the journal come a page at a time: `limit` items
+/// at most, from after `after` (the last one seen), in order; a bad
+/// `after` or `limit` is a 400.
+#[tokio::test]
+async fn messages_and_the_journal_are_read_a_page_at_a_time() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+    let (_, answer) = env
+        .reply(
+            "/agent/tool-call/approve",
+            ALICE,
+            json!({ "runId": run_id, "toolCallId": "c1" }),
+        )
+        .await;
+    assert_eq!(answer["delivered"], true);
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+
+    let all = env.get(&format!("/threads/{thread_id}/messages")).await;
+    let all = all.as_array().unwrap().clone();
+    assert!(all.len() >= 4, "{all:?}");
+    let mut paged = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = env
+            .get(&format!(
+                "/threads/{thread_id}/messages?after={after}&limit=2"
+            ))
+            .await;
+        let page = page.as_array().unwrap().clone();
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        after = last["id"].as_i64().unwrap();
+        paged.extend(page);
+    }
+    assert_eq!(paged, all, "the pages are the conversation, in order");
+
+    let journal = env.get(&format!("/runs/{run_id}/journal")).await;
+    let journal = journal.as_array().unwrap().clone();
+    let first_two = env.get(&format!("/runs/{run_id}/journal?limit=2")).await;
+    assert_eq!(first_two.as_array().unwrap()[..], journal[..2]);
+    let rest = env
+        .get(&format!("/runs/{run_id}/journal?after=1&limit=1000"))
+        .await;
+    assert_eq!(rest.as_array().unwrap()[..], journal[2..]);
+
+    for query in ["limit=0", "limit=1001", "limit=x", "after=-1", "after=x"] {
+        for path in [
+            format!("/threads/{thread_id}/messages?{query}"),
+            format!("/runs/{run_id}/journal?{query}"),
+        ] {
+            let (status, body) = env.call("GET", &path, Some(ALICE), None).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        }
+    }
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -165,7 +165,10 @@ pub async fn run(
             break;
         };
         let run = runner.run_turn(thread, &line, &hooks).await?;
-        for message in store.list_messages(thread, runner.owner()).await? {
+        for message in store
+            .list_messages(thread, runner.owner(), seen, 1000)
+            .await?
+        {
             if message.id <= seen {
                 continue;
             }

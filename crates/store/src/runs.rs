@@ -198,8 +198,18 @@ impl Store {
         run_view(&row, usage)
     }
 
-    /// The run's journal, in order, if `owner` owns the run.
-    pub async fn get_journal(&self, run: RunId, owner: &Owner) -> Result<Vec<JournalEntry>> {
+    /// The run's journal entries at positions above `after` (`None`: from
+    /// the first), in order, at most `limit`, if `owner` owns the run. (An
+    /// entry is read back with the earlier ones it refers to, so the
+    /// journal is read whole and the page cut from it; a run's journal is
+    /// bounded by its model calls.)
+    pub async fn get_journal(
+        &self,
+        run: RunId,
+        owner: &Owner,
+        after: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<JournalEntry>> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
@@ -210,7 +220,12 @@ impl Store {
             .query_opt(&stmt, &[&run.0, &owner.as_str()])
             .await?
             .ok_or_else(|| not_found(run))?;
-        load_journal(&client, run).await
+        Ok(load_journal(&client, run)
+            .await?
+            .into_iter()
+            .filter(|entry| after.is_none_or(|after| entry.position > after))
+            .take(limit)
+            .collect())
     }
 }
 

@@ -204,18 +204,26 @@ impl Store {
         })
     }
 
-    /// The conversation, tool calls and results included, oldest first.
-    pub async fn list_messages(&self, thread: ThreadId, owner: &Owner) -> Result<Vec<MessageView>> {
+    /// The conversation, tool calls and results included, oldest first:
+    /// the messages with an id above `after`, at most `limit`.
+    pub async fn list_messages(
+        &self,
+        thread: ThreadId,
+        owner: &Owner,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<MessageView>> {
         let client = self.client().await?;
         self.check_owner(&client, thread, owner).await?;
         let stmt = client
             .prepare_cached(
                 "SELECT m.id, m.run_id, m.body_whole, m.created_at
-                 FROM messages_whole m WHERE m.thread_id = $1 ORDER BY m.id",
+                 FROM messages_whole m WHERE m.thread_id = $1 AND m.id > $2
+                 ORDER BY m.id LIMIT $3",
             )
             .await?;
         Ok(client
-            .query(&stmt, &[&thread.0])
+            .query(&stmt, &[&thread.0, &after, &limit])
             .await?
             .into_iter()
             .map(|r| MessageView {

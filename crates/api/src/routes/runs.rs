@@ -4,7 +4,8 @@ use axum::extract::State;
 use axum::Json;
 
 use crate::auth::Caller;
-use crate::extract::{parse_id, PathText};
+use crate::extract::{parse_id, within_bytes, PathText, QueryParams, MAX_PAGE_BYTES};
+use crate::routes::threads::PageQuery;
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
@@ -27,11 +28,13 @@ pub async fn get(
     Ok(Json(state.store.get_run(run, &owner).await?))
 }
 
-/// The run's journal: every checkpoint, in position order (SPEC §4 names).
+/// The run's journal: every checkpoint, in position order (SPEC §4 names),
+/// a page at a time (`after` a position).
 #[utoipa::path(get, path = "/runs/{id}/journal", tag = "runs",
-    params(("id" = RunId, Path, description = "The run")),
+    params(("id" = RunId, Path, description = "The run"), PageQuery),
     responses(
         (status = 200, body = Vec<JournalEntry>),
+        (status = 400, description = "`after` or `limit` out of range", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No such run of the caller's", body = ErrorBody),
         (status = 500, body = ErrorBody),
@@ -41,7 +44,14 @@ pub async fn journal(
     State(state): State<AppState>,
     Caller(owner): Caller,
     PathText(id): PathText,
+    QueryParams(page): QueryParams<PageQuery>,
 ) -> Result<Json<Vec<JournalEntry>>, ApiError> {
     let run: RunId = parse_id(&id, "run")?;
-    Ok(Json(state.store.get_journal(run, &owner).await?))
+    let (after, limit) = page.parse("a journal position")?;
+    let after = after.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+    let entries = state
+        .store
+        .get_journal(run, &owner, after, limit as usize)
+        .await?;
+    Ok(Json(within_bytes(entries, MAX_PAGE_BYTES)))
 }

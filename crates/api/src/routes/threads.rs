@@ -8,7 +8,10 @@ use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
-use crate::extract::{parse_event_id, parse_id, JsonBody, PathText, QueryParams};
+use crate::extract::{
+    parse_event_id, parse_id, parse_limit, within_bytes, JsonBody, PathText, QueryParams,
+    MAX_PAGE_BYTES,
+};
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
@@ -159,11 +162,45 @@ pub async fn post_message(
     ))
 }
 
-/// The conversation: user and assistant messages, tool calls and results.
+/// A page of a list: the items after `after`, at most `limit`.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Only items after this one (a message's id, a journal entry's
+    /// position: the last one seen); default: from the first.
+    #[param(value_type = Option<i64>, minimum = 0, nullable = false)]
+    after: Option<String>,
+    /// At most this many (1 to 1000, the default). A page also stops before
+    /// 4 MiB of JSON: page on from its last item until one comes back empty.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 1000, nullable = false)]
+    limit: Option<String>,
+}
+
+impl PageQuery {
+    /// `(after, limit)`, `after` as `what` names the items.
+    pub(crate) fn parse(&self, what: &str) -> Result<(Option<i64>, i64), ApiError> {
+        let after = self
+            .after
+            .as_deref()
+            .map(|text| match text.trim().parse::<i64>() {
+                Ok(n) if n >= 0 => Ok(n),
+                _ => Err(ApiError::BadRequest(format!(
+                    "after must be {what} (a whole number, 0 or more), not {:?}",
+                    text.chars().take(64).collect::<String>()
+                ))),
+            })
+            .transpose()?;
+        Ok((after, parse_limit(self.limit.as_deref())?))
+    }
+}
+
+/// The conversation: user and assistant messages, tool calls and results,
+/// oldest first, a page at a time.
 #[utoipa::path(get, path = "/threads/{id}/messages", tag = "threads",
-    params(("id" = ThreadId, Path, description = "The thread")),
+    params(("id" = ThreadId, Path, description = "The thread"), PageQuery),
     responses(
         (status = 200, body = Vec<MessageView>),
+        (status = 400, description = "`after` or `limit` out of range", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No such thread of the caller's", body = ErrorBody),
         (status = 500, body = ErrorBody),
@@ -173,9 +210,15 @@ pub async fn list_messages(
     State(state): State<AppState>,
     Caller(owner): Caller,
     PathText(id): PathText,
+    QueryParams(page): QueryParams<PageQuery>,
 ) -> Result<Json<Vec<MessageView>>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
-    Ok(Json(state.store.list_messages(thread, &owner).await?))
+    let (after, limit) = page.parse("a message id")?;
+    let messages = state
+        .store
+        .list_messages(thread, &owner, after.unwrap_or(0), limit)
+        .await?;
+    Ok(Json(within_bytes(messages, MAX_PAGE_BYTES)))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -186,7 +229,8 @@ pub struct EventsQuery {
     after: Option<String>,
 }
 
-/// The thread's events after `after`, oldest first, at most 1000.
+/// The thread's events after `after`, oldest first, at most 1000 and 4 MiB
+/// of JSON (page on from the last).
 #[utoipa::path(get, path = "/threads/{id}/events", tag = "threads",
     params(("id" = ThreadId, Path, description = "The thread"), EventsQuery),
     responses(
@@ -208,12 +252,11 @@ pub async fn list_events(
         None => 0,
         Some(text) => parse_event_id(text, "after")?,
     };
-    Ok(Json(
-        state
-            .store
-            .list_events(thread, &owner, after, MAX_EVENTS_PER_PAGE)
-            .await?,
-    ))
+    let events = state
+        .store
+        .list_events(thread, &owner, after, MAX_EVENTS_PER_PAGE)
+        .await?;
+    Ok(Json(within_bytes(events, MAX_PAGE_BYTES)))
 }
 
 #[derive(Serialize, ToSchema)]
