@@ -14,15 +14,17 @@ fn database_url() -> String {
 
 const BROKER: &str = "127.0.0.1:5672";
 
-#[tokio::test]
-async fn a_worker_started_before_the_broker_is_reachable_waits_and_then_consumes() {
-    // A port nobody listens on yet: the worker's broker, until the test
-    // opens it as a relay to the real one.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+/// A port nobody listens on yet.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
+        .port()
+}
+
+/// A queue prefix of its own, and an agent file in a folder of its own.
+fn prefix_and_agents() -> (String, std::path::PathBuf, std::path::PathBuf) {
     let prefix = format!("wait.{}", uuid::Uuid::now_v7().simple());
     let dir = std::env::temp_dir().join(format!("agentenkit-{prefix}"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -32,6 +34,31 @@ async fn a_worker_started_before_the_broker_is_reachable_waits_and_then_consumes
         "[agents.a]\nmodel = { provider = \"scripted\", script = [ { text = \"hi\" } ] }\n",
     )
     .unwrap();
+    (prefix, dir, agents)
+}
+
+/// The broker "comes back": `port` now relays to RabbitMQ.
+async fn open_relay_to_the_broker(port: u16) {
+    let relay = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = relay.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut broker) = tokio::net::TcpStream::connect(BROKER).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut broker).await;
+                }
+            });
+        }
+    });
+}
+
+#[tokio::test]
+async fn a_worker_started_before_the_broker_is_reachable_waits_and_then_consumes() {
+    // A port nobody listens on yet: the worker's broker, until the test
+    // opens it as a relay to the real one.
+    let port = free_port();
+    let (prefix, dir, agents) = prefix_and_agents();
     let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentenkit-worker"))
         .env("DATABASE_URL", database_url())
         .env(
@@ -55,18 +82,7 @@ async fn a_worker_started_before_the_broker_is_reachable_waits_and_then_consumes
     );
 
     // The broker "comes back": the port now relays to RabbitMQ.
-    let relay = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut client, _)) = relay.accept().await {
-            tokio::spawn(async move {
-                if let Ok(mut broker) = tokio::net::TcpStream::connect(BROKER).await {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut broker).await;
-                }
-            });
-        }
-    });
+    open_relay_to_the_broker(port).await;
 
     // Connected: it declared its topology (its segment queue exists).
     let connection = lapin::Connection::connect(
@@ -117,28 +133,13 @@ async fn a_worker_started_before_the_broker_is_reachable_waits_and_then_consumes
 /// background once the broker is reachable.
 #[tokio::test]
 async fn the_api_serves_before_the_broker_is_reachable_and_connects_when_it_is() {
-    let free_port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
     let (broker_port, api_port) = (free_port(), free_port());
     let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
     let mut config = agentenkit_store::StoreConfig::new(database_url());
     config.schema = Some(schema.clone());
     let store = agentenkit_store::Store::connect(&config).unwrap();
     store.migrate().await.unwrap();
-    let prefix = format!("wait.{}", uuid::Uuid::now_v7().simple());
-    let dir = std::env::temp_dir().join(format!("agentenkit-{prefix}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let agents = dir.join("agentenkit.toml");
-    std::fs::write(
-        &agents,
-        "[agents.a]\nmodel = { provider = \"scripted\", script = [ { text = \"hi\" } ] }\n",
-    )
-    .unwrap();
+    let (prefix, dir, agents) = prefix_and_agents();
     let mut api = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentenkit-api"))
         .env("DATABASE_URL", database_url())
         .env("AGENTENKIT_SCHEMA", &schema)
@@ -188,18 +189,7 @@ async fn the_api_serves_before_the_broker_is_reachable_and_connects_when_it_is()
     assert_eq!(threads.status().as_u16(), 201);
 
     // The broker "comes back": the port now relays to RabbitMQ.
-    let relay = tokio::net::TcpListener::bind(("127.0.0.1", broker_port))
-        .await
-        .unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut client, _)) = relay.accept().await {
-            tokio::spawn(async move {
-                if let Ok(mut broker) = tokio::net::TcpStream::connect(BROKER).await {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut broker).await;
-                }
-            });
-        }
-    });
+    open_relay_to_the_broker(broker_port).await;
     broker_is("up").await;
     assert!(api.try_wait().unwrap().is_none(), "still running");
     let _ = api.kill().await;
