@@ -67,10 +67,25 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
   const answerWith = useCallback(
     async (which: InputRef, reply: (input: PendingInput) => Promise<Delivery>) => {
       const toolCallId = typeof which === "string" ? which : which.toolCallId;
-      const matching = inputsRef.current.filter(
-        (candidate) =>
-          candidate.toolCallId === toolCallId && (typeof which === "string" || candidate.runId === which.runId),
-      );
+      const matches = (candidate: PendingInput) =>
+        candidate.toolCallId === toolCallId && (typeof which === "string" || candidate.runId === which.runId);
+      let matching = inputsRef.current.filter(matches);
+      if (matching.length === 0) {
+        // Not listed here yet (before the first read, or an id from a
+        // notification): the server decides, never this page's list.
+        try {
+          matching = (await client.getThread(threadId)).pendingInputs.filter(matches);
+        } catch (e) {
+          answerFailed(asError(e));
+          return;
+        }
+        if (matching.length === 0 && typeof which !== "string") {
+          // The caller named the run: send it, and the answer says.
+          const named = unknownInput(threadId, toolCallId, which.runId);
+          await settle(named, () => reply(named));
+          return;
+        }
+      }
       if (matching.length > 1) {
         // Two runs of the tree (sub-agents) may use one call id: name the run.
         answerFailed(
@@ -80,12 +95,13 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
       }
       const input = matching[0];
       if (!input) {
-        markTooLate(unknownInput(threadId, toolCallId, typeof which === "string" ? "" : which.runId));
+        // The server lists no such open request: it was answered elsewhere.
+        markTooLate(unknownInput(threadId, toolCallId, ""));
         return;
       }
       await settle(input, () => reply(input));
     },
-    [settle, markTooLate, answerFailed, threadId],
+    [client, settle, markTooLate, answerFailed, threadId],
   );
 
   const respondToInput = useCallback(

@@ -57,6 +57,25 @@ describe("useAgentThread", () => {
     unmount();
   });
 
+  it("answers a request it does not list yet, asking the server instead of saying too late", async () => {
+    const api = client();
+    const { threadId, runId } = await parkedThread(api, "mailer");
+    for (let i = 0; i < 200 && (await api.getThread(threadId)).status !== "WAITING_FOR_INPUT"; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const { result, unmount } = renderHook(() => useAgentThread(api, threadId));
+    // Before its first read: the hook lists nothing yet.
+    expect(result.current.pendingInputs).toEqual([]);
+    await act(() => result.current.respondToInput("c1", true));
+    expect(result.current.tooLate).toEqual([]);
+    expect(result.current.error).toBeNull();
+    expect(await finished(api, runId)).toBe("completed");
+    // By the run, too, once nothing is open any more: the server says.
+    await act(() => result.current.respondToInput({ toolCallId: "c1", runId }, true));
+    expect(result.current.tooLate).toEqual(["c1"]);
+    unmount();
+  });
+
   it("keeps a card answered elsewhere gone and names it too late", async () => {
     const api = client();
     const { threadId, runId } = await parkedThread(api, "mailer");
