@@ -52,6 +52,9 @@ export interface SubscribeOptions {
   /** First wait before reconnecting; doubles up to 5 s. */
   retryMs?: number;
   onError?: (error: unknown) => void;
+  /** The stream is (re)connected: whatever it missed meanwhile is worth a
+   * read, and an error from its drop is over. */
+  onOpen?: () => void;
 }
 
 export interface Client {
@@ -155,6 +158,7 @@ export function createClient(options: ClientOptions): Client {
           }
           throw new ApiError(response.status, code, message);
         }
+        subscribeOptions.onOpen?.();
         const reader = response.body.getReader();
         const decoder = new TextDecoder();
         const parser = new SseParser();

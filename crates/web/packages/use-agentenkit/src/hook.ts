@@ -23,6 +23,9 @@ export interface AgentThread {
   /** Requests answered here that were no longer open (answered elsewhere,
    * expired or stopped): their cards stay gone. */
   tooLate: string[];
+  /** Subscribes to the thread again: after a permanent refusal (a 4xx such
+   * as a revoked key, which the stream does not retry) has been fixed. */
+  resubscribe(): void;
   /** The last failure: a card whose answer failed (network, 5xx, refused)
    * comes back with it. */
   error: Error | null;
@@ -37,7 +40,10 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
   // The inputs as last seen, for the answer callbacks (which need a runId).
   const inputsRef = useRef<PendingInput[]>([]);
   inputsRef.current = serverInputs;
-  const refresh = useMemo(() => coalesced(), [client, threadId]);
+  // Bumped by `resubscribe`: a new subscription (and a fresh read).
+  const [subscription, setSubscription] = useState(0);
+  const resubscribe = useCallback(() => setSubscription((n) => n + 1), []);
+  const refresh = useMemo(() => coalesced(), [client, threadId, subscription]);
   const answers = useOptimisticAnswers(refresh.read);
   const { seen, readFailed, answerFailed, reset } = answers;
 
@@ -54,11 +60,14 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
       setServerInputs(thread.pendingInputs);
       seen(thread.pendingInputs);
     }, (e) => readFailed(asError(e)));
-    const subscription = client.subscribe(threadId, () => refresh.read(), {
+    const stream = client.subscribe(threadId, () => refresh.read(), {
       onError: (e) => readFailed(asError(e)),
+      // A (re)connected stream: read what it missed; the read that succeeds
+      // clears the drop's error.
+      onOpen: () => refresh.read(),
     });
     return () => {
-      subscription.close();
+      stream.close();
       refresh.stop();
     };
   }, [client, threadId, refresh, seen, readFailed, reset]);
@@ -141,7 +150,18 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
     [serverInputs, answers.hidden],
   );
   const tooLate = useMemo(() => answers.tooLate.map((input) => input.toolCallId), [answers.tooLate]);
-  return { status, messages, pendingInputs, respondToInput, answer, skip, send, tooLate, error: answers.error };
+  return {
+    status,
+    messages,
+    pendingInputs,
+    respondToInput,
+    answer,
+    skip,
+    send,
+    tooLate,
+    resubscribe,
+    error: answers.error,
+  };
 }
 
 /** A request the page no longer listed when it was answered. */

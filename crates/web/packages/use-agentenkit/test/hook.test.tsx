@@ -118,6 +118,64 @@ describe("useAgentThread", () => {
     unmount();
   });
 
+  it("clears a dropped stream's error once it reconnects", async () => {
+    // The first stream request fails on the network, after the first read
+    // (nothing else would clear the error: the run is parked, no event
+    // comes); the retry connects.
+    let streams = 0;
+    const dropsOnce: typeof fetch = (input, init) =>
+      String(input).endsWith("/stream") && streams++ === 0
+        ? new Promise((_, reject) => setTimeout(() => reject(new TypeError("stream dropped")), 300))
+        : fetch(input, init);
+    const api = client(dropsOnce);
+    const { threadId, runId } = await parkedThread(api, "mailer");
+    const { result, unmount } = renderHook(() => useAgentThread(api, threadId));
+    await waitFor(() => expect(result.current.error?.message).toBe("stream dropped"));
+    await waitFor(() => expect(result.current.error).toBeNull());
+    expect(streams).toBeGreaterThanOrEqual(2);
+    await waitFor(() => expect(result.current.pendingInputs).toHaveLength(1));
+    await act(() => result.current.respondToInput("c1", true));
+    expect(await finished(api, runId)).toBe("completed");
+    unmount();
+  });
+
+  it("subscribes again when told to after a permanent refusal", async () => {
+    // The stream is refused (as a revoked key would be) until fixed.
+    let refused = true;
+    let opened = 0;
+    const refusing: typeof fetch = (input, init) =>
+      String(input).endsWith("/stream") && (refused || (opened++, false))
+        ? new Promise<Response>((resolve) =>
+            // After the first read, which would clear the error otherwise.
+            setTimeout(
+              () =>
+                resolve(
+                  new Response(JSON.stringify({ error: "Unauthorized", message: "no" }), {
+                    status: 401,
+                    headers: { "Content-Type": "application/json" },
+                  }),
+                ),
+              300,
+            ),
+          )
+        : fetch(input, init);
+    const api = client(refusing);
+    const thread = await api.createThread("mailer");
+    const { result, unmount } = renderHook(() => useAgentThread(api, thread.id));
+    await waitFor(() => expect(result.current.error?.message).toBe("no"));
+    // The refusal is permanent: nothing is retried until told.
+    refused = false;
+    act(() => result.current.resubscribe());
+    await waitFor(() => expect(result.current.error).toBeNull());
+    await waitFor(() => expect(opened).toBe(1));
+    // Live again: a turn's request shows up through the new stream.
+    const { runId } = await api.sendMessage(thread.id, "go");
+    await waitFor(() => expect(result.current.pendingInputs).toHaveLength(1));
+    await act(() => result.current.respondToInput("c1", true));
+    expect(await finished(api, runId)).toBe("completed");
+    unmount();
+  });
+
   it("answers a question set and skips another", async () => {
     const api = client();
     const answered = await parkedThread(api, "asker");
