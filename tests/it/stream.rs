@@ -211,6 +211,97 @@ async fn an_event_of_a_transaction_left_open_is_never_skipped_or_reordered() {
     env.finish().await;
 }
 
+/// A reader paging messages with `after=N` never skips one: a message's id
+/// is taken under the thread's event lock, so one numbered lower cannot
+/// commit after one numbered higher.
+#[tokio::test]
+async fn a_message_of_a_transaction_left_open_is_never_skipped_by_a_paging_reader() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let thread = env.post("/threads", json!({ "agent": "agent" })).await;
+    let thread_id = thread["id"].as_str().unwrap().to_owned();
+    let thread_uuid: uuid::Uuid = thread_id.parse().unwrap();
+    // A commits an event of the thread and stays open, holding its lock.
+    let a = env.pg_client().await;
+    a.batch_execute("BEGIN").await.unwrap();
+    a.execute(
+        agentenkit_store::INSERT_EVENT_SQL,
+        &[
+            &thread_uuid,
+            &None::<uuid::Uuid>,
+            &"MESSAGE",
+            &json!({ "from": "a" }),
+            &0i16,
+        ],
+    )
+    .await
+    .unwrap();
+    // Meanwhile a turn starts on the thread, writing its user message; it
+    // waits for A's lock.
+    let started = tokio::spawn({
+        let http = env.http.clone();
+        let url = env.url(&format!("/threads/{thread_id}/messages"));
+        async move {
+            let response = http
+                .post(url)
+                .bearer_auth(ALICE)
+                .json(&json!({ "content": "go" }))
+                .send()
+                .await
+                .unwrap();
+            response.status()
+        }
+    });
+    let watcher = env.pg_client().await;
+    let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                   AND classid = 1702260340::oid AND objid = hashtext($1::uuid::text)::oid";
+    for attempt in 0.. {
+        let count: i64 = watcher
+            .query_one(waiting, &[&thread_uuid])
+            .await
+            .unwrap()
+            .get(0);
+        if count > 0 {
+            break;
+        }
+        assert!(attempt < 200, "the turn never waited for the thread's lock");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // A writes a message too, and commits first.
+    let insert = format!("{} RETURNING id", agentenkit_store::INSERT_MESSAGE_SQL);
+    let run_uuid = uuid::Uuid::new_v4();
+    let low: i64 = a
+        .query_one(
+            insert.as_str(),
+            &[
+                &thread_uuid,
+                &run_uuid,
+                &json!({ "role": "user", "content": "from a" }),
+                &None::<i32>,
+            ],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    a.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(started.await.unwrap(), StatusCode::ACCEPTED);
+    // A reader that saw A's message (the highest id once A committed) pages
+    // on from it and finds the turn's.
+    let after = env
+        .get(&format!("/threads/{thread_id}/messages?after={low}"))
+        .await;
+    let contents: Vec<&str> = after
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        contents.first() == Some(&"go"),
+        "the turn's message was numbered below A's: {after}"
+    );
+    env.finish().await;
+}
+
 #[tokio::test]
 async fn a_stopping_api_ends_its_open_streams_and_exits() {
     let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;

@@ -5,14 +5,14 @@
 //!
 //! A commit's statements go in this order: the fence (which also ends the
 //! segment when the run waits or finishes), each change's statements in the
-//! order the step made them, then the events, after every row lock (see
-//! `INSERT_EVENT_SQL`).
+//! order the step made them, then the messages and events (in the order the
+//! step made them), after every row lock (see `INSERT_EVENT_SQL`).
 
 use agentenkit_core::{QueueMessage, RunId};
 
 use crate::calls::{insert_tool_call, record_result_op, settle_op, NewCall};
 use crate::change::Change;
-use crate::event_insert::item_op;
+use crate::event_insert::{item_op, message_op};
 use crate::format::event_item::event_item;
 use crate::format::event_rows::known_rows;
 use crate::format::journal_insert::StoredJournal;
@@ -49,8 +49,9 @@ struct Statements {
     /// Beside each of `ops`: what its outbox row publishes, and after how
     /// long.
     publishes: Vec<Option<(QueueMessage, u64)>>,
-    /// Last, after every row lock.
-    events: Vec<Op>,
+    /// The message and event inserts, which take the thread's event lock:
+    /// last, after every row lock.
+    ordered: Vec<Op>,
 }
 
 impl Statements {
@@ -66,7 +67,7 @@ impl Statements {
         let mut statements = Statements {
             ops: Vec::new(),
             publishes: Vec::new(),
-            events: Vec::new(),
+            ordered: Vec::new(),
         };
         statements.push(fence(lease, progress, end));
         let mut commit = Commit {
@@ -113,7 +114,7 @@ impl Statements {
             .message_with_event
             .event_item(run, change, &commit.journal)
         {
-            self.events.push(item_op(thread, Some(run), item));
+            self.ordered.push(item_op(thread, Some(run), item));
             return Ok(());
         }
         match change {
@@ -125,7 +126,7 @@ impl Statements {
                     data,
                 );
                 let item = event_item(Some(run), *event_type, data.clone(), &rows);
-                self.events.push(item_op(thread, Some(run), item));
+                self.ordered.push(item_op(thread, Some(run), item));
             }
             Change::StartChild {
                 call_id,
@@ -133,6 +134,12 @@ impl Statements {
                 name,
                 task,
             } => self.start_child(commit.lease, *child_run_id, call_id, name, task)?,
+            Change::Message(message) => {
+                let (body, body_position) =
+                    commit.journal.message_body(serde_json::to_value(message)?);
+                self.ordered
+                    .push(message_op(thread, run, body, body_position));
+            }
             Change::Outbox { message, delay_ms } => {
                 self.push_outbox(
                     outbox::insert_op(message, *delay_ms),
@@ -176,18 +183,18 @@ impl Statements {
             depth: lease.depth + 1,
             task,
         })?;
-        for op in started.rows {
-            self.push(op);
-        }
+        self.push(started.run);
         let (op, segment) = started.outbox;
         self.push_outbox(op, segment, 0);
-        self.events.push(started.event);
+        self.ordered.push(started.message);
+        self.ordered.push(started.event);
         Ok(())
     }
 
-    /// Every statement, events last, and what each outbox insert publishes.
+    /// Every statement, messages and events last, and what each outbox
+    /// insert publishes.
     fn in_order(mut self) -> (Vec<Op>, Vec<Option<(QueueMessage, u64)>>) {
-        self.ops.append(&mut self.events);
+        self.ops.append(&mut self.ordered);
         (self.ops, self.publishes)
     }
 }
@@ -212,18 +219,6 @@ fn row_op(
 ) -> Result<Op> {
     Ok(match change {
         Change::Journal { position, name, .. } => journal.insert_op(run, *position, name)?,
-        Change::Message(message) => {
-            let (body, body_position) = journal.message_body(serde_json::to_value(message)?);
-            Op::new(
-                "INSERT INTO messages (thread_id, run_id, body, body_position) VALUES ($1, $2, $3, $4)",
-                vec![
-                    Box::new(thread.0),
-                    Box::new(run.0),
-                    Box::new(body),
-                    Box::new(body_position),
-                ],
-            )
-        }
         Change::ProposeToolCall {
             id,
             name,
@@ -264,6 +259,7 @@ fn row_op(
             "run {run} ends its segment twice in one commit"
         )))),
         Change::Event { .. }
+        | Change::Message(_)
         | Change::StartChild { .. }
         | Change::Outbox { .. }
         | Change::FinishDelegation { .. } => {

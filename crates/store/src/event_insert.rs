@@ -1,5 +1,6 @@
-//! How an event row is written: under the thread's event lock (so ids are
-//! handed out in commit order), its data as `format::event_item` stores it.
+//! How event and message rows are written: under the thread's event lock
+//! (so a thread's ids of each are handed out in commit order), an event's
+//! data as `format::event_item` stores it.
 
 use agentenkit_core::{EventType, RunId, ThreadId};
 use deadpool_postgres::Transaction;
@@ -43,6 +44,36 @@ const INSERT_MESSAGE_EVENT_SQL: &str = "
         SELECT $1::uuid, $2::uuid, $6::jsonb, $7::int FROM ordered RETURNING id)
     INSERT INTO events (thread_id, run_id, type, data, packed, message_id)
     SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint, message.id FROM message";
+
+/// Inserts one message of thread `$1` (`$3` its body, or `$4` the journal
+/// position that holds it), its id taken under the thread's event lock as
+/// [`INSERT_EVENT_SQL`] takes an event's: a message's id is handed out in
+/// commit order too, so a reader paging messages with `after=N` never skips
+/// one that a slower transaction had numbered lower. It goes with the
+/// events, after every row lock of its transaction.
+pub const INSERT_MESSAGE_SQL: &str = "
+    WITH ordered AS (SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))
+    INSERT INTO messages (thread_id, run_id, body, body_position)
+    SELECT $1::uuid, $2::uuid, $3::jsonb, $4::int FROM ordered";
+
+/// [`INSERT_MESSAGE_SQL`] as a pipelined statement: it goes after every
+/// statement that takes a row lock.
+pub(crate) fn message_op(
+    thread: ThreadId,
+    run: RunId,
+    body: Option<Value>,
+    body_position: Option<i32>,
+) -> Op {
+    Op::new(
+        INSERT_MESSAGE_SQL,
+        vec![
+            Box::new(thread.0),
+            Box::new(run.0),
+            Box::new(body),
+            Box::new(body_position),
+        ],
+    )
+}
 
 /// The insert of `item`, an event of `run` in `thread`, as a pipelined
 /// statement: it goes after every other statement of its transaction (see

@@ -41,7 +41,7 @@ mod watch;
 pub use answer::{AnswerTarget, Answered};
 pub use change::Change;
 pub use error::{Error, Result};
-pub use event_insert::INSERT_EVENT_SQL;
+pub use event_insert::{INSERT_EVENT_SQL, INSERT_MESSAGE_SQL};
 pub use expire::{Expiry, Scope};
 pub use lease::{Lease, LeaseAttempt, RunContext};
 pub use outbox::{OutboxRow, Publisher};

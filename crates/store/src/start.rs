@@ -7,7 +7,7 @@ use agentenkit_core::conversation::Message;
 use agentenkit_core::{EventType, QueueMessage, RunId, ThreadId, ToolCallId};
 use serde_json::json;
 
-use crate::event_insert::event_op;
+use crate::event_insert::{event_op, message_op};
 use crate::format::event::{self as stored_event, RowFields};
 use crate::outbox;
 use crate::pipeline::Op;
@@ -17,9 +17,6 @@ const INSERT_RUN_SQL: &str = "
     INSERT INTO runs (id, thread_id, root_run_id, parent_run_id, parent_tool_call_id,
                       name, depth, status, segment_seq)
     VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', 1)";
-
-const INSERT_USER_MESSAGE_SQL: &str =
-    "INSERT INTO messages (thread_id, run_id, body) VALUES ($1, $2, $3)";
 
 /// A run to start.
 pub(crate) struct NewRun<'a> {
@@ -38,13 +35,14 @@ pub(crate) struct NewRun<'a> {
 
 /// The statements that start a run, in the order they go.
 pub(crate) struct Started {
-    /// The run row and its user message.
-    pub rows: Vec<Op>,
+    /// The run row.
+    pub run: Op,
     /// The first segment's outbox row ([`crate::pipeline::Expect::Ids`]),
     /// and the segment it publishes.
     pub outbox: (Op, QueueMessage),
-    /// `RUN_STARTED`: after every other statement of the transaction (see
-    /// `INSERT_EVENT_SQL`).
+    /// Its user message, then `RUN_STARTED`: after every other statement
+    /// of the transaction (see `INSERT_EVENT_SQL`).
+    pub message: Op,
     pub event: Op,
 }
 
@@ -62,24 +60,19 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
         seq: 1,
     };
     Ok(Started {
-        rows: vec![
-            Op::new(
-                INSERT_RUN_SQL,
-                vec![
-                    Box::new(run.id.0),
-                    Box::new(run.thread.0),
-                    Box::new(run.root.0),
-                    Box::new(run.parent.map(|(parent, _)| parent.0)),
-                    Box::new(run.parent.map(|(_, call)| call.as_str().to_owned())),
-                    Box::new(run.name.to_owned()),
-                    Box::new(run.depth),
-                ],
-            ),
-            Op::new(
-                INSERT_USER_MESSAGE_SQL,
-                vec![Box::new(run.thread.0), Box::new(run.id.0), Box::new(user)],
-            ),
-        ],
+        run: Op::new(
+            INSERT_RUN_SQL,
+            vec![
+                Box::new(run.id.0),
+                Box::new(run.thread.0),
+                Box::new(run.root.0),
+                Box::new(run.parent.map(|(parent, _)| parent.0)),
+                Box::new(run.parent.map(|(_, call)| call.as_str().to_owned())),
+                Box::new(run.name.to_owned()),
+                Box::new(run.depth),
+            ],
+        ),
+        message: message_op(run.thread, run.id, Some(user), None),
         outbox: (outbox::insert_op(&segment, 0), segment),
         event: event_op(
             run.thread,

@@ -170,7 +170,7 @@ impl Store {
             depth: 0,
             task: content,
         })?;
-        let mut ops = started.rows;
+        let mut ops = vec![started.run];
         ops.push(
             Op::new(
                 "UPDATE threads SET current_run_id = $2 WHERE id = $1",
@@ -183,6 +183,7 @@ impl Store {
         let (outbox_op, segment) = started.outbox;
         ops.push(outbox_op);
         // Last, after every row lock (see INSERT_EVENT_SQL).
+        ops.push(started.message);
         ops.push(started.event);
         let answers = tx.commit_with(ops).await?;
         let id = answers
