@@ -12,6 +12,7 @@ mod event_rows;
 mod expiry;
 mod golden;
 mod http_tool;
+mod inbox;
 mod intake;
 mod jobs;
 mod limits;

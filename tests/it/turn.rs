@@ -1,6 +1,6 @@
 use agentenkit_tests::*;
 use axum::http::StatusCode;
-use serde_json::json;
+use serde_json::{json, Value};
 
 #[tokio::test]
 async fn a_turn_runs_end_to_end_through_the_queue() {
@@ -300,20 +300,14 @@ async fn messages_and_the_journal_are_read_a_page_at_a_time() {
     let all = env.get(&format!("/threads/{thread_id}/messages")).await;
     let all = all.as_array().unwrap().clone();
     assert!(all.len() >= 4, "{all:?}");
-    let mut paged = Vec::new();
-    let mut after = 0;
-    loop {
-        let page = env
-            .get(&format!(
-                "/threads/{thread_id}/messages?after={after}&limit=2"
-            ))
-            .await;
-        let page = page.as_array().unwrap().clone();
-        assert!(page.len() <= 2);
-        let Some(last) = page.last() else { break };
-        after = last["id"].as_i64().unwrap();
-        paged.extend(page);
-    }
+    let pages = env
+        .get_pages(&format!("/threads/{thread_id}/messages"), 2)
+        .await;
+    assert_eq!(
+        pages.len(),
+        all.len().div_ceil(2) + usize::from(all.len() % 2 == 0)
+    );
+    let paged: Vec<Value> = pages.concat();
     assert_eq!(paged, all, "the pages are the conversation, in order");
 
     let journal = env.get(&format!("/runs/{run_id}/journal")).await;
@@ -324,6 +318,15 @@ async fn messages_and_the_journal_are_read_a_page_at_a_time() {
         .get(&format!("/runs/{run_id}/journal?after=1&limit=1000"))
         .await;
     assert_eq!(rest.as_array().unwrap()[..], journal[2..]);
+    let pages = env.get_pages(&format!("/runs/{run_id}/journal"), 3).await;
+    assert_eq!(pages.concat(), journal);
+    let events = env.get(&format!("/threads/{thread_id}/events")).await;
+    assert_eq!(
+        env.get_pages(&format!("/threads/{thread_id}/events"), 1000)
+            .await
+            .concat(),
+        *events.as_array().unwrap()
+    );
 
     for query in ["limit=0", "limit=1001", "limit=x", "after=-1", "after=x"] {
         for path in [

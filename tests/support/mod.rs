@@ -221,6 +221,45 @@ impl TestEnv {
         body
     }
 
+    /// The pages of a list, from `path` on, following each page's `Link`
+    /// header (`rel="next"`) as the CLI does; `path` has no query.
+    pub async fn get_pages(&self, path: &str, limit: usize) -> Vec<Vec<Value>> {
+        let mut pages = Vec::new();
+        let mut url = format!("{path}?limit={limit}");
+        loop {
+            let response = self
+                .http
+                .get(self.url(&url))
+                .bearer_auth(ALICE)
+                .send()
+                .await
+                .expect("request");
+            assert!(
+                response.status().is_success(),
+                "GET {url}: {}",
+                response.status()
+            );
+            let next = response
+                .headers()
+                .get("link")
+                .map(|link| link.to_str().expect("a Link header is text").to_owned());
+            let page: Vec<Value> = response.json().await.expect("a JSON list");
+            assert!(page.len() <= limit, "GET {url}: {} items", page.len());
+            pages.push(page);
+            match next.as_deref().and_then(agentenkit::paging::next_page) {
+                Some((after, given_limit)) => {
+                    assert_eq!(given_limit, Some(limit.to_string()), "{next:?}");
+                    url = format!("{path}?after={after}&limit={limit}");
+                }
+                None => {
+                    assert!(next.is_none(), "a Link without a next page: {next:?}");
+                    return pages;
+                }
+            }
+            assert!(pages.len() < 10_000, "the Links go round");
+        }
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> Value {
         let (status, answer) = self.call("POST", path, Some(ALICE), Some(body)).await;
         assert!(status.is_success(), "POST {path}: {status} {answer}");

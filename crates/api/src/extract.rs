@@ -141,41 +141,6 @@ pub fn parse_event_id(text: &str, what: &str) -> Result<i64, ApiError> {
     }
 }
 
-/// The most items one page of a list holds (`limit`'s maximum and default).
-pub const MAX_PAGE_ITEMS: i64 = 1000;
-/// The most bytes of JSON one page of a list holds: a page stops before the
-/// item that would pass it (it holds one item at least, whatever its size).
-pub const MAX_PAGE_BYTES: usize = 4 << 20;
-
-/// A page's `limit`: 1 to [`MAX_PAGE_ITEMS`], default the maximum.
-pub fn parse_limit(text: Option<&str>) -> Result<i64, ApiError> {
-    let Some(text) = text else {
-        return Ok(MAX_PAGE_ITEMS);
-    };
-    match text.trim().parse::<i64>() {
-        Ok(n) if (1..=MAX_PAGE_ITEMS).contains(&n) => Ok(n),
-        _ => Err(ApiError::BadRequest(format!(
-            "limit must be a whole number from 1 to {MAX_PAGE_ITEMS}, not {:?}",
-            text.chars().take(64).collect::<String>()
-        ))),
-    }
-}
-
-/// `items` up to the first whose JSON would take the page past `max_bytes`
-/// (the first item always stays): a client pages on from the last one.
-pub fn within_bytes<T: serde::Serialize>(items: Vec<T>, max_bytes: usize) -> Vec<T> {
-    let mut total = 0usize;
-    let mut kept = Vec::with_capacity(items.len());
-    for item in items {
-        total += serde_json::to_vec(&item).map_or(0, |bytes| bytes.len() + 1);
-        if total > max_bytes && !kept.is_empty() {
-            break;
-        }
-        kept.push(item);
-    }
-    kept
-}
-
 /// Parses a path id; a malformed id names nothing, so it is a 404 like an
 /// unknown one.
 pub fn parse_id<T: std::str::FromStr>(text: &str, what: &str) -> Result<T, ApiError> {
@@ -186,25 +151,6 @@ pub fn parse_id<T: std::str::FromStr>(text: &str, what: &str) -> Result<T, ApiEr
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_page_stops_before_the_item_past_its_bytes_and_keeps_one_at_least() {
-        let items: Vec<String> = (0..10).map(|i| format!("{i:0>98}")).collect();
-        // each item is 100 bytes of JSON and a separator
-        assert_eq!(within_bytes(items.clone(), 10_000).len(), 10);
-        assert_eq!(within_bytes(items.clone(), 505).len(), 5);
-        assert_eq!(within_bytes(items.clone(), 10).len(), 1, "one at least");
-        assert!(within_bytes(Vec::<String>::new(), 10).is_empty());
-    }
-
-    #[test]
-    fn a_limit_is_from_1_to_the_page_maximum() {
-        assert_eq!(parse_limit(None).unwrap(), MAX_PAGE_ITEMS);
-        assert_eq!(parse_limit(Some("7")).unwrap(), 7);
-        for bad in ["0", "-1", "1001", "x", ""] {
-            assert!(parse_limit(Some(bad)).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn an_event_id_is_a_whole_number_of_zero_or_more() {

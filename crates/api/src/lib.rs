@@ -15,6 +15,7 @@ mod error;
 mod extract;
 mod hub;
 mod openapi;
+mod page;
 mod routes;
 mod schemas;
 mod ui;

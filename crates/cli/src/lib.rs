@@ -7,6 +7,7 @@ pub mod chat;
 pub mod demo;
 pub mod http_server;
 pub mod ops;
+pub mod paging;
 pub mod shown;
 
 pub use http_server::{serve_api, serve_api_with, ServerLimits, API_DRAIN};

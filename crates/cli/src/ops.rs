@@ -156,9 +156,11 @@ impl OpsCommand {
         match self {
             OpsCommand::Inbox { api } => {
                 let client = Client::new(&api)?;
-                client
-                    .get("/agent/inbox", |inbox| Ok(render_inbox(inbox)))
-                    .await
+                match client.fetch_all("/agent/inbox").await? {
+                    Ok(inbox) if api.json => Ok(Outcome::ok(pretty(&inbox))),
+                    Ok(inbox) => Ok(Outcome::ok(render_inbox(&inbox))),
+                    Err(refused) => Ok(refused),
+                }
             }
             OpsCommand::Approve {
                 api,
@@ -240,7 +242,7 @@ impl OpsCommand {
                     Err(refused) => return Ok(refused),
                 };
                 let journal = if journal {
-                    match client.fetch(&format!("{path}/journal")).await? {
+                    match client.fetch_all(&format!("{path}/journal")).await? {
                         Ok(entries) => Some(entries),
                         Err(refused) => return Ok(refused),
                     }
@@ -302,6 +304,42 @@ impl Client {
             .await
             .with_context(|| format!("reaching the API at {}", self.base))?;
         self.read(response).await
+    }
+
+    /// Every item of a paged list, following its `Link` headers.
+    async fn fetch_all(&self, path: &str) -> anyhow::Result<Result<Value, Outcome>> {
+        let mut items = Vec::new();
+        let mut url = format!("{}{path}", self.base);
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            let response = self
+                .http
+                .get(&url)
+                .bearer_auth(&self.key)
+                .send()
+                .await
+                .with_context(|| format!("reaching the API at {}", self.base))?;
+            let next = response
+                .headers()
+                .get(reqwest::header::LINK)
+                .and_then(|link| link.to_str().ok())
+                .and_then(crate::paging::next_page);
+            match self.read(response).await? {
+                Ok(Value::Array(page)) => items.extend(page),
+                Ok(other) => anyhow::bail!("the API answered {path} with a non-list: {other}"),
+                Err(refused) => return Ok(Err(refused)),
+            }
+            // A cursor seen before would go round for ever.
+            match next {
+                Some((after, limit)) if seen.insert(after.clone()) => {
+                    url = format!("{}{path}?after={after}", self.base);
+                    if let Some(limit) = limit {
+                        url.push_str(&format!("&limit={limit}"));
+                    }
+                }
+                _ => return Ok(Ok(Value::Array(items))),
+            }
+        }
     }
 
     async fn get(

@@ -49,7 +49,9 @@ pub use reclaim::Reclaimed;
 pub use runs::{CallRow, Delegation};
 pub use threads::StartedRun;
 pub use tls::SslMode;
-pub use views::{EventView, MessageView, PendingInput, RunView, ThreadView, UsageView};
+pub use views::{
+    EventView, InboxPosition, MessageView, PendingInput, RunView, ThreadView, UsageView,
+};
 pub use watch::EventWatch;
 
 /// How to reach the database.

@@ -10,7 +10,7 @@ use crate::format::event::{self as stored_event, RowFields};
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::start::{start, NewRun};
-use crate::views::{EventView, MessageView, PendingInput, ThreadView};
+use crate::views::{EventView, InboxPosition, MessageView, PendingInput, ThreadView};
 use crate::{Error, Result, Store};
 
 /// A turn that was started: its run, and the segment to publish.
@@ -22,9 +22,14 @@ pub struct StartedRun {
 
 /// Open requests: pending rows of a run in the thread's current run tree
 /// that is still active. Rows of earlier runs are never open.
+/// The order open requests are listed in: oldest first, a total order
+/// (calls made together share `created_at`), so an inbox page can go on
+/// after its last request's [`InboxPosition`].
+const INBOX_ORDER: &str = "tc.created_at, tc.run_id, tc.id";
+
 const PENDING_INPUTS: &str = "
     SELECT tc.id, tc.run_id, tc.thread_id, tc.name, tc.arguments_whole, tc.kind, tc.reason,
-           r.name, r.depth, tc.expires_at
+           r.name, r.depth, tc.expires_at, tc.created_at
     FROM tool_calls_whole tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
@@ -57,6 +62,7 @@ impl Store {
             metadata: metadata.clone(),
             pending_inputs: vec![],
             created_at: row.get(0),
+            last_event_id: 0,
         })
     }
 
@@ -65,7 +71,8 @@ impl Store {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "SELECT t.agent, t.current_run_id, r.status, t.metadata, t.created_at
+                "SELECT t.agent, t.current_run_id, r.status, t.metadata, t.created_at,
+                        (SELECT coalesce(max(e.id), 0) FROM events e WHERE e.thread_id = t.id)
                  FROM threads t LEFT JOIN runs r ON r.id = t.current_run_id
                  WHERE t.id = $1 AND t.owner = $2",
             )
@@ -78,7 +85,7 @@ impl Store {
             row.get::<_, Option<&str>>(2).map(str::parse).transpose()?;
         let stmt = client
             .prepare_cached(&format!(
-                "{PENDING_INPUTS} AND tc.thread_id = $1 ORDER BY tc.created_at, tc.id"
+                "{PENDING_INPUTS} AND tc.thread_id = $1 ORDER BY {INBOX_ORDER}"
             ))
             .await?;
         let pending_inputs = client
@@ -95,19 +102,38 @@ impl Store {
             metadata: row.get(3),
             pending_inputs,
             created_at: row.get(4),
+            last_event_id: row.get(5),
         })
     }
 
-    /// Every open request of the owner's threads.
-    pub async fn inbox(&self, owner: &Owner) -> Result<Vec<PendingInput>> {
+    /// The owner's open requests (across their threads) after `after`, in
+    /// inbox order, at most `limit`.
+    pub async fn inbox(
+        &self,
+        owner: &Owner,
+        after: Option<&InboxPosition>,
+        limit: i64,
+    ) -> Result<Vec<PendingInput>> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(&format!(
-                "{PENDING_INPUTS} AND t.owner = $1 ORDER BY tc.created_at, tc.id"
+                "{PENDING_INPUTS} AND t.owner = $1
+                   AND ($2::timestamptz IS NULL
+                        OR (tc.created_at, tc.run_id, tc.id) > ($2, $3::uuid, $4::text))
+                 ORDER BY {INBOX_ORDER} LIMIT $5"
             ))
             .await?;
         client
-            .query(&stmt, &[&owner.as_str()])
+            .query(
+                &stmt,
+                &[
+                    &owner.as_str(),
+                    &after.map(|p| p.created_at),
+                    &after.map(|p| p.run_id.0),
+                    &after.map(|p| p.tool_call_id.as_str()),
+                    &limit,
+                ],
+            )
             .await?
             .iter()
             .map(pending_input)
@@ -345,6 +371,7 @@ fn pending_input(row: &Row) -> Result<PendingInput> {
         run_name: row.get(7),
         depth: row.get(8),
         expires_at,
+        created_at: row.get(10),
         // For a question set the request is the set itself, so a client
         // knows how many questions there are before it renders the form.
         request: (kind == agentenkit_core::ToolKind::Ask).then(|| row.get::<_, Value>(4)),

@@ -16,6 +16,10 @@ pub struct ThreadView {
     pub metadata: Value,
     pub pending_inputs: Vec<PendingInput>,
     pub created_at: DateTime<Utc>,
+    /// The thread's newest event when this view was read (0 before its
+    /// first): a stream opened with it as `Last-Event-ID` carries on from
+    /// this view, with nothing replayed and nothing missed.
+    pub last_event_id: i64,
 }
 
 /// An open request: a tool call waiting for a person or an outside system.
@@ -33,10 +37,32 @@ pub struct PendingInput {
     pub run_name: String,
     pub depth: i32,
     pub expires_at: Option<DateTime<Utc>>,
+    /// When the call was made.
+    pub created_at: DateTime<Utc>,
     /// The question set, for asks.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<agentenkit_core::questions::QuestionSet>))]
     pub request: Option<Value>,
+}
+
+impl PendingInput {
+    /// Where the request stands in the inbox's order.
+    pub fn position(&self) -> InboxPosition {
+        InboxPosition {
+            created_at: self.created_at,
+            run_id: self.run_id,
+            tool_call_id: self.tool_call_id.clone(),
+        }
+    }
+}
+
+/// An open request's place in the inbox's order (`Store::inbox`): when its
+/// call was made, then its run and call ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxPosition {
+    pub created_at: DateTime<Utc>,
+    pub run_id: RunId,
+    pub tool_call_id: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -10,7 +10,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::auth::Caller;
-use crate::extract::{parse_id, JsonBody};
+use crate::extract::{parse_id, JsonBody, QueryParams};
+use crate::page::{cursor, CursorQuery, Page};
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
@@ -236,10 +237,16 @@ fn delivery(answered: Answered) -> Json<Delivery> {
     })
 }
 
-/// Every open request of the caller's threads.
+/// Every open request of the caller's threads, oldest first, a page at a
+/// time: a full page's `Link` header names the next. A request made while
+/// a client pages may land on a page it has passed: the inbox is a snapshot
+/// to read again (every few seconds), not a feed.
 #[utoipa::path(get, path = "/agent/inbox", tag = "replies",
+    params(CursorQuery),
     responses(
-        (status = 200, body = Vec<PendingInput>),
+        (status = 200, body = Vec<PendingInput>, headers(("Link" = String,
+            description = "`<…?after=…&limit=…>; rel=\"next\"` while more may follow"))),
+        (status = 400, description = "`after` is not a cursor or `limit` out of range", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
@@ -247,7 +254,12 @@ fn delivery(answered: Answered) -> Json<Delivery> {
 pub async fn inbox(
     State(state): State<AppState>,
     Caller(owner): Caller,
-) -> Result<Json<Vec<PendingInput>>, ApiError> {
+    QueryParams(page): QueryParams<CursorQuery>,
+) -> Result<Page<PendingInput>, ApiError> {
+    let (after, limit) = page.parse()?;
     crate::reclaim_on_connect(&state, agentenkit_store::Scope::Owner(owner.clone())).await;
-    Ok(Json(state.store.inbox(&owner).await?))
+    let open = state.store.inbox(&owner, after.as_ref(), limit).await?;
+    Ok(Page::of(open, limit, "/agent/inbox", |input| {
+        cursor(&input.position())
+    }))
 }

@@ -4,8 +4,8 @@ use axum::extract::State;
 use axum::Json;
 
 use crate::auth::Caller;
-use crate::extract::{parse_id, within_bytes, PathText, QueryParams, MAX_PAGE_BYTES};
-use crate::routes::threads::PageQuery;
+use crate::extract::{parse_id, PathText, QueryParams};
+use crate::page::{Page, PageQuery};
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
@@ -33,7 +33,8 @@ pub async fn get(
 #[utoipa::path(get, path = "/runs/{id}/journal", tag = "runs",
     params(("id" = RunId, Path, description = "The run"), PageQuery),
     responses(
-        (status = 200, body = Vec<JournalEntry>),
+        (status = 200, body = Vec<JournalEntry>, headers(("Link" = String,
+            description = "`<…?after=…&limit=…>; rel=\"next\"` while more may follow"))),
         (status = 400, description = "`after` or `limit` out of range", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No such run of the caller's", body = ErrorBody),
@@ -45,7 +46,7 @@ pub async fn journal(
     Caller(owner): Caller,
     PathText(id): PathText,
     QueryParams(page): QueryParams<PageQuery>,
-) -> Result<Json<Vec<JournalEntry>>, ApiError> {
+) -> Result<Page<JournalEntry>, ApiError> {
     let run: RunId = parse_id(&id, "run")?;
     let (after, limit) = page.parse("a journal position")?;
     let after = after.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
@@ -53,5 +54,10 @@ pub async fn journal(
         .store
         .get_journal(run, &owner, after, limit as usize)
         .await?;
-    Ok(Json(within_bytes(entries, MAX_PAGE_BYTES)))
+    Ok(Page::of(
+        entries,
+        limit,
+        &format!("/runs/{run}/journal"),
+        |entry| entry.position.to_string(),
+    ))
 }

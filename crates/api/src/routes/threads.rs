@@ -8,17 +8,14 @@ use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
-use crate::extract::{
-    parse_event_id, parse_id, parse_limit, within_bytes, JsonBody, PathText, QueryParams,
-    MAX_PAGE_BYTES,
-};
+use crate::extract::{parse_event_id, parse_id, JsonBody, PathText, QueryParams};
+use crate::page::{parse_limit, Page, PageQuery};
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
 /// Longest user message accepted (characters are bytes here; the body
 /// limit bounds it anyway).
 const MAX_CONTENT_BYTES: usize = 256 * 1024;
-const MAX_EVENTS_PER_PAGE: i64 = 1000;
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -162,44 +159,13 @@ pub async fn post_message(
     ))
 }
 
-/// A page of a list: the items after `after`, at most `limit`.
-#[derive(Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct PageQuery {
-    /// Only items after this one (a message's id, a journal entry's
-    /// position: the last one seen); default: from the first.
-    #[param(value_type = Option<i64>, minimum = 0, nullable = false)]
-    after: Option<String>,
-    /// At most this many (1 to 1000, the default). A page also stops before
-    /// 4 MiB of JSON: page on from its last item until one comes back empty.
-    #[param(value_type = Option<i64>, minimum = 1, maximum = 1000, nullable = false)]
-    limit: Option<String>,
-}
-
-impl PageQuery {
-    /// `(after, limit)`, `after` as `what` names the items.
-    pub(crate) fn parse(&self, what: &str) -> Result<(Option<i64>, i64), ApiError> {
-        let after = self
-            .after
-            .as_deref()
-            .map(|text| match text.trim().parse::<i64>() {
-                Ok(n) if n >= 0 => Ok(n),
-                _ => Err(ApiError::BadRequest(format!(
-                    "after must be {what} (a whole number, 0 or more), not {:?}",
-                    text.chars().take(64).collect::<String>()
-                ))),
-            })
-            .transpose()?;
-        Ok((after, parse_limit(self.limit.as_deref())?))
-    }
-}
-
 /// The conversation: user and assistant messages, tool calls and results,
 /// oldest first, a page at a time.
 #[utoipa::path(get, path = "/threads/{id}/messages", tag = "threads",
     params(("id" = ThreadId, Path, description = "The thread"), PageQuery),
     responses(
-        (status = 200, body = Vec<MessageView>),
+        (status = 200, body = Vec<MessageView>, headers(("Link" = String,
+            description = "`<…?after=…&limit=…>; rel=\"next\"` while more may follow"))),
         (status = 400, description = "`after` or `limit` out of range", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No such thread of the caller's", body = ErrorBody),
@@ -211,14 +177,19 @@ pub async fn list_messages(
     Caller(owner): Caller,
     PathText(id): PathText,
     QueryParams(page): QueryParams<PageQuery>,
-) -> Result<Json<Vec<MessageView>>, ApiError> {
+) -> Result<Page<MessageView>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     let (after, limit) = page.parse("a message id")?;
     let messages = state
         .store
         .list_messages(thread, &owner, after.unwrap_or(0), limit)
         .await?;
-    Ok(Json(within_bytes(messages, MAX_PAGE_BYTES)))
+    Ok(Page::of(
+        messages,
+        limit,
+        &format!("/threads/{thread}/messages"),
+        |message| message.id.to_string(),
+    ))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -227,15 +198,20 @@ pub struct EventsQuery {
     /// Only events with a larger id (the last id seen); default 0.
     #[param(value_type = Option<i64>, minimum = 0, nullable = false)]
     after: Option<String>,
+    /// At most this many (1 to 1000, the default).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 1000, nullable = false)]
+    limit: Option<String>,
 }
 
-/// The thread's events after `after`, oldest first, at most 1000 and 4 MiB
-/// of JSON (page on from the last).
+/// The thread's events after `after`, oldest first, a page at a time (at
+/// most `limit` and 4 MiB of JSON; a full page's `Link` header names the
+/// next).
 #[utoipa::path(get, path = "/threads/{id}/events", tag = "threads",
     params(("id" = ThreadId, Path, description = "The thread"), EventsQuery),
     responses(
-        (status = 200, body = Vec<EventView>),
-        (status = 400, description = "`after` is not an event id", body = ErrorBody),
+        (status = 200, body = Vec<EventView>, headers(("Link" = String,
+            description = "`<…?after=…&limit=…>; rel=\"next\"` while more may follow"))),
+        (status = 400, description = "`after` is not an event id or `limit` out of range", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No such thread of the caller's", body = ErrorBody),
         (status = 500, body = ErrorBody),
@@ -246,17 +222,23 @@ pub async fn list_events(
     Caller(owner): Caller,
     PathText(id): PathText,
     QueryParams(query): QueryParams<EventsQuery>,
-) -> Result<Json<Vec<EventView>>, ApiError> {
+) -> Result<Page<EventView>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     let after = match query.after.as_deref() {
         None => 0,
         Some(text) => parse_event_id(text, "after")?,
     };
+    let limit = parse_limit(query.limit.as_deref())?;
     let events = state
         .store
-        .list_events(thread, &owner, after, MAX_EVENTS_PER_PAGE)
+        .list_events(thread, &owner, after, limit)
         .await?;
-    Ok(Json(within_bytes(events, MAX_PAGE_BYTES)))
+    Ok(Page::of(
+        events,
+        limit,
+        &format!("/threads/{thread}/events"),
+        |event| event.id.to_string(),
+    ))
 }
 
 #[derive(Serialize, ToSchema)]
