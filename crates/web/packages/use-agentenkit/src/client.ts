@@ -7,9 +7,9 @@ import type {
   CreatedThread,
   Delivery,
   JournalEntry,
-  Message,
   PendingInput,
   Run,
+  StoredMessage,
   Thread,
   ThreadEvent,
 } from "./types";
@@ -23,6 +23,10 @@ export interface ClientOptions {
   /** A request (not a stream) unanswered this long fails with a timeout
    * (default 30 s): a hung request must not stall a poll for ever. */
   timeoutMs?: number;
+  /** How many items each page of a list asks for (1 to 1000; default the
+   * server's 1000): `listMessages`, `getJournal` and `inbox` follow the
+   * pages' `Link` headers to the end either way. */
+  pageSize?: number;
 }
 
 /** A non-2xx answer: the server's `{error, message}` and the HTTP status. */
@@ -61,7 +65,8 @@ export interface Client {
   createThread(agent: string, metadata?: Record<string, unknown>): Promise<CreatedThread>;
   getThread(threadId: string): Promise<Thread>;
   sendMessage(threadId: string, content: string): Promise<{ runId: string }>;
-  listMessages(threadId: string): Promise<Message[]>;
+  /** The conversation (after message `after`, when given), every page. */
+  listMessages(threadId: string, after?: number): Promise<StoredMessage[]>;
   listEvents(threadId: string, after?: number): Promise<ThreadEvent[]>;
   stopThread(threadId: string): Promise<void>;
   getRun(runId: string): Promise<Run>;
@@ -86,7 +91,7 @@ export function createClient(options: ClientOptions): Client {
   const auth = { Authorization: `Bearer ${options.apiKey}` };
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
 
-  async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+  async function send(method: string, path: string, body?: unknown): Promise<{ json: unknown; response: Response }> {
     const headers: Record<string, string> = { ...auth };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const response = await doFetch(`${base}${path}`, {
@@ -101,7 +106,31 @@ export function createClient(options: ClientOptions): Client {
       const error = (json ?? {}) as { error?: string; message?: string };
       throw new ApiError(response.status, error.error ?? "Error", error.message ?? response.statusText);
     }
-    return json as T;
+    return { json, response };
+  }
+
+  async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+    return (await send(method, path, body)).json as T;
+  }
+
+  /** Every item of a paged list from `after` on, following the pages'
+   * `Link` headers (a cursor seen twice ends it: it would go round). */
+  async function all<T>(path: string, after?: string): Promise<T[]> {
+    const items: T[] = [];
+    const seen = new Set<string>();
+    let cursor = after;
+    for (;;) {
+      const query = new URLSearchParams();
+      if (cursor !== undefined) query.set("after", cursor);
+      if (options.pageSize !== undefined) query.set("limit", String(options.pageSize));
+      const search = query.toString();
+      const { json, response } = await send("GET", search ? `${path}?${search}` : path);
+      items.push(...(json as T[]));
+      const next = nextAfter(response.headers.get("Link"));
+      if (next === null || seen.has(next)) return items;
+      seen.add(next);
+      cursor = next;
+    }
   }
 
   const id = encodeURIComponent;
@@ -109,14 +138,15 @@ export function createClient(options: ClientOptions): Client {
     createThread: (agent, metadata) => call("POST", "/threads", metadata ? { agent, metadata } : { agent }),
     getThread: (threadId) => call("GET", `/threads/${id(threadId)}`),
     sendMessage: (threadId, content) => call("POST", `/threads/${id(threadId)}/messages`, { content }),
-    listMessages: (threadId) => call("GET", `/threads/${id(threadId)}/messages`),
+    listMessages: (threadId, after) =>
+      all(`/threads/${id(threadId)}/messages`, after === undefined ? undefined : String(after)),
     listEvents: (threadId, after) =>
       call("GET", `/threads/${id(threadId)}/events${after === undefined ? "" : `?after=${after}`}`),
     stopThread: async (threadId) => {
       await call("POST", `/threads/${id(threadId)}/stop`);
     },
     getRun: (runId) => call("GET", `/runs/${id(runId)}`),
-    getJournal: (runId) => call("GET", `/runs/${id(runId)}/journal`),
+    getJournal: (runId) => all(`/runs/${id(runId)}/journal`),
     approve: (runId, toolCallId, payload) =>
       call("POST", "/agent/tool-call/approve", { runId, toolCallId, ...(payload === undefined ? {} : { payload }) }),
     reject: (runId, toolCallId, reason) =>
@@ -130,7 +160,7 @@ export function createClient(options: ClientOptions): Client {
         approved,
         ...(payload === undefined ? {} : { payload }),
       }),
-    inbox: () => call("GET", "/agent/inbox"),
+    inbox: () => all("/agent/inbox"),
     agents: () => call("GET", "/agents"),
     subscribe(threadId, onEvent, subscribeOptions = {}) {
       const controller = new AbortController();
@@ -196,6 +226,24 @@ export function createClient(options: ClientOptions): Client {
       return { close: () => controller.abort() };
     },
   };
+}
+
+/** The `after` of the page a `Link` header names as `rel="next"` (RFC
+ * 8288), or null. Only its `after` is taken: the page is asked for under
+ * this client's own base URL. */
+export function nextAfter(link: string | null): string | null {
+  if (!link) return null;
+  for (const entry of link.split(",")) {
+    const match = /^\s*<([^>]*)>(.*)$/.exec(entry);
+    if (!match) continue;
+    const rels = match[2]!.split(";").map((param) => param.replace(/\s/g, ""));
+    if (!rels.includes('rel="next"') && !rels.includes("rel=next")) continue;
+    const query = match[1]!.split("?")[1];
+    if (query === undefined) continue;
+    const after = new URLSearchParams(query).get("after");
+    if (after !== null) return after;
+  }
+  return null;
 }
 
 /** The stream's `data` is the event's own `data` or the whole event view;

@@ -3,9 +3,12 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 
 import { asError, inputKey, useOptimisticAnswers } from "./answers";
-import { ApiError, type Client } from "./client";
+import { ApiError, type Client, type Subscription } from "./client";
 import { coalesced } from "./refresh";
-import type { Answers, Delivery, Message, PendingInput, ThreadStatus } from "./types";
+import type { Answers, Delivery, PendingInput, StoredMessage, ThreadStatus } from "./types";
+
+const FIRST_RETRY_MS = 500;
+const MAX_RETRY_MS = 5000;
 
 /** Which request to answer: its `toolCallId`, or the input itself (or its
  * `{runId, toolCallId}`) when two runs of the tree may use one call id. */
@@ -13,7 +16,7 @@ export type InputRef = string | Pick<PendingInput, "runId" | "toolCallId">;
 
 export interface AgentThread {
   status: ThreadStatus | null;
-  messages: Message[];
+  messages: StoredMessage[];
   /** Open requests, without those answered here and not yet settled. */
   pendingInputs: PendingInput[];
   respondToInput(which: InputRef, approved: boolean, payload?: unknown): Promise<void>;
@@ -35,7 +38,7 @@ export interface AgentThread {
  * or with `useMemo`): a new client is a new subscription. */
 export function useAgentThread(client: Client, threadId: string): AgentThread {
   const [status, setStatus] = useState<ThreadStatus | null>(null);
-  const [messages, setMessages] = useState<Message[]>([]);
+  const [messages, setMessages] = useState<StoredMessage[]>([]);
   const [serverInputs, setServerInputs] = useState<PendingInput[]>([]);
   // The inputs as last seen, for the answer callbacks (which need a runId).
   const inputsRef = useRef<PendingInput[]>([]);
@@ -52,22 +55,61 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
     setMessages([]);
     setServerInputs([]);
     reset();
+    // What this subscription has: messages up to `lastMessageId` (ids grow
+    // in commit order, so the next read asks only for those after it).
+    let lastMessageId = 0;
+    let stream: Subscription | null = null;
+    let closed = false;
+    // Until the stream is there to ask for reads, a failed first read is
+    // tried again (backing off to 5 s); a 4xx waits for `resubscribe`.
+    let retryMs = FIRST_RETRY_MS;
+    let retry: ReturnType<typeof setTimeout> | undefined;
+    // A stream that connected before, or failed to: its next connect may
+    // have missed events.
+    let opened = false;
+    let dropped = false;
     refresh.start(async (isLive) => {
-      const [thread, conversation] = await Promise.all([client.getThread(threadId), client.listMessages(threadId)]);
+      // The thread first: its `lastEventId` is an event every message read
+      // after it includes, so the stream can start there.
+      const thread = await client.getThread(threadId);
+      const fresh = await client.listMessages(threadId, lastMessageId);
       if (!isLive()) return;
       setStatus(thread.status);
-      setMessages(conversation);
+      const newest = fresh[fresh.length - 1];
+      if (newest) {
+        lastMessageId = newest.id;
+        setMessages((known) => [...known, ...fresh]);
+      }
       setServerInputs(thread.pendingInputs);
       seen(thread.pendingInputs);
-    }, (e) => readFailed(asError(e)));
-    const stream = client.subscribe(threadId, () => refresh.read(), {
-      onError: (e) => readFailed(asError(e)),
-      // A (re)connected stream: read what it missed; the read that succeeds
-      // clears the drop's error.
-      onOpen: () => refresh.read(),
+      if (!stream && !closed) {
+        // Only what comes after this read: nothing replayed from event 0.
+        stream = client.subscribe(threadId, () => refresh.read(), {
+          lastEventId: thread.lastEventId,
+          onError: (e) => {
+            dropped = true;
+            readFailed(asError(e));
+          },
+          // A reconnected stream: read what it missed; the read that
+          // succeeds clears the drop's error. (A first connect that did
+          // not fail follows the read that started it: nothing to read.)
+          onOpen: () => {
+            if (opened || dropped) refresh.read();
+            opened = true;
+          },
+        });
+      }
+    }, (e) => {
+      readFailed(asError(e));
+      const permanent = e instanceof ApiError && !e.retryable && e.status !== 429;
+      if (stream || closed || permanent) return;
+      retry = setTimeout(() => refresh.read(), retryMs);
+      retryMs = Math.min(retryMs * 2, MAX_RETRY_MS);
     });
     return () => {
-      stream.close();
+      closed = true;
+      clearTimeout(retry);
+      stream?.close();
       refresh.stop();
     };
   }, [client, threadId, refresh, seen, readFailed, reset]);
@@ -177,5 +219,6 @@ function unknownInput(threadId: string, toolCallId: string, runId: string): Pend
     runName: "",
     depth: 0,
     expiresAt: null,
+    createdAt: "",
   };
 }

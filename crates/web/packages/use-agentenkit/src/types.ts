@@ -35,6 +35,8 @@ export interface PendingInput {
   runName: string;
   depth: number;
   expiresAt: string | null;
+  /** When the call was made. */
+  createdAt: string;
   request?: QuestionSet;
 }
 
@@ -44,6 +46,9 @@ export interface Thread {
   status: ThreadStatus;
   currentRunId: string | null;
   pendingInputs: PendingInput[];
+  /** The thread's newest event when this view was read (0 before its
+   * first): a stream subscribed from it carries on from this view. */
+  lastEventId: number;
 }
 
 export interface CreatedThread {
@@ -57,6 +62,11 @@ export interface ToolCallRequest {
   name: string;
   arguments: unknown;
 }
+
+/** One entry of a thread's conversation, as `listMessages` returns it:
+ * with its `id` (ids grow in commit order, so a reader can ask for those
+ * after the last it has). */
+export type StoredMessage = Message & { id: number; runId: string; createdAt: string };
 
 /** One entry of a thread's conversation. */
 export type Message =

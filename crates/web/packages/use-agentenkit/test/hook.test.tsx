@@ -5,7 +5,7 @@
 import { act, renderHook, waitFor } from "@testing-library/react";
 import { describe, expect, inject, it } from "vitest";
 
-import { createClient, useAgentThread, type Client } from "../src";
+import { createClient, useAgentThread, type Client, type Thread } from "../src";
 import { ALICE } from "./server";
 
 const baseUrl = inject("baseUrl");
@@ -54,6 +54,49 @@ describe("useAgentThread", () => {
       expect(result.current.messages.some((m) => m.role === "assistant" && m.content === "Done.")).toBe(true),
     );
     expect(result.current.pendingInputs).toEqual([]);
+    unmount();
+  });
+
+  it("reads only what is new: the stream starts after the thread's last event, messages after the last one", async () => {
+    const reads: { url: string; lastEventId: string | null }[] = [];
+    // What each read of the thread said its last event was.
+    const threadReads: number[] = [];
+    const recording: typeof fetch = async (input, init) => {
+      const url = String(input);
+      reads.push({ url, lastEventId: new Headers(init?.headers).get("Last-Event-ID") });
+      const response = await fetch(input, init);
+      if (/\/threads\/[^/]+$/.test(url) && response.ok) {
+        threadReads.push(((await response.clone().json()) as Thread).lastEventId);
+      }
+      return response;
+    };
+    const api = client(recording);
+    const { threadId, runId } = await parkedThread(api, "mailer");
+    for (let i = 0; (await api.getThread(threadId)).pendingInputs.length === 0 && i < 200; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    reads.length = 0;
+    threadReads.length = 0;
+
+    const { result, unmount } = renderHook(() => useAgentThread(api, threadId));
+    await waitFor(() => expect(result.current.pendingInputs).toHaveLength(1));
+    await act(() => result.current.respondToInput("c1", true));
+    expect(await finished(client(), runId)).toBe("completed");
+    await waitFor(() => expect(result.current.status).toBe("IDLE"));
+    const everything = await client().listMessages(threadId);
+    await waitFor(() => expect(result.current.messages.map((m) => m.id)).toEqual(everything.map((m) => m.id)));
+
+    // One stream, from the event the hook's first read of the thread named.
+    const streams = reads.filter((read) => read.url.endsWith("/stream"));
+    expect(threadReads[0]).toBeGreaterThan(0);
+    expect(streams.map((read) => read.lastEventId)).toEqual([String(threadReads[0])]);
+    const messageReads = reads.filter((read) => read.url.includes("/messages"));
+    // The first read from the start; every later one after what it had.
+    expect(messageReads[0]!.url).toMatch(/\/messages\?after=0$/);
+    expect(messageReads.length).toBeGreaterThan(1);
+    for (const read of messageReads.slice(1)) {
+      expect(Number(new URL(read.url).searchParams.get("after"))).toBeGreaterThan(0);
+    }
     unmount();
   });
 

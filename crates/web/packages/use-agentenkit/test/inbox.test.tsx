@@ -87,6 +87,28 @@ describe("useInbox", () => {
     bobs.unmount();
   });
 
+  it("follows the inbox's pages to the end", async () => {
+    const urls: string[] = [];
+    const recording: typeof fetch = (input, init) => {
+      urls.push(String(input));
+      return fetch(input, init);
+    };
+    const alice = api();
+    const runs = [await parked(alice, "mailer"), await parked(alice, "mailer"), await parked(alice, "mailer")];
+    for (const runId of runs) await waitingForInput(alice, runId);
+    const paging = createClient({ baseUrl, apiKey: ALICE, fetch: recording, pageSize: 1 });
+    const inbox = renderHook(() => useInbox(paging, { pollMs: 60_000 }));
+    await waitFor(() => expect(inbox.result.current.loaded).toBe(true));
+    for (const runId of runs) expect(mine(inbox.result.current.pendingInputs, runId)).toHaveLength(1);
+    // One request a page: the first, then one after each cursor.
+    const reads = urls.filter((url) => url.includes("/agent/inbox"));
+    expect(reads[0]).toMatch(/\/agent\/inbox\?limit=1$/);
+    expect(reads.length).toBeGreaterThan(runs.length);
+    expect(reads.slice(1).every((url) => /\?after=[-0-9a-f.]+&limit=1$/.test(url))).toBe(true);
+    expect(new Set(reads).size).toBe(reads.length);
+    inbox.unmount();
+  });
+
   it("names a request answered elsewhere too late and keeps its card gone", async () => {
     const alice = api();
     const runId = await parked(alice, "mailer");
