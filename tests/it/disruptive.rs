@@ -212,3 +212,73 @@ async fn an_answer_given_while_the_broker_is_down_is_published_by_its_own_proces
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+#[ignore = "blocks every publisher of RabbitMQ: run alone by `make test`"]
+async fn a_dead_letter_the_blocked_broker_will_not_take_does_not_hold_the_worker() {
+    let mut env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    // Time to raise the alarm between the delivery and its dead letter; a
+    // shutdown grace far past the settle timeout.
+    env.worker_config.hand_back_delay = Duration::from_millis(1500);
+    env.worker_config.settle_timeout = Duration::from_secs(1);
+    env.worker_config.shutdown_grace = Duration::from_secs(60);
+    let worker = env.spawn_worker();
+    let (_connection, channel) = env.amqp_channel().await;
+    let segments = env.topology.segments_queue();
+    channel
+        .basic_publish(
+            "".into(),
+            segments.as_str().into(),
+            lapin::options::BasicPublishOptions::default(),
+            b"{not a message",
+            lapin::BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    // The worker holds it (no longer ready in the queue) and waits to
+    // dead-letter it.
+    eventually("the worker takes the message", || async {
+        let queue = channel
+            .queue_declare(
+                segments.as_str().into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        (queue.message_count() == 0).then_some(())
+    })
+    .await;
+    let alarm = AlarmGuard;
+    rabbitmqctl(&["set_vm_memory_high_watermark", "0"]);
+
+    tokio::time::timeout(Duration::from_secs(20), worker.stop())
+        .await
+        .expect("the worker stops: its dead letter's publish did not hold it")
+        .unwrap();
+    assert!(
+        env.metrics_text()
+            .await
+            .contains("agentenkit_settle_timeouts_total{what=\"dead letter\"}"),
+        "the give-up is counted"
+    );
+
+    // Nothing is lost: once the broker takes publishes again, the message
+    // (requeued, or its dead letter let through) ends in the dead-letter
+    // queue.
+    drop(alarm);
+    let worker = env.spawn_worker();
+    let dead = eventually("the message is dead-lettered", || async {
+        let dead = env.take_dead_letters().await;
+        (!dead.is_empty()).then_some(dead)
+    })
+    .await;
+    assert!(dead.iter().all(|body| body == b"{not a message"));
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -15,6 +15,10 @@ pub const EXPIRIES_RESCHEDULED: &str = "agentenkit_expiries_rescheduled_total";
 /// Messages moved to the dead-letter queue (unreadable, or still failing
 /// after `max_deliveries`).
 pub const DEAD_LETTERS: &str = "agentenkit_dead_letters_total";
+/// Deliveries a worker gave up settling within its `settle_timeout`
+/// (`what`: `ack`, `hand-back`, `dead letter`): the broker was blocking
+/// publishers or unreachable; the message goes back to the broker.
+pub const SETTLE_TIMEOUTS: &str = "agentenkit_settle_timeouts_total";
 /// From a request's parking to the reply that settled it (delivered
 /// replies only), seconds.
 pub const ANSWER_WAIT_SECONDS: &str = "agentenkit_answer_wait_seconds";

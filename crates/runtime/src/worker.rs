@@ -48,6 +48,11 @@ pub struct WorkerConfig {
     /// How long a handed-back message waits before it goes back, so that a
     /// failing dependency is not hammered.
     pub hand_back_delay: Duration,
+    /// How long settling a delivery (an ack, or a hand-back's or dead
+    /// letter's confirmed publish) may take: a broker that blocks
+    /// publishers (a memory or disk alarm) must not hold the delivery's
+    /// prefetch slot, or the worker's shutdown, for ever.
+    pub settle_timeout: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -64,6 +69,7 @@ impl Default for WorkerConfig {
             shutdown_grace: Duration::from_secs(30),
             max_deliveries: 10,
             hand_back_delay: Duration::from_millis(500),
+            settle_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -235,18 +241,18 @@ impl Worker {
             other => other,
         };
         let settled = match disposition {
-            Disposition::Ack => delivery.ack().await,
+            Disposition::Ack => self.settle("ack", delivery.ack()).await,
             Disposition::Requeue => {
                 // Give the store a moment before the message comes back.
                 tokio::time::sleep(self.inner.config.hand_back_delay).await;
-                delivery.hand_back().await
+                self.settle("hand-back", delivery.hand_back()).await
             }
             Disposition::DeadLetter => {
                 ::metrics::counter!(metrics::DEAD_LETTERS).increment(1);
                 // If the dead-letter publish fails the message is requeued:
                 // not at once, or it would spin.
                 tokio::time::sleep(self.inner.config.hand_back_delay).await;
-                delivery.dead_letter().await
+                self.settle("dead letter", delivery.dead_letter()).await
             }
             Disposition::Crashed => {
                 // A dead process acks nothing: the broker redelivers once
@@ -259,6 +265,28 @@ impl Worker {
             tracing::warn!(error = %e, "could not settle a delivery; it will be redelivered");
         }
         disposition
+    }
+
+    /// `settle`, given up after `settle_timeout`. The delivery it drops
+    /// unsettled goes back to the broker (its acker requeues it when
+    /// dropped), to be redelivered once the broker takes frames again; a
+    /// hand-back or dead letter whose publish went through after all is a
+    /// duplicate, which handlers drop like any other.
+    async fn settle(
+        &self,
+        what: &'static str,
+        settle: impl std::future::Future<Output = agentenkit_queue::Result<()>>,
+    ) -> agentenkit_queue::Result<()> {
+        let timeout = self.inner.config.settle_timeout;
+        match tokio::time::timeout(timeout, settle).await {
+            Ok(settled) => settled,
+            Err(_) => {
+                ::metrics::counter!(metrics::SETTLE_TIMEOUTS, "what" => what).increment(1);
+                Err(agentenkit_queue::Error::Broker(format!(
+                    "the {what} was not settled within {timeout:?} (is the broker blocking publishers?)"
+                )))
+            }
+        }
     }
 
     /// Handles one segment; the only place a [`SegmentError`] becomes a

@@ -29,6 +29,12 @@ struct Cli {
     /// they are handed back (keep it under the platform's kill deadline).
     #[arg(long, env = "AGENTENKIT_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration)]
     shutdown_grace: Duration,
+    /// How long settling a delivery (an ack, or the confirmed publish of a
+    /// hand-back or dead letter) may take before the worker gives up and
+    /// leaves the message to the broker: a broker blocking publishers (a
+    /// memory or disk alarm) must not hold a worker's slots for ever.
+    #[arg(long, env = "AGENTENKIT_SETTLE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    settle_timeout: Duration,
     /// Serve Prometheus metrics on this address at `/metrics` (e.g.
     /// `0.0.0.0:9090`); none when unset.
     #[arg(long, env = "AGENTENKIT_METRICS_LISTEN")]
@@ -59,6 +65,7 @@ async fn main() -> anyhow::Result<()> {
         max_takeovers: cli.max_takeovers.max(1),
         max_deliveries: cli.max_deliveries.max(1),
         shutdown_grace: cli.shutdown_grace,
+        settle_timeout: cli.settle_timeout,
         ..WorkerConfig::default()
     };
     let shutdown = shutdown_on_signal();
