@@ -452,18 +452,35 @@ async fn a_rust_caller_approves_through_the_runtime_without_http() {
     let worker = env.spawn_worker();
     let (thread_id, run_id) = env.start_turn("agent", "go").await;
     env.wait_pending(&thread_id, 1).await;
-    let replies = agentenkit_runtime::Replies::new(env.store.clone(), env.relay.clone());
+    let replies = agentenkit_runtime::Replies::new(
+        env.store.clone(),
+        env.relay.clone(),
+        env.registry.clone(),
+    );
     let alice = agentenkit_core::Owner("alice".into());
     let run: agentenkit_core::RunId = run_id.parse().unwrap();
     let thread: agentenkit_core::ThreadId = thread_id.parse().unwrap();
     // Bad input changes nothing.
     assert!(matches!(
-        replies.reject(&alice, run, "c1", Some("no\0".into())).await,
+        replies
+            .reject(
+                &alice,
+                run,
+                "c1",
+                agentenkit_runtime::replies::Reject {
+                    reason: Some("no\0".into()),
+                    arguments_hash: None,
+                }
+            )
+            .await,
         Err(agentenkit_runtime::Error::InvalidInput(_))
     ));
     // Another owner's call is not found.
     let bob = agentenkit_core::Owner("bob".into());
-    assert!(replies.approve(&bob, run, "c1", None).await.is_err());
+    assert!(replies
+        .approve(&bob, run, "c1", Default::default())
+        .await
+        .is_err());
     assert_eq!(
         replies
             .reclaim_if_orphaned(thread)
@@ -480,7 +497,10 @@ async fn a_rust_caller_approves_through_the_runtime_without_http() {
     assert!(answered.delivered);
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
     assert_eq!(tool.calls(), 1);
-    let again = replies.approve(&alice, run, "c1", None).await.unwrap();
+    let again = replies
+        .approve(&alice, run, "c1", Default::default())
+        .await
+        .unwrap();
     assert!(!again.delivered);
     worker.stop().await.unwrap();
     env.finish().await;

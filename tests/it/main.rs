@@ -5,6 +5,7 @@ mod approvals;
 mod bad_input;
 mod broker_away;
 mod crash;
+mod decisions;
 mod deploy;
 mod disruptive;
 mod elicitation;

@@ -377,6 +377,7 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
     assert_eq!(
         required,
         json!({ "toolCallId": "c1", "runId": run_id, "toolName": "tool", "arguments": arguments,
+                "argumentsHash": agentenkit_core::canonical::arguments_hash(&arguments),
                 "kind": "approval", "reason": "approval", "runName": "agent", "depth": 0,
                 "expiresAt": null })
     );

@@ -23,6 +23,8 @@ pub enum ApiError {
     },
     /// 422 with the issues, each `{path, message}`.
     InvalidAnswers(Vec<agentenkit_core::questions::Issue>),
+    /// 422 with the issues of edited arguments, each `{path, message}`.
+    InvalidArguments(Vec<agentenkit_core::questions::Issue>),
     /// 409 with the runs whose open requests share the call id.
     AmbiguousToolCall(Vec<agentenkit_core::RunId>),
     /// 429: a per-owner limit (open streams) is reached.
@@ -59,6 +61,12 @@ impl ApiError {
                 "InvalidAnswers",
                 "the answers do not fit the question set; nothing was recorded".into(),
             ),
+            ApiError::InvalidArguments(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "InvalidArguments",
+                "the edited arguments do not fit the tool's input schema; nothing was recorded"
+                    .into(),
+            ),
             ApiError::AmbiguousToolCall(runs) => (
                 StatusCode::CONFLICT,
                 "AmbiguousToolCallId",
@@ -88,7 +96,7 @@ impl IntoResponse for ApiError {
         }
         let (status, code, message) = self.parts();
         let mut body = json!({ "error": code, "message": message });
-        if let ApiError::InvalidAnswers(issues) = &self {
+        if let ApiError::InvalidAnswers(issues) | ApiError::InvalidArguments(issues) = &self {
             body["issues"] = json!(issues);
         }
         if let ApiError::AmbiguousToolCall(runs) = &self {
@@ -151,6 +159,19 @@ impl From<agentenkit_store::Error> for ApiError {
                 ),
             },
             E::InvalidAnswers(issues) => ApiError::InvalidAnswers(issues),
+            E::InvalidArguments(issues) => ApiError::InvalidArguments(issues),
+            E::CannotEdit { kind } => ApiError::Conflict {
+                code: "CannotEditArguments",
+                message: format!(
+                    "only an approval's arguments can be edited; this call is a {kind}; nothing was recorded"
+                ),
+            },
+            E::ArgumentsHashMismatch { expected, actual } => ApiError::Conflict {
+                code: "ArgumentsHashMismatch",
+                message: format!(
+                    "the call's arguments hash to {actual}, not {expected}: they are not what was shown; nothing was recorded"
+                ),
+            },
             E::AmbiguousToolCall { run_ids, .. } => ApiError::AmbiguousToolCall(run_ids),
             other => ApiError::Internal(other.to_string()),
         }

@@ -88,7 +88,11 @@ impl AppState {
 
     /// Replies and reclaims as the runtime offers them to Rust callers.
     pub fn replies(&self) -> agentenkit_runtime::Replies {
-        agentenkit_runtime::Replies::new(self.store.clone(), self.relay.clone())
+        agentenkit_runtime::Replies::new(
+            self.store.clone(),
+            self.relay.clone(),
+            self.registry.clone(),
+        )
     }
 
     /// The OpenAPI document of this deployment (its agents listed).

@@ -72,6 +72,38 @@ impl ToSchema for ToolCallIdText {}
 pub const TOOL_CALL_ID_PATTERN: &str =
     "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200E\\u200F\\u202A-\\u202E\\u2066-\\u2069]*$";
 
+/// A call's `argumentsHash`: SHA-256 of its arguments in RFC 8785
+/// canonical form, lowercase hex.
+pub struct ArgumentsHash;
+
+impl PartialSchema for ArgumentsHash {
+    fn schema() -> RefOr<Schema> {
+        built(json!({
+            "type": "string",
+            "description": "SHA-256 of the call's arguments in RFC 8785 (JCS) canonical form, as 64 lowercase hex digits: what the request showed as argumentsHash.",
+            "pattern": "^[0-9a-f]{64}$",
+        }))
+    }
+}
+
+impl ToSchema for ArgumentsHash {}
+
+/// An `argumentsHash` a request sent: 64 lowercase hex digits, else 400.
+pub fn checked_hash(hash: Option<String>) -> Result<Option<String>, crate::ApiError> {
+    match hash {
+        Some(text)
+            if text.len() != 64
+                || !text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
+        {
+            Err(crate::ApiError::BadRequest(format!(
+                "argumentsHash must be 64 lowercase hex digits (SHA-256), not {:?}",
+                text.chars().take(80).collect::<String>()
+            )))
+        }
+        other => Ok(other),
+    }
+}
+
 /// Answers to a question set: question id → the chosen values.
 pub struct AnswerMap;
 

@@ -128,7 +128,7 @@ impl Hooks for TerminalHooks {
         );
         let line = self.read_line().await;
         match line.as_deref().map(str::trim) {
-            Some("y" | "Y" | "yes") => Verdict::Approve { payload: None },
+            Some("y" | "Y" | "yes") => Verdict::approve(),
             _ => Verdict::Reject {
                 reason: Some("declined at the terminal".into()),
             },

@@ -21,6 +21,11 @@ pub const DEFAULT_REJECTION: &str = "the user rejected this call";
 pub enum Verdict {
     Approve {
         payload: Option<Value>,
+        /// The arguments the call runs with instead of the proposed ones:
+        /// edits, for approvals only (checked against the tool's schema).
+        arguments: Option<Value>,
+        /// The person's note, which the model reads with the result.
+        message: Option<String>,
     },
     Reject {
         reason: Option<String>,
@@ -34,10 +39,23 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// A plain yes: no payload, edits or note.
+    pub fn approve() -> Verdict {
+        Verdict::Approve {
+            payload: None,
+            arguments: None,
+            message: None,
+        }
+    }
+
     /// `respond(threadId, toolCallId, approved, payload)` as a verdict.
     pub fn from_respond(approved: bool, payload: Option<Value>) -> Verdict {
         if approved {
-            Verdict::Approve { payload }
+            Verdict::Approve {
+                payload,
+                arguments: None,
+                message: None,
+            }
         } else {
             Verdict::Reject {
                 reason: payload.as_ref().and_then(|p| match p {
@@ -61,6 +79,9 @@ pub enum ReplyError {
     Mismatch,
     /// Answers that do not fit the stored question set.
     InvalidAnswers(Vec<Issue>),
+    /// Edited arguments for a call that is not an approval (a job's wait
+    /// or a question set has no arguments a person could change).
+    CannotEdit,
 }
 
 /// How a reply settles a parked call: the one-way reduction of SPEC §5.
@@ -83,16 +104,29 @@ pub fn reduce(
         defaulted: resolved.map(|r| r.defaulted),
         answered_by: None,
         answered_at: None,
+        arguments: None,
+        message: None,
+        arguments_hash: None,
     };
+    if let Verdict::Approve {
+        arguments: Some(_), ..
+    } = verdict
+    {
+        if kind != ToolKind::Approval {
+            return Err(ReplyError::CannotEdit);
+        }
+    }
     match kind {
         ToolKind::Approval | ToolKind::Park => match verdict {
-            Verdict::Approve { payload } => Ok(settled(
-                ToolCallStatus::Executed,
-                true,
-                payload.clone(),
-                None,
-                None,
-            )),
+            Verdict::Approve {
+                payload,
+                arguments,
+                message,
+            } => Ok(SettledReply {
+                arguments: arguments.clone(),
+                message: message.clone(),
+                ..settled(ToolCallStatus::Executed, true, payload.clone(), None, None)
+            }),
             Verdict::Reject { reason } => Ok(settled(
                 ToolCallStatus::Rejected,
                 false,
@@ -154,6 +188,37 @@ pub struct SettledReply {
     pub defaulted: Option<Vec<String>>,
     pub answered_by: Option<String>,
     pub answered_at: Option<DateTime<Utc>>,
+    /// The arguments an approval edited the call to run with (the proposed
+    /// ones stay in the model's entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+    /// The person's note on an approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The `argumentsHash` of the call as it was decided on (see
+    /// [`crate::canonical`]); none for a reply nobody gave (an expiry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_hash: Option<String>,
+}
+
+/// What the model reads of an approved call's result when the person
+/// edited its arguments or left a note: the tool's output under `result`,
+/// beside `editedArguments` and `message`; the output as it is otherwise.
+pub fn approved_result(output: Value, edited: Option<&Value>, message: Option<&str>) -> Value {
+    if edited.is_none() && message.is_none() {
+        return output;
+    }
+    let mut result = json!({ "result": output });
+    if let Some(edited) = edited {
+        result["editedArguments"] = edited.clone();
+        result["note"] = json!(
+            "the user edited the arguments before approving; the tool ran with editedArguments"
+        );
+    }
+    if let Some(message) = message {
+        result["message"] = json!(message);
+    }
+    result
 }
 
 impl SettledReply {
@@ -213,6 +278,9 @@ mod tests {
             defaulted: None,
             answered_by: None,
             answered_at: None,
+            arguments: None,
+            message: None,
+            arguments_hash: None,
         }
     }
 
@@ -238,7 +306,9 @@ mod tests {
         assert_eq!(
             Verdict::from_respond(true, Some(json!({"ok": 1}))),
             Verdict::Approve {
-                payload: Some(json!({"ok": 1}))
+                payload: Some(json!({"ok": 1})),
+                arguments: None,
+                message: None,
             }
         );
         assert_eq!(
@@ -279,6 +349,13 @@ mod tests {
             {"value": "a", "label": "A"}, {"value": "b", "label": "B"}], "defaults": ["a"] }] });
         let approve = Verdict::Approve {
             payload: Some(json!(1)),
+            arguments: None,
+            message: Some("go".into()),
+        };
+        let edited = Verdict::Approve {
+            payload: None,
+            arguments: Some(json!({ "to": "b@c.d" })),
+            message: None,
         };
         let reject = Verdict::Reject {
             reason: Some("no".into()),
@@ -289,8 +366,8 @@ mod tests {
         for kind in [ToolKind::Approval, ToolKind::Park] {
             let ok = reduce(kind, &approve, &Value::Null).unwrap();
             assert_eq!(
-                (ok.status, ok.approved, ok.payload),
-                (ToolCallStatus::Executed, true, Some(json!(1)))
+                (ok.status, ok.approved, ok.payload, ok.message.as_deref()),
+                (ToolCallStatus::Executed, true, Some(json!(1)), Some("go"))
             );
             let no = reduce(kind, &reject, &Value::Null).unwrap();
             assert_eq!(
@@ -305,6 +382,12 @@ mod tests {
                 reduce(kind, &Verdict::Skip, &Value::Null),
                 Err(ReplyError::Mismatch)
             );
+        }
+        // Only an approval's arguments can be edited.
+        let ok = reduce(ToolKind::Approval, &edited, &Value::Null).unwrap();
+        assert_eq!(ok.arguments, Some(json!({ "to": "b@c.d" })));
+        for kind in [ToolKind::Park, ToolKind::Ask] {
+            assert_eq!(reduce(kind, &edited, &set), Err(ReplyError::CannotEdit));
         }
         let confirmed = reduce(ToolKind::Ask, &approve, &set).unwrap();
         assert_eq!(confirmed.status, ToolCallStatus::Executed);
@@ -342,6 +425,22 @@ mod tests {
                 Err(ReplyError::Mismatch)
             );
         }
+    }
+
+    #[test]
+    fn an_edited_or_noted_approval_shows_the_model_both() {
+        assert_eq!(approved_result(json!(7), None, None), json!(7));
+        let shown = approved_result(
+            json!({"ok": true}),
+            Some(&json!({"to": "x"})),
+            Some("careful"),
+        );
+        assert_eq!(shown["result"], json!({"ok": true}));
+        assert_eq!(shown["editedArguments"], json!({"to": "x"}));
+        assert_eq!(shown["message"], "careful");
+        assert!(shown["note"].as_str().unwrap().contains("edited"));
+        let noted = approved_result(json!(1), None, Some("fine"));
+        assert_eq!(noted, json!({"result": 1, "message": "fine"}));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use agentenkit_core::reply::Verdict;
 use agentenkit_core::{Owner, RunId, ThreadId, ThreadStatus, ToolCallId, ToolKind};
 use agentenkit_queue::memory::MemoryQueue;
 use agentenkit_queue::QueueAdapter;
-use agentenkit_store::{AnswerTarget, PendingInput, RunView, Store};
+use agentenkit_store::{AnswerChecks, AnswerTarget, PendingInput, RunView, Store};
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +38,8 @@ pub trait Hooks: Send + Sync {
 
 pub struct InlineRunner {
     store: Store,
+    /// Whose tool schemas edited arguments must fit.
+    registry: Arc<Registry>,
     owner: Owner,
     shutdown: CancellationToken,
     worker: tokio::task::JoinHandle<()>,
@@ -51,7 +53,7 @@ impl InlineRunner {
         let worker = Worker::new(
             store.clone(),
             queue.clone(),
-            registry,
+            registry.clone(),
             WorkerConfig::default(),
         );
         let shutdown = CancellationToken::new();
@@ -64,6 +66,7 @@ impl InlineRunner {
         InlineRunner {
             // What its calls write to the outbox is published by the store.
             store: Relay::new(queue).attach(store),
+            registry,
             owner,
             shutdown,
             worker,
@@ -128,9 +131,17 @@ impl InlineRunner {
     async fn answer(&self, input: &PendingInput, verdict: Verdict) -> Result<()> {
         let call = ToolCallId(input.tool_call_id.clone());
         let run: RunId = input.run_id;
+        let registry = &self.registry;
+        let edits = move |tool: &str, arguments: &serde_json::Value| {
+            crate::replies::schema_issues(registry, tool, arguments)
+        };
+        let checks = AnswerChecks {
+            arguments_hash: None,
+            edits: Some(&edits),
+        };
         let answered = self
             .store
-            .answer(&self.owner, AnswerTarget::Run(run), &call, &verdict)
+            .answer(&self.owner, AnswerTarget::Run(run), &call, &verdict, checks)
             .await?;
         if let Some(error) = answered.error {
             tracing::info!(tool_call_id = %call, %error, "reply not delivered");

@@ -18,28 +18,58 @@
 //! # Ok(()) }
 //! ```
 
+use std::sync::Arc;
+
+use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::Verdict;
 use agentenkit_core::{Owner, RunId, ThreadId, ToolCallId};
-use agentenkit_store::{AnswerTarget, Answered, Scope, Store};
+use agentenkit_store::{AnswerChecks, AnswerTarget, Answered, Scope, Store};
 use serde_json::Value;
 
 use crate::reaper::{reclaim_requests, ReapReport, ReaperConfig};
-use crate::{metrics, Error, Relay, Result};
+use crate::{metrics, Error, Registry, Relay, Result};
 
 /// Replies on behalf of an owner. Cheap to clone.
 #[derive(Clone)]
 pub struct Replies {
     store: Store,
     relay: Relay,
+    /// The deployment's tools, whose input schemas edited arguments must fit.
+    registry: Arc<Registry>,
+}
+
+/// An approval, with what it may carry besides yes.
+#[derive(Debug, Clone, Default)]
+pub struct Approve {
+    /// For a job's wait: what the job produced.
+    pub payload: Option<Value>,
+    /// Edited arguments the call runs with instead of the proposed ones
+    /// (approvals only; they must fit the tool's input schema).
+    pub arguments: Option<Value>,
+    /// A note the model reads with the result.
+    pub message: Option<String>,
+    /// The `argumentsHash` the person was shown: the approval is refused
+    /// when the call's arguments hash otherwise.
+    pub arguments_hash: Option<String>,
+}
+
+/// A rejection: its reason reaches the model.
+#[derive(Debug, Clone, Default)]
+pub struct Reject {
+    pub reason: Option<String>,
+    /// As [`Approve::arguments_hash`].
+    pub arguments_hash: Option<String>,
 }
 
 impl Replies {
     /// Replies written through `store`; what they write to the outbox is
-    /// published through `relay`.
-    pub fn new(store: Store, relay: Relay) -> Self {
+    /// published through `relay`; edited arguments are checked against
+    /// `registry`'s tools.
+    pub fn new(store: Store, relay: Relay, registry: Arc<Registry>) -> Self {
         Self {
             store: relay.attach(store),
             relay,
+            registry,
         }
     }
 
@@ -54,7 +84,24 @@ impl Replies {
         payload: Option<Value>,
     ) -> Result<Answered> {
         let verdict = Verdict::from_respond(approved, payload);
-        self.deliver(owner, AnswerTarget::Thread(thread), call, verdict)
+        self.deliver(owner, AnswerTarget::Thread(thread), call, verdict, None)
+            .await
+    }
+
+    /// [`Replies::respond`], refused unless the call's arguments hash to
+    /// `arguments_hash` (what the person was shown).
+    pub async fn respond_to_hash(
+        &self,
+        owner: &Owner,
+        thread: ThreadId,
+        call: &str,
+        approved: bool,
+        payload: Option<Value>,
+        arguments_hash: &str,
+    ) -> Result<Answered> {
+        let verdict = Verdict::from_respond(approved, payload);
+        let target = AnswerTarget::Thread(thread);
+        self.deliver(owner, target, call, verdict, Some(arguments_hash))
             .await
     }
 
@@ -63,15 +110,16 @@ impl Replies {
         owner: &Owner,
         run: RunId,
         call: &str,
-        payload: Option<Value>,
+        approve: Approve,
     ) -> Result<Answered> {
-        self.deliver(
-            owner,
-            AnswerTarget::Run(run),
-            call,
-            Verdict::Approve { payload },
-        )
-        .await
+        let verdict = Verdict::Approve {
+            payload: approve.payload,
+            arguments: approve.arguments,
+            message: approve.message,
+        };
+        let hash = approve.arguments_hash.as_deref();
+        self.deliver(owner, AnswerTarget::Run(run), call, verdict, hash)
+            .await
     }
 
     pub async fn reject(
@@ -79,15 +127,14 @@ impl Replies {
         owner: &Owner,
         run: RunId,
         call: &str,
-        reason: Option<String>,
+        reject: Reject,
     ) -> Result<Answered> {
-        self.deliver(
-            owner,
-            AnswerTarget::Run(run),
-            call,
-            Verdict::Reject { reason },
-        )
-        .await
+        let verdict = Verdict::Reject {
+            reason: reject.reason,
+        };
+        let hash = reject.arguments_hash.as_deref();
+        self.deliver(owner, AnswerTarget::Run(run), call, verdict, hash)
+            .await
     }
 
     /// Answers to a question set, resolved against the stored set
@@ -104,13 +151,14 @@ impl Replies {
             AnswerTarget::Run(run),
             call,
             Verdict::Answer { answers },
+            None,
         )
         .await
     }
 
     /// A question set left unanswered: its defaults, recorded as rejected.
     pub async fn skip(&self, owner: &Owner, run: RunId, call: &str) -> Result<Answered> {
-        self.deliver(owner, AnswerTarget::Run(run), call, Verdict::Skip)
+        self.deliver(owner, AnswerTarget::Run(run), call, Verdict::Skip, None)
             .await
     }
 
@@ -139,6 +187,7 @@ impl Replies {
         target: AnswerTarget,
         call: &str,
         verdict: Verdict,
+        arguments_hash: Option<&str>,
     ) -> Result<Answered> {
         if call.contains('\0') || verdict_has_nul(&verdict) {
             return Err(Error::InvalidInput(
@@ -149,7 +198,16 @@ impl Replies {
             return Err(Error::InvalidInput(format!("toolCallId: {invalid}")));
         }
         let call = ToolCallId(call.to_owned());
-        let answered = self.store.answer(owner, target, &call, &verdict).await?;
+        let registry = &self.registry;
+        let edits = move |tool: &str, arguments: &Value| schema_issues(registry, tool, arguments);
+        let checks = AnswerChecks {
+            arguments_hash,
+            edits: Some(&edits),
+        };
+        let answered = self
+            .store
+            .answer(owner, target, &call, &verdict, checks)
+            .await?;
         let outcome = if answered.delivered {
             "delivered"
         } else {
@@ -163,9 +221,42 @@ impl Replies {
     }
 }
 
+/// The issues of `arguments` against the input schema of `registry`'s
+/// tool `tool`: what edited arguments are checked with.
+pub(crate) fn schema_issues(registry: &Registry, tool: &str, arguments: &Value) -> Vec<Issue> {
+    let Some(tool) = registry.tool(tool) else {
+        return vec![Issue {
+            path: String::new(),
+            message: format!("tool {tool:?} is not in this deployment"),
+        }];
+    };
+    // A tool runs only with an object of arguments, whatever its schema.
+    if !arguments.is_object() {
+        return vec![Issue {
+            path: String::new(),
+            message: "arguments must be a JSON object".into(),
+        }];
+    }
+    tool.validate(arguments)
+        .into_iter()
+        .map(|issue| Issue {
+            path: issue["path"].as_str().unwrap_or_default().to_owned(),
+            message: issue["message"].as_str().unwrap_or_default().to_owned(),
+        })
+        .collect()
+}
+
 fn verdict_has_nul(verdict: &Verdict) -> bool {
     match verdict {
-        Verdict::Approve { payload } => payload.as_ref().is_some_and(value_has_nul),
+        Verdict::Approve {
+            payload,
+            arguments,
+            message,
+        } => {
+            payload.as_ref().is_some_and(value_has_nul)
+                || arguments.as_ref().is_some_and(value_has_nul)
+                || message.as_ref().is_some_and(|m| m.contains('\0'))
+        }
         Verdict::Reject { reason } => reason.as_ref().is_some_and(|r| r.contains('\0')),
         Verdict::Answer { answers } => value_has_nul(answers),
         Verdict::Skip => false,
@@ -195,13 +286,27 @@ mod tests {
             reason: Some("a\0".into())
         }));
         assert!(verdict_has_nul(&Verdict::Approve {
-            payload: Some(json!({ "k": ["x", "\u{0}"] }))
+            payload: Some(json!({ "k": ["x", "\u{0}"] })),
+            arguments: None,
+            message: None,
+        }));
+        assert!(verdict_has_nul(&Verdict::Approve {
+            payload: None,
+            arguments: Some(json!({ "to": "\u{0}" })),
+            message: None,
+        }));
+        assert!(verdict_has_nul(&Verdict::Approve {
+            payload: None,
+            arguments: None,
+            message: Some("\0".into()),
         }));
         assert!(verdict_has_nul(&Verdict::Answer {
             answers: json!({ "\u{0}": 1 })
         }));
         assert!(!verdict_has_nul(&Verdict::Approve {
-            payload: Some(json!({ "k": ["x", 1, null, true] }))
+            payload: Some(json!({ "k": ["x", 1, null, true] })),
+            arguments: Some(json!({ "to": "a" })),
+            message: Some("ok".into()),
         }));
         assert!(!verdict_has_nul(&Verdict::Skip));
     }

@@ -6,6 +6,8 @@
 //! (first answer wins), `INPUT_RESOLVED` is written, and when no request of
 //! the run is left open the resume segment goes into the outbox.
 
+use agentenkit_core::canonical::arguments_hash;
+use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::{reduce, refusal, ReplyError, SettledReply, Verdict};
 use agentenkit_core::{
     EventType, Owner, QueueMessage, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
@@ -52,6 +54,22 @@ impl Answered {
     }
 }
 
+/// The issues of edited arguments against the input schema of the named
+/// tool (none when they fit).
+pub type EditCheck<'a> = dyn Fn(&str, &Value) -> Vec<Issue> + Send + Sync + 'a;
+
+/// What an answer is checked against, under its run's lock, before it
+/// settles anything.
+#[derive(Default, Clone, Copy)]
+pub struct AnswerChecks<'a> {
+    /// The `argumentsHash` the person was shown: when the call's arguments
+    /// hash otherwise, the answer is refused ([`Error::ArgumentsHashMismatch`]).
+    pub arguments_hash: Option<&'a str>,
+    /// The issues of edited arguments against the input schema of the
+    /// named tool (none when they fit). Without it, edits are refused.
+    pub edits: Option<&'a EditCheck<'a>>,
+}
+
 /// The open-or-not row a reply is addressed to.
 #[derive(Debug, Clone)]
 pub(crate) struct ReplyTarget {
@@ -77,10 +95,12 @@ impl Store {
         target: AnswerTarget,
         call: &ToolCallId,
         verdict: &Verdict,
+        checks: AnswerChecks<'_>,
     ) -> Result<Answered> {
-        let answered =
-            crate::error::retry_conflicts(|| self.answer_once(owner, target, call, verdict))
-                .await?;
+        let answered = crate::error::retry_conflicts(|| {
+            self.answer_once(owner, target, call, verdict, checks)
+        })
+        .await?;
         self.publish(&answered.outbox).await;
         Ok(answered)
     }
@@ -91,6 +111,7 @@ impl Store {
         target: AnswerTarget,
         call: &ToolCallId,
         verdict: &Verdict,
+        checks: AnswerChecks<'_>,
     ) -> Result<Answered> {
         let run = self.run_to_lock(owner, target, call).await?;
         let tx = OpenTx::new(self.client().await?);
@@ -106,13 +127,14 @@ impl Store {
             tx.rollback().await?;
             return Ok(Answered::refused(reason));
         }
-        let mut reply = match reduce_reply(&row, verdict) {
-            Ok(reply) => reply,
-            Err(e) => {
-                tx.rollback().await?;
-                return Err(e);
-            }
-        };
+        let mut reply =
+            match reduce_reply(&row, verdict).and_then(|reply| checked(&row, reply, checks)) {
+                Ok(reply) => reply,
+                Err(e) => {
+                    tx.rollback().await?;
+                    return Err(e);
+                }
+            };
         reply.answered_by = Some(owner.to_string());
         reply.answered_at = Some(answered_at);
         let answers = tx.commit_with(settle_ops(&row, call, &reply)?).await?;
@@ -197,7 +219,55 @@ fn reduce_reply(row: &ReplyTarget, verdict: &Verdict) -> Result<SettledReply> {
             kind: row.kind.to_string(),
         },
         ReplyError::InvalidAnswers(issues) => Error::InvalidAnswers(issues),
+        ReplyError::CannotEdit => Error::CannotEdit {
+            kind: row.kind.to_string(),
+        },
     })
+}
+
+/// `reply` once `checks` pass, with the hash of the arguments it decided on.
+fn checked(
+    row: &ReplyTarget,
+    mut reply: SettledReply,
+    checks: AnswerChecks<'_>,
+) -> Result<SettledReply> {
+    let hash = arguments_hash(&row.arguments);
+    if let Some(expected) = checks.arguments_hash {
+        if expected != hash {
+            return Err(Error::ArgumentsHashMismatch {
+                expected: expected.to_owned(),
+                actual: hash,
+            });
+        }
+    }
+    if let Some(edited) = &reply.arguments {
+        let issues = match checks.edits {
+            Some(check) => check(&row.tool_name, edited),
+            None => vec![Issue {
+                path: String::new(),
+                message: "edited arguments cannot be checked here (no tool schemas)".into(),
+            }],
+        };
+        if !issues.is_empty() {
+            return Err(Error::InvalidArguments(issues));
+        }
+    }
+    reply.arguments_hash = Some(hash);
+    Ok(reply)
+}
+
+/// What a decision said beyond its verdict, as the `decision` column keeps
+/// it: `{arguments?, message?, argumentsHash}`.
+fn decision_of(reply: &SettledReply) -> Option<Value> {
+    let hash = reply.arguments_hash.as_ref()?;
+    let mut decision = json!({ "argumentsHash": hash });
+    if let Some(arguments) = &reply.arguments {
+        decision["arguments"] = arguments.clone();
+    }
+    if let Some(message) = &reply.message {
+        decision["message"] = json!(message);
+    }
+    Some(decision)
 }
 
 /// The statements that record `reply` to the open request `row`: the row
@@ -215,7 +285,7 @@ fn settle_ops(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) -> Res
         // Pending, as read under the lock nobody else writes it without.
         Op::new(
             "UPDATE tool_calls SET status = $3, payload = $4, result = $5,
-                    answered_by = $6, answered_at = $7, defaulted = $8
+                    answered_by = $6, answered_at = $7, defaulted = $8, decision = $9
              WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'",
             vec![
                 Box::new(run.0),
@@ -226,6 +296,7 @@ fn settle_ops(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) -> Res
                 Box::new(reply.answered_by.clone()),
                 Box::new(reply.answered_at),
                 Box::new(reply.defaulted.clone()),
+                Box::new(decision_of(reply)),
             ],
         )
         .expect(Expect::One(Error::Corrupt(format!(
@@ -354,41 +425,4 @@ pub(crate) async fn settle(
     )
     .await?;
     Ok(outbox)
-}
-
-/// A settled row's reply, or its status while it is not settled.
-pub(crate) fn settled_reply(
-    status: ToolCallStatus,
-    kind: ToolKind,
-    payload: Option<Value>,
-    result: Option<&Value>,
-    defaulted: Option<Vec<String>>,
-    answered_by: Option<String>,
-    answered_at: Option<DateTime<Utc>>,
-) -> Result<std::result::Result<SettledReply, ToolCallStatus>> {
-    if matches!(
-        status,
-        ToolCallStatus::Proposed | ToolCallStatus::PendingApproval
-    ) {
-        return Ok(Err(status));
-    }
-    // Questions keep their resolved answers in `payload`.
-    let (payload, answers) = if kind == ToolKind::Ask {
-        (None, payload.map(serde_json::from_value).transpose()?)
-    } else {
-        (payload, None)
-    };
-    Ok(Ok(SettledReply {
-        status,
-        approved: status == ToolCallStatus::Executed,
-        payload,
-        answers,
-        defaulted,
-        reason: result
-            .and_then(|r| r.get("reason"))
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        answered_by,
-        answered_at,
-    }))
 }

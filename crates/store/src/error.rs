@@ -21,6 +21,16 @@ pub enum Error {
     /// Answers that do not fit the stored question set.
     #[error("the answers do not fit the question set")]
     InvalidAnswers(Vec<agentenkit_core::questions::Issue>),
+    /// Edited arguments for a call that is not an approval.
+    #[error("only an approval's arguments can be edited; this call is a {kind}")]
+    CannotEdit { kind: String },
+    /// Edited arguments that do not fit the tool's input schema.
+    #[error("the edited arguments do not fit the tool's input schema")]
+    InvalidArguments(Vec<agentenkit_core::questions::Issue>),
+    /// The answer named the `argumentsHash` it was shown, and the call's
+    /// arguments hash otherwise.
+    #[error("the call's argumentsHash is {actual}, not {expected}")]
+    ArgumentsHashMismatch { expected: String, actual: String },
     /// `respond` by thread named a call id that more than one open request
     /// of the current run tree has.
     #[error("tool call {tool_call_id} is open in more than one run: {run_ids:?}")]

@@ -104,6 +104,9 @@ impl Store {
             defaulted: None,
             answered_by: None,
             answered_at: Some(now),
+            arguments: None,
+            message: None,
+            arguments_hash: None,
         };
         let stmt = tx
             .prepare_cached(

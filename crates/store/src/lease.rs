@@ -69,6 +69,7 @@ struct CallSnapshot {
     defaulted: Option<Vec<String>>,
     answered_by: Option<String>,
     answered_at: Option<DateTime<Utc>>,
+    decision: Option<serde_json::Value>,
     child: Option<Uuid>,
 }
 
@@ -84,6 +85,7 @@ impl CallSnapshot {
             defaulted: self.defaulted,
             answered_by: self.answered_by,
             answered_at: self.answered_at,
+            decision: self.decision,
             child: self.child.map(RunId),
         })
     }
@@ -130,7 +132,7 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
                    'id', tc.id, 'kind', tc.kind, 'status', tc.status,
                    'park_request', tc.park_request, 'payload', tc.payload, 'result', tc.result,
                    'defaulted', tc.defaulted, 'answered_by', tc.answered_by,
-                   'answered_at', tc.answered_at, 'child', c.id)), '[]')
+                   'answered_at', tc.answered_at, 'decision', tc.decision, 'child', c.id)), '[]')
         FROM tool_calls tc
         LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
         WHERE tc.run_id = a.id),

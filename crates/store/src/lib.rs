@@ -38,7 +38,7 @@ mod tls;
 mod views;
 mod watch;
 
-pub use answer::{AnswerTarget, Answered};
+pub use answer::{AnswerChecks, AnswerTarget, Answered};
 pub use change::Change;
 pub use error::{Error, Result};
 pub use event_insert::{INSERT_EVENT_SQL, INSERT_MESSAGE_SQL};

@@ -7,11 +7,18 @@ use crate::{Error, Result, Store};
 /// migrates without the source tree beside it. A version, once released,
 /// is never edited: a change to the schema is a new file (README.md,
 /// "Changing the schema").
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "schema",
-    include_str!("../../../migrations/0001_schema.sql"),
-)];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "schema",
+        include_str!("../../../migrations/0001_schema.sql"),
+    ),
+    (
+        2,
+        "decisions",
+        include_str!("../../../migrations/0002_decisions.sql"),
+    ),
+];
 
 /// An arbitrary constant: migrations of one database take this advisory lock
 /// so two processes starting at once do not both apply a version.

@@ -25,6 +25,9 @@ pub struct CallRow {
     pub defaulted: Option<Vec<String>>,
     pub answered_by: Option<String>,
     pub answered_at: Option<DateTime<Utc>>,
+    /// A decision's edits, note and argumentsHash (`{arguments?, message?,
+    /// argumentsHash}`).
+    pub decision: Option<serde_json::Value>,
     /// The child run a delegation started.
     pub child: Option<RunId>,
 }
@@ -42,21 +45,46 @@ impl CallRow {
             defaulted: None,
             answered_by: None,
             answered_at: None,
+            decision: None,
             child: None,
         }
     }
 
     /// The settled reply, or the status while the call is not settled.
     pub fn reply(&self) -> Result<std::result::Result<SettledReply, ToolCallStatus>> {
-        crate::answer::settled_reply(
+        if matches!(
             self.status,
-            self.kind,
-            self.payload.clone(),
-            self.result.as_ref(),
-            self.defaulted.clone(),
-            self.answered_by.clone(),
-            self.answered_at,
-        )
+            ToolCallStatus::Proposed | ToolCallStatus::PendingApproval
+        ) {
+            return Ok(Err(self.status));
+        }
+        // Questions keep their resolved answers in `payload`.
+        let (payload, answers) = if self.kind == ToolKind::Ask {
+            let answers = self.payload.clone().map(serde_json::from_value);
+            (None, answers.transpose()?)
+        } else {
+            (self.payload.clone(), None)
+        };
+        let text = |value: Option<&serde_json::Value>, key: &str| {
+            value
+                .and_then(|v| v.get(key))
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        let decision = self.decision.as_ref();
+        Ok(Ok(SettledReply {
+            status: self.status,
+            approved: self.status == ToolCallStatus::Executed,
+            payload,
+            answers,
+            defaulted: self.defaulted.clone(),
+            reason: text(self.result.as_ref(), "reason"),
+            answered_by: self.answered_by.clone(),
+            answered_at: self.answered_at,
+            arguments: decision.and_then(|d| d.get("arguments")).cloned(),
+            message: text(decision, "message"),
+            arguments_hash: text(decision, "argumentsHash"),
+        }))
     }
 
     /// Where the delegation of this call stands: `None` before its child

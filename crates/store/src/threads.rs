@@ -1,5 +1,6 @@
 //! Threads: creation, reads, and starting a turn.
 
+use agentenkit_core::canonical::arguments_hash;
 use agentenkit_core::{EventType, Owner, RunId, RunStatus, ThreadId, ThreadStatus};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -320,7 +321,7 @@ impl Store {
                     // read of the thread's later events on this one.
                     tracing::error!(event_id = id, error = %problem, "event data served incomplete");
                 }
-                let data = unpacked.data;
+                let data = with_arguments_hash(event_type, unpacked.data);
                 Ok(EventView {
                     id,
                     thread_id: thread,
@@ -357,6 +358,17 @@ fn not_found(thread: ThreadId) -> Error {
     }
 }
 
+/// `INPUT_REQUIRED` names the `argumentsHash` of its arguments (computed on
+/// read: it is theirs, and storing it would repeat them).
+fn with_arguments_hash(event_type: EventType, mut data: Value) -> Value {
+    if event_type == EventType::InputRequired {
+        if let Some(hash) = data.get("arguments").map(arguments_hash) {
+            data["argumentsHash"] = Value::String(hash);
+        }
+    }
+    data
+}
+
 fn pending_input(row: &Row) -> Result<PendingInput> {
     let kind = row.get::<_, &str>(5).parse()?;
     let expires_at: Option<DateTime<Utc>> = row.get(9);
@@ -365,6 +377,7 @@ fn pending_input(row: &Row) -> Result<PendingInput> {
         run_id: RunId(row.get(1)),
         thread_id: ThreadId(row.get(2)),
         tool_name: row.get(3),
+        arguments_hash: arguments_hash(&row.get::<_, Value>(4)),
         arguments: row.get(4),
         kind,
         reason: row.get(6),

@@ -32,6 +32,10 @@ pub struct PendingInput {
     pub thread_id: ThreadId,
     pub tool_name: String,
     pub arguments: Value,
+    /// SHA-256 of `arguments` in RFC 8785 canonical form, lowercase hex: an
+    /// answer that sends it back is refused if the call's arguments differ
+    /// from what was shown.
+    pub arguments_hash: String,
     pub kind: ToolKind,
     pub reason: Option<String>,
     pub run_name: String,

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use crate::auth::Caller;
 use crate::extract::{parse_id, JsonBody, QueryParams};
 use crate::page::{cursor, CursorQuery, Page};
-use crate::schemas::ErrorBody;
+use crate::schemas::{checked_hash, ErrorBody};
 use crate::{ApiError, AppState};
 
 /// What became of a reply. `delivered: false` is not an error of the
@@ -37,6 +37,21 @@ pub struct Approve {
     #[serde(default)]
     #[schema(value_type = Option<crate::schemas::StorableJson>)]
     payload: Option<Value>,
+    /// Edited arguments: the call runs with these instead of the proposed
+    /// ones (approvals only; they must fit the tool's input schema, else
+    /// 422 and nothing changes). The model is told they were edited.
+    #[serde(default)]
+    #[schema(value_type = Option<crate::schemas::StorableJson>)]
+    arguments: Option<Value>,
+    /// A note the model reads with the tool's result.
+    #[serde(default)]
+    #[schema(pattern = "^[^\\u0000]*$")]
+    message: Option<String>,
+    /// The `argumentsHash` of the request as it was shown: when the call's
+    /// arguments hash otherwise, 409 and nothing changes.
+    #[serde(default)]
+    #[schema(value_type = Option<crate::schemas::ArgumentsHash>)]
+    arguments_hash: Option<String>,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -46,9 +61,14 @@ pub struct Reject {
     run_id: String,
     #[schema(value_type = crate::schemas::ToolCallIdText)]
     tool_call_id: String,
+    /// Why: the model reads it.
     #[serde(default)]
     #[schema(pattern = "^[^\\u0000]*$")]
     reason: Option<String>,
+    /// As for approve: 409 when the call's arguments hash otherwise.
+    #[serde(default)]
+    #[schema(value_type = Option<crate::schemas::ArgumentsHash>)]
+    arguments_hash: Option<String>,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -83,6 +103,10 @@ pub struct Respond {
     #[serde(default)]
     #[schema(value_type = Option<crate::schemas::StorableJson>)]
     payload: Option<Value>,
+    /// As for approve: 409 when the call's arguments hash otherwise.
+    #[serde(default)]
+    #[schema(value_type = Option<crate::schemas::ArgumentsHash>)]
+    arguments_hash: Option<String>,
 }
 
 /// Approves a call waiting for approval, or settles a job (`payload` is its
@@ -94,8 +118,9 @@ pub struct Respond {
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
-        (status = 409, description = "`HumanReplyMismatchError`: the call takes no reply of this kind", body = ErrorBody),
+        (status = 409, description = "`HumanReplyMismatchError`: the call takes no reply of this kind; `ArgumentsHashMismatch`: its arguments are not those the `argumentsHash` names; `CannotEditArguments`: edits of a call that is no approval", body = ErrorBody),
         (status = 413, body = ErrorBody),
+        (status = 422, description = "`InvalidArguments`: the edited arguments do not fit the tool's input schema, with every issue", body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
     ))]
@@ -107,7 +132,17 @@ pub async fn approve(
     let run = run_id(&body.run_id)?;
     let answered = state
         .replies()
-        .approve(&owner, run, &body.tool_call_id, body.payload)
+        .approve(
+            &owner,
+            run,
+            &body.tool_call_id,
+            agentenkit_runtime::replies::Approve {
+                payload: body.payload,
+                arguments: body.arguments,
+                message: body.message,
+                arguments_hash: checked_hash(body.arguments_hash)?,
+            },
+        )
         .await?;
     Ok(delivery(answered))
 }
@@ -120,7 +155,7 @@ pub async fn approve(
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
-        (status = 409, description = "`HumanReplyMismatchError`: the call takes no reply of this kind", body = ErrorBody),
+        (status = 409, description = "`HumanReplyMismatchError`: the call takes no reply of this kind; `ArgumentsHashMismatch`: its arguments are not those the `argumentsHash` names", body = ErrorBody),
         (status = 413, body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
@@ -133,7 +168,15 @@ pub async fn reject(
     let run = run_id(&body.run_id)?;
     let answered = state
         .replies()
-        .reject(&owner, run, &body.tool_call_id, body.reason)
+        .reject(
+            &owner,
+            run,
+            &body.tool_call_id,
+            agentenkit_runtime::replies::Reject {
+                reason: body.reason,
+                arguments_hash: checked_hash(body.arguments_hash)?,
+            },
+        )
         .await?;
     Ok(delivery(answered))
 }
@@ -212,16 +255,32 @@ pub async fn respond(
     JsonBody(body): JsonBody<Respond>,
 ) -> Result<Json<Delivery>, ApiError> {
     let thread: ThreadId = parse_id(&body.thread_id, "tool call")?;
-    let answered = state
-        .replies()
-        .respond(
-            &owner,
-            thread,
-            &body.tool_call_id,
-            body.approved,
-            body.payload,
-        )
-        .await?;
+    let replies = state.replies();
+    let answered = match checked_hash(body.arguments_hash)? {
+        None => {
+            replies
+                .respond(
+                    &owner,
+                    thread,
+                    &body.tool_call_id,
+                    body.approved,
+                    body.payload,
+                )
+                .await?
+        }
+        Some(hash) => {
+            replies
+                .respond_to_hash(
+                    &owner,
+                    thread,
+                    &body.tool_call_id,
+                    body.approved,
+                    body.payload,
+                    &hash,
+                )
+                .await?
+        }
+    };
     Ok(delivery(answered))
 }
 

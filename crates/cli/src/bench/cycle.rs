@@ -10,7 +10,7 @@ use agentenkit_core::reply::Verdict;
 use agentenkit_core::{Owner, QueueMessage, RunId, ToolCallId};
 use agentenkit_queue::QueueAdapter;
 use agentenkit_runtime::{Registry, Worker, WorkerConfig};
-use agentenkit_store::{AnswerTarget, OutboxRow, Store};
+use agentenkit_store::{AnswerChecks, AnswerTarget, OutboxRow, Store};
 use anyhow::{bail, Context};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -200,7 +200,8 @@ pub async fn resume_phase(
                     &ctx.owner,
                     AnswerTarget::Run(run),
                     &ToolCallId::from("c1"),
-                    &Verdict::Approve { payload: None },
+                    &Verdict::approve(),
+                    AnswerChecks::default(),
                 )
                 .await?;
             if !answered.delivered {

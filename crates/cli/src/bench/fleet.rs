@@ -18,7 +18,7 @@ use agentenkit_core::{Owner, RunId, RunStatus, ToolCallId};
 use agentenkit_queue::rabbit::RabbitQueue;
 use agentenkit_queue::{QueueAdapter, Topology};
 use agentenkit_runtime::Relay;
-use agentenkit_store::{AnswerTarget, Store};
+use agentenkit_store::{AnswerChecks, AnswerTarget, Store};
 use anyhow::{bail, Context};
 use serde_json::json;
 
@@ -170,7 +170,8 @@ impl Fleet {
                         &fleet.owner,
                         AnswerTarget::Run(run),
                         &ToolCallId::from("c1"),
-                        &Verdict::Approve { payload: None },
+                        &Verdict::approve(),
+                        AnswerChecks::default(),
                     )
                     .await?;
                 if !answered.delivered {

@@ -3,6 +3,7 @@
 
 use agentenkit_core::conversation::ToolCallRequest;
 use agentenkit_core::journal::names;
+use agentenkit_core::reply::{approved_result, SettledReply};
 use agentenkit_core::{EventType, RunId, ToolCallStatus, ToolKind};
 use agentenkit_store::{Change, RunContext};
 use serde_json::{json, Value};
@@ -46,7 +47,7 @@ pub(super) async fn run_function(
             return Ok(Ran::Parked(Some(Wait::Job(request))));
         }
     }
-    match execute(cp, agent, registry, ctx, call, None).await {
+    match execute(cp, agent, registry, ctx, call, None, None).await {
         Ok(result) => Ok(Ran::Result(result)),
         Err(SegmentError::Parked(request)) => {
             let recorded = serde_json::to_value(&request)
@@ -123,7 +124,9 @@ pub(super) async fn persist_tool_call(
 }
 
 /// Runs a function tool once (`exec:<callId>`). A failure the model should
-/// see is the result; an unavailable tool fails the step for a retry.
+/// see is the result; an unavailable tool fails the step for a retry. An
+/// approved call runs with the arguments its `decision` edited it to, and
+/// the model reads the decision's edits and note with the result.
 pub(super) async fn execute(
     cp: &mut Checkpointer<'_>,
     agent: &Agent,
@@ -131,7 +134,14 @@ pub(super) async fn execute(
     ctx: &RunContext,
     call: &PersistedToolCall,
     approval: Option<Approval>,
+    decision: Option<&SettledReply>,
 ) -> Result<Value, SegmentError> {
+    let edited = decision.and_then(|d| d.arguments.as_ref());
+    let message = decision.and_then(|d| d.message.as_deref());
+    let edited_call = edited.map(|arguments| PersistedToolCall {
+        arguments: arguments.clone(),
+        ..call.clone()
+    });
     let span = tracing::info_span!("tool", tool_call_id = %call.id, tool = %call.name);
     let run_id = ctx.lease.run_id;
     let name = names::exec(&call.id);
@@ -141,7 +151,8 @@ pub(super) async fn execute(
     cp.checkpoint(name, Durability::Effect, || {
         async {
             let answered = approval.is_some();
-            let (result, status) = match invoke(agent, registry, ctx, call, approval).await {
+            let run_as = edited_call.as_ref().unwrap_or(call);
+            let (result, status) = match invoke(agent, registry, ctx, run_as, approval).await {
                 Invocation::Done(value) => (value, ToolCallStatus::Executed),
                 Invocation::Failed(value) => (value, ToolCallStatus::Failed),
                 Invocation::Unavailable(message) => return Err(SegmentError::Retry(message)),
@@ -151,6 +162,7 @@ pub(super) async fn execute(
             };
             ::metrics::counter!(crate::metrics::TOOL_EXECUTIONS, "status" => status.as_str())
                 .increment(1);
+            let result = approved_result(result, edited, message);
             // An answered row is already settled by its answer; only the
             // result is added.
             let settle = if answered {

@@ -249,7 +249,7 @@ impl Turn<'_> {
         };
         let (agent, registry, ctx) = (self.agent, self.registry, self.ctx);
         Ok(Some(
-            execute(cp, agent, registry, ctx, call, Some(approval)).await?,
+            execute(cp, agent, registry, ctx, call, Some(approval), Some(&reply)).await?,
         ))
     }
 }
