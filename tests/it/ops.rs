@@ -42,6 +42,12 @@ async fn an_operator_sees_the_inbox_approves_and_reads_the_run_from_the_command_
     .unwrap();
     let listed: Value = serde_json::from_str(&as_json.output).unwrap();
     assert_eq!(listed[0]["toolCallId"], "c1");
+    let hash = listed[0]["argumentsHash"].as_str().unwrap().to_owned();
+    assert!(
+        inbox.output.contains(&format!("argumentsHash: {hash}")),
+        "{}",
+        inbox.output
+    );
     // Bob's inbox does not hold Alice's request.
     let bobs = OpsCommand::Inbox {
         api: target(&env, BOB, false),
@@ -71,11 +77,34 @@ async fn an_operator_sees_the_inbox_approves_and_reads_the_run_from_the_command_
     );
     assert!(thread.output.contains("call c1"), "{}", thread.output);
 
+    // Bound to arguments the call does not have: refused, nothing changes.
+    let stale = OpsCommand::Approve {
+        api: target(&env, ALICE, false),
+        run: run_id.clone(),
+        call: "c1".into(),
+        payload: None,
+        arguments: None,
+        message: None,
+        arguments_hash: Some("0".repeat(64)),
+    }
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(stale.exit_code, 1);
+    assert!(
+        stale.output.contains("409 ArgumentsHashMismatch"),
+        "{}",
+        stale.output
+    );
+
     let approve = OpsCommand::Approve {
         api: target(&env, ALICE, false),
         run: run_id.clone(),
         call: "c1".into(),
         payload: Some(json!({ "note": "from the terminal" })),
+        arguments: Some(json!({ "to": "edited@b.c" })),
+        message: Some("edited in the terminal".into()),
+        arguments_hash: Some(hash),
     };
     let approved = approve.clone().run().await.unwrap();
     assert_eq!(
@@ -88,6 +117,7 @@ async fn an_operator_sees_the_inbox_approves_and_reads_the_run_from_the_command_
         tool.bodies()[0]["approval"]["payload"],
         json!({ "note": "from the terminal" })
     );
+    assert_eq!(tool.bodies()[0]["arguments"], json!({ "to": "edited@b.c" }));
     // Twice: not delivered, exit code 3, the reason printed.
     let again = approve.run().await.unwrap();
     assert_eq!(again.exit_code, NOT_DELIVERED);

@@ -54,6 +54,17 @@ pub enum OpsCommand {
         /// JSON handed to the tool as `approval.payload`.
         #[arg(long, value_parser = parse_json)]
         payload: Option<Value>,
+        /// Edited arguments (a JSON object) the tool runs with instead of
+        /// the proposed ones; the model is told.
+        #[arg(long, value_parser = parse_json)]
+        arguments: Option<Value>,
+        /// A note the model reads with the tool's result.
+        #[arg(long)]
+        message: Option<String>,
+        /// The argumentsHash the inbox showed: refused if the call's
+        /// arguments are no longer those.
+        #[arg(long = "arguments-hash")]
+        arguments_hash: Option<String>,
     },
     /// Rejects a request (the tool does not run; the model sees the reason).
     Reject {
@@ -63,6 +74,9 @@ pub enum OpsCommand {
         call: String,
         #[arg(long)]
         reason: Option<String>,
+        /// The argumentsHash the inbox showed (as for approve).
+        #[arg(long = "arguments-hash")]
+        arguments_hash: Option<String>,
     },
     /// Answers a question set: `{"<questionId>": ["value", ...]}`.
     Answer {
@@ -167,10 +181,22 @@ impl OpsCommand {
                 run,
                 call,
                 payload,
+                arguments,
+                message,
+                arguments_hash,
             } => {
                 let mut body = json!({ "runId": run, "toolCallId": call });
                 if let Some(payload) = payload {
                     body["payload"] = payload;
+                }
+                if let Some(arguments) = arguments {
+                    body["arguments"] = arguments;
+                }
+                if let Some(message) = message {
+                    body["message"] = json!(message);
+                }
+                if let Some(hash) = arguments_hash {
+                    body["argumentsHash"] = json!(hash);
                 }
                 Client::new(&api)?
                     .reply("/agent/tool-call/approve", body)
@@ -181,10 +207,14 @@ impl OpsCommand {
                 run,
                 call,
                 reason,
+                arguments_hash,
             } => {
                 let mut body = json!({ "runId": run, "toolCallId": call });
                 if let Some(reason) = reason {
                     body["reason"] = json!(reason);
+                }
+                if let Some(hash) = arguments_hash {
+                    body["argumentsHash"] = json!(hash);
                 }
                 Client::new(&api)?
                     .reply("/agent/tool-call/reject", body)
@@ -470,6 +500,9 @@ fn render_pending(out: &mut String, item: &Value) {
         expires,
     );
     let _ = writeln!(out, "    arguments: {}", short(&item["arguments"], 200));
+    if let Some(hash) = item["argumentsHash"].as_str() {
+        let _ = writeln!(out, "    argumentsHash: {}", shown(hash, false));
+    }
 }
 
 fn render_thread(thread: &Value) -> String {
