@@ -1,23 +1,26 @@
-// One open request as a card: an approval (Approve / Deny), a wait for
-// something else (a status line), or a question set.
+// One open request as a card: an approval (Approve / Edit / Deny, with a
+// note or reason), a wait for something else (a status line), or a question
+// set.
 
-import { useMemo } from "react";
-import type { Answers, PendingInput } from "use-agentenkit";
+import { useMemo, useState } from "react";
+import type { Answers, Decision, PendingInput } from "use-agentenkit";
 
 import { QuestionForm } from "./QuestionForm";
 import { shown } from "./shown";
 import { TimeLeft } from "./TimeLeft";
 
 export interface CardActions {
-  approve(input: PendingInput): void;
-  deny(input: PendingInput): void;
+  /** `decision`: edited arguments and a note the model reads. */
+  approve(input: PendingInput, decision?: Decision): void;
+  /** `reason`: why, which the model reads. */
+  deny(input: PendingInput, reason?: string): void;
   answer(input: PendingInput, answers: Answers): void;
   skip(input: PendingInput): void;
 }
 
 /** What both hooks offer (each answers by the input, run and call). */
 interface Answering {
-  respondToInput(input: PendingInput, approved: boolean): Promise<void>;
+  respondToInput(input: PendingInput, approved: boolean, payload?: unknown, decision?: Decision): Promise<void>;
   answer(input: PendingInput, answers: Answers): Promise<void>;
   skip(input: PendingInput): Promise<void>;
 }
@@ -27,8 +30,8 @@ export function useCardActions(hook: Answering): CardActions {
   const { respondToInput, answer, skip } = hook;
   return useMemo(
     () => ({
-      approve: (input) => void respondToInput(input, true),
-      deny: (input) => void respondToInput(input, false),
+      approve: (input, decision) => void respondToInput(input, true, undefined, decision),
+      deny: (input, reason) => void respondToInput(input, false, undefined, { reason }),
       answer: (input, answers) => void answer(input, answers),
       skip: (input) => void skip(input),
     }),
@@ -64,14 +67,7 @@ export function InputCard(props: { input: PendingInput; actions: CardActions; th
             {shown(JSON.stringify(input.arguments, null, 2), true)}
           </pre>
           {approval ? (
-            <div className="actions">
-              <button type="button" className="approve" onClick={() => actions.approve(input)}>
-                Approve
-              </button>
-              <button type="button" className="deny" onClick={() => actions.deny(input)}>
-                Deny
-              </button>
-            </div>
+            <Decide input={input} actions={actions} idPrefix={titleId} />
           ) : (
             <p className="waiting">Waiting for {shown(input.reason)}</p>
           )}
@@ -79,6 +75,84 @@ export function InputCard(props: { input: PendingInput; actions: CardActions; th
       )}
       {props.threadLink}
     </article>
+  );
+}
+
+/** An approval's answer: Approve (with edited arguments, when editing),
+ * Deny, and a note or reason the model reads with either. */
+function Decide(props: { input: PendingInput; actions: CardActions; idPrefix: string }) {
+  const { input, actions, idPrefix } = props;
+  const [note, setNote] = useState("");
+  const [draft, setDraft] = useState<string | null>(null);
+  const [draftError, setDraftError] = useState<string | null>(null);
+  const said = note.trim() === "" ? undefined : note.trim();
+  const approve = () => {
+    const decision: Decision = { message: said };
+    if (draft !== null) {
+      try {
+        const edited: unknown = JSON.parse(draft);
+        if (JSON.stringify(edited) !== JSON.stringify(input.arguments)) decision.arguments = edited;
+      } catch (e) {
+        setDraftError(`The edited arguments are not JSON: ${(e as Error).message}`);
+        return;
+      }
+    }
+    actions.approve(input, decision);
+  };
+  return (
+    <>
+      {draft !== null && (
+        <>
+          <label className="field" htmlFor={`${idPrefix}-edit`}>
+            Edited arguments
+          </label>
+          <textarea
+            id={`${idPrefix}-edit`}
+            className="edit"
+            rows={Math.min(12, draft.split("\n").length + 1)}
+            spellCheck={false}
+            value={draft}
+            onChange={(event) => {
+              setDraft(event.target.value);
+              setDraftError(null);
+            }}
+          />
+          {draftError && (
+            <p role="alert" className="draft-error">
+              {draftError}
+            </p>
+          )}
+        </>
+      )}
+      <label className="field" htmlFor={`${idPrefix}-note`}>
+        Note or reason (optional)
+      </label>
+      <input
+        id={`${idPrefix}-note`}
+        className="note"
+        type="text"
+        value={note}
+        onChange={(event) => setNote(event.target.value)}
+      />
+      <div className="actions">
+        <button type="button" className="approve" onClick={approve}>
+          {draft === null ? "Approve" : "Approve with edits"}
+        </button>
+        <button
+          type="button"
+          className="edit-toggle"
+          onClick={() => {
+            setDraft(draft === null ? JSON.stringify(input.arguments, null, 2) : null);
+            setDraftError(null);
+          }}
+        >
+          {draft === null ? "Edit" : "Discard edits"}
+        </button>
+        <button type="button" className="deny" onClick={() => actions.deny(input, said)}>
+          Deny
+        </button>
+      </div>
+    </>
   );
 }
 

@@ -69,9 +69,19 @@ async function journalValue(runId: string, name: (entry: JournalEntry) => boolea
   return (await alice.getJournal(runId)).find(name)?.value;
 }
 
+async function sendBodies(): Promise<{ arguments?: unknown }[]> {
+  const calls = (await (await fetch(`${toolUrl}/calls`)).json()) as { path: string; body: { arguments?: unknown } }[];
+  return calls.filter((call) => call.path === "/send").map((call) => call.body);
+}
+
 async function sends(): Promise<number> {
-  const calls = (await (await fetch(`${toolUrl}/calls`)).json()) as { path: string }[];
-  return calls.filter((call) => call.path === "/send").length;
+  return (await sendBodies()).length;
+}
+
+/** What the model read as call `callId`'s result. */
+async function toolResult(threadId: string, callId: string): Promise<unknown> {
+  const messages = await alice.listMessages(threadId);
+  return messages.find((m) => m.role === "tool" && (m as { toolCallId?: string }).toolCallId === callId)?.content;
 }
 
 async function eventually(what: string, check: () => Promise<boolean>, timeoutMs = 15_000): Promise<void> {
@@ -176,6 +186,67 @@ describe("inbox", () => {
       approved: false,
     });
     expect(await sends()).toBe(before);
+  });
+
+  it("approves with edited arguments and a note: the tool runs once with the edits, the model reads both", async () => {
+    const before = await sends();
+    const { threadId, runId } = await parked("mailer");
+    await signIn(page);
+    const card = page.getByRole("article");
+    await card.getByRole("button", { name: "Edit" }).click();
+    const editor = card.getByLabel("Edited arguments");
+    const edited = { to: "grace@example.com", subject: "Quarterly report", body: "Attached." };
+    // Not JSON: said on the card, nothing sent.
+    await editor.fill("{ to: grace");
+    await card.getByRole("button", { name: "Approve with edits" }).click();
+    expect(await card.getByRole("alert").textContent()).toContain("not JSON");
+    await editor.fill(JSON.stringify(edited, null, 2));
+    await card.getByLabel("Note or reason (optional)").fill("Grace owns this report now");
+    await screenshot(card, "edit.png");
+    await card.getByRole("button", { name: "Approve with edits" }).click();
+    await card.waitFor({ state: "detached" });
+
+    expect(await finished(runId)).toBe("completed");
+    const bodies = await sendBodies();
+    expect(bodies.length - before).toBe(1);
+    expect(bodies.at(-1)!.arguments).toEqual(edited);
+    expect(await journalValue(runId, (e) => e.name.startsWith("tool:"))).toMatchObject({
+      approved: true,
+      arguments: edited,
+      message: "Grace owns this report now",
+      answeredBy: "alice",
+    });
+    expect(await toolResult(threadId, "c1")).toMatchObject({
+      result: { sent: true },
+      editedArguments: edited,
+      message: "Grace owns this report now",
+    });
+  });
+
+  it("refuses edits that do not fit the tool's schema with an alert, and the card comes back", async () => {
+    const { runId } = await parked("mailer");
+    await signIn(page);
+    const card = page.getByRole("article");
+    await card.getByRole("button", { name: "Edit" }).click();
+    await card.getByLabel("Edited arguments").fill(JSON.stringify({ to: 7 }));
+    await card.getByRole("button", { name: "Approve with edits" }).click();
+    await page.getByRole("alert").filter({ hasText: "do not fit" }).waitFor();
+    await card.getByRole("button", { name: "Deny" }).waitFor();
+    expect((await alice.getRun(runId)).status).toBe("waiting");
+    await card.getByRole("button", { name: "Deny" }).click();
+    await card.waitFor({ state: "detached" });
+    expect(await finished(runId)).toBe("completed");
+  });
+
+  it("denies with a reason the model reads", async () => {
+    const { threadId, runId } = await parked("mailer");
+    await signIn(page);
+    const card = page.getByRole("article");
+    await card.getByLabel("Note or reason (optional)").fill("Not before the board meeting");
+    await card.getByRole("button", { name: "Deny" }).click();
+    await card.waitFor({ state: "detached" });
+    expect(await finished(runId)).toBe("completed");
+    expect(await toolResult(threadId, "c1")).toEqual({ denied: true, reason: "Not before the board meeting" });
   });
 
   it("shows a job as a status line without buttons", async () => {

@@ -60,6 +60,7 @@ questions = [
 type = "http"
 url = "${toolUrl}/send"
 requires_confirmation = true
+input_schema = { type = "object", properties = { to = { type = "string" }, subject = { type = "string" }, body = { type = "string" } } }
 
 [tools.job]
 type = "http"

@@ -4,8 +4,8 @@
 
 import { useCallback, useRef, useState } from "react";
 
-import { ApiError } from "./client";
-import type { Delivery, PendingInput } from "./types";
+import { ApiError, type Client } from "./client";
+import type { Decision, Delivery, PendingInput } from "./types";
 
 /** A request is named by its run and call: two runs of a tree (sub-agents)
  * may use one call id. */
@@ -108,4 +108,18 @@ export function useOptimisticAnswers(afterAnswer: () => void): OptimisticAnswers
 export function asError(e: unknown): Error {
   if (e instanceof Error) return e;
   return new ApiError(0, "Error", String(e));
+}
+
+/** Approves or denies `input`, bound to the arguments it was shown with. */
+export function decide(
+  client: Client,
+  input: PendingInput,
+  approved: boolean,
+  payload?: unknown,
+  decision: Decision = {},
+): Promise<Delivery> {
+  const shown = { ...decision, argumentsHash: decision.argumentsHash ?? (input.argumentsHash || undefined) };
+  return approved
+    ? client.approve(input.runId, input.toolCallId, payload, shown)
+    : client.reject(input.runId, input.toolCallId, decision.reason, shown);
 }

@@ -5,6 +5,7 @@ import type {
   AgentInfo,
   Answers,
   CreatedThread,
+  Decision,
   Delivery,
   JournalEntry,
   PendingInput,
@@ -71,11 +72,19 @@ export interface Client {
   stopThread(threadId: string): Promise<void>;
   getRun(runId: string): Promise<Run>;
   getJournal(runId: string): Promise<JournalEntry[]>;
-  approve(runId: string, toolCallId: string, payload?: unknown): Promise<Delivery>;
-  reject(runId: string, toolCallId: string, reason?: string): Promise<Delivery>;
+  /** `decision`: edited `arguments`, a `message`, the `argumentsHash` shown. */
+  approve(runId: string, toolCallId: string, payload?: unknown, decision?: Decision): Promise<Delivery>;
+  /** `decision.argumentsHash`: the hash shown (`reason` is the argument). */
+  reject(runId: string, toolCallId: string, reason?: string, decision?: Decision): Promise<Delivery>;
   answer(runId: string, toolCallId: string, answers: Answers): Promise<Delivery>;
   skip(runId: string, toolCallId: string): Promise<Delivery>;
-  respond(threadId: string, toolCallId: string, approved: boolean, payload?: unknown): Promise<Delivery>;
+  respond(
+    threadId: string,
+    toolCallId: string,
+    approved: boolean,
+    payload?: unknown,
+    argumentsHash?: string,
+  ): Promise<Delivery>;
   inbox(): Promise<PendingInput[]>;
   agents(): Promise<AgentInfo[]>;
   /** The thread's events, live, reconnecting with `Last-Event-ID`. */
@@ -147,18 +156,31 @@ export function createClient(options: ClientOptions): Client {
     },
     getRun: (runId) => call("GET", `/runs/${id(runId)}`),
     getJournal: (runId) => all(`/runs/${id(runId)}/journal`),
-    approve: (runId, toolCallId, payload) =>
-      call("POST", "/agent/tool-call/approve", { runId, toolCallId, ...(payload === undefined ? {} : { payload }) }),
-    reject: (runId, toolCallId, reason) =>
-      call("POST", "/agent/tool-call/reject", { runId, toolCallId, ...(reason === undefined ? {} : { reason }) }),
+    approve: (runId, toolCallId, payload, decision = {}) =>
+      call("POST", "/agent/tool-call/approve", {
+        runId,
+        toolCallId,
+        ...defined({
+          payload,
+          arguments: decision.arguments,
+          message: decision.message,
+          argumentsHash: decision.argumentsHash,
+        }),
+      }),
+    reject: (runId, toolCallId, reason, decision = {}) =>
+      call("POST", "/agent/tool-call/reject", {
+        runId,
+        toolCallId,
+        ...defined({ reason: reason ?? decision.reason, argumentsHash: decision.argumentsHash }),
+      }),
     answer: (runId, toolCallId, answers) => call("POST", "/agent/tool-call/answer", { runId, toolCallId, answers }),
     skip: (runId, toolCallId) => call("POST", "/agent/tool-call/skip", { runId, toolCallId }),
-    respond: (threadId, toolCallId, approved, payload) =>
+    respond: (threadId, toolCallId, approved, payload, argumentsHash) =>
       call("POST", "/agent/hitl/respond", {
         threadId,
         toolCallId,
         approved,
-        ...(payload === undefined ? {} : { payload }),
+        ...defined({ payload, argumentsHash }),
       }),
     inbox: () => all("/agent/inbox"),
     agents: () => call("GET", "/agents"),
@@ -226,6 +248,12 @@ export function createClient(options: ClientOptions): Client {
       return { close: () => controller.abort() };
     },
   };
+}
+
+/** `fields` without those left undefined (the API refuses `null` where a
+ * field may only be left out). */
+function defined(fields: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined));
 }
 
 /** The `after` of the page a `Link` header names as `rel="next"` (RFC

@@ -2,10 +2,10 @@
 
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 
-import { asError, inputKey, useOptimisticAnswers } from "./answers";
+import { asError, decide, inputKey, useOptimisticAnswers } from "./answers";
 import { ApiError, type Client, type Subscription } from "./client";
 import { coalesced } from "./refresh";
-import type { Answers, Delivery, PendingInput, StoredMessage, ThreadStatus } from "./types";
+import type { Answers, Decision, Delivery, PendingInput, StoredMessage, ThreadStatus } from "./types";
 
 const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 5000;
@@ -19,7 +19,10 @@ export interface AgentThread {
   messages: StoredMessage[];
   /** Open requests, without those answered here and not yet settled. */
   pendingInputs: PendingInput[];
-  respondToInput(which: InputRef, approved: boolean, payload?: unknown): Promise<void>;
+  /** `decision`: edited `arguments` and a `message` (approve), a `reason`
+   * (deny). The input's `argumentsHash` goes with it: an answer to a call
+   * whose arguments are not those shown is refused, and `error` says so. */
+  respondToInput(which: InputRef, approved: boolean, payload?: unknown, decision?: Decision): Promise<void>;
   answer(which: InputRef, answers: Answers): Promise<void>;
   skip(which: InputRef): Promise<void>;
   send(content: string): Promise<void>;
@@ -156,12 +159,8 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
   );
 
   const respondToInput = useCallback(
-    (which: InputRef, approved: boolean, payload?: unknown) =>
-      answerWith(which, (input) =>
-        approved
-          ? client.approve(input.runId, input.toolCallId, payload)
-          : client.reject(input.runId, input.toolCallId),
-      ),
+    (which: InputRef, approved: boolean, payload?: unknown, decision?: Decision) =>
+      answerWith(which, (input) => decide(client, input, approved, payload, decision)),
     [client, answerWith],
   );
   const answer = useCallback(
@@ -220,5 +219,6 @@ function unknownInput(threadId: string, toolCallId: string, runId: string): Pend
     depth: 0,
     expiresAt: null,
     createdAt: "",
+    argumentsHash: "",
   };
 }

@@ -4,10 +4,10 @@
 
 import { useCallback, useEffect, useMemo, useState } from "react";
 
-import { asError, inputKey, useOptimisticAnswers } from "./answers";
+import { asError, decide, inputKey, useOptimisticAnswers } from "./answers";
 import type { Client } from "./client";
 import { coalesced } from "./refresh";
-import type { Answers, PendingInput } from "./types";
+import type { Answers, Decision, PendingInput } from "./types";
 
 export interface InboxOptions {
   /** How often to ask the server (default 2 s). */
@@ -19,7 +19,9 @@ export interface Inbox {
   pendingInputs: PendingInput[];
   /** The first read has returned. */
   loaded: boolean;
-  respondToInput(input: PendingInput, approved: boolean, payload?: unknown): Promise<void>;
+  /** As `useAgentThread`'s: edits and a note, or a reason, bound to the
+   * input's `argumentsHash`. */
+  respondToInput(input: PendingInput, approved: boolean, payload?: unknown, decision?: Decision): Promise<void>;
   answer(input: PendingInput, answers: Answers): Promise<void>;
   skip(input: PendingInput): Promise<void>;
   /** Requests answered here that were no longer open (answered elsewhere,
@@ -65,10 +67,8 @@ export function useInbox(client: Client, options: InboxOptions = {}): Inbox {
   }, [client, reader, pollMs, seen, readFailed, reset]);
 
   const respondToInput = useCallback(
-    (input: PendingInput, approved: boolean, payload?: unknown) =>
-      settle(input, () =>
-        approved ? client.approve(input.runId, input.toolCallId, payload) : client.reject(input.runId, input.toolCallId),
-      ),
+    (input: PendingInput, approved: boolean, payload?: unknown, decision?: Decision) =>
+      settle(input, () => decide(client, input, approved, payload, decision)),
     [client, settle],
   );
   const answer = useCallback(

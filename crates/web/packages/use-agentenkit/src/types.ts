@@ -30,6 +30,9 @@ export interface PendingInput {
   threadId: string;
   toolName: string;
   arguments: unknown;
+  /** SHA-256 of `arguments` in RFC 8785 canonical form (hex): the hooks
+   * send it back with every answer, so a decision binds to the call shown. */
+  argumentsHash: string;
   kind: InputKind;
   reason: string;
   runName: string;
@@ -116,6 +119,20 @@ export interface JournalEntry {
 export interface Delivery {
   delivered: boolean;
   error?: string;
+}
+
+/** What a person decided beyond yes or no. */
+export interface Decision {
+  /** Approve: the arguments the call runs with instead of the proposed
+   * ones (approvals only; checked against the tool's input schema). */
+  arguments?: unknown;
+  /** Approve: a note the model reads with the result. */
+  message?: string;
+  /** Deny: why; the model reads it. */
+  reason?: string;
+  /** The `argumentsHash` of the request as shown: refused (409
+   * `ArgumentsHashMismatch`) when the call's arguments hash otherwise. */
+  argumentsHash?: string;
 }
 
 /** Question id → the chosen option values. */

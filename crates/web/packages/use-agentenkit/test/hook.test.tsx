@@ -100,6 +100,29 @@ describe("useAgentThread", () => {
     unmount();
   });
 
+  it("binds an answer to the arguments shown, and sends edits and a note", async () => {
+    const sent: unknown[] = [];
+    const recording: typeof fetch = (input, init) => {
+      if (String(input).endsWith("/agent/tool-call/approve")) sent.push(JSON.parse(String(init?.body)));
+      return fetch(input, init);
+    };
+    const api = client(recording);
+    const { threadId, runId } = await parkedThread(api, "mailer");
+    const { result, unmount } = renderHook(() => useAgentThread(api, threadId));
+    await waitFor(() => expect(result.current.pendingInputs).toHaveLength(1));
+    const shown = result.current.pendingInputs[0]!;
+    expect(shown.argumentsHash).toMatch(/^[0-9a-f]{64}$/);
+    await act(() =>
+      result.current.respondToInput("c1", true, undefined, { arguments: { to: "x@y.z" }, message: "changed" }),
+    );
+    expect(result.current.error).toBeNull();
+    expect(sent).toEqual([
+      { runId, toolCallId: "c1", arguments: { to: "x@y.z" }, message: "changed", argumentsHash: shown.argumentsHash },
+    ]);
+    expect(await finished(api, runId)).toBe("completed");
+    unmount();
+  });
+
   it("answers a request it does not list yet, asking the server instead of saying too late", async () => {
     const api = client();
     const { threadId, runId } = await parkedThread(api, "mailer");
