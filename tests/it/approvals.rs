@@ -4,14 +4,6 @@ use agentenkit_tests::*;
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 
-const TWO_CALLS: &str = r#"
-  { tool_calls = [
-      { id = "c1", name = "tool", arguments = { to = "one@b.c" } },
-      { id = "c2", name = "tool", arguments = { to = "two@b.c" } },
-  ] },
-  { text = "Done." },
-"#;
-
 fn approve(run_id: &str, call: &str) -> Value {
     json!({ "runId": run_id, "toolCallId": call, "payload": { "note": "go" } })
 }

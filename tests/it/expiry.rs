@@ -7,14 +7,6 @@ use serde_json::{json, Value};
 
 const TIMEOUT_DENIAL: &str = "user had no response, action cancelled";
 
-const TWO_CALLS: &str = r#"
-  { tool_calls = [
-      { id = "c1", name = "tool", arguments = { to = "one@b.c" } },
-      { id = "c2", name = "tool", arguments = { to = "two@b.c" } },
-  ] },
-  { text = "Done." },
-"#;
-
 /// Starts a turn the way a client would, but through the store: no API
 /// call is made, so nothing depends on an API process.
 async fn start_turn_without_api(env: &TestEnv) -> (ThreadId, String) {

@@ -5,16 +5,6 @@ use agentenkit_tests::*;
 use axum::http::StatusCode;
 use serde_json::Value;
 
-/// Two calls of one step, made in one transaction: they share their
-/// `created_at`, so only the rest of the order tells them apart.
-const TWO_CALLS: &str = r#"
-  { tool_calls = [
-      { id = "c1", name = "tool", arguments = { to = "one@b.c" } },
-      { id = "c2", name = "tool", arguments = { to = "two@b.c" } },
-  ] },
-  { text = "Done." },
-"#;
-
 #[tokio::test]
 async fn the_inbox_is_read_a_page_at_a_time_following_its_links() {
     let tool = ToolServer::ok().await;

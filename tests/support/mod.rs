@@ -613,6 +613,16 @@ pub const CALL_THEN_DONE: &str = r#"
   { text = "Done." },
 "#;
 
+/// Two calls of one step, made in one transaction (they share their
+/// `created_at`), each waiting for its own answer when `tool` needs one.
+pub const TWO_CALLS: &str = r#"
+  { tool_calls = [
+      { id = "c1", name = "tool", arguments = { to = "one@b.c" } },
+      { id = "c2", name = "tool", arguments = { to = "two@b.c" } },
+  ] },
+  { text = "Done." },
+"#;
+
 /// Resident memory of this process, in bytes (Linux).
 pub fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
