@@ -24,6 +24,7 @@ mod parked;
 mod poison;
 mod providers;
 mod reaper;
+mod repeated_denials;
 mod stream;
 mod subagents;
 mod tls;

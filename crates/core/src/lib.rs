@@ -8,6 +8,7 @@
 
 pub mod canonical;
 pub mod conversation;
+pub mod denials;
 pub mod error;
 pub mod event;
 pub mod ids;

@@ -201,8 +201,12 @@ impl ToolCallStatus {
         use ToolCallStatus::*;
         matches!(
             (self, to),
-            (Proposed, PendingApproval | Executed | Failed | Cancelled)
-                | (PendingApproval, Executed | Rejected | Expired | Cancelled)
+            // A call a person denied before, proposed again, is rejected
+            // without being asked (`DeniedCalls`).
+            (
+                Proposed,
+                PendingApproval | Executed | Rejected | Failed | Cancelled
+            ) | (PendingApproval, Executed | Rejected | Expired | Cancelled)
         )
     }
 }
@@ -282,6 +286,7 @@ mod tests {
         let allowed = [
             (Proposed, PendingApproval),
             (Proposed, Executed),
+            (Proposed, Rejected),
             (Proposed, Failed),
             (Proposed, Cancelled),
             (PendingApproval, Executed),

@@ -217,11 +217,12 @@ impl Registry {
         };
         let mut registry = Registry::new().with_delegation_limits(limits);
         for (name, def) in file.tools {
-            let tool: Arc<dyn Tool> = match def {
+            let (tool, refuse_repeated_denials): (Arc<dyn Tool>, bool) = match def {
                 ToolDef::Http {
                     url,
                     description,
                     requires_confirmation,
+                    refuse_repeated_denials,
                     input_schema,
                     timeout_ms,
                     max_response_bytes,
@@ -261,20 +262,29 @@ impl Registry {
                         Some(bytes) => tool = tool.with_max_response_bytes(bytes),
                         None => {}
                     }
-                    Arc::new(tool)
+                    (Arc::new(tool), refuse_repeated_denials)
                 }
                 ToolDef::Echo {
                     description,
                     requires_confirmation,
+                    refuse_repeated_denials,
                     input_schema,
-                } => Arc::new(EchoTool::new(
-                    ToolSpec {
-                        name: name.clone(),
-                        description,
-                        input_schema,
-                    },
-                    requires_confirmation,
-                )),
+                } => (
+                    Arc::new(EchoTool::new(
+                        ToolSpec {
+                            name: name.clone(),
+                            description,
+                            input_schema,
+                        },
+                        requires_confirmation,
+                    )),
+                    refuse_repeated_denials,
+                ),
+            };
+            let tool = if refuse_repeated_denials {
+                tool
+            } else {
+                crate::tool::ask_after_every_denial(tool)
             };
             registry = registry.with_tool(tool)?;
         }
@@ -570,5 +580,28 @@ mod tests {
         assert_eq!(a.hitl_ttl_ms, 900_000);
         assert!(r.tool_specs(a).is_empty());
         assert!(r.agent("b").is_none());
+    }
+
+    #[test]
+    fn repeated_denials_are_refused_unless_a_tool_says_to_ask_again() {
+        let file = |extra: &str| {
+            Registry::from_toml(&format!(
+                "[tools.t]\ntype = \"echo\"\nrequires_confirmation = true\n{extra}\n"
+            ))
+            .unwrap()
+        };
+        let refuses = |r: &Registry| r.tool("t").unwrap().tool.refuses_repeated_denials();
+        let default = file("");
+        assert!(refuses(&default));
+        let asks = file("refuse_repeated_denials = false");
+        assert!(!refuses(&asks));
+        assert!(
+            asks.tool("t").unwrap().tool.requires_confirmation(),
+            "still asks first"
+        );
+        assert!(
+            Registry::from_toml("[tools.t]\ntype = \"echo\"\nrefuse_repeated_denials = 1\n")
+                .is_err()
+        );
     }
 }

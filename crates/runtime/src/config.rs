@@ -89,6 +89,10 @@ pub enum ToolDef {
         description: String,
         #[serde(default)]
         requires_confirmation: bool,
+        /// A call a person denied, proposed again with the same arguments
+        /// in the same run, is refused without asking (default true).
+        #[serde(default = "yes")]
+        refuse_repeated_denials: bool,
         #[serde(default = "any_object")]
         input_schema: Value,
         /// The whole call may take this long (default 60 s); a timeout is
@@ -107,9 +111,17 @@ pub enum ToolDef {
         description: String,
         #[serde(default)]
         requires_confirmation: bool,
+        /// A call a person denied, proposed again with the same arguments
+        /// in the same run, is refused without asking (default true).
+        #[serde(default = "yes")]
+        refuse_repeated_denials: bool,
         #[serde(default = "any_object")]
         input_schema: Value,
     },
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn any_object() -> Value {

@@ -10,6 +10,9 @@ pub const OUTBOX_PUBLISHED: &str = "agentenkit_outbox_published_total";
 pub const OUTBOX_PUBLISH_FAILURES: &str = "agentenkit_outbox_publish_failures_total";
 pub const PARKS: &str = "agentenkit_parks_total";
 pub const ANSWERS: &str = "agentenkit_answers_total";
+/// Calls refused without asking: a person denied the same call (same
+/// tool, same arguments) earlier in the run.
+pub const REPEATED_DENIALS: &str = "agentenkit_repeated_denials_total";
 pub const EXPIRIES: &str = "agentenkit_expiries_total";
 pub const EXPIRIES_RESCHEDULED: &str = "agentenkit_expiries_rescheduled_total";
 /// Messages moved to the dead-letter queue (unreadable, or still failing

@@ -99,6 +99,13 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// True (the default) when a call a person denied, proposed again with
+    /// the same arguments in the same run, is refused without asking them
+    /// again; false to ask every time.
+    fn refuses_repeated_denials(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError>;
 }
 
@@ -118,6 +125,38 @@ impl Tool for Confirmed {
 
     fn requires_confirmation(&self) -> bool {
         true
+    }
+
+    fn refuses_repeated_denials(&self) -> bool {
+        self.0.refuses_repeated_denials()
+    }
+
+    async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        self.0.execute(arguments, ctx).await
+    }
+}
+
+/// Makes a tool ask a person about every call, even one they denied
+/// before with the same arguments in the same run (the file form is
+/// `refuse_repeated_denials = false`).
+pub fn ask_after_every_denial(tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
+    Arc::new(AsksAgain(tool))
+}
+
+struct AsksAgain(Arc<dyn Tool>);
+
+#[async_trait]
+impl Tool for AsksAgain {
+    fn spec(&self) -> ToolSpec {
+        self.0.spec()
+    }
+
+    fn requires_confirmation(&self) -> bool {
+        self.0.requires_confirmation()
+    }
+
+    fn refuses_repeated_denials(&self) -> bool {
+        false
     }
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {

@@ -70,20 +70,27 @@ pub(super) async fn record_failure(
     call: &PersistedToolCall,
     failure: Value,
 ) -> Result<Value, SegmentError> {
+    record_unrun(cp, run_id, call, ToolCallStatus::Failed, failure).await
+}
+
+/// Journals `result` as the call's `exec:` entry, settling its row as
+/// `status`, without running or asking anything.
+pub(super) async fn record_unrun(
+    cp: &mut Checkpointer<'_>,
+    run_id: RunId,
+    call: &PersistedToolCall,
+    status: ToolCallStatus,
+    result: Value,
+) -> Result<Value, SegmentError> {
     cp.checkpoint(names::exec(&call.id), Durability::Derived, || async {
         let changes = std::iter::once(Change::SettleToolCall {
             id: call.id.clone(),
-            status: ToolCallStatus::Failed,
-            result: failure.clone(),
+            status,
+            result: result.clone(),
         })
-        .chain(result_changes(
-            run_id,
-            call,
-            ToolCallStatus::Failed,
-            &failure,
-        ))
+        .chain(result_changes(run_id, call, status, &result))
         .collect();
-        Ok((failure.clone(), changes))
+        Ok((result.clone(), changes))
     })
     .await
 }

@@ -4,8 +4,10 @@
 use std::collections::HashSet;
 
 use agentenkit_core::conversation::{Message, ModelResponse};
+use agentenkit_core::denials::DeniedCalls;
 use agentenkit_core::journal::names;
-use agentenkit_core::{EventType, ToolCallId, ToolKind};
+use agentenkit_core::reply::DEFAULT_REJECTION;
+use agentenkit_core::{EventType, ToolCallId, ToolCallStatus, ToolKind};
 use agentenkit_store::{Change, RunContext};
 use serde_json::json;
 
@@ -15,7 +17,7 @@ use super::delegation::{await_delegation, delegation_task, StepDelegations};
 use super::elicitation;
 use super::error::SegmentError;
 use super::outcome::{Outcome, ParkItem, PersistedToolCall, Wait};
-use super::results::{await_reply, tool_message, without_nul};
+use super::results::{await_reply, record_unrun, tool_message, without_nul};
 use crate::agent::{Agent, Registry};
 use crate::model::ModelRequest;
 use crate::tool::Approval;
@@ -33,6 +35,8 @@ struct Turn<'a> {
     ctx: &'a RunContext,
     tools: Vec<ToolSpec>,
     conversation: Vec<Message>,
+    /// The calls a person denied so far in this run (rebuilt by replay).
+    denied: DeniedCalls,
 }
 
 /// Advances the run until it completes (or fails with an error that says
@@ -49,6 +53,7 @@ pub async fn run_turn(
         ctx,
         tools: registry.tool_specs(agent),
         conversation: ctx.history.clone(),
+        denied: DeniedCalls::default(),
     };
     // Call ids key the rows of a run: a model that reuses one cannot be
     // followed (decided from the journal's responses, so replay agrees).
@@ -167,7 +172,10 @@ impl Turn<'_> {
                         Ran::Parked(wait) => Ok(wait),
                     }
                 }
-                ToolKind::Approval => Ok(Some(Wait::Approval)),
+                ToolKind::Approval => match self.refused_repeat(cp, &persisted).await? {
+                    Some(refused) => Err(refused),
+                    None => Ok(Some(Wait::Approval)),
+                },
                 ToolKind::Ask => elicitation::ask_call(cp, ctx, &persisted).await?.map(Some),
                 ToolKind::Delegate => delegation_task(
                     cp,
@@ -191,6 +199,38 @@ impl Turn<'_> {
             }
         }
         Ok(waiting)
+    }
+
+    /// The refusal of an approval call a person denied before in this run
+    /// with the same arguments, journaled as its `exec:` entry (nobody is
+    /// asked); `None` when the call is to be asked. Once journaled, a
+    /// replay refuses it again whatever the tool's setting has become, and
+    /// a call that was asked is never refused on replay.
+    async fn refused_repeat(
+        &self,
+        cp: &mut Checkpointer<'_>,
+        call: &PersistedToolCall,
+    ) -> Result<Option<serde_json::Value>, SegmentError> {
+        let refusal = self.denied.refusal(&call.name, &call.arguments);
+        let journaled = cp.next_is(&names::exec(&call.id));
+        let refuse_now = !cp.is_replaying()
+            && refusal.is_some()
+            && self
+                .registry
+                .tool(&call.name)
+                .is_some_and(|tool| tool.tool.refuses_repeated_denials());
+        if !journaled && !refuse_now {
+            return Ok(None);
+        }
+        if refuse_now {
+            tracing::info!(tool_call_id = %call.id, "a denied call proposed again: refused without asking");
+            ::metrics::counter!(crate::metrics::REPEATED_DENIALS).increment(1);
+        }
+        // On replay the journaled refusal is what the model reads.
+        let result = refusal.unwrap_or(serde_json::Value::Null);
+        let run_id = self.ctx.lease.run_id;
+        let refused = record_unrun(cp, run_id, call, ToolCallStatus::Rejected, result).await?;
+        Ok(Some(refused))
     }
 
     /// Settles the waiting calls that have their answer (or child run's
@@ -228,7 +268,7 @@ impl Turn<'_> {
     /// or its reply (a denial or answers as they are, an approval by
     /// running the tool with the reply's payload).
     async fn settled_result(
-        &self,
+        &mut self,
         cp: &mut Checkpointer<'_>,
         call: &PersistedToolCall,
     ) -> Result<Option<serde_json::Value>, SegmentError> {
@@ -240,6 +280,16 @@ impl Turn<'_> {
         let Ok(reply) = await_reply(cp, run_id, call, name).await? else {
             return Ok(None);
         };
+        // A person's denial (not an expiry) is remembered: the same call
+        // proposed again is refused without asking.
+        if call.kind == ToolKind::Approval
+            && !reply.approved
+            && reply.status == ToolCallStatus::Rejected
+        {
+            let reason = reply.reason.as_deref().unwrap_or(DEFAULT_REJECTION);
+            self.denied
+                .remember(call.id.as_str(), &call.name, &call.arguments, reason);
+        }
         if let Some(result) = reply.answers_result().or_else(|| reply.denial()) {
             return Ok(Some(result));
         }
