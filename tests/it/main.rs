@@ -3,6 +3,7 @@
 
 mod approvals;
 mod bad_input;
+mod batch;
 mod broker_away;
 mod crash;
 mod decisions;

@@ -194,3 +194,27 @@ async fn the_reaper_publishes_a_row_from_its_key_and_skips_one_naming_nothing() 
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// Idempotency keys past their retention are deleted, batch by batch; a
+/// request with one is new again. Younger keys stay.
+#[tokio::test]
+async fn the_reaper_deletes_idempotency_keys_past_their_retention() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    env.sql(
+        "INSERT INTO idempotency_keys (owner, key, request_hash, created_at, status, response)
+         SELECT 'alice', 'old-' || n, 'h', now() - interval '25 hours', 200, '{}'
+         FROM generate_series(1, 3) n;
+         INSERT INTO idempotency_keys (owner, key, request_hash, status, response)
+         VALUES ('alice', 'young', 'h', 200, '{}')",
+    )
+    .await;
+    let report = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+    assert_eq!(report.idempotency_keys_deleted, 3, "{report:?}");
+    let left = env
+        .rows("SELECT key FROM idempotency_keys", |row| {
+            row.get::<_, String>(0)
+        })
+        .await;
+    assert_eq!(left, ["young"]);
+    env.finish().await;
+}

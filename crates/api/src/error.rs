@@ -89,19 +89,28 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The status and JSON body of this error: what a response carries, and
+    /// what a batch item's result holds.
+    pub(crate) fn status_and_body(&self) -> (StatusCode, serde_json::Value) {
+        let (status, code, message) = self.parts();
+        let mut body = json!({ "error": code, "message": message });
+        if let ApiError::InvalidAnswers(issues) | ApiError::InvalidArguments(issues) = self {
+            body["issues"] = json!(issues);
+        }
+        if let ApiError::AmbiguousToolCall(runs) = self {
+            body["runIds"] = json!(runs);
+        }
+        (status, body)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let ApiError::Internal(cause) = &self {
             tracing::error!(%cause, "request failed");
         }
-        let (status, code, message) = self.parts();
-        let mut body = json!({ "error": code, "message": message });
-        if let ApiError::InvalidAnswers(issues) | ApiError::InvalidArguments(issues) = &self {
-            body["issues"] = json!(issues);
-        }
-        if let ApiError::AmbiguousToolCall(runs) = &self {
-            body["runIds"] = json!(runs);
-        }
+        let (status, body) = self.status_and_body();
         let mut response = (status, Json(body)).into_response();
         let headers = response.headers_mut();
         match self {
@@ -111,7 +120,12 @@ impl IntoResponse for ApiError {
                     HeaderValue::from_static("Bearer realm=\"agentenkit\""),
                 );
             }
-            ApiError::Unavailable(_) | ApiError::TooManyRequests(_) => {
+            ApiError::Unavailable(_)
+            | ApiError::TooManyRequests(_)
+            | ApiError::Conflict {
+                code: "IdempotencyKeyInUse",
+                ..
+            } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}

@@ -52,6 +52,8 @@ pub struct AppState {
     /// reconnects elsewhere with `Last-Event-ID`), so a graceful shutdown
     /// does not wait for them for ever.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// How long a batch's idempotency key holds (`POST /agent/decisions`).
+    pub idempotency: agentenkit_store::KeyTimes,
     /// `GET /openapi.json`, rendered on first request: for a caller with
     /// a key (the deployment's agents listed), and for anyone.
     openapi: Arc<OnceLock<bytes::Bytes>>,
@@ -81,6 +83,7 @@ impl AppState {
             keys: Arc::new(keys),
             metrics: metrics_handle(),
             shutdown: tokio_util::sync::CancellationToken::new(),
+            idempotency: agentenkit_store::KeyTimes::default(),
             openapi: Arc::default(),
             openapi_public: Arc::default(),
         }

@@ -11,7 +11,40 @@ pub fn document() -> Value {
     if let Some(data) = doc.pointer_mut("/components/schemas/StreamEvent/properties/data") {
         data["contentSchema"] = json!({ "$ref": "#/components/schemas/EventView" });
     }
+    inline_tagged_variants(&mut doc, "DecisionItem", "action");
     doc
+}
+
+/// utoipa writes a variant of an internally tagged enum as `allOf` of the
+/// variant's schema and an object holding the tag; when the variant's
+/// schema refuses other properties (`deny_unknown_fields`), that refuses
+/// the tag too and no item fits. Each variant becomes the variant's schema
+/// with the tag among its properties.
+fn inline_tagged_variants(doc: &mut Value, schema: &str, tag: &str) {
+    let components = doc["components"]["schemas"].clone();
+    let Some(variants) = doc
+        .pointer_mut(&format!("/components/schemas/{schema}/oneOf"))
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for variant in variants {
+        let parts = variant["allOf"].as_array().cloned().unwrap_or_default();
+        let (Some(reference), Some(tagged)) = (
+            parts.iter().find_map(|p| p["$ref"].as_str()),
+            parts.iter().find(|p| p["properties"].get(tag).is_some()),
+        ) else {
+            continue;
+        };
+        let name = reference.trim_start_matches("#/components/schemas/");
+        let mut merged = components[name].clone();
+        merged["properties"][tag] = tagged["properties"][tag].clone();
+        match merged["required"].as_array_mut() {
+            Some(required) => required.insert(0, json!(tag)),
+            None => merged["required"] = json!([tag]),
+        }
+        *variant = merged;
+    }
 }
 
 /// The document a deployment serves at `GET /openapi.json`: this build's,
@@ -49,6 +82,7 @@ mod tests {
             ("/agent/tool-call/answer", &["post"]),
             ("/agent/tool-call/skip", &["post"]),
             ("/agent/hitl/respond", &["post"]),
+            ("/agent/decisions", &["post"]),
             ("/agent/inbox", &["get"]),
             ("/agents", &["get"]),
             ("/healthz", &["get"]),
@@ -68,6 +102,40 @@ mod tests {
         }
         assert_eq!(paths.len(), expected.len(), "{:?}", paths.keys());
         assert!(json["openapi"].as_str().unwrap().starts_with("3.1"));
+    }
+
+    /// A batch item is one of the single routes' bodies with its `action`:
+    /// the tag is a property of each variant, which refuses others.
+    #[test]
+    fn a_decision_item_is_a_route_body_with_its_action() {
+        let json = document();
+        let variants = json["components"]["schemas"]["DecisionItem"]["oneOf"]
+            .as_array()
+            .unwrap();
+        let actions: Vec<&Value> = variants
+            .iter()
+            .map(|v| &v["properties"]["action"]["enum"][0])
+            .collect();
+        assert_eq!(
+            actions,
+            [
+                &json!("approve"),
+                &json!("deny"),
+                &json!("answer"),
+                &json!("skip")
+            ]
+        );
+        for variant in variants {
+            assert_eq!(variant["additionalProperties"], false, "{variant}");
+            assert_eq!(variant["required"][0], "action", "{variant}");
+            assert!(variant["required"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("runId")));
+            assert!(variant.get("allOf").is_none());
+        }
+        assert!(variants[0]["properties"].get("arguments").is_some());
+        assert!(variants[1]["properties"].get("reason").is_some());
     }
 
     /// The hand-written schemas survive the trip through utoipa's types.

@@ -88,6 +88,22 @@ impl PartialSchema for ArgumentsHash {
 
 impl ToSchema for ArgumentsHash {}
 
+/// An `Idempotency-Key` header: 1 to 255 visible ASCII characters.
+pub struct IdempotencyKeyText;
+
+impl PartialSchema for IdempotencyKeyText {
+    fn schema() -> RefOr<Schema> {
+        built(json!({
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "pattern": "^[\\x21-\\x7E]{1,255}$",
+        }))
+    }
+}
+
+impl ToSchema for IdempotencyKeyText {}
+
 /// An `argumentsHash` a request sent: 64 lowercase hex digits, else 400.
 pub fn checked_hash(hash: Option<String>) -> Result<Option<String>, crate::ApiError> {
     match hash {
@@ -181,7 +197,7 @@ pub struct ErrorBody {
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
-    components(schemas(ErrorBody, StorableJson, StorableObject, AnswerMap, StreamEvent, ToolCallIdText)),
+    components(schemas(ErrorBody, StorableJson, StorableObject, AnswerMap, StreamEvent, ToolCallIdText, IdempotencyKeyText)),
     tags(
         (name = "threads", description = "Threads, their turns and what happened in them"),
         (name = "runs", description = "One run and its journal"),

@@ -136,8 +136,8 @@ impl InlineRunner {
             crate::replies::schema_issues(registry, tool, arguments)
         };
         let checks = AnswerChecks {
-            arguments_hash: None,
             edits: Some(&edits),
+            ..AnswerChecks::default()
         };
         let answered = self
             .store

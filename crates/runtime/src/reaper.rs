@@ -30,6 +30,9 @@ pub struct ReaperConfig {
     /// The expiry given to an open approval that has none (parked before
     /// the expiry timer existed).
     pub default_ttl: Duration,
+    /// Idempotency keys of batch decisions are kept this long after their
+    /// first use, then deleted (a request with one is new again).
+    pub idempotency_keep_for: Duration,
 }
 
 impl Default for ReaperConfig {
@@ -40,6 +43,7 @@ impl Default for ReaperConfig {
             outbox_orphan_after: Duration::from_secs(5),
             batch: 500,
             default_ttl: Duration::from_millis(crate::config::DEFAULT_HITL_TTL_MS),
+            idempotency_keep_for: agentenkit_store::KeyTimes::default().keep_for,
         }
     }
 }
@@ -52,6 +56,7 @@ pub struct ReapReport {
     pub expired_leases: usize,
     pub stalled_queued: usize,
     pub outbox_published: usize,
+    pub idempotency_keys_deleted: usize,
 }
 
 /// `reclaimIfOrphaned` for the requests in `scope`: expires what is
@@ -128,6 +133,15 @@ pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> R
     }
     report.outbox_published +=
         republish_outbox(store, config, stale_ms, false, "stale_outbox").await?;
+    loop {
+        let deleted = store
+            .delete_expired_idempotency_keys(config.idempotency_keep_for, config.batch)
+            .await?;
+        report.idempotency_keys_deleted += deleted as usize;
+        if (deleted as i64) < config.batch {
+            break;
+        }
+    }
     Ok(report)
 }
 

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::Verdict;
 use agentenkit_core::{Owner, RunId, ThreadId, ToolCallId};
-use agentenkit_store::{AnswerChecks, AnswerTarget, Answered, Scope, Store};
+use agentenkit_store::{AnswerChecks, AnswerTarget, Answered, RecordedItem, Scope, Store};
 use serde_json::Value;
 
 use crate::reaper::{reclaim_requests, ReapReport, ReaperConfig};
@@ -61,6 +61,41 @@ pub struct Reject {
     pub arguments_hash: Option<String>,
 }
 
+/// One decision about an open request: what `approve`, `reject`, `answer`
+/// and `skip` each send, and what a batch of decisions holds.
+#[derive(Debug, Clone)]
+pub enum Decision {
+    Approve(Approve),
+    Reject(Reject),
+    /// Answers to a question set: `{ "<questionId>": [values] }`.
+    Answer(Value),
+    /// A question set left unanswered.
+    Skip,
+}
+
+impl Decision {
+    fn verdict(self) -> (Verdict, Option<String>) {
+        match self {
+            Decision::Approve(approve) => (
+                Verdict::Approve {
+                    payload: approve.payload,
+                    arguments: approve.arguments,
+                    message: approve.message,
+                },
+                approve.arguments_hash,
+            ),
+            Decision::Reject(reject) => (
+                Verdict::Reject {
+                    reason: reject.reason,
+                },
+                reject.arguments_hash,
+            ),
+            Decision::Answer(answers) => (Verdict::Answer { answers }, None),
+            Decision::Skip => (Verdict::Skip, None),
+        }
+    }
+}
+
 impl Replies {
     /// Replies written through `store`; what they write to the outbox is
     /// published through `relay`; edited arguments are checked against
@@ -84,8 +119,15 @@ impl Replies {
         payload: Option<Value>,
     ) -> Result<Answered> {
         let verdict = Verdict::from_respond(approved, payload);
-        self.deliver(owner, AnswerTarget::Thread(thread), call, verdict, None)
-            .await
+        self.deliver(
+            owner,
+            AnswerTarget::Thread(thread),
+            call,
+            verdict,
+            None,
+            None,
+        )
+        .await
     }
 
     /// [`Replies::respond`], refused unless the call's arguments hash to
@@ -101,7 +143,7 @@ impl Replies {
     ) -> Result<Answered> {
         let verdict = Verdict::from_respond(approved, payload);
         let target = AnswerTarget::Thread(thread);
-        self.deliver(owner, target, call, verdict, Some(arguments_hash))
+        self.deliver(owner, target, call, verdict, Some(arguments_hash), None)
             .await
     }
 
@@ -112,13 +154,7 @@ impl Replies {
         call: &str,
         approve: Approve,
     ) -> Result<Answered> {
-        let verdict = Verdict::Approve {
-            payload: approve.payload,
-            arguments: approve.arguments,
-            message: approve.message,
-        };
-        let hash = approve.arguments_hash.as_deref();
-        self.deliver(owner, AnswerTarget::Run(run), call, verdict, hash)
+        self.decide(owner, run, call, Decision::Approve(approve), None)
             .await
     }
 
@@ -129,11 +165,7 @@ impl Replies {
         call: &str,
         reject: Reject,
     ) -> Result<Answered> {
-        let verdict = Verdict::Reject {
-            reason: reject.reason,
-        };
-        let hash = reject.arguments_hash.as_deref();
-        self.deliver(owner, AnswerTarget::Run(run), call, verdict, hash)
+        self.decide(owner, run, call, Decision::Reject(reject), None)
             .await
     }
 
@@ -146,19 +178,29 @@ impl Replies {
         call: &str,
         answers: Value,
     ) -> Result<Answered> {
-        self.deliver(
-            owner,
-            AnswerTarget::Run(run),
-            call,
-            Verdict::Answer { answers },
-            None,
-        )
-        .await
+        self.decide(owner, run, call, Decision::Answer(answers), None)
+            .await
     }
 
     /// A question set left unanswered: its defaults, recorded as rejected.
     pub async fn skip(&self, owner: &Owner, run: RunId, call: &str) -> Result<Answered> {
-        self.deliver(owner, AnswerTarget::Run(run), call, Verdict::Skip, None)
+        self.decide(owner, run, call, Decision::Skip, None).await
+    }
+
+    /// Settles `run`'s open request `call` with `decision`. A batch item
+    /// passes `record`: when the decision is delivered, its result is
+    /// recorded under the batch's idempotency key in the same transaction.
+    pub async fn decide(
+        &self,
+        owner: &Owner,
+        run: RunId,
+        call: &str,
+        decision: Decision,
+        record: Option<RecordedItem<'_>>,
+    ) -> Result<Answered> {
+        let (verdict, hash) = decision.verdict();
+        let target = AnswerTarget::Run(run);
+        self.deliver(owner, target, call, verdict, hash.as_deref(), record)
             .await
     }
 
@@ -188,6 +230,7 @@ impl Replies {
         call: &str,
         verdict: Verdict,
         arguments_hash: Option<&str>,
+        record: Option<RecordedItem<'_>>,
     ) -> Result<Answered> {
         if call.contains('\0') || verdict_has_nul(&verdict) {
             return Err(Error::InvalidInput(
@@ -203,6 +246,7 @@ impl Replies {
         let checks = AnswerChecks {
             arguments_hash,
             edits: Some(&edits),
+            record,
         };
         let answered = self
             .store

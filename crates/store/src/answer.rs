@@ -68,6 +68,10 @@ pub struct AnswerChecks<'a> {
     /// The issues of edited arguments against the input schema of the
     /// named tool (none when they fit). Without it, edits are refused.
     pub edits: Option<&'a EditCheck<'a>>,
+    /// A batch item's result, recorded under its idempotency key in the
+    /// transaction that delivers the answer (nothing is recorded when the
+    /// answer is refused).
+    pub record: Option<crate::idempotency::RecordedItem<'a>>,
 }
 
 /// The open-or-not row a reply is addressed to.
@@ -137,7 +141,9 @@ impl Store {
             };
         reply.answered_by = Some(owner.to_string());
         reply.answered_at = Some(answered_at);
-        let answers = tx.commit_with(settle_ops(&row, call, &reply)?).await?;
+        let mut ops = settle_ops(&row, call, &reply)?;
+        ops.extend(checks.record.map(|item| item.op(owner)));
+        let answers = tx.commit_with(ops).await?;
         let resumed = answers
             .into_iter()
             .find_map(|answer| match answer {

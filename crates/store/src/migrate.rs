@@ -18,6 +18,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "decisions",
         include_str!("../../../migrations/0002_decisions.sql"),
     ),
+    (
+        3,
+        "idempotency_keys",
+        include_str!("../../../migrations/0003_idempotency_keys.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

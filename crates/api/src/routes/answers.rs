@@ -1,7 +1,8 @@
 //! Replies to open requests: approve, reject, and the webhook-facing
 //! respond. Who answered is the key's owner, never a field of the body.
 
-use agentenkit_core::{RunId, ThreadId};
+use agentenkit_core::{Owner, RunId, ThreadId};
+use agentenkit_runtime::replies::Decision;
 use agentenkit_store::{Answered, PendingInput};
 use axum::extract::State;
 use axum::Json;
@@ -129,22 +130,7 @@ pub async fn approve(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Approve>,
 ) -> Result<Json<Delivery>, ApiError> {
-    let run = run_id(&body.run_id)?;
-    let answered = state
-        .replies()
-        .approve(
-            &owner,
-            run,
-            &body.tool_call_id,
-            agentenkit_runtime::replies::Approve {
-                payload: body.payload,
-                arguments: body.arguments,
-                message: body.message,
-                arguments_hash: checked_hash(body.arguments_hash)?,
-            },
-        )
-        .await?;
-    Ok(delivery(answered))
+    decide(&state, &owner, body.decision()?).await
 }
 
 /// Rejects a call: the model sees the rejection and the reason.
@@ -165,20 +151,7 @@ pub async fn reject(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Reject>,
 ) -> Result<Json<Delivery>, ApiError> {
-    let run = run_id(&body.run_id)?;
-    let answered = state
-        .replies()
-        .reject(
-            &owner,
-            run,
-            &body.tool_call_id,
-            agentenkit_runtime::replies::Reject {
-                reason: body.reason,
-                arguments_hash: checked_hash(body.arguments_hash)?,
-            },
-        )
-        .await?;
-    Ok(delivery(answered))
+    decide(&state, &owner, body.decision()?).await
 }
 
 /// Answers to a question set, resolved on the server against the stored
@@ -201,12 +174,7 @@ pub async fn answer(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Answer>,
 ) -> Result<Json<Delivery>, ApiError> {
-    let run = run_id(&body.run_id)?;
-    let answered = state
-        .replies()
-        .answer(&owner, run, &body.tool_call_id, body.answers)
-        .await?;
-    Ok(delivery(answered))
+    decide(&state, &owner, body.decision()?).await
 }
 
 /// A question set left unanswered: the defaults, persisted as rejected.
@@ -227,12 +195,7 @@ pub async fn skip(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<Skip>,
 ) -> Result<Json<Delivery>, ApiError> {
-    let run = run_id(&body.run_id)?;
-    let answered = state
-        .replies()
-        .skip(&owner, run, &body.tool_call_id)
-        .await?;
-    Ok(delivery(answered))
+    decide(&state, &owner, body.decision()?).await
 }
 
 /// The webhook-facing reply, by thread and call id: `approved` with an
@@ -290,10 +253,94 @@ fn run_id(text: &str) -> Result<RunId, ApiError> {
 }
 
 fn delivery(answered: Answered) -> Json<Delivery> {
-    Json(Delivery {
-        delivered: answered.delivered,
-        error: answered.error,
-    })
+    Json(Delivery::from(answered))
+}
+
+impl Delivery {
+    /// What a delivered reply answers.
+    pub(super) fn delivered() -> Self {
+        Delivery {
+            delivered: true,
+            error: None,
+        }
+    }
+}
+
+impl From<Answered> for Delivery {
+    fn from(answered: Answered) -> Self {
+        Delivery {
+            delivered: answered.delivered,
+            error: answered.error,
+        }
+    }
+}
+
+/// A decision about one call of one run, as an approve, reject, answer or
+/// skip body (or a batch's item) says it.
+pub(super) struct Decided {
+    pub run: RunId,
+    pub call: String,
+    pub decision: Decision,
+}
+
+async fn decide(
+    state: &AppState,
+    owner: &Owner,
+    decided: Decided,
+) -> Result<Json<Delivery>, ApiError> {
+    let answered = state
+        .replies()
+        .decide(owner, decided.run, &decided.call, decided.decision, None)
+        .await?;
+    Ok(delivery(answered))
+}
+
+impl Approve {
+    pub(super) fn decision(self) -> Result<Decided, ApiError> {
+        Ok(Decided {
+            run: run_id(&self.run_id)?,
+            call: self.tool_call_id,
+            decision: Decision::Approve(agentenkit_runtime::replies::Approve {
+                payload: self.payload,
+                arguments: self.arguments,
+                message: self.message,
+                arguments_hash: checked_hash(self.arguments_hash)?,
+            }),
+        })
+    }
+}
+
+impl Reject {
+    pub(super) fn decision(self) -> Result<Decided, ApiError> {
+        Ok(Decided {
+            run: run_id(&self.run_id)?,
+            call: self.tool_call_id,
+            decision: Decision::Reject(agentenkit_runtime::replies::Reject {
+                reason: self.reason,
+                arguments_hash: checked_hash(self.arguments_hash)?,
+            }),
+        })
+    }
+}
+
+impl Answer {
+    pub(super) fn decision(self) -> Result<Decided, ApiError> {
+        Ok(Decided {
+            run: run_id(&self.run_id)?,
+            call: self.tool_call_id,
+            decision: Decision::Answer(self.answers),
+        })
+    }
+}
+
+impl Skip {
+    pub(super) fn decision(self) -> Result<Decided, ApiError> {
+        Ok(Decided {
+            run: run_id(&self.run_id)?,
+            call: self.tool_call_id,
+            decision: Decision::Skip,
+        })
+    }
 }
 
 /// Every open request of the caller's threads, oldest first, a page at a

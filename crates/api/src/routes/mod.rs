@@ -13,6 +13,7 @@ use crate::{ApiError, AppState};
 
 mod agents;
 mod answers;
+mod decisions;
 mod health;
 mod runs;
 mod stream;
@@ -34,6 +35,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(answers::answer))
         .routes(routes!(answers::skip))
         .routes(routes!(answers::respond))
+        .routes(routes!(decisions::decide))
         .routes(routes!(answers::inbox))
         .routes(routes!(agents::list))
         .routes(routes!(health::healthz))

@@ -68,6 +68,7 @@ async fn main() -> anyhow::Result<()> {
                     "expiredLeases": report.expired_leases,
                     "stalledQueued": report.stalled_queued,
                     "outboxPublished": report.outbox_published,
+                    "idempotencyKeysDeleted": report.idempotency_keys_deleted,
                 })
             );
         }
