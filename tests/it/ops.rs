@@ -244,3 +244,63 @@ async fn refusals_print_the_apis_error_and_exit_1() {
     assert_eq!(tool.calls(), 0);
     env.finish().await;
 }
+
+/// `agentenkit decide FILE --idempotency-key K`: many decisions from a
+/// file, a line each; run again with the key, the same results.
+#[tokio::test]
+async fn an_operator_decides_many_from_a_file_and_can_run_it_again() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(TWO_CALLS, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "both").await;
+    env.wait_pending(&thread_id, 2).await;
+    let file = std::env::temp_dir().join(format!(
+        "agentenkit-decisions-{}.json",
+        uuid::Uuid::now_v7()
+    ));
+    std::fs::write(
+        &file,
+        json!([
+            { "action": "approve", "runId": run_id, "toolCallId": "c1", "message": "ok" },
+            { "action": "deny", "runId": run_id, "toolCallId": "c2", "reason": "not two" },
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let decide = OpsCommand::Decide {
+        api: target(&env, ALICE, false),
+        file: file.clone(),
+        idempotency_key: Some("ops-1".into()),
+    };
+    let first = decide.clone().run().await.unwrap();
+    assert_eq!(first.exit_code, 0, "{}", first.output);
+    let lines: Vec<&str> = first.output.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", first.output);
+    assert!(
+        lines[0].contains("approve") && lines[0].contains("c1") && lines[0].ends_with("delivered")
+    );
+    assert!(
+        lines[1].contains("deny") && lines[1].contains("c2") && lines[1].ends_with("delivered")
+    );
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+
+    // The same file and key: the stored results, nothing settled twice.
+    let again = decide.run().await.unwrap();
+    assert_eq!(again, first);
+    assert_eq!(tool.calls(), 1);
+    // Without the key the decisions come back not delivered: exit code 3.
+    let unkeyed = OpsCommand::Decide {
+        api: target(&env, ALICE, false),
+        file,
+        idempotency_key: None,
+    }
+    .run()
+    .await
+    .unwrap();
+    assert_eq!(unkeyed.exit_code, NOT_DELIVERED);
+    assert!(unkeyed
+        .output
+        .contains("not delivered: This request was already answered"));
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -4,6 +4,7 @@
 pub mod broker;
 pub mod chaos;
 pub mod chat;
+pub mod decide;
 pub mod demo;
 pub mod http_server;
 pub mod ops;

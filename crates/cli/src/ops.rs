@@ -4,7 +4,8 @@
 //!
 //! Exit codes: 0 done (a reply delivered), 1 the API refused or could not
 //! be reached (its `{error, message}` is printed), 3 a reply was not
-//! delivered (the request was no longer open; the reason is printed).
+//! delivered (the request was no longer open; the reason is printed; for
+//! `decide`, any one of its decisions).
 
 use std::fmt::Write as _;
 
@@ -93,6 +94,17 @@ pub enum OpsCommand {
         api: ApiTarget,
         run: String,
         call: String,
+    },
+    /// Many decisions in one request: a JSON file (`-` for stdin) holding
+    /// `[{"action": "approve"|"deny"|"answer"|"skip", "runId", "toolCallId",
+    /// …}]`, each settled on its own. With `--idempotency-key` a retry of
+    /// the same file gets the same results.
+    Decide {
+        #[command(flatten)]
+        api: ApiTarget,
+        file: std::path::PathBuf,
+        #[arg(long = "idempotency-key")]
+        idempotency_key: Option<String>,
     },
     /// The webhook form: approve (`--approved`) or reject by thread.
     Respond {
@@ -235,6 +247,16 @@ impl OpsCommand {
                 let body = json!({ "runId": run, "toolCallId": call });
                 Client::new(&api)?
                     .reply("/agent/tool-call/skip", body)
+                    .await
+            }
+            OpsCommand::Decide {
+                api,
+                file,
+                idempotency_key,
+            } => {
+                let body = crate::decide::read_decisions(&file)?;
+                Client::new(&api)?
+                    .decide(body, idempotency_key.as_deref())
                     .await
             }
             OpsCommand::Respond {
@@ -411,6 +433,30 @@ impl Client {
         Ok(Outcome {
             output,
             exit_code: if delivered { 0 } else { NOT_DELIVERED },
+        })
+    }
+
+    async fn decide(&self, body: Value, key: Option<&str>) -> anyhow::Result<Outcome> {
+        let mut request = self
+            .http
+            .post(format!("{}/agent/decisions", self.base))
+            .bearer_auth(&self.key)
+            .json(&body);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("reaching the API at {}", self.base))?;
+        let answer = match self.read(response).await? {
+            Ok(answer) => answer,
+            Err(refused) => return Ok(refused),
+        };
+        let (text, all_delivered) = crate::decide::render_results(&body, &answer);
+        Ok(Outcome {
+            output: if self.json { pretty(&answer) } else { text },
+            exit_code: if all_delivered { 0 } else { NOT_DELIVERED },
         })
     }
 
