@@ -39,13 +39,38 @@ export function useCardActions(hook: Answering): CardActions {
   );
 }
 
-export function InputCard(props: { input: PendingInput; actions: CardActions; threadLink?: React.ReactNode }) {
-  const { input, actions } = props;
+/** A card picked for deciding many at once (approvals only). */
+export interface Selection {
+  selected: boolean;
+  toggle(): void;
+}
+
+/** Whether `input` waits for a person's approve or deny. */
+export function isApproval(input: PendingInput): boolean {
+  return input.kind === "approval" || input.reason === "approval";
+}
+
+export function InputCard(props: {
+  input: PendingInput;
+  actions: CardActions;
+  threadLink?: React.ReactNode;
+  selection?: Selection;
+}) {
+  const { input, actions, selection } = props;
   const titleId = `card-${input.runId}-${input.toolCallId}`;
-  const approval = input.kind === "approval" || input.reason === "approval";
+  const approval = isApproval(input);
   return (
     <article className="card" aria-labelledby={titleId}>
       <header className="card-head">
+        {approval && selection && (
+          <input
+            type="checkbox"
+            className="select"
+            aria-label="Select"
+            checked={selection.selected}
+            onChange={selection.toggle}
+          />
+        )}
         <h2 id={titleId} className="tool">
           {shown(input.toolName)}
         </h2>

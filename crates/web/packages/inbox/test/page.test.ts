@@ -249,6 +249,65 @@ describe("inbox", () => {
     expect(await toolResult(threadId, "c1")).toEqual({ denied: true, reason: "Not before the board meeting" });
   });
 
+  it("approves selected requests in one retry-safe request, each bound to the arguments its card shows", async () => {
+    const before = await sends();
+    const first = await parked("mailer");
+    const second = await parked("mailer");
+    await signIn(page);
+    const cards = page.getByRole("article");
+    await eventually("both cards", async () => (await cards.count()) === 2);
+    const requests: { key: string | null; body: { decisions: { action: string; argumentsHash?: string }[] } }[] = [];
+    await page.route("**/agent/decisions", async (route) => {
+      requests.push({ key: route.request().headers()["idempotency-key"] ?? null, body: route.request().postDataJSON() });
+      await route.continue();
+    });
+    const bar = page.getByRole("toolbar", { name: "Selected requests" });
+    expect(await bar.count()).toBe(0);
+    await cards.nth(0).getByRole("checkbox", { name: "Select" }).check();
+    await cards.nth(1).getByRole("checkbox", { name: "Select" }).check();
+    expect(await bar.getByText("2 selected").isVisible()).toBe(true);
+    await bar.getByLabel("Note or reason for all (optional)").fill("Both are fine");
+    await screenshot(page, "selected.png");
+    await bar.getByRole("button", { name: "Approve selected" }).click();
+    await eventually("both cards leave", async () => (await cards.count()) === 0);
+    expect(await bar.count()).toBe(0);
+
+    expect(await finished(first.runId)).toBe("completed");
+    expect(await finished(second.runId)).toBe("completed");
+    expect((await sends()) - before).toBe(2);
+    expect(requests).toHaveLength(1);
+    expect(requests[0]!.key).toMatch(/^[0-9a-f]{32}$/);
+    expect(requests[0]!.body.decisions.map((d) => d.action)).toEqual(["approve", "approve"]);
+    expect(requests[0]!.body.decisions.every((d) => /^[0-9a-f]{64}$/.test(d.argumentsHash ?? ""))).toBe(true);
+    for (const { threadId, runId } of [first, second]) {
+      expect(await journalValue(runId, (e) => e.name.startsWith("tool:"))).toMatchObject({
+        approved: true,
+        message: "Both are fine",
+        answeredBy: "alice",
+      });
+      expect(await toolResult(threadId, "c1")).toMatchObject({ message: "Both are fine" });
+    }
+  });
+
+  it("denies selected requests with one reason the model reads in each", async () => {
+    const before = await sends();
+    const first = await parked("mailer");
+    const second = await parked("mailer");
+    await signIn(page);
+    const cards = page.getByRole("article");
+    await eventually("both cards", async () => (await cards.count()) === 2);
+    for (const index of [0, 1]) await cards.nth(index).getByRole("checkbox", { name: "Select" }).check();
+    const bar = page.getByRole("toolbar", { name: "Selected requests" });
+    await bar.getByLabel("Note or reason for all (optional)").fill("Not this quarter");
+    await bar.getByRole("button", { name: "Deny selected" }).click();
+    await eventually("both cards leave", async () => (await cards.count()) === 0);
+    for (const { threadId, runId } of [first, second]) {
+      expect(await finished(runId)).toBe("completed");
+      expect(await toolResult(threadId, "c1")).toEqual({ denied: true, reason: "Not this quarter" });
+    }
+    expect(await sends()).toBe(before);
+  });
+
   it("shows a job as a status line without buttons", async () => {
     const { threadId, runId } = await parked("jobber");
     await signIn(page);

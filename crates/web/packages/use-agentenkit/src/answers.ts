@@ -5,7 +5,7 @@
 import { useCallback, useRef, useState } from "react";
 
 import { ApiError, type Client } from "./client";
-import type { Decision, Delivery, PendingInput } from "./types";
+import type { Decision, DecisionResult, Delivery, PendingInput } from "./types";
 
 /** A request is named by its run and call: two runs of a tree (sub-agents)
  * may use one call id. */
@@ -28,6 +28,10 @@ export interface OptimisticAnswers {
   readFailed(error: Error): void;
   /** Sends `reply` for `input` unless an answer to it is on its way. */
   settle(input: PendingInput, reply: () => Promise<Delivery>): Promise<void>;
+  /** Sends one request deciding all of `inputs` (those not being answered
+   * already): each drops at once; one whose result is an error comes back
+   * with it, one no longer open is too late. */
+  settleMany(inputs: readonly PendingInput[], reply: (inputs: PendingInput[]) => Promise<DecisionResult[]>): Promise<void>;
   /** Records a request answered here that the page no longer knew. */
   markTooLate(input: PendingInput): void;
   /** The server's open requests now: what it stopped listing needs no hiding. */
@@ -74,6 +78,46 @@ export function useOptimisticAnswers(afterAnswer: () => void): OptimisticAnswers
     [afterAnswer, markTooLate],
   );
 
+  const settleMany = useCallback(
+    async (inputs: readonly PendingInput[], reply: (inputs: PendingInput[]) => Promise<DecisionResult[]>) => {
+      const mine = inputs.filter((input) => !answering.current.has(inputKey(input)));
+      if (mine.length === 0) return;
+      const keys = mine.map(inputKey);
+      for (const key of keys) answering.current.add(key);
+      setHidden((hiddenKeys) => new Set([...hiddenKeys, ...keys]));
+      const bringBack = (back: string[]) =>
+        setHidden((hiddenKeys) => {
+          const next = new Set(hiddenKeys);
+          for (const key of back) next.delete(key);
+          return next;
+        });
+      try {
+        const results = await reply(mine);
+        let failure: Error | null = null;
+        const failed: string[] = [];
+        mine.forEach((input, index) => {
+          const result = results[index];
+          const body = result?.body as Partial<Delivery> & { error?: string; message?: string };
+          if (result?.status === 200) {
+            if (!body.delivered) markTooLate(input);
+          } else {
+            failed.push(inputKey(input));
+            failure ??= new ApiError(result?.status ?? 0, body?.error ?? "Error", body?.message ?? "no result");
+          }
+        });
+        bringBack(failed);
+        setAnswerError(failure);
+      } catch (e) {
+        bringBack(keys);
+        setAnswerError(asError(e));
+      } finally {
+        for (const key of keys) answering.current.delete(key);
+      }
+      afterAnswer();
+    },
+    [afterAnswer, markTooLate],
+  );
+
   const seen = useCallback((open: readonly PendingInput[]) => {
     setReadError(null);
     const listed = new Set(open.map(inputKey));
@@ -99,6 +143,7 @@ export function useOptimisticAnswers(afterAnswer: () => void): OptimisticAnswers
     answerFailed: setAnswerError,
     readFailed,
     settle,
+    settleMany,
     markTooLate,
     seen,
     reset,
@@ -108,6 +153,13 @@ export function useOptimisticAnswers(afterAnswer: () => void): OptimisticAnswers
 export function asError(e: unknown): Error {
   if (e instanceof Error) return e;
   return new ApiError(0, "Error", String(e));
+}
+
+/** A fresh `Idempotency-Key`: 128 random bits as hex (`getRandomValues`
+ * works where `randomUUID` does not: a page served over plain http). */
+export function newIdempotencyKey(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 /** Approves or denies `input`, bound to the arguments it was shown with. */

@@ -4,7 +4,9 @@ import { SseParser } from "./sse";
 import type {
   AgentInfo,
   Answers,
+  BatchDecision,
   CreatedThread,
+  DecisionResult,
   Decision,
   Delivery,
   JournalEntry,
@@ -85,6 +87,10 @@ export interface Client {
     payload?: unknown,
     argumentsHash?: string,
   ): Promise<Delivery>;
+  /** Many decisions in one request, each settled on its own with its own
+   * result (in order). With `idempotencyKey` the request is safe to send
+   * again: the same key and decisions get the same results. */
+  decideMany(decisions: BatchDecision[], options?: { idempotencyKey?: string }): Promise<DecisionResult[]>;
   inbox(): Promise<PendingInput[]>;
   agents(): Promise<AgentInfo[]>;
   /** The thread's events, live, reconnecting with `Last-Event-ID`. */
@@ -100,8 +106,13 @@ export function createClient(options: ClientOptions): Client {
   const auth = { Authorization: `Bearer ${options.apiKey}` };
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
 
-  async function send(method: string, path: string, body?: unknown): Promise<{ json: unknown; response: Response }> {
-    const headers: Record<string, string> = { ...auth };
+  async function send(
+    method: string,
+    path: string,
+    body?: unknown,
+    extraHeaders: Record<string, string> = {},
+  ): Promise<{ json: unknown; response: Response }> {
+    const headers: Record<string, string> = { ...auth, ...extraHeaders };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const response = await doFetch(`${base}${path}`, {
       method,
@@ -182,6 +193,16 @@ export function createClient(options: ClientOptions): Client {
         approved,
         ...defined({ payload, argumentsHash }),
       }),
+    decideMany: async (decisions, decideOptions = {}) => {
+      const key = decideOptions.idempotencyKey;
+      const { json } = await send(
+        "POST",
+        "/agent/decisions",
+        { decisions },
+        key === undefined ? {} : { "Idempotency-Key": key },
+      );
+      return (json as { results: DecisionResult[] }).results;
+    },
     inbox: () => all("/agent/inbox"),
     agents: () => call("GET", "/agents"),
     subscribe(threadId, onEvent, subscribeOptions = {}) {

@@ -4,10 +4,10 @@
 
 import { useCallback, useEffect, useMemo, useState } from "react";
 
-import { asError, decide, inputKey, useOptimisticAnswers } from "./answers";
-import type { Client } from "./client";
+import { asError, decide, inputKey, newIdempotencyKey, useOptimisticAnswers } from "./answers";
+import { ApiError, type Client } from "./client";
 import { coalesced } from "./refresh";
-import type { Answers, Decision, PendingInput } from "./types";
+import type { Answers, BatchDecision, Decision, DecisionResult, PendingInput } from "./types";
 
 export interface InboxOptions {
   /** How often to ask the server (default 2 s). */
@@ -24,6 +24,12 @@ export interface Inbox {
   respondToInput(input: PendingInput, approved: boolean, payload?: unknown, decision?: Decision): Promise<void>;
   answer(input: PendingInput, answers: Answers): Promise<void>;
   skip(input: PendingInput): Promise<void>;
+  /** Approves (or denies) every one of `inputs` in one request, each bound
+   * to its `argumentsHash`, with `decision`'s note (or reason) for all.
+   * Each drops at once; one the server refuses comes back with the error.
+   * A request that fails on the way is sent once more with the same
+   * `Idempotency-Key`, which makes the retry safe. */
+  respondToMany(inputs: readonly PendingInput[], approved: boolean, decision?: Decision): Promise<void>;
   /** Requests answered here that were no longer open (answered elsewhere,
    * expired or stopped), oldest first. */
   tooLate: PendingInput[];
@@ -43,7 +49,7 @@ export function useInbox(client: Client, options: InboxOptions = {}): Inbox {
   const [loaded, setLoaded] = useState(false);
   const reader = useMemo(() => coalesced(), [client]);
   const answers = useOptimisticAnswers(reader.read);
-  const { seen, readFailed, reset, settle } = answers;
+  const { seen, readFailed, reset, settle, settleMany } = answers;
 
   useEffect(() => {
     setServerInputs([]);
@@ -80,6 +86,20 @@ export function useInbox(client: Client, options: InboxOptions = {}): Inbox {
     [client, settle],
   );
 
+  const respondToMany = useCallback(
+    (inputs: readonly PendingInput[], approved: boolean, decision: Decision = {}) =>
+      settleMany(inputs, (mine) => {
+        const decisions: BatchDecision[] = mine.map((input) => {
+          const call = { runId: input.runId, toolCallId: input.toolCallId, argumentsHash: input.argumentsHash || undefined };
+          return approved
+            ? { action: "approve", ...call, message: decision.message }
+            : { action: "deny", ...call, reason: decision.reason };
+        });
+        return decideOnceMore(client, decisions, newIdempotencyKey());
+      }),
+    [client, settleMany],
+  );
+
   const pendingInputs = useMemo(
     () => serverInputs.filter((input) => !answers.hidden.has(inputKey(input))),
     [serverInputs, answers.hidden],
@@ -90,8 +110,24 @@ export function useInbox(client: Client, options: InboxOptions = {}): Inbox {
     respondToInput,
     answer,
     skip,
+    respondToMany,
     tooLate: answers.tooLate,
     error: answers.error,
     refresh: reader.read,
   };
+}
+
+/** `decideMany`, sent once more after a second when the first attempt
+ * failed on the way (no answer, a 5xx, or the key still held by it): the
+ * same key makes the second attempt settle only what the first did not. */
+async function decideOnceMore(client: Client, decisions: BatchDecision[], idempotencyKey: string): Promise<DecisionResult[]> {
+  try {
+    return await client.decideMany(decisions, { idempotencyKey });
+  } catch (e) {
+    const worthAgain =
+      !(e instanceof ApiError) || e.retryable || (e.status === 409 && e.code === "IdempotencyKeyInUse");
+    if (!worthAgain) throw e;
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    return client.decideMany(decisions, { idempotencyKey });
+  }
 }

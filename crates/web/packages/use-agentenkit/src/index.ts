@@ -1,4 +1,4 @@
-export { inputKey } from "./answers";
+export { inputKey, newIdempotencyKey } from "./answers";
 export { ApiError, createClient } from "./client";
 export type { Client, ClientOptions, SubscribeOptions, Subscription } from "./client";
 export { useAgentThread } from "./hook";

@@ -138,6 +138,30 @@ export interface Decision {
 /** Question id → the chosen option values. */
 export type Answers = Record<string, string[]>;
 
+/** One decision of `decideMany`: the body its single route takes, with
+ * the `action` that names the route. */
+export type BatchDecision =
+  | {
+      action: "approve";
+      runId: string;
+      toolCallId: string;
+      payload?: unknown;
+      arguments?: unknown;
+      message?: string;
+      argumentsHash?: string;
+    }
+  | { action: "deny"; runId: string; toolCallId: string; reason?: string; argumentsHash?: string }
+  | { action: "answer"; runId: string; toolCallId: string; answers: Answers }
+  | { action: "skip"; runId: string; toolCallId: string };
+
+/** What became of one decision of `decideMany`: the status and body its
+ * single route would have answered. */
+export interface DecisionResult {
+  status: number;
+  /** A `Delivery` when `status` is 200; else the error, `{error, message}`. */
+  body: Delivery | { error: string; message: string };
+}
+
 export interface AgentInfo {
   name: string;
   description?: string;

@@ -124,4 +124,73 @@ describe("useInbox", () => {
     expect(inbox.result.current.error).toBeNull();
     inbox.unmount();
   });
+
+  it("approves many in one request and sends it once more with the same key when the answer is lost", async () => {
+    const alice = api();
+    const runs = [await parked(alice, "mailer"), await parked(alice, "mailer")];
+    for (const runId of runs) await waitingForInput(alice, runId);
+    const keys: string[] = [];
+    const bodies: unknown[] = [];
+    let lost = 0;
+    // The first batch reaches the server, but its answer is lost on the way.
+    const losing: typeof fetch = async (input, init) => {
+      if (String(input).endsWith("/agent/decisions")) {
+        keys.push(new Headers(init?.headers).get("Idempotency-Key") ?? "");
+        bodies.push(JSON.parse(String(init?.body)));
+        const response = await fetch(input, init);
+        if (lost++ === 0) throw new TypeError("network connection lost");
+        return response;
+      }
+      return fetch(input, init);
+    };
+    const client = createClient({ baseUrl, apiKey: ALICE, fetch: losing });
+    const inbox = renderHook(() => useInbox(client, { pollMs: 60_000 }));
+    await waitFor(() => expect(runs.flatMap((r) => mine(inbox.result.current.pendingInputs, r))).toHaveLength(2));
+    const cards = runs.flatMap((r) => mine(inbox.result.current.pendingInputs, r));
+    let answered!: Promise<void>;
+    act(() => {
+      answered = inbox.result.current.respondToMany(cards, true, { message: "both fine" });
+    });
+    expect(runs.flatMap((r) => mine(inbox.result.current.pendingInputs, r))).toEqual([]);
+    await act(() => answered);
+    // Sent twice with one key: the second got the first's results, so
+    // neither is "too late" and nothing failed.
+    expect(keys).toHaveLength(2);
+    expect(keys[0]).toMatch(/^[0-9a-f]{32}$/);
+    expect(keys[1]).toBe(keys[0]);
+    expect(bodies[0]).toEqual({
+      decisions: cards.map((card) => ({
+        action: "approve",
+        runId: card.runId,
+        toolCallId: card.toolCallId,
+        argumentsHash: card.argumentsHash,
+        message: "both fine",
+      })),
+    });
+    expect(inbox.result.current.tooLate).toEqual([]);
+    expect(inbox.result.current.error).toBeNull();
+    for (const runId of runs) {
+      await waitFor(async () => expect((await alice.getRun(runId)).status).toBe("completed"), { timeout: 10_000 });
+    }
+    inbox.unmount();
+  });
+
+  it("brings back the one request of a batch the server refused, with its error", async () => {
+    const alice = api();
+    const runs = [await parked(alice, "mailer"), await parked(alice, "mailer")];
+    for (const runId of runs) await waitingForInput(alice, runId);
+    const inbox = renderHook(() => useInbox(alice, { pollMs: 60_000 }));
+    await waitFor(() => expect(runs.flatMap((r) => mine(inbox.result.current.pendingInputs, r))).toHaveLength(2));
+    const [good, stale] = runs.flatMap((r) => mine(inbox.result.current.pendingInputs, r));
+    // As if the card showed other arguments than the call has now.
+    const shownOtherwise = { ...stale!, argumentsHash: "0".repeat(64) };
+    await act(() => inbox.result.current.respondToMany([good!, shownOtherwise], false, { reason: "not today" }));
+    expect(inbox.result.current.error).toMatchObject({ status: 409, code: "ArgumentsHashMismatch" });
+    expect(mine(inbox.result.current.pendingInputs, good!.runId)).toEqual([]);
+    expect(mine(inbox.result.current.pendingInputs, stale!.runId)).toHaveLength(1);
+    await waitFor(async () => expect((await alice.getRun(good!.runId)).status).toBe("completed"));
+    expect((await alice.getRun(stale!.runId)).status).toBe("waiting");
+    await act(() => inbox.result.current.respondToInput(stale!, false));
+    inbox.unmount();
+  });
 });
