@@ -30,6 +30,16 @@ async fn decide(env: &TestEnv, key: Option<&str>, body: &Value) -> (StatusCode, 
     (status, replayed, body)
 }
 
+/// A run waiting for two approvals (c1, c2), and a worker.
+async fn two_waiting() -> (ToolServer, TestEnv, WorkerHandle, String, String) {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(TWO_CALLS, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "send both").await;
+    env.wait_pending(&thread_id, 2).await;
+    (tool, env, worker, thread_id, run_id)
+}
+
 fn statuses(results: &Value) -> Vec<(u64, Value)> {
     results["results"]
         .as_array()
@@ -47,11 +57,7 @@ fn statuses(results: &Value) -> Vec<(u64, Value)> {
 
 #[tokio::test]
 async fn many_decisions_at_once_are_each_settled_on_their_own() {
-    let tool = ToolServer::ok().await;
-    let env = TestEnv::start(approval_registry(TWO_CALLS, &tool.url)).await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "send both").await;
-    env.wait_pending(&thread_id, 2).await;
+    let (tool, env, worker, thread_id, run_id) = two_waiting().await;
     let wrong_hash = arguments_hash(&json!({ "to": "someone@else" }));
 
     let (status, _, results) = decide(
@@ -116,11 +122,7 @@ async fn many_decisions_at_once_are_each_settled_on_their_own() {
 
 #[tokio::test]
 async fn a_retry_with_the_same_key_gets_the_same_results_and_another_body_is_refused() {
-    let tool = ToolServer::ok().await;
-    let env = TestEnv::start(approval_registry(TWO_CALLS, &tool.url)).await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "send both").await;
-    env.wait_pending(&thread_id, 2).await;
+    let (tool, env, worker, thread_id, run_id) = two_waiting().await;
     let body = json!({ "decisions": [
         { "action": "approve", "runId": run_id, "toolCallId": "c1" },
         { "action": "skip", "runId": run_id, "toolCallId": "zz" },
@@ -194,11 +196,7 @@ async fn a_retry_with_the_same_key_gets_the_same_results_and_another_body_is_ref
 /// that item as it was answered and settles the rest.
 #[tokio::test]
 async fn a_retry_after_a_cut_off_attempt_answers_what_it_settled_as_it_was_settled() {
-    let tool = ToolServer::ok().await;
-    let env = TestEnv::start(approval_registry(TWO_CALLS, &tool.url)).await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "send both").await;
-    env.wait_pending(&thread_id, 2).await;
+    let (tool, env, worker, _thread_id, run_id) = two_waiting().await;
     let body = json!({ "decisions": [
         { "action": "approve", "runId": run_id, "toolCallId": "c1" },
         { "action": "deny", "runId": run_id, "toolCallId": "c2", "reason": "no" },

@@ -407,15 +407,7 @@ impl Client {
     }
 
     async fn reply(&self, path: &str, body: Value) -> anyhow::Result<Outcome> {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.key)
-            .json(&body)
-            .send()
-            .await
-            .with_context(|| format!("reaching the API at {}", self.base))?;
-        let answer = match self.read(response).await? {
+        let answer = match self.post(path, &body, None).await? {
             Ok(answer) => answer,
             Err(refused) => return Ok(refused),
         };
@@ -437,19 +429,7 @@ impl Client {
     }
 
     async fn decide(&self, body: Value, key: Option<&str>) -> anyhow::Result<Outcome> {
-        let mut request = self
-            .http
-            .post(format!("{}/agent/decisions", self.base))
-            .bearer_auth(&self.key)
-            .json(&body);
-        if let Some(key) = key {
-            request = request.header("Idempotency-Key", key);
-        }
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("reaching the API at {}", self.base))?;
-        let answer = match self.read(response).await? {
+        let answer = match self.post("/agent/decisions", &body, key).await? {
             Ok(answer) => answer,
             Err(refused) => return Ok(refused),
         };
@@ -458,6 +438,29 @@ impl Client {
             output: if self.json { pretty(&answer) } else { text },
             exit_code: if all_delivered { 0 } else { NOT_DELIVERED },
         })
+    }
+
+    /// POSTs `body` to `path` (with an `Idempotency-Key` when given): the
+    /// API's JSON answer, or the refusal to print.
+    async fn post(
+        &self,
+        path: &str,
+        body: &Value,
+        idempotency_key: Option<&str>,
+    ) -> anyhow::Result<Result<Value, Outcome>> {
+        let mut request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
+            .json(body);
+        if let Some(key) = idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("reaching the API at {}", self.base))?;
+        self.read(response).await
     }
 
     async fn read(&self, response: reqwest::Response) -> anyhow::Result<Result<Value, Outcome>> {
