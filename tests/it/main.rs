@@ -17,6 +17,7 @@ mod http_tool;
 mod inbox;
 mod intake;
 mod jobs;
+mod keys;
 mod limits;
 mod migrations;
 mod openapi;

@@ -1,8 +1,14 @@
-//! API keys: `AGENTENKIT_API_KEYS="owner:key,owner2:key2"`.
+//! API keys: `AGENTENKIT_API_KEYS="owner:key,owner2:key2"` (every scope),
+//! and keys with scopes made with `agentenkit keys` (stored hashed, looked
+//! up on use and kept a few seconds).
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use agentenkit_core::Owner;
+use agentenkit_core::{KeyScope, KeyScopes, Owner};
+use agentenkit_store::{KeyRecord, Store};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use thiserror::Error;
@@ -48,8 +54,25 @@ impl ApiKeys {
     }
 }
 
-/// The authenticated owner of the request's API key.
-pub struct Caller(pub Owner);
+/// Who calls, and what their key allows.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub owner: Owner,
+    pub scopes: KeyScopes,
+    /// The key's id, for a key made with `agentenkit keys`.
+    pub key_id: Option<String>,
+}
+
+impl Caller {
+    /// 403 naming `scope` unless the key has it.
+    pub fn require(&self, scope: KeyScope) -> Result<(), ApiError> {
+        if self.scopes.allow(scope) {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden { missing: scope })
+        }
+    }
+}
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
@@ -61,12 +84,100 @@ impl FromRequestParts<AppState> for Caller {
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token)
             .ok_or(ApiError::Unauthorized)?;
-        state
-            .keys
-            .owner(key)
-            .cloned()
-            .map(Caller)
-            .ok_or(ApiError::Unauthorized)
+        if let Some(owner) = state.keys.owner(key) {
+            return Ok(Caller {
+                owner: owner.clone(),
+                scopes: KeyScopes::all(),
+                key_id: None,
+            });
+        }
+        match state.key_cache.find(&state.store, key).await? {
+            Some(record) => Ok(Caller {
+                owner: Owner(record.owner),
+                scopes: record.scopes,
+                key_id: Some(record.id.to_string()),
+            }),
+            None => Err(ApiError::Unauthorized),
+        }
+    }
+}
+
+/// A route's scope, named by a type: `Scoped<Read>`.
+pub trait RouteScope {
+    const SCOPE: KeyScope;
+}
+
+/// Reading threads, runs, the inbox; streaming.
+pub struct Read;
+
+impl RouteScope for Read {
+    const SCOPE: KeyScope = KeyScope::Read;
+}
+
+/// Starting threads, sending messages, stopping turns.
+pub struct ThreadsWrite;
+
+impl RouteScope for ThreadsWrite {
+    const SCOPE: KeyScope = KeyScope::ThreadsWrite;
+}
+
+/// The owner of a caller whose key has `S`'s scope (403 naming it
+/// otherwise).
+pub struct Scoped<S>(pub Owner, pub PhantomData<S>);
+
+impl<S: RouteScope> FromRequestParts<AppState> for Scoped<S> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        caller.require(S::SCOPE)?;
+        Ok(Scoped(caller.owner, PhantomData))
+    }
+}
+
+/// Keys of the store, as looked up lately: a request does not pay a
+/// database read for its key each time, and a revoked key is refused
+/// within `ttl`.
+pub struct KeyCache {
+    ttl: Duration,
+    found: Mutex<HashMap<String, (KeyRecord, Instant)>>,
+}
+
+/// Past this many keys the cache starts over (keys are few; this bounds
+/// what a flood of distinct valid keys could hold).
+const KEY_CACHE_MAX: usize = 10_000;
+
+impl KeyCache {
+    pub fn new(ttl: Duration) -> Self {
+        KeyCache {
+            ttl,
+            found: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn find(&self, store: &Store, key: &str) -> Result<Option<KeyRecord>, ApiError> {
+        if !key.starts_with(agentenkit_store::KEY_PREFIX) {
+            return Ok(None);
+        }
+        if let Some((record, at)) = self.found.lock().expect("key cache").get(key) {
+            if at.elapsed() < self.ttl {
+                return Ok(Some(record.clone()));
+            }
+        }
+        let record = store.find_api_key(key).await?;
+        let mut found = self.found.lock().expect("key cache");
+        match &record {
+            Some(record) => {
+                if found.len() >= KEY_CACHE_MAX {
+                    found.clear();
+                }
+                found.insert(key.to_owned(), (record.clone(), Instant::now()));
+            }
+            None => {
+                found.remove(key);
+            }
+        }
+        Ok(record)
     }
 }
 

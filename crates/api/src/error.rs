@@ -10,6 +10,10 @@ use serde_json::json;
 pub enum ApiError {
     BadRequest(String),
     Unauthorized,
+    /// 403: the key lacks the scope named.
+    Forbidden {
+        missing: agentenkit_core::KeyScope,
+    },
     NotFound(String),
     MethodNotAllowed(String),
     Conflict {
@@ -42,6 +46,11 @@ impl ApiError {
                 StatusCode::UNAUTHORIZED,
                 "Unauthorized",
                 "a valid `Authorization: Bearer <key>` header is required".into(),
+            ),
+            ApiError::Forbidden { missing } => (
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                format!("this key lacks the scope {missing}; nothing was done"),
             ),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "NotFound", m.clone()),
             ApiError::MethodNotAllowed(m) => {
@@ -100,6 +109,9 @@ impl ApiError {
         }
         if let ApiError::AmbiguousToolCall(runs) = self {
             body["runIds"] = json!(runs);
+        }
+        if let ApiError::Forbidden { missing } = self {
+            body["missingScope"] = json!(missing.as_str());
         }
         (status, body)
     }
@@ -187,6 +199,7 @@ impl From<agentenkit_store::Error> for ApiError {
                 ),
             },
             E::AmbiguousToolCall { run_ids, .. } => ApiError::AmbiguousToolCall(run_ids),
+            E::Forbidden { missing } => ApiError::Forbidden { missing },
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -35,6 +35,10 @@ pub const STREAM_POLL: Duration = Duration::from_millis(20);
 /// stream request is a 429.
 pub const DEFAULT_MAX_STREAMS: usize = 64;
 
+/// How long a key made with `agentenkit keys` is trusted after its last
+/// lookup: a revoked key is refused within this.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
@@ -43,6 +47,8 @@ pub struct AppState {
     pub relay: Relay,
     pub registry: Arc<Registry>,
     pub keys: Arc<ApiKeys>,
+    /// Keys made with `agentenkit keys`, as looked up lately.
+    pub key_cache: Arc<auth::KeyCache>,
     pub metrics: Option<PrometheusHandle>,
     pub hub: Arc<hub::EventHub>,
     /// A stream re-reads its thread this often even without a wake-up, in
@@ -81,6 +87,7 @@ impl AppState {
             queue,
             registry,
             keys: Arc::new(keys),
+            key_cache: Arc::new(auth::KeyCache::new(KEY_CACHE_TTL)),
             metrics: metrics_handle(),
             shutdown: tokio_util::sync::CancellationToken::new(),
             idempotency: agentenkit_store::KeyTimes::default(),
@@ -96,6 +103,12 @@ impl AppState {
             self.relay.clone(),
             self.registry.clone(),
         )
+    }
+
+    /// Replies as `caller`'s key gives them: only the kinds of request its
+    /// scopes may answer, its id recorded with each decision.
+    pub(crate) fn replies_of(&self, caller: &auth::Caller) -> agentenkit_runtime::Replies {
+        self.replies().as_key(caller.scopes, caller.key_id.clone())
     }
 
     /// The OpenAPI document of this deployment (its agents listed).

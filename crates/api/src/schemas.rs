@@ -172,7 +172,7 @@ fn built(schema: Value) -> RefOr<Schema> {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody {
-    /// `BadRequest`, `Unauthorized`, `NotFound`, `MethodNotAllowed`,
+    /// `BadRequest`, `Unauthorized`, `Forbidden`, `NotFound`, `MethodNotAllowed`,
     /// `RunActive`, `HumanReplyMismatchError`, `AmbiguousToolCallId`,
     /// `PayloadTooLarge`, `UnknownAgent`, `InvalidAnswers`,
     /// `TooManyRequests`, `Unavailable` or `Internal`.
@@ -184,6 +184,11 @@ pub struct ErrorBody {
     /// With `AmbiguousToolCallId`: the runs whose open requests share the id.
     #[schema(nullable = false)]
     pub run_ids: Option<Vec<agentenkit_core::RunId>>,
+    /// With `Forbidden`: the scope the key lacks (`read`,
+    /// `respond:approvals`, `respond:questions`, `settle:jobs`,
+    /// `threads:write` or `admin`).
+    #[schema(nullable = false)]
+    pub missing_scope: Option<String>,
 }
 
 #[derive(OpenApi)]

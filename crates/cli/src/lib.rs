@@ -7,6 +7,7 @@ pub mod chat;
 pub mod decide;
 pub mod demo;
 pub mod http_server;
+pub mod keys;
 pub mod ops;
 pub mod paging;
 pub mod shown;

@@ -16,6 +16,7 @@ pub mod journal;
 pub mod questions;
 pub mod queue_message;
 pub mod reply;
+pub mod scopes;
 pub mod status;
 
 pub use error::{Error, Result};
@@ -23,4 +24,5 @@ pub use event::EventType;
 pub use ids::{Owner, RunId, ThreadId, ToolCallId};
 pub use journal::{JournalEntry, Replay, ReplayStep};
 pub use queue_message::QueueMessage;
+pub use scopes::{KeyScope, KeyScopes};
 pub use status::{RunStatus, ThreadStatus, ToolCallStatus, ToolKind};

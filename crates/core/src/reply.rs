@@ -107,6 +107,7 @@ pub fn reduce(
         arguments: None,
         message: None,
         arguments_hash: None,
+        key_id: None,
     };
     if let Verdict::Approve {
         arguments: Some(_), ..
@@ -199,6 +200,10 @@ pub struct SettledReply {
     /// [`crate::canonical`]); none for a reply nobody gave (an expiry).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_hash: Option<String>,
+    /// The id of the API key that decided (a key made with `agentenkit
+    /// keys`); none for `AGENTENKIT_API_KEYS` keys and Rust callers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
 }
 
 /// What the model reads of an approved call's result when the person
@@ -281,6 +286,7 @@ mod tests {
             arguments: None,
             message: None,
             arguments_hash: None,
+            key_id: None,
         }
     }
 

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::Verdict;
-use agentenkit_core::{Owner, RunId, ThreadId, ToolCallId};
+use agentenkit_core::{KeyScopes, Owner, RunId, ThreadId, ToolCallId};
 use agentenkit_store::{AnswerChecks, AnswerTarget, Answered, RecordedItem, Scope, Store};
 use serde_json::Value;
 
@@ -36,6 +36,9 @@ pub struct Replies {
     relay: Relay,
     /// The deployment's tools, whose input schemas edited arguments must fit.
     registry: Arc<Registry>,
+    /// What the caller's key allows (every answer when `None`), and its id.
+    scopes: Option<KeyScopes>,
+    key_id: Option<String>,
 }
 
 /// An approval, with what it may carry besides yes.
@@ -105,7 +108,18 @@ impl Replies {
             store: relay.attach(store),
             relay,
             registry,
+            scopes: None,
+            key_id: None,
         }
+    }
+
+    /// These replies as a key with `scopes` (id `key_id`) gives them: an
+    /// answer to a request whose kind needs another scope is refused
+    /// (`Forbidden`), and the key's id is recorded with each decision.
+    pub fn as_key(mut self, scopes: KeyScopes, key_id: Option<String>) -> Self {
+        self.scopes = Some(scopes);
+        self.key_id = key_id;
+        self
     }
 
     /// `respond` (SPEC §5): approve (`approved`) with an optional payload,
@@ -247,6 +261,8 @@ impl Replies {
             arguments_hash,
             edits: Some(&edits),
             record,
+            scopes: self.scopes,
+            key_id: self.key_id.as_deref(),
         };
         let answered = self
             .store

@@ -10,7 +10,8 @@ use agentenkit_core::canonical::arguments_hash;
 use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::{reduce, refusal, ReplyError, SettledReply, Verdict};
 use agentenkit_core::{
-    EventType, Owner, QueueMessage, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
+    EventType, KeyScope, KeyScopes, Owner, QueueMessage, RunId, ThreadId, ToolCallId,
+    ToolCallStatus, ToolKind,
 };
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
@@ -72,6 +73,12 @@ pub struct AnswerChecks<'a> {
     /// transaction that delivers the answer (nothing is recorded when the
     /// answer is refused).
     pub record: Option<crate::idempotency::RecordedItem<'a>>,
+    /// The scopes of the caller's key: an answer to a request whose kind
+    /// needs another scope is refused ([`Error::Forbidden`]). `None`
+    /// allows every answer (a Rust caller).
+    pub scopes: Option<KeyScopes>,
+    /// The id of the caller's key, recorded with the decision.
+    pub key_id: Option<&'a str>,
 }
 
 /// The open-or-not row a reply is addressed to.
@@ -126,6 +133,16 @@ impl Store {
                 id: call.to_string(),
             });
         };
+        // A key that may not answer this kind of request learns nothing of
+        // it, not even whether it is still open.
+        if let Some(needed) = checks
+            .scopes
+            .zip(KeyScope::to_answer(row.kind))
+            .and_then(|(scopes, needed)| (!scopes.allow(needed)).then_some(needed))
+        {
+            tx.rollback().await?;
+            return Err(Error::Forbidden { missing: needed });
+        }
         // A request no longer open refuses every reply, whatever its shape.
         if let Some(reason) = refusal(row.status, row.current) {
             tx.rollback().await?;
@@ -140,6 +157,7 @@ impl Store {
                 }
             };
         reply.answered_by = Some(owner.to_string());
+        reply.key_id = checks.key_id.map(str::to_owned);
         reply.answered_at = Some(answered_at);
         let mut ops = settle_ops(&row, call, &reply)?;
         ops.extend(checks.record.map(|item| item.op(owner)));
@@ -272,6 +290,9 @@ fn decision_of(reply: &SettledReply) -> Option<Value> {
     }
     if let Some(message) = &reply.message {
         decision["message"] = json!(message);
+    }
+    if let Some(key_id) = &reply.key_id {
+        decision["keyId"] = json!(key_id);
     }
     Some(decision)
 }

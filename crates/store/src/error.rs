@@ -38,6 +38,9 @@ pub enum Error {
         tool_call_id: String,
         run_ids: Vec<agentenkit_core::RunId>,
     },
+    /// The caller's key lacks the scope this answer needs.
+    #[error("this key lacks the scope {missing}")]
+    Forbidden { missing: agentenkit_core::KeyScope },
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("migration {version} failed: {message}")]

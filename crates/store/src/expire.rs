@@ -107,6 +107,7 @@ impl Store {
             arguments: None,
             message: None,
             arguments_hash: None,
+            key_id: None,
         };
         let stmt = tx
             .prepare_cached(

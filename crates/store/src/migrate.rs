@@ -23,6 +23,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "idempotency_keys",
         include_str!("../../../migrations/0003_idempotency_keys.sql"),
     ),
+    (
+        4,
+        "api_keys",
+        include_str!("../../../migrations/0004_api_keys.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

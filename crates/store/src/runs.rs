@@ -84,6 +84,7 @@ impl CallRow {
             arguments: decision.and_then(|d| d.get("arguments")).cloned(),
             message: text(decision, "message"),
             arguments_hash: text(decision, "argumentsHash"),
+            key_id: text(decision, "keyId"),
         }))
     }
 

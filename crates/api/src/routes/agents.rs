@@ -29,7 +29,7 @@ pub struct AgentSummary {
     ))]
 pub async fn list(
     State(state): State<AppState>,
-    Caller(_owner): Caller,
+    _caller: Caller,
 ) -> Result<Json<Vec<AgentSummary>>, ApiError> {
     let mut names: Vec<&str> = state.registry.agent_names().collect();
     names.sort_unstable();

@@ -1,7 +1,7 @@
 //! Replies to open requests: approve, reject, and the webhook-facing
 //! respond. Who answered is the key's owner, never a field of the body.
 
-use agentenkit_core::{Owner, RunId, ThreadId};
+use agentenkit_core::{RunId, ThreadId};
 use agentenkit_runtime::replies::Decision;
 use agentenkit_store::{Answered, PendingInput};
 use axum::extract::State;
@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::auth::Caller;
+use crate::auth::{Caller, Read, Scoped};
 use crate::extract::{parse_id, JsonBody, QueryParams};
 use crate::page::{cursor, CursorQuery, Page};
 use crate::schemas::{checked_hash, ErrorBody};
@@ -118,6 +118,7 @@ pub struct Respond {
         (status = 200, body = Delivery),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
         (status = 409, description = "`HumanReplyMismatchError`: the call takes no reply of this kind; `ArgumentsHashMismatch`: its arguments are not those the `argumentsHash` names; `CannotEditArguments`: edits of a call that is no approval", body = ErrorBody),
         (status = 413, body = ErrorBody),
@@ -127,10 +128,10 @@ pub struct Respond {
     ))]
 pub async fn approve(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    caller: Caller,
     JsonBody(body): JsonBody<Approve>,
 ) -> Result<Json<Delivery>, ApiError> {
-    decide(&state, &owner, body.decision()?).await
+    decide(&state, &caller, body.decision()?).await
 }
 
 /// Rejects a call: the model sees the rejection and the reason.
@@ -140,6 +141,7 @@ pub async fn approve(
         (status = 200, body = Delivery),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
         (status = 409, description = "`HumanReplyMismatchError`: the call takes no reply of this kind; `ArgumentsHashMismatch`: its arguments are not those the `argumentsHash` names", body = ErrorBody),
         (status = 413, body = ErrorBody),
@@ -148,10 +150,10 @@ pub async fn approve(
     ))]
 pub async fn reject(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    caller: Caller,
     JsonBody(body): JsonBody<Reject>,
 ) -> Result<Json<Delivery>, ApiError> {
-    decide(&state, &owner, body.decision()?).await
+    decide(&state, &caller, body.decision()?).await
 }
 
 /// Answers to a question set, resolved on the server against the stored
@@ -162,6 +164,7 @@ pub async fn reject(
         (status = 200, body = Delivery),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
         (status = 409, description = "`HumanReplyMismatchError`: the call waits for approve or reject", body = ErrorBody),
         (status = 413, body = ErrorBody),
@@ -171,10 +174,10 @@ pub async fn reject(
     ))]
 pub async fn answer(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    caller: Caller,
     JsonBody(body): JsonBody<Answer>,
 ) -> Result<Json<Delivery>, ApiError> {
-    decide(&state, &owner, body.decision()?).await
+    decide(&state, &caller, body.decision()?).await
 }
 
 /// A question set left unanswered: the defaults, persisted as rejected.
@@ -184,6 +187,7 @@ pub async fn answer(
         (status = 200, body = Delivery),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
         (status = 409, description = "`HumanReplyMismatchError`: the call waits for approve or reject", body = ErrorBody),
         (status = 413, body = ErrorBody),
@@ -192,10 +196,10 @@ pub async fn answer(
     ))]
 pub async fn skip(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    caller: Caller,
     JsonBody(body): JsonBody<Skip>,
 ) -> Result<Json<Delivery>, ApiError> {
-    decide(&state, &owner, body.decision()?).await
+    decide(&state, &caller, body.decision()?).await
 }
 
 /// The webhook-facing reply, by thread and call id: `approved` with an
@@ -206,6 +210,7 @@ pub async fn skip(
         (status = 200, body = Delivery),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No open or answered call with these ids of the caller's", body = ErrorBody),
         (status = 409, description = "`AmbiguousToolCallId`: open requests of several runs share the id (answer by runId), or `HumanReplyMismatchError`", body = ErrorBody),
         (status = 413, body = ErrorBody),
@@ -214,11 +219,12 @@ pub async fn skip(
     ))]
 pub async fn respond(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    caller: Caller,
     JsonBody(body): JsonBody<Respond>,
 ) -> Result<Json<Delivery>, ApiError> {
     let thread: ThreadId = parse_id(&body.thread_id, "tool call")?;
-    let replies = state.replies();
+    let replies = state.replies_of(&caller);
+    let owner = caller.owner;
     let answered = match checked_hash(body.arguments_hash)? {
         None => {
             replies
@@ -285,12 +291,18 @@ pub(super) struct Decided {
 
 async fn decide(
     state: &AppState,
-    owner: &Owner,
+    caller: &Caller,
     decided: Decided,
 ) -> Result<Json<Delivery>, ApiError> {
     let answered = state
-        .replies()
-        .decide(owner, decided.run, &decided.call, decided.decision, None)
+        .replies_of(caller)
+        .decide(
+            &caller.owner,
+            decided.run,
+            &decided.call,
+            decided.decision,
+            None,
+        )
         .await?;
     Ok(delivery(answered))
 }
@@ -354,12 +366,13 @@ impl Skip {
             description = "`<…?after=…&limit=…>; rel=\"next\"` while more may follow"))),
         (status = 400, description = "`after` is not a cursor or `limit` out of range", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
     ))]
 pub async fn inbox(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Scoped(owner, ..): Scoped<Read>,
     QueryParams(page): QueryParams<CursorQuery>,
 ) -> Result<Page<PendingInput>, ApiError> {
     let (after, limit) = page.parse()?;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use agentenkit_core::canonical::arguments_hash;
-use agentenkit_core::{Owner, ToolCallId};
+use agentenkit_core::ToolCallId;
 use agentenkit_runtime::replies::Decision;
 use agentenkit_store::{Claim, RecordedItem};
 use axum::extract::State;
@@ -79,6 +79,7 @@ pub struct DecisionResults {
             description = "`true` when this is the stored response of an earlier request with the key"))),
         (status = 400, description = "Malformed JSON, no decisions or more than 100, or a malformed `Idempotency-Key`", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 409, description = "`IdempotencyKeyInUse`: a request with this key is being processed now; retry after `Retry-After`", body = ErrorBody),
         (status = 413, body = ErrorBody),
         (status = 422, description = "`IdempotencyKeyReused`: the key was used with another body", body = ErrorBody),
@@ -87,10 +88,11 @@ pub struct DecisionResults {
     ))]
 pub async fn decide(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    caller: Caller,
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
+    let owner = caller.owner.clone();
     let key = idempotency_key(&headers)?;
     let request_hash = arguments_hash(&body);
     let decisions: Decisions = serde_json::from_value(body)
@@ -110,7 +112,7 @@ pub async fn decide(
         .map(|(index, item)| readable(index, item))
         .collect::<Result<Vec<Decided>, ApiError>>()?;
     let Some(key) = key else {
-        let results = settle_all(&state, &owner, decisions, None, BTreeMap::new()).await?;
+        let results = settle_all(&state, &caller, decisions, None, BTreeMap::new()).await?;
         return Ok(Json(results).into_response());
     };
     let claim = state
@@ -142,7 +144,7 @@ pub async fn decide(
             })
         }
     };
-    match settle_all(&state, &owner, decisions, Some(&key), recorded).await {
+    match settle_all(&state, &caller, decisions, Some(&key), recorded).await {
         Ok(results) => {
             let response =
                 serde_json::to_value(&results).map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -167,12 +169,13 @@ pub async fn decide(
 /// is its result; a failure of the database ends the batch with it.
 async fn settle_all(
     state: &AppState,
-    owner: &Owner,
+    caller: &Caller,
     decisions: Vec<Decided>,
     key: Option<&str>,
     recorded: BTreeMap<usize, Value>,
 ) -> Result<DecisionResults, ApiError> {
-    let replies = state.replies();
+    let replies = state.replies_of(caller);
+    let owner = &caller.owner;
     let mut results = Vec::with_capacity(decisions.len());
     for (index, decided) in decisions.into_iter().enumerate() {
         if let Some(result) = recorded.get(&index) {

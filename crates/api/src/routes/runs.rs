@@ -3,7 +3,7 @@ use agentenkit_store::RunView;
 use axum::extract::State;
 use axum::Json;
 
-use crate::auth::Caller;
+use crate::auth::{Read, Scoped};
 use crate::extract::{parse_id, PathText, QueryParams};
 use crate::page::{Page, PageQuery};
 use crate::schemas::ErrorBody;
@@ -15,13 +15,14 @@ use crate::{ApiError, AppState};
     responses(
         (status = 200, body = RunView),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No such run of the caller's", body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
     ))]
 pub async fn get(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Scoped(owner, ..): Scoped<Read>,
     PathText(id): PathText,
 ) -> Result<Json<RunView>, ApiError> {
     let run: RunId = parse_id(&id, "run")?;
@@ -37,13 +38,14 @@ pub async fn get(
             description = "`<…?after=…&limit=…>; rel=\"next\"` while more may follow"))),
         (status = 400, description = "`after` or `limit` out of range", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No such run of the caller's", body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
     ))]
 pub async fn journal(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Scoped(owner, ..): Scoped<Read>,
     PathText(id): PathText,
     QueryParams(page): QueryParams<PageQuery>,
 ) -> Result<Page<JournalEntry>, ApiError> {

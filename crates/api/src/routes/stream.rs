@@ -13,7 +13,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use serde::Deserialize;
 
-use crate::auth::Caller;
+use crate::auth::{Read, Scoped};
 use crate::extract::{parse_event_id, parse_id, PathText, QueryParams};
 use crate::hub::Subscription;
 use crate::schemas::ErrorBody;
@@ -43,6 +43,7 @@ pub struct StreamQuery {
         (status = 200, content_type = "text/event-stream", body = crate::schemas::StreamEvent),
         (status = 400, description = "`Last-Event-ID` or `after` is not an event id", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No such thread of the caller's", body = ErrorBody),
         (status = 429, description = "The key holds too many open streams", body = ErrorBody),
         (status = 500, body = ErrorBody),
@@ -50,7 +51,7 @@ pub struct StreamQuery {
     ))]
 pub async fn stream(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Scoped(owner, ..): Scoped<Read>,
     PathText(id): PathText,
     QueryParams(query): QueryParams<StreamQuery>,
     headers: HeaderMap,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::auth::Caller;
+use crate::auth::{Read, Scoped, ThreadsWrite};
 use crate::extract::{parse_event_id, parse_id, JsonBody, PathText, QueryParams};
 use crate::page::{parse_limit, Page, PageQuery};
 use crate::schemas::ErrorBody;
@@ -42,6 +42,7 @@ pub struct CreatedThread {
         (status = 201, body = CreatedThread),
         (status = 400, description = "Malformed JSON, or metadata that is not an object", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 413, body = ErrorBody),
         (status = 422, description = "`UnknownAgent`", body = ErrorBody),
         (status = 500, body = ErrorBody),
@@ -49,7 +50,7 @@ pub struct CreatedThread {
     ))]
 pub async fn create(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Scoped(owner, ..): Scoped<ThreadsWrite>,
     JsonBody(body): JsonBody<CreateThread>,
 ) -> Result<(StatusCode, Json<CreatedThread>), ApiError> {
     if state.registry.agent(&body.agent).is_none() {
@@ -84,13 +85,14 @@ pub async fn create(
     responses(
         (status = 200, body = ThreadView),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No such thread of the caller's", body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
     ))]
 pub async fn get(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Scoped(owner, ..): Scoped<Read>,
     PathText(id): PathText,
 ) -> Result<Json<ThreadView>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
@@ -124,6 +126,7 @@ pub struct StartedRun {
         (status = 202, body = StartedRun),
         (status = 400, description = "Malformed JSON or blank content", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No such thread of the caller's", body = ErrorBody),
         (status = 409, description = "`RunActive`: a run is active or waiting", body = ErrorBody),
         (status = 413, body = ErrorBody),
@@ -132,7 +135,7 @@ pub struct StartedRun {
     ))]
 pub async fn post_message(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Scoped(owner, ..): Scoped<ThreadsWrite>,
     PathText(id): PathText,
     JsonBody(body): JsonBody<PostMessage>,
 ) -> Result<(StatusCode, Json<StartedRun>), ApiError> {
@@ -168,13 +171,14 @@ pub async fn post_message(
             description = "`<…?after=…&limit=…>; rel=\"next\"` while more may follow"))),
         (status = 400, description = "`after` or `limit` out of range", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No such thread of the caller's", body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
     ))]
 pub async fn list_messages(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Scoped(owner, ..): Scoped<Read>,
     PathText(id): PathText,
     QueryParams(page): QueryParams<PageQuery>,
 ) -> Result<Page<MessageView>, ApiError> {
@@ -213,13 +217,14 @@ pub struct EventsQuery {
             description = "`<…?after=…&limit=…>; rel=\"next\"` while more may follow"))),
         (status = 400, description = "`after` is not an event id or `limit` out of range", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No such thread of the caller's", body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
     ))]
 pub async fn list_events(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Scoped(owner, ..): Scoped<Read>,
     PathText(id): PathText,
     QueryParams(query): QueryParams<EventsQuery>,
 ) -> Result<Page<EventView>, ApiError> {
@@ -254,13 +259,14 @@ pub struct Stopped {
     responses(
         (status = 202, body = Stopped),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No such thread of the caller's", body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
     ))]
 pub async fn stop(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Scoped(owner, ..): Scoped<ThreadsWrite>,
     PathText(id): PathText,
 ) -> Result<(StatusCode, Json<Stopped>), ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;

@@ -65,6 +65,13 @@ enum Command {
         #[command(flatten)]
         connections: Connections,
     },
+    /// API keys with scopes, in the database: create, list, revoke.
+    Keys {
+        #[command(flatten)]
+        connections: Connections,
+        #[command(subcommand)]
+        command: agentenkit::keys::KeysCommand,
+    },
     /// Prints the API's OpenAPI 3.1 document (as `GET /openapi.json` serves
     /// it), for client generators.
     Openapi,
@@ -78,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match &cli.command {
         // Output for a person at a terminal: no log lines in it.
-        Command::Chat { .. } | Command::Demo { .. } | Command::Ops(_) => {
+        Command::Chat { .. } | Command::Demo { .. } | Command::Ops(_) | Command::Keys { .. } => {
             init_tracing_at("warn,lapin=off", cli.log.log_format)
         }
         Command::Migrate { .. } | Command::Dev { .. } | Command::Openapi => {
@@ -135,6 +142,18 @@ async fn main() -> anyhow::Result<()> {
             owner,
         } => agentenkit::chat::run(connections, agents, agent, owner).await?,
         Command::Demo { connections } => agentenkit::demo::run(connections).await?,
+        Command::Keys {
+            connections,
+            command,
+        } => {
+            let store = connections.store()?;
+            store.migrate().await?;
+            let (output, done) = command.run(&store).await?;
+            print!("{output}");
+            if !done {
+                std::process::exit(1);
+            }
+        }
         Command::Openapi => println!(
             "{}",
             serde_json::to_string_pretty(&agentenkit_api::openapi_document())?

@@ -1,0 +1,140 @@
+//! API keys with scopes: made, listed, revoked and looked up. A key is
+//! shown once, when made; the store keeps its SHA-256 only.
+
+use agentenkit_core::{KeyScope, KeyScopes};
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::{Error, Result, Store};
+
+/// What every key made here starts with: easy to tell apart from an
+/// `AGENTENKIT_API_KEYS` key, and for secret scanners to find.
+pub const KEY_PREFIX: &str = "aek_";
+
+/// A key as the store knows it (never the key itself).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyRecord {
+    pub id: Uuid,
+    /// Whose threads the key acts on.
+    pub owner: String,
+    /// What the key is for, for people listing keys.
+    pub name: String,
+    pub scopes: KeyScopes,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A key just made: its record, and the key, shown this once.
+#[derive(Debug, Clone)]
+pub struct NewKey {
+    pub record: KeyRecord,
+    pub key: String,
+}
+
+fn digest(key: &str) -> Vec<u8> {
+    Sha256::digest(key.as_bytes()).to_vec()
+}
+
+fn record(row: &tokio_postgres::Row) -> Result<KeyRecord> {
+    let names: Vec<String> = row.get("scopes");
+    let scopes = names
+        .iter()
+        .map(|name| name.parse::<KeyScope>())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::Corrupt(format!("api key scopes: {e}")))?;
+    Ok(KeyRecord {
+        id: row.get("id"),
+        owner: row.get("owner"),
+        name: row.get("name"),
+        scopes: KeyScopes::of(&scopes),
+        created_at: row.get("created_at"),
+        revoked_at: row.get("revoked_at"),
+    })
+}
+
+const COLUMNS: &str = "id, owner, name, scopes, created_at, revoked_at";
+
+impl Store {
+    /// Makes a key for `owner` with `scopes`.
+    pub async fn create_api_key(
+        &self,
+        owner: &str,
+        name: &str,
+        scopes: &[KeyScope],
+    ) -> Result<NewKey> {
+        if owner.is_empty() || scopes.is_empty() {
+            return Err(Error::Config(
+                "a key needs an owner and at least one scope".into(),
+            ));
+        }
+        // 2 × 122 random bits (UUID v4, from the OS's generator).
+        let key = format!(
+            "{KEY_PREFIX}{}{}",
+            Uuid::new_v4().simple(),
+            Uuid::new_v4().simple()
+        );
+        let names: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                &format!(
+                    "INSERT INTO api_keys (id, owner, name, secret_sha256, scopes)
+                     VALUES ($1, $2, $3, $4, $5) RETURNING {COLUMNS}"
+                ),
+                &[&Uuid::now_v7(), &owner, &name, &digest(&key), &names],
+            )
+            .await?;
+        Ok(NewKey {
+            record: record(&row)?,
+            key,
+        })
+    }
+
+    /// Every key (revoked ones too), oldest first; of one owner when given.
+    pub async fn list_api_keys(&self, owner: Option<&str>) -> Result<Vec<KeyRecord>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM api_keys WHERE $1::text IS NULL OR owner = $1
+                     ORDER BY created_at, id"
+                ),
+                &[&owner],
+            )
+            .await?;
+        rows.iter().map(record).collect()
+    }
+
+    /// Revokes key `id`: from now on it is refused. False when there is no
+    /// such key or it was revoked already.
+    pub async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
+        let client = self.client().await?;
+        Ok(client
+            .execute(
+                "UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL",
+                &[&id],
+            )
+            .await?
+            == 1)
+    }
+
+    /// The live (not revoked) key `key`, if there is one.
+    pub async fn find_api_key(&self, key: &str) -> Result<Option<KeyRecord>> {
+        if !key.starts_with(KEY_PREFIX) {
+            return Ok(None);
+        }
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM api_keys WHERE secret_sha256 = $1 AND revoked_at IS NULL"
+            ))
+            .await?;
+        client
+            .query_opt(&stmt, &[&digest(key)])
+            .await?
+            .as_ref()
+            .map(record)
+            .transpose()
+    }
+}
