@@ -8,6 +8,9 @@ CREATE TABLE api_keys (
     name text NOT NULL,
     secret_sha256 bytea NOT NULL UNIQUE,
     scopes text[] NOT NULL,
+    -- The approver groups the key's holder belongs to (multi-party
+    -- approvals: `approvals = { required, from }` of a tool).
+    groups text[] NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
     revoked_at timestamptz
 );

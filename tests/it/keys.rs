@@ -15,6 +15,7 @@ async fn make_key(env: &TestEnv, owner: &str, scopes: &[KeyScope]) -> (String, S
         owner: owner.into(),
         name: "test".into(),
         scopes: scopes.to_vec(),
+        groups: vec![],
     }
     .run(&env.store)
     .await

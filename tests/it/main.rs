@@ -20,6 +20,7 @@ mod jobs;
 mod keys;
 mod limits;
 mod migrations;
+mod multi_party;
 mod openapi;
 mod ops;
 mod parked;

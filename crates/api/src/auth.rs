@@ -61,6 +61,8 @@ pub struct Caller {
     pub scopes: KeyScopes,
     /// The key's id, for a key made with `agentenkit keys`.
     pub key_id: Option<String>,
+    /// The approver groups of the key's holder.
+    pub groups: Vec<String>,
 }
 
 impl Caller {
@@ -89,6 +91,7 @@ impl FromRequestParts<AppState> for Caller {
                 owner: owner.clone(),
                 scopes: KeyScopes::all(),
                 key_id: None,
+                groups: Vec::new(),
             });
         }
         match state.key_cache.find(&state.store, key).await? {
@@ -96,6 +99,7 @@ impl FromRequestParts<AppState> for Caller {
                 owner: Owner(record.owner),
                 scopes: record.scopes,
                 key_id: Some(record.id.to_string()),
+                groups: record.groups,
             }),
             None => Err(ApiError::Unauthorized),
         }

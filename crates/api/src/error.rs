@@ -14,6 +14,8 @@ pub enum ApiError {
     Forbidden {
         missing: agentenkit_core::KeyScope,
     },
+    /// 403: a multi-party approval from a key in none of its groups.
+    NotAnApprover(Vec<String>),
     NotFound(String),
     MethodNotAllowed(String),
     Conflict {
@@ -51,6 +53,14 @@ impl ApiError {
                 StatusCode::FORBIDDEN,
                 "Forbidden",
                 format!("this key lacks the scope {missing}; nothing was done"),
+            ),
+            ApiError::NotAnApprover(groups) => (
+                StatusCode::FORBIDDEN,
+                "NotAnApprover",
+                format!(
+                    "only a key in one of the groups {} may approve this call; nothing was recorded",
+                    groups.join(", ")
+                ),
             ),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "NotFound", m.clone()),
             ApiError::MethodNotAllowed(m) => {
@@ -200,6 +210,7 @@ impl From<agentenkit_store::Error> for ApiError {
             },
             E::AmbiguousToolCall { run_ids, .. } => ApiError::AmbiguousToolCall(run_ids),
             E::Forbidden { missing } => ApiError::Forbidden { missing },
+            E::NotAnApprover { groups } => ApiError::NotAnApprover(groups),
             other => ApiError::Internal(other.to_string()),
         }
     }

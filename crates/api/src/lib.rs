@@ -105,10 +105,24 @@ impl AppState {
         )
     }
 
+    /// Says of each open approval that needs several people how many: the
+    /// rule of its tool in this deployment (its count so far comes from
+    /// the row).
+    pub(crate) fn count_approvals(&self, inputs: &mut [agentenkit_store::PendingInput]) {
+        for input in inputs {
+            let rule = self.registry.approval_rule(&input.tool_name);
+            if input.kind == agentenkit_core::ToolKind::Approval && !rule.is_single() {
+                input.approvals_required = Some(rule.required);
+                input.approvals_given.get_or_insert(0);
+            }
+        }
+    }
+
     /// Replies as `caller`'s key gives them: only the kinds of request its
     /// scopes may answer, its id recorded with each decision.
     pub(crate) fn replies_of(&self, caller: &auth::Caller) -> agentenkit_runtime::Replies {
-        self.replies().as_key(caller.scopes, caller.key_id.clone())
+        self.replies()
+            .as_key(caller.scopes, caller.key_id.clone(), caller.groups.clone())
     }
 
     /// The OpenAPI document of this deployment (its agents listed).

@@ -22,6 +22,10 @@ pub enum KeysCommand {
         name: String,
         #[arg(long = "scope", required = true, value_parser = parse_scope)]
         scopes: Vec<KeyScope>,
+        /// An approver group of the key's holder (a tool's `approvals =
+        /// { from = [...] }`), as often as needed.
+        #[arg(long = "group")]
+        groups: Vec<String>,
     },
     /// Every key (revoked ones marked), of one owner with `--owner`.
     List {
@@ -49,8 +53,11 @@ impl KeysCommand {
                 owner,
                 name,
                 scopes,
+                groups,
             } => {
-                let made = store.create_api_key(&owner, &name, &scopes).await?;
+                let made = store
+                    .create_api_key(&owner, &name, &scopes, &groups)
+                    .await?;
                 Ok((
                     format!(
                         "{}\nkey {} for {} with {}: shown this once, keep it now\n",
@@ -96,10 +103,18 @@ pub fn render_keys(keys: &[KeyRecord]) -> String {
     for key in keys {
         let _ = writeln!(
             out,
-            "{}  {}  {}  {}  made {}{}",
+            "{}  {}  {}{}  {}  made {}{}",
             key.id,
             crate::shown::shown(&key.owner, false),
             scope_list(key.scopes),
+            if key.groups.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "  groups {}",
+                    crate::shown::shown(&key.groups.join(","), false)
+                )
+            },
             crate::shown::shown(if key.name.is_empty() { "-" } else { &key.name }, false),
             key.created_at.format("%Y-%m-%d %H:%M"),
             key.revoked_at

@@ -20,6 +20,7 @@ string_enum!(
         RunCompleted => "RUN_COMPLETED",
         RunFailed => "RUN_FAILED",
         RunCancelled => "RUN_CANCELLED",
+        ApprovalRecorded => "APPROVAL_RECORDED",
     }
 );
 
@@ -42,7 +43,8 @@ mod tests {
                 "ELICITATION",
                 "RUN_COMPLETED",
                 "RUN_FAILED",
-                "RUN_CANCELLED"
+                "RUN_CANCELLED",
+                "APPROVAL_RECORDED"
             ]
         );
         for e in EventType::ALL {

@@ -108,6 +108,7 @@ pub fn reduce(
         message: None,
         arguments_hash: None,
         key_id: None,
+        approvals: None,
     };
     if let Verdict::Approve {
         arguments: Some(_), ..
@@ -204,6 +205,10 @@ pub struct SettledReply {
     /// keys`); none for `AGENTENKIT_API_KEYS` keys and Rust callers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_id: Option<String>,
+    /// For a call several people approved: each approval
+    /// (`[{principal, answeredBy, answeredAt, message?}]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<Value>,
 }
 
 /// What the model reads of an approved call's result when the person
@@ -287,6 +292,7 @@ mod tests {
             message: None,
             arguments_hash: None,
             key_id: None,
+            approvals: None,
         }
     }
 

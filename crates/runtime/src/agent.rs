@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentenkit_core::approvals::ApprovalRule;
 use agentenkit_core::questions::QuestionSet;
 
 use crate::config::{
@@ -126,6 +127,8 @@ pub struct Registry {
     agents: HashMap<String, Arc<Agent>>,
     tools: HashMap<String, RegisteredTool>,
     delegation: DelegationLimits,
+    /// Tools whose calls need several people's approval.
+    approvals: HashMap<String, ApprovalRule>,
 }
 
 /// What bounds delegation, so that one model response or one turn cannot
@@ -216,13 +219,18 @@ impl Registry {
             max_runs_per_tree: file.max_runs_per_tree.unwrap_or(DEFAULT_MAX_RUNS_PER_TREE),
         };
         let mut registry = Registry::new().with_delegation_limits(limits);
+        let mut rules = Vec::new();
         for (name, def) in file.tools {
+            if let Some(rule) = def.approvals() {
+                rules.push((name.clone(), rule.clone()));
+            }
             let (tool, refuse_repeated_denials): (Arc<dyn Tool>, bool) = match def {
                 ToolDef::Http {
                     url,
                     description,
                     requires_confirmation,
                     refuse_repeated_denials,
+                    approvals: _,
                     input_schema,
                     timeout_ms,
                     max_response_bytes,
@@ -268,6 +276,7 @@ impl Registry {
                     description,
                     requires_confirmation,
                     refuse_repeated_denials,
+                    approvals: _,
                     input_schema,
                 } => (
                     Arc::new(EchoTool::new(
@@ -287,6 +296,9 @@ impl Registry {
                 crate::tool::ask_after_every_denial(tool)
             };
             registry = registry.with_tool(tool)?;
+        }
+        for (tool, rule) in rules {
+            registry = registry.with_approval_rule(&tool, rule)?;
         }
         for (name, def) in file.agents {
             let model = crate::model::from_def(&name, def.model)?;
@@ -416,6 +428,33 @@ impl Registry {
 
     pub fn tool(&self, name: &str) -> Option<&RegisteredTool> {
         self.tools.get(name)
+    }
+
+    /// Calls of `tool` (which must need confirmation) stay open until
+    /// `rule.required` distinct people of `rule.from` approve them.
+    pub fn with_approval_rule(mut self, tool: &str, rule: ApprovalRule) -> Result<Self> {
+        let confirmed = self
+            .tools
+            .get(tool)
+            .is_some_and(|t| t.tool.requires_confirmation());
+        if !confirmed {
+            return Err(Error::Config(format!(
+                "tool {tool}: approvals need a tool with requires_confirmation = true"
+            )));
+        }
+        if rule.required == 0 {
+            return Err(Error::Config(format!(
+                "tool {tool}: approvals.required must be at least 1"
+            )));
+        }
+        self.approvals.insert(tool.to_owned(), rule);
+        Ok(self)
+    }
+
+    /// Who must approve a call of `tool`: one person, unless the tool says
+    /// more.
+    pub fn approval_rule(&self, tool: &str) -> ApprovalRule {
+        self.approvals.get(tool).cloned().unwrap_or_default()
     }
 
     pub fn agent_names(&self) -> impl Iterator<Item = &str> {
@@ -603,5 +642,35 @@ mod tests {
             Registry::from_toml("[tools.t]\ntype = \"echo\"\nrefuse_repeated_denials = 1\n")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn approvals_from_several_people_need_a_confirmed_tool_and_one_at_least() {
+        let file =
+            |tool: &str| Registry::from_toml(&format!("[tools.t]\ntype = \"echo\"\n{tool}\n"));
+        let two =
+            file("requires_confirmation = true\napprovals = { required = 2, from = [\"ops\"] }")
+                .unwrap();
+        assert_eq!(
+            two.approval_rule("t"),
+            ApprovalRule {
+                required: 2,
+                from: vec!["ops".into()]
+            }
+        );
+        assert!(two.approval_rule("other").is_single());
+        let unconfirmed = file("approvals = { required = 2 }")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            unconfirmed.contains("requires_confirmation"),
+            "{unconfirmed}"
+        );
+        let none = file("requires_confirmation = true\napprovals = { required = 0 }")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(none.contains("at least 1"), "{none}");
     }
 }

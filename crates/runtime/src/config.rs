@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use agentenkit_core::approvals::ApprovalRule;
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -93,6 +95,10 @@ pub enum ToolDef {
         /// in the same run, is refused without asking (default true).
         #[serde(default = "yes")]
         refuse_repeated_denials: bool,
+        /// Several people must approve each call: `{ required = 2, from =
+        /// ["ops", "security"] }` (groups of the keys' holders).
+        #[serde(default)]
+        approvals: Option<ApprovalRule>,
         #[serde(default = "any_object")]
         input_schema: Value,
         /// The whole call may take this long (default 60 s); a timeout is
@@ -115,9 +121,22 @@ pub enum ToolDef {
         /// in the same run, is refused without asking (default true).
         #[serde(default = "yes")]
         refuse_repeated_denials: bool,
+        /// Several people must approve each call: `{ required = 2, from =
+        /// ["ops", "security"] }` (groups of the keys' holders).
+        #[serde(default)]
+        approvals: Option<ApprovalRule>,
         #[serde(default = "any_object")]
         input_schema: Value,
     },
+}
+
+impl ToolDef {
+    /// The tool's multi-party approval rule, when it has one.
+    pub fn approvals(&self) -> Option<&ApprovalRule> {
+        match self {
+            ToolDef::Http { approvals, .. } | ToolDef::Echo { approvals, .. } => approvals.as_ref(),
+        }
+    }
 }
 
 fn yes() -> bool {

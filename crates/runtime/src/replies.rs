@@ -39,6 +39,8 @@ pub struct Replies {
     /// What the caller's key allows (every answer when `None`), and its id.
     scopes: Option<KeyScopes>,
     key_id: Option<String>,
+    /// The approver groups of the caller's key.
+    groups: Vec<String>,
 }
 
 /// An approval, with what it may carry besides yes.
@@ -110,15 +112,23 @@ impl Replies {
             registry,
             scopes: None,
             key_id: None,
+            groups: Vec::new(),
         }
     }
 
-    /// These replies as a key with `scopes` (id `key_id`) gives them: an
-    /// answer to a request whose kind needs another scope is refused
-    /// (`Forbidden`), and the key's id is recorded with each decision.
-    pub fn as_key(mut self, scopes: KeyScopes, key_id: Option<String>) -> Self {
+    /// These replies as a key with `scopes` (id `key_id`, its holder in
+    /// the approver `groups`) gives them: an answer to a request whose kind
+    /// needs another scope is refused (`Forbidden`), and the key's id is
+    /// recorded with each decision.
+    pub fn as_key(
+        mut self,
+        scopes: KeyScopes,
+        key_id: Option<String>,
+        groups: Vec<String>,
+    ) -> Self {
         self.scopes = Some(scopes);
         self.key_id = key_id;
+        self.groups = groups;
         self
     }
 
@@ -257,12 +267,15 @@ impl Replies {
         let call = ToolCallId(call.to_owned());
         let registry = &self.registry;
         let edits = move |tool: &str, arguments: &Value| schema_issues(registry, tool, arguments);
+        let rule_of = move |tool: &str| registry.approval_rule(tool);
         let checks = AnswerChecks {
             arguments_hash,
             edits: Some(&edits),
             record,
             scopes: self.scopes,
             key_id: self.key_id.as_deref(),
+            approval_rule: Some(&rule_of),
+            groups: &self.groups,
         };
         let answered = self
             .store

@@ -6,6 +6,7 @@
 //! (first answer wins), `INPUT_RESOLVED` is written, and when no request of
 //! the run is left open the resume segment goes into the outbox.
 
+use agentenkit_core::approvals::{cast, ApprovalRule, Cast, Vote};
 use agentenkit_core::canonical::arguments_hash;
 use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::{reduce, refusal, ReplyError, SettledReply, Verdict};
@@ -42,6 +43,9 @@ pub struct Answered {
     pub waited: Option<std::time::Duration>,
     /// The resume segment, when this reply closed the run's last request.
     pub outbox: Vec<OutboxRow>,
+    /// For a call that needs several approvals, when this one was counted
+    /// and more are needed: `(given, required)`.
+    pub approvals: Option<(u32, u32)>,
 }
 
 impl Answered {
@@ -51,6 +55,7 @@ impl Answered {
             error: Some(reason.to_owned()),
             waited: None,
             outbox: vec![],
+            approvals: None,
         }
     }
 }
@@ -79,7 +84,14 @@ pub struct AnswerChecks<'a> {
     pub scopes: Option<KeyScopes>,
     /// The id of the caller's key, recorded with the decision.
     pub key_id: Option<&'a str>,
+    /// Who must approve a call of the named tool (one person when absent).
+    pub approval_rule: Option<&'a RuleOf<'a>>,
+    /// The approver groups of the caller's key.
+    pub groups: &'a [String],
 }
+
+/// The approval rule of the named tool.
+pub type RuleOf<'a> = dyn Fn(&str) -> ApprovalRule + Send + Sync + 'a;
 
 /// The open-or-not row a reply is addressed to.
 #[derive(Debug, Clone)]
@@ -94,6 +106,8 @@ pub(crate) struct ReplyTarget {
     /// Seconds since the row was written (the call was proposed and, for
     /// a request, parked in the same commit).
     pub waited_secs: f64,
+    /// The approvals given so far, for a call that needs several.
+    pub approvals: Vec<Vote>,
 }
 
 impl Store {
@@ -158,6 +172,50 @@ impl Store {
             };
         reply.answered_by = Some(owner.to_string());
         reply.key_id = checks.key_id.map(str::to_owned);
+        let rule = match (row.kind, reply.approved, checks.approval_rule) {
+            (ToolKind::Approval, true, Some(rule_of)) => rule_of(&row.tool_name),
+            _ => ApprovalRule::default(),
+        };
+        if !rule.is_single() {
+            let vote = Vote {
+                principal: checks.key_id.unwrap_or(owner.as_str()).to_owned(),
+                answered_by: owner.to_string(),
+                answered_at,
+                message: reply.message.clone(),
+            };
+            let mut votes = row.approvals.clone();
+            let counted = cast(&rule, &votes, &vote.principal, checks.groups);
+            if counted != Cast::NotAnApprover && reply.arguments.is_some() {
+                tx.rollback().await?;
+                return Err(Error::CannotEdit {
+                    kind: "multi-party approval".into(),
+                });
+            }
+            votes.push(vote);
+            match counted {
+                Cast::NotAnApprover => {
+                    tx.rollback().await?;
+                    return Err(Error::NotAnApprover { groups: rule.from });
+                }
+                Cast::AlreadyGiven => {
+                    tx.rollback().await?;
+                    return Ok(Answered::refused("You have already approved this request"));
+                }
+                Cast::Counted { given, required } => {
+                    let mut ops = vote_ops(&row, call, &votes, given, required)?;
+                    ops.extend(checks.record.map(|item| item.op(owner)));
+                    tx.commit_with(ops).await?;
+                    return Ok(Answered {
+                        delivered: true,
+                        error: None,
+                        waited: None,
+                        outbox: vec![],
+                        approvals: Some((given, required)),
+                    });
+                }
+                Cast::Complete => reply.approvals = Some(serde_json::to_value(&votes)?),
+            }
+        }
         reply.answered_at = Some(answered_at);
         let mut ops = settle_ops(&row, call, &reply)?;
         ops.extend(checks.record.map(|item| item.op(owner)));
@@ -174,6 +232,7 @@ impl Store {
             error: None,
             waited: Some(std::time::Duration::from_secs_f64(row.waited_secs.max(0.0))),
             outbox: crate::resume::outbox_rows(&resumed)?,
+            approvals: None,
         })
     }
 
@@ -294,7 +353,52 @@ fn decision_of(reply: &SettledReply) -> Option<Value> {
     if let Some(key_id) = &reply.key_id {
         decision["keyId"] = json!(key_id);
     }
+    if let Some(approvals) = &reply.approvals {
+        decision["approvals"] = approvals.clone();
+    }
     Some(decision)
+}
+
+/// The statements that count one more approval of `row`, which needs
+/// more: the votes so far, and `APPROVAL_RECORDED` saying how many.
+fn vote_ops(
+    row: &ReplyTarget,
+    call: &ToolCallId,
+    votes: &[Vote],
+    given: u32,
+    required: u32,
+) -> Result<Vec<Op>> {
+    let last = votes.last();
+    Ok(vec![
+        Op::new(
+            "UPDATE tool_calls SET approvals = $3
+             WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'",
+            vec![
+                Box::new(row.run_id.0),
+                Box::new(call.as_str().to_owned()),
+                Box::new(serde_json::to_value(votes)?),
+            ],
+        )
+        .expect(Expect::One(Error::Corrupt(format!(
+            "tool call {call} of run {} changed under its run's lock",
+            row.run_id
+        )))),
+        event_op(
+            row.thread_id,
+            Some(row.run_id),
+            EventType::ApprovalRecorded,
+            json!({
+                "runId": row.run_id,
+                "toolCallId": call,
+                "toolName": row.tool_name,
+                "given": given,
+                "required": required,
+                "answeredBy": last.map(|v| &v.answered_by),
+                "principal": last.map(|v| &v.principal),
+            }),
+            &RowFields::default(),
+        ),
+    ])
 }
 
 /// The statements that record `reply` to the open request `row`: the row
@@ -353,7 +457,8 @@ fn settle_ops(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) -> Res
 const LOCATE_IN_RUN: &str = "
     SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
            (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
-           extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited
+           extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
+           tc.approvals
     FROM tool_calls_whole tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
@@ -362,7 +467,8 @@ const LOCATE_IN_RUN: &str = "
 const LOCATE_IN_THREAD: &str = "
     SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
            (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
-           extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited
+           extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
+           tc.approvals
     FROM tool_calls_whole tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
@@ -417,6 +523,11 @@ fn reply_target(row: &tokio_postgres::Row) -> Result<ReplyTarget> {
         arguments: row.get(5),
         current: row.get(6),
         waited_secs: row.get(7),
+        approvals: row
+            .get::<_, Option<Value>>(8)
+            .map(serde_json::from_value)
+            .transpose()?
+            .unwrap_or_default(),
     })
 }
 

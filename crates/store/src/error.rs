@@ -41,6 +41,9 @@ pub enum Error {
     /// The caller's key lacks the scope this answer needs.
     #[error("this key lacks the scope {missing}")]
     Forbidden { missing: agentenkit_core::KeyScope },
+    /// A multi-party approval from a key in none of its groups.
+    #[error("only a key in one of the groups {groups:?} may approve this call")]
+    NotAnApprover { groups: Vec<String> },
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("migration {version} failed: {message}")]

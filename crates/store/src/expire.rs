@@ -108,6 +108,7 @@ impl Store {
             message: None,
             arguments_hash: None,
             key_id: None,
+            approvals: None,
         };
         let stmt = tx
             .prepare_cached(
@@ -126,6 +127,7 @@ impl Store {
             current: true,
             arguments: row.get(6),
             waited_secs: 0.0,
+            approvals: Vec::new(),
         };
         let outbox = settle(&tx, &target, call, &reply).await?;
         tx.commit().await?;

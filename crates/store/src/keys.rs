@@ -21,6 +21,8 @@ pub struct KeyRecord {
     /// What the key is for, for people listing keys.
     pub name: String,
     pub scopes: KeyScopes,
+    /// The approver groups of the key's holder.
+    pub groups: Vec<String>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
@@ -48,20 +50,23 @@ fn record(row: &tokio_postgres::Row) -> Result<KeyRecord> {
         owner: row.get("owner"),
         name: row.get("name"),
         scopes: KeyScopes::of(&scopes),
+        groups: row.get("groups"),
         created_at: row.get("created_at"),
         revoked_at: row.get("revoked_at"),
     })
 }
 
-const COLUMNS: &str = "id, owner, name, scopes, created_at, revoked_at";
+const COLUMNS: &str = "id, owner, name, scopes, groups, created_at, revoked_at";
 
 impl Store {
-    /// Makes a key for `owner` with `scopes`.
+    /// Makes a key for `owner` with `scopes`, its holder in the approver
+    /// `groups`.
     pub async fn create_api_key(
         &self,
         owner: &str,
         name: &str,
         scopes: &[KeyScope],
+        groups: &[String],
     ) -> Result<NewKey> {
         if owner.is_empty() || scopes.is_empty() {
             return Err(Error::Config(
@@ -79,10 +84,17 @@ impl Store {
         let row = client
             .query_one(
                 &format!(
-                    "INSERT INTO api_keys (id, owner, name, secret_sha256, scopes)
-                     VALUES ($1, $2, $3, $4, $5) RETURNING {COLUMNS}"
+                    "INSERT INTO api_keys (id, owner, name, secret_sha256, scopes, groups)
+                     VALUES ($1, $2, $3, $4, $5, $6) RETURNING {COLUMNS}"
                 ),
-                &[&Uuid::now_v7(), &owner, &name, &digest(&key), &names],
+                &[
+                    &Uuid::now_v7(),
+                    &owner,
+                    &name,
+                    &digest(&key),
+                    &names,
+                    &groups,
+                ],
             )
             .await?;
         Ok(NewKey {

@@ -28,6 +28,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "api_keys",
         include_str!("../../../migrations/0004_api_keys.sql"),
     ),
+    (
+        5,
+        "approvals",
+        include_str!("../../../migrations/0005_approvals.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

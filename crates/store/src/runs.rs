@@ -85,6 +85,7 @@ impl CallRow {
             message: text(decision, "message"),
             arguments_hash: text(decision, "argumentsHash"),
             key_id: text(decision, "keyId"),
+            approvals: decision.and_then(|d| d.get("approvals")).cloned(),
         }))
     }
 

@@ -30,7 +30,8 @@ const INBOX_ORDER: &str = "tc.created_at, tc.run_id, tc.id";
 
 const PENDING_INPUTS: &str = "
     SELECT tc.id, tc.run_id, tc.thread_id, tc.name, tc.arguments_whole, tc.kind, tc.reason,
-           r.name, r.depth, tc.expires_at, tc.created_at
+           r.name, r.depth, tc.expires_at, tc.created_at,
+           jsonb_array_length(tc.approvals)
     FROM tool_calls_whole tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
@@ -388,5 +389,7 @@ fn pending_input(row: &Row) -> Result<PendingInput> {
         // For a question set the request is the set itself, so a client
         // knows how many questions there are before it renders the form.
         request: (kind == agentenkit_core::ToolKind::Ask).then(|| row.get::<_, Value>(4)),
+        approvals_given: row.get::<_, Option<i32>>(11).map(|n| n as u32),
+        approvals_required: None,
     })
 }

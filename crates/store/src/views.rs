@@ -47,6 +47,13 @@ pub struct PendingInput {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<agentenkit_core::questions::QuestionSet>))]
     pub request: Option<Value>,
+    /// For a call that needs several approvals: how many it has so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals_given: Option<u32>,
+    /// For a call that needs several approvals: how many (the deployment's
+    /// rule for its tool, which the API fills in).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals_required: Option<u32>,
 }
 
 impl PendingInput {

@@ -25,6 +25,18 @@ pub struct Delivery {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     error: Option<String>,
+    /// For a call that needs several approvals, when this one was counted
+    /// and it waits for more: how many it has and needs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    approvals: Option<ApprovalCount>,
+}
+
+/// Approvals a call has, of those it needs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApprovalCount {
+    given: u32,
+    required: u32,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -268,6 +280,7 @@ impl Delivery {
         Delivery {
             delivered: true,
             error: None,
+            approvals: None,
         }
     }
 }
@@ -277,6 +290,9 @@ impl From<Answered> for Delivery {
         Delivery {
             delivered: answered.delivered,
             error: answered.error,
+            approvals: answered
+                .approvals
+                .map(|(given, required)| ApprovalCount { given, required }),
         }
     }
 }
@@ -377,7 +393,8 @@ pub async fn inbox(
 ) -> Result<Page<PendingInput>, ApiError> {
     let (after, limit) = page.parse()?;
     crate::reclaim_on_connect(&state, agentenkit_store::Scope::Owner(owner.clone())).await;
-    let open = state.store.inbox(&owner, after.as_ref(), limit).await?;
+    let mut open = state.store.inbox(&owner, after.as_ref(), limit).await?;
+    state.count_approvals(&mut open);
     Ok(Page::of(open, limit, "/agent/inbox", |input| {
         cursor(&input.position())
     }))

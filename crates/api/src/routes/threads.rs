@@ -96,7 +96,9 @@ pub async fn get(
     PathText(id): PathText,
 ) -> Result<Json<ThreadView>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
-    Ok(Json(state.store.get_thread(thread, &owner).await?))
+    let mut view = state.store.get_thread(thread, &owner).await?;
+    state.count_approvals(&mut view.pending_inputs);
+    Ok(Json(view))
 }
 
 #[derive(Deserialize, ToSchema)]

@@ -79,6 +79,11 @@ export function InputCard(props: {
         </span>
         {input.expiresAt && <TimeLeft expiresAt={input.expiresAt} />}
       </header>
+      {input.approvalsRequired !== undefined && (
+        <p className="approvals">
+          {input.approvalsGiven ?? 0} of {input.approvalsRequired} approvals
+        </p>
+      )}
       {input.kind === "ask" && input.request ? (
         <QuestionForm
           idPrefix={titleId}
@@ -163,16 +168,19 @@ function Decide(props: { input: PendingInput; actions: CardActions; idPrefix: st
         <button type="button" className="approve" onClick={approve}>
           {draft === null ? "Approve" : "Approve with edits"}
         </button>
-        <button
-          type="button"
-          className="edit-toggle"
-          onClick={() => {
-            setDraft(draft === null ? JSON.stringify(input.arguments, null, 2) : null);
-            setDraftError(null);
-          }}
-        >
-          {draft === null ? "Edit" : "Discard edits"}
-        </button>
+        {/* A call several people approve is approved as proposed. */}
+        {input.approvalsRequired === undefined && (
+          <button
+            type="button"
+            className="edit-toggle"
+            onClick={() => {
+              setDraft(draft === null ? JSON.stringify(input.arguments, null, 2) : null);
+              setDraftError(null);
+            }}
+          >
+            {draft === null ? "Edit" : "Discard edits"}
+          </button>
+        )}
         <button type="button" className="deny" onClick={() => actions.deny(input, said)}>
           Deny
         </button>

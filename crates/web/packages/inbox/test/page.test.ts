@@ -308,6 +308,31 @@ describe("inbox", () => {
     expect(await sends()).toBe(before);
   });
 
+  it("shows a call several people must approve with its count, and the second approval settles it", async () => {
+    const [first, second] = inject("financeKeys");
+    const { threadId, runId } = await parked("treasurer");
+    const before = await sends();
+    // One person of finance approves from elsewhere: the call waits on.
+    const firstApprover = createClient({ baseUrl, apiKey: first! });
+    expect(await firstApprover.approve(runId, "w1")).toEqual({ delivered: true, approvals: { given: 1, required: 2 } });
+    await signIn(page);
+    const card = page.getByRole("article");
+    await card.getByText("1 of 2 approvals").waitFor();
+    expect(await card.getByRole("button", { name: "Edit" }).count()).toBe(0);
+    await screenshot(card, "two-approvals.png");
+    await page.getByRole("button", { name: "Sign out" }).click();
+    // The second person of finance signs in with their own key.
+    await signIn(page, second!);
+    await card.getByText("1 of 2 approvals").waitFor();
+    await card.getByRole("button", { name: "Approve" }).click();
+    await card.waitFor({ state: "detached" });
+    expect(await finished(runId)).toBe("completed");
+    expect((await sends()) - before).toBe(1);
+    const decision = (await journalValue(runId, (e) => e.name.startsWith("tool:"))) as { approvals: unknown[] };
+    expect(decision.approvals).toHaveLength(2);
+    expect(await toolResult(threadId, "w1")).toEqual({ sent: true });
+  });
+
   it("shows a job as a status line without buttons", async () => {
     const { threadId, runId } = await parked("jobber");
     await signIn(page);

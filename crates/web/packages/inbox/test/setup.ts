@@ -3,8 +3,10 @@
 // Postgres and RabbitMQ) and a small tool server that counts what it was
 // asked to do.
 
+import { spawnSync } from "node:child_process";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { join } from "node:path";
 
 import type { TestProject } from "vitest/node";
 
@@ -14,6 +16,8 @@ declare module "vitest" {
   export interface ProvidedContext {
     baseUrl: string;
     toolUrl: string;
+    /** Two keys of alice's threads whose holders are in `finance`. */
+    financeKeys: string[];
   }
 }
 
@@ -62,9 +66,23 @@ url = "${toolUrl}/send"
 requires_confirmation = true
 input_schema = { type = "object", properties = { to = { type = "string" }, subject = { type = "string" }, body = { type = "string" } } }
 
+[agents.treasurer]
+description = "Wires money once two people of finance approve."
+tools = ["wire"]
+model = { provider = "scripted", script = [
+  { tool_calls = [ { id = "w1", name = "wire", arguments = { amount = 1200, to = "ACME Ltd" } } ] },
+  { text = "Wired." },
+] }
+
 [tools.job]
 type = "http"
 url = "${toolUrl}/job"
+
+[tools.wire]
+type = "http"
+url = "${toolUrl}/send"
+requires_confirmation = true
+approvals = { required = 2, from = ["finance"] }
 `;
 }
 
@@ -92,6 +110,24 @@ function startTools(): Promise<Server> {
   return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(server)));
 }
 
+/** A key made as an operator makes one (`agentenkit keys create`). */
+function financeKey(schema: string): string {
+  const made = spawnSync(
+    process.env.AGENTENKIT_BIN ?? join(import.meta.dirname, "../../../../../target/debug/agentenkit"),
+    ["keys", "create", "--owner", "alice", "--scope", "read", "--scope", "respond:approvals", "--group", "finance"],
+    {
+      encoding: "utf8",
+      env: {
+        ...process.env,
+        DATABASE_URL: process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/agentenkit_test",
+        AGENTENKIT_SCHEMA: schema,
+      },
+    },
+  );
+  if (made.status !== 0) throw new Error(`agentenkit keys create failed: ${made.stderr}`);
+  return made.stdout.split("\n")[0]!;
+}
+
 let tools: Server | undefined;
 let dev: DevServer | undefined;
 
@@ -101,6 +137,7 @@ export async function setup(project: TestProject): Promise<void> {
   dev = await startDev(agents(toolUrl));
   project.provide("baseUrl", dev.baseUrl);
   project.provide("toolUrl", toolUrl);
+  project.provide("financeKeys", [financeKey(dev.schema), financeKey(dev.schema)]);
 }
 
 export async function teardown(): Promise<void> {

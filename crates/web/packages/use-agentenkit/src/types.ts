@@ -33,6 +33,10 @@ export interface PendingInput {
   /** SHA-256 of `arguments` in RFC 8785 canonical form (hex): the hooks
    * send it back with every answer, so a decision binds to the call shown. */
   argumentsHash: string;
+  /** For a call several people must approve: how many have so far. */
+  approvalsGiven?: number;
+  /** For a call several people must approve: how many must. */
+  approvalsRequired?: number;
   kind: InputKind;
   reason: string;
   runName: string;
@@ -117,6 +121,9 @@ export interface JournalEntry {
 /** What every answer route returns: `delivered: false` when the request was
  * no longer open (answered elsewhere, expired, stopped). */
 export interface Delivery {
+  /** For a call several people must approve, when this approval was
+   * counted and more are needed. */
+  approvals?: { given: number; required: number };
   delivered: boolean;
   error?: string;
 }

@@ -1,0 +1,191 @@
+//! Approvals from several people: a tool with `approvals = { required, from
+//! }` stays parked until that many distinct keys of those groups approve;
+//! one deny settles it; each approval is recorded and shown.
+
+use agentenkit::keys::KeysCommand;
+use agentenkit_core::KeyScope;
+use agentenkit_runtime::Registry;
+use agentenkit_tests::*;
+use axum::http::StatusCode;
+use serde_json::{json, Value};
+
+fn two_of_ops_or_security(url: &str) -> Registry {
+    Registry::from_toml(&format!(
+        r#"
+[agents.agent]
+system = "test agent"
+tools = ["tool"]
+model = {{ provider = "scripted", script = [ {CALL_THEN_DONE} ] }}
+
+[tools.tool]
+type = "http"
+url = "{url}"
+requires_confirmation = true
+approvals = {{ required = 2, from = ["ops", "security"] }}
+input_schema = {{ type = "object", properties = {{ to = {{ type = "string" }} }} }}
+"#
+    ))
+    .expect("test registry")
+}
+
+/// A key of alice's threads able to approve, its holder in `group`.
+async fn approver(env: &TestEnv, group: &str) -> (String, String) {
+    let (output, _) = KeysCommand::Create {
+        owner: "alice".into(),
+        name: group.into(),
+        scopes: vec![KeyScope::Read, KeyScope::RespondApprovals],
+        groups: vec![group.into()],
+    }
+    .run(&env.store)
+    .await
+    .unwrap();
+    let mut lines = output.lines();
+    let key = lines.next().unwrap().to_owned();
+    let id = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    (key, id)
+}
+
+async fn approve(env: &TestEnv, key: &str, body: Value) -> (StatusCode, Value) {
+    env.call("POST", "/agent/tool-call/approve", Some(key), Some(body))
+        .await
+}
+
+#[tokio::test]
+async fn two_approvers_of_the_groups_settle_the_call_each_counted_once() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(two_of_ops_or_security(&tool.url)).await;
+    let worker = env.spawn_worker();
+    let (ops, ops_id) = approver(&env, "ops").await;
+    let (security, security_id) = approver(&env, "security").await;
+    let (sales, _) = approver(&env, "sales").await;
+    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
+    let pending = env.wait_pending(&thread_id, 1).await;
+    assert_eq!(
+        (
+            &pending[0]["approvalsGiven"],
+            &pending[0]["approvalsRequired"]
+        ),
+        (&json!(0), &json!(2))
+    );
+    let call = json!({ "runId": run_id, "toolCallId": "c1" });
+
+    // Keys in none of the groups (an AGENTENKIT_API_KEYS key has none).
+    for key in [ALICE, sales.as_str()] {
+        let (status, refused) = approve(&env, key, call.clone()).await;
+        assert_eq!(
+            (status, refused["error"].as_str()),
+            (StatusCode::FORBIDDEN, Some("NotAnApprover")),
+            "{refused}"
+        );
+    }
+    // The first approval is counted and the call waits on.
+    let (status, first) = approve(
+        &env,
+        &ops,
+        json!({ "runId": run_id, "toolCallId": "c1", "message": "fine by ops" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        first,
+        json!({ "delivered": true, "approvals": { "given": 1, "required": 2 } })
+    );
+    let pending = env.wait_pending(&thread_id, 1).await;
+    assert_eq!(pending[0]["approvalsGiven"], 1);
+    let inbox = env.get("/agent/inbox").await;
+    assert_eq!(
+        (&inbox[0]["approvalsGiven"], &inbox[0]["approvalsRequired"]),
+        (&json!(1), &json!(2))
+    );
+    let events = env.get(&format!("/threads/{thread_id}/events")).await;
+    let recorded = first_event(&events, "APPROVAL_RECORDED");
+    assert_eq!(
+        (&recorded["data"]["given"], &recorded["data"]["required"]),
+        (&json!(1), &json!(2))
+    );
+    assert_eq!(recorded["data"]["principal"], ops_id.as_str());
+    // The same key again does not count twice; edits are not for a call
+    // several people approve.
+    let (_, again) = approve(&env, &ops, call.clone()).await;
+    assert_eq!(
+        again,
+        json!({ "delivered": false, "error": "You have already approved this request" })
+    );
+    let (status, edited) = approve(
+        &env,
+        &security,
+        json!({ "runId": run_id, "toolCallId": "c1", "arguments": { "to": "x" } }),
+    )
+    .await;
+    assert_eq!(
+        (status, edited["error"].as_str()),
+        (StatusCode::CONFLICT, Some("CannotEditArguments"))
+    );
+    assert_eq!(tool.calls(), 0);
+
+    // The second person's approval settles it: the tool runs once.
+    let (_, last) = approve(&env, &security, call).await;
+    assert_eq!(last, json!({ "delivered": true }));
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(tool.calls(), 1);
+    let journal = env.get(&format!("/runs/{run_id}/journal")).await;
+    let decision = &journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"].as_str().unwrap().starts_with("tool:"))
+        .unwrap()["value"];
+    assert_eq!(decision["keyId"], security_id.as_str());
+    let principals: Vec<&Value> = decision["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| &v["principal"])
+        .collect();
+    assert_eq!(principals, [&json!(ops_id), &json!(security_id)]);
+    assert_eq!(decision["approvals"][0]["message"], "fine by ops");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn one_deny_settles_a_call_that_needs_several_approvals() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(two_of_ops_or_security(&tool.url)).await;
+    let worker = env.spawn_worker();
+    let (ops, _) = approver(&env, "ops").await;
+    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+    let (_, counted) = approve(&env, &ops, json!({ "runId": run_id, "toolCallId": "c1" })).await;
+    assert_eq!(counted["approvals"]["given"], 1);
+    // Anyone who may answer approvals may deny (here the owner's own key).
+    let (_, denied) = env
+        .reply(
+            "/agent/tool-call/reject",
+            ALICE,
+            json!({ "runId": run_id, "toolCallId": "c1", "reason": "not this week" }),
+        )
+        .await;
+    assert_eq!(denied["delivered"], true);
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(tool.calls(), 0);
+    let messages = env.get(&format!("/threads/{thread_id}/messages")).await;
+    let result = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert_eq!(
+        result["content"],
+        json!({ "denied": true, "reason": "not this week" })
+    );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
