@@ -1,6 +1,6 @@
 -- API keys with scopes, made and revoked with `agentenkit keys` (README,
 -- "Keys and scopes"). The key itself is never stored: only the SHA-256 of
--- it (a key is 160 random bits, so a fast hash is enough), looked up on
+-- it (a key is 244 random bits, so a fast hash is enough), looked up on
 -- every request. A revoked key keeps its row, for the journal's `keyId`.
 CREATE TABLE api_keys (
     id uuid PRIMARY KEY,

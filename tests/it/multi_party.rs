@@ -160,16 +160,42 @@ async fn one_deny_settles_a_call_that_needs_several_approvals() {
     let env = TestEnv::start(two_of_ops_or_security(&tool.url)).await;
     let worker = env.spawn_worker();
     let (ops, _) = approver(&env, "ops").await;
+    let (security, _) = approver(&env, "security").await;
     let (thread_id, run_id) = env.start_turn("agent", "send it").await;
     env.wait_pending(&thread_id, 1).await;
+    // A payload is the tool's input too: no approver hands it one alone.
+    let (status, refused) = approve(
+        &env,
+        &ops,
+        json!({ "runId": run_id, "toolCallId": "c1", "payload": { "x": 1 } }),
+    )
+    .await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (StatusCode::CONFLICT, Some("CannotEditArguments"))
+    );
     let (_, counted) = approve(&env, &ops, json!({ "runId": run_id, "toolCallId": "c1" })).await;
     assert_eq!(counted["approvals"]["given"], 1);
-    // Anyone who may answer approvals may deny (here the owner's own key).
+    // Only an approver may deny it: a key outside the groups (the owner's
+    // own AGENTENKIT_API_KEYS key here) is refused, and nothing changes.
+    let deny = json!({ "runId": run_id, "toolCallId": "c1", "reason": "not this week" });
+    let (status, refused) = env
+        .reply("/agent/tool-call/reject", ALICE, deny.clone())
+        .await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some("NotAnApprover"))
+    );
+    assert_eq!(
+        env.wait_pending(&thread_id, 1).await[0]["approvalsGiven"],
+        1
+    );
     let (_, denied) = env
-        .reply(
+        .call(
+            "POST",
             "/agent/tool-call/reject",
-            ALICE,
-            json!({ "runId": run_id, "toolCallId": "c1", "reason": "not this week" }),
+            Some(&security),
+            Some(deny),
         )
         .await;
     assert_eq!(denied["delivered"], true);
@@ -186,6 +212,41 @@ async fn one_deny_settles_a_call_that_needs_several_approvals() {
         result["content"],
         json!({ "denied": true, "reason": "not this week" })
     );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+/// Idempotency keys are each API key's own: two approvers sending the same
+/// batch with the same `Idempotency-Key` are both counted.
+#[tokio::test]
+async fn two_approvers_sending_one_batch_with_one_key_are_both_counted() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(two_of_ops_or_security(&tool.url)).await;
+    let worker = env.spawn_worker();
+    let (ops, _) = approver(&env, "ops").await;
+    let (security, _) = approver(&env, "security").await;
+    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+    let batch =
+        json!({ "decisions": [ { "action": "approve", "runId": run_id, "toolCallId": "c1" } ] });
+    let mut bodies = Vec::new();
+    for key in [&ops, &security] {
+        let response = env
+            .http
+            .post(env.url("/agent/decisions"))
+            .bearer_auth(key)
+            .header("Idempotency-Key", "approve-c1")
+            .json(&batch)
+            .send()
+            .await
+            .unwrap();
+        assert!(response.headers().get("idempotent-replayed").is_none());
+        bodies.push(response.json::<Value>().await.unwrap());
+    }
+    assert_eq!(bodies[0]["results"][0]["body"]["delivered"], true);
+    assert_eq!(bodies[1]["results"][0]["body"]["delivered"], true);
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(tool.calls(), 1);
     worker.stop().await.unwrap();
     env.finish().await;
 }

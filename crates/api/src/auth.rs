@@ -160,10 +160,13 @@ impl KeyCache {
     }
 
     async fn find(&self, store: &Store, key: &str) -> Result<Option<KeyRecord>, ApiError> {
-        if !key.starts_with(agentenkit_store::KEY_PREFIX) {
+        // Only the form of a key made here costs a lookup.
+        if !agentenkit_store::is_key_form(key) {
             return Ok(None);
         }
-        if let Some((record, at)) = self.found.lock().expect("key cache").get(key) {
+        // Kept by digest: the cache holds no key.
+        let digest = hex_sha256(key);
+        if let Some((record, at)) = self.found.lock().expect("key cache").get(&digest) {
             if at.elapsed() < self.ttl {
                 return Ok(Some(record.clone()));
             }
@@ -175,14 +178,18 @@ impl KeyCache {
                 if found.len() >= KEY_CACHE_MAX {
                     found.clear();
                 }
-                found.insert(key.to_owned(), (record.clone(), Instant::now()));
+                found.insert(digest, (record.clone(), Instant::now()));
             }
             None => {
-                found.remove(key);
+                found.remove(&digest);
             }
         }
         Ok(record)
     }
+}
+
+fn hex_sha256(text: &str) -> String {
+    agentenkit_core::canonical::sha256_hex(text.as_bytes())
 }
 
 /// The token of a `Bearer` credential: the scheme is case-insensitive

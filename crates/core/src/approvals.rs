@@ -61,6 +61,11 @@ pub fn cast(rule: &ApprovalRule, votes: &[Vote], principal: &str, groups: &[Stri
     if !rule.from.is_empty() && !groups.iter().any(|g| rule.from.contains(g)) {
         return Cast::NotAnApprover;
     }
+    // Enough already (a deploy lowered `required`): any approver's answer
+    // settles it.
+    if votes.len() as u32 >= rule.required.max(1) {
+        return Cast::Complete;
+    }
     if votes.iter().any(|v| v.principal == principal) {
         return Cast::AlreadyGiven;
     }
@@ -117,6 +122,20 @@ mod tests {
             Cast::NotAnApprover
         );
         assert_eq!(cast(&two, &[], "k3", &[]), Cast::NotAnApprover);
+    }
+
+    #[test]
+    fn a_rule_lowered_below_the_approvals_given_is_complete_at_the_next_answer() {
+        let one = rule(1, &["ops"]);
+        let ops = ["ops".to_string()];
+        assert_eq!(
+            cast(&one, &[vote("k1"), vote("k2")], "k1", &ops),
+            Cast::Complete
+        );
+        assert_eq!(
+            cast(&one, &[vote("k1")], "k3", &["sales".into()]),
+            Cast::NotAnApprover
+        );
     }
 
     #[test]

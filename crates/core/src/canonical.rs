@@ -13,8 +13,15 @@ use sha2::{Digest, Sha256};
 
 /// SHA-256 of `arguments` in canonical form, lowercase hex.
 pub fn arguments_hash(arguments: &Value) -> String {
-    let digest = Sha256::digest(canonical(arguments).as_bytes());
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    sha256_hex(canonical(arguments).as_bytes())
+}
+
+/// SHA-256 of `bytes`, as lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 /// `value` in canonical form (RFC 8785).

@@ -138,7 +138,7 @@ impl Store {
         verdict: &Verdict,
         checks: AnswerChecks<'_>,
     ) -> Result<Answered> {
-        let run = self.run_to_lock(owner, target, call).await?;
+        let run = self.run_to_lock(owner, target, call, checks.scopes).await?;
         let tx = OpenTx::new(self.client().await?);
         let Some((answered_at, row)) = lock_and_locate(&tx, run, call, owner).await? else {
             tx.rollback().await?;
@@ -172,11 +172,21 @@ impl Store {
             };
         reply.answered_by = Some(owner.to_string());
         reply.key_id = checks.key_id.map(str::to_owned);
-        let rule = match (row.kind, reply.approved, checks.approval_rule) {
-            (ToolKind::Approval, true, Some(rule_of)) => rule_of(&row.tool_name),
+        let rule = match (row.kind, checks.approval_rule) {
+            (ToolKind::Approval, Some(rule_of)) => rule_of(&row.tool_name),
             _ => ApprovalRule::default(),
         };
-        if !rule.is_single() {
+        // Only an approver may deny a call several people approve: one
+        // deny settles it.
+        if !rule.is_single()
+            && !reply.approved
+            && !rule.from.is_empty()
+            && !checks.groups.iter().any(|g| rule.from.contains(g))
+        {
+            tx.rollback().await?;
+            return Err(Error::NotAnApprover { groups: rule.from });
+        }
+        if !rule.is_single() && reply.approved {
             let vote = Vote {
                 principal: checks.key_id.unwrap_or(owner.as_str()).to_owned(),
                 answered_by: owner.to_string(),
@@ -185,13 +195,19 @@ impl Store {
             };
             let mut votes = row.approvals.clone();
             let counted = cast(&rule, &votes, &vote.principal, checks.groups);
-            if counted != Cast::NotAnApprover && reply.arguments.is_some() {
+            // What the tool gets is what was proposed: no approver edits
+            // it, nor hands it a payload, alone.
+            if counted != Cast::NotAnApprover
+                && (reply.arguments.is_some() || reply.payload.is_some())
+            {
                 tx.rollback().await?;
                 return Err(Error::CannotEdit {
                     kind: "multi-party approval".into(),
                 });
             }
-            votes.push(vote);
+            if !votes.iter().any(|v| v.principal == vote.principal) {
+                votes.push(vote);
+            }
             match counted {
                 Cast::NotAnApprover => {
                     tx.rollback().await?;
@@ -243,12 +259,13 @@ impl Store {
         owner: &Owner,
         target: AnswerTarget,
         call: &ToolCallId,
+        scopes: Option<KeyScopes>,
     ) -> Result<RunId> {
         Ok(match target {
             AnswerTarget::Run(run) => run,
             AnswerTarget::Thread(_) => {
                 let client = self.client().await?;
-                locate(&client, owner, target, call).await?.run_id
+                locate(&client, owner, target, call, scopes).await?.run_id
             }
         })
     }
@@ -484,6 +501,7 @@ async fn locate<C: deadpool_postgres::GenericClient>(
     owner: &Owner,
     target: AnswerTarget,
     call: &ToolCallId,
+    scopes: Option<KeyScopes>,
 ) -> Result<ReplyTarget> {
     let (sql, id) = match target {
         AnswerTarget::Run(run) => (LOCATE_IN_RUN, run.0),
@@ -496,6 +514,24 @@ async fn locate<C: deadpool_postgres::GenericClient>(
         .iter()
         .map(reply_target)
         .collect::<Result<Vec<_>>>()?;
+    // A key hears only of the requests it may answer: which other ones
+    // share the id is not its business.
+    let mut rows = rows;
+    if let (Some(scopes), Some(first)) = (scopes, rows.first()) {
+        let may_answer =
+            |row: &ReplyTarget| KeyScope::to_answer(row.kind).is_none_or(|s| scopes.allow(s));
+        let missing = KeyScope::to_answer(first.kind);
+        rows.retain(may_answer);
+        if rows.is_empty() {
+            return Err(match missing {
+                Some(missing) => Error::Forbidden { missing },
+                None => Error::NotFound {
+                    what: "tool call",
+                    id: call.to_string(),
+                },
+            });
+        }
+    }
     let open: Vec<RunId> = rows
         .iter()
         .filter(|r| r.current && r.status == ToolCallStatus::PendingApproval)

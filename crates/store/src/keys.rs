@@ -28,10 +28,28 @@ pub struct KeyRecord {
 }
 
 /// A key just made: its record, and the key, shown this once.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct NewKey {
     pub record: KeyRecord,
     pub key: String,
+}
+
+/// Never the key itself: a `{:?}` in a log line must not leak it.
+impl std::fmt::Debug for NewKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewKey")
+            .field("record", &self.record)
+            .field("key", &"<shown once>")
+            .finish()
+    }
+}
+
+/// Whether `key` has the form of a key made here (`aek_` and 64 hex
+/// digits): anything else is not looked up at all.
+pub fn is_key_form(key: &str) -> bool {
+    key.strip_prefix(KEY_PREFIX).is_some_and(|rest| {
+        rest.len() == 64 && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 fn digest(key: &str) -> Vec<u8> {
@@ -133,7 +151,7 @@ impl Store {
 
     /// The live (not revoked) key `key`, if there is one.
     pub async fn find_api_key(&self, key: &str) -> Result<Option<KeyRecord>> {
-        if !key.starts_with(KEY_PREFIX) {
+        if !is_key_form(key) {
             return Ok(None);
         }
         let client = self.client().await?;
@@ -148,5 +166,41 @@ impl Store {
             .as_ref()
             .map(record)
             .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_form_of_a_key_made_here_is_looked_up() {
+        let made = format!(
+            "{KEY_PREFIX}{}{}",
+            Uuid::new_v4().simple(),
+            Uuid::new_v4().simple()
+        );
+        assert!(is_key_form(&made));
+        assert!(!is_key_form("aek_"));
+        assert!(!is_key_form(&made.to_uppercase()));
+        assert!(!is_key_form(&format!("{made}0")));
+        assert!(!is_key_form("alice-key"));
+    }
+
+    #[test]
+    fn a_new_key_is_never_in_its_debug_text() {
+        let key = NewKey {
+            record: KeyRecord {
+                id: Uuid::nil(),
+                owner: "o".into(),
+                name: String::new(),
+                scopes: KeyScopes::all(),
+                groups: vec![],
+                created_at: Utc::now(),
+                revoked_at: None,
+            },
+            key: "aek_secret".into(),
+        };
+        assert!(!format!("{key:?}").contains("aek_secret"));
     }
 }

@@ -46,7 +46,7 @@ pub use error::{Error, Result};
 pub use event_insert::{INSERT_EVENT_SQL, INSERT_MESSAGE_SQL};
 pub use expire::{Expiry, Scope};
 pub use idempotency::{Claim, KeyTimes, RecordedItem};
-pub use keys::{KeyRecord, NewKey, KEY_PREFIX};
+pub use keys::{is_key_form, KeyRecord, NewKey, KEY_PREFIX};
 pub use lease::{Lease, LeaseAttempt, RunContext};
 pub use outbox::{OutboxRow, Publisher};
 pub use reclaim::Reclaimed;

@@ -93,7 +93,12 @@ pub async fn decide(
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
     let owner = caller.owner.clone();
-    let key = idempotency_key(&headers)?;
+    // A key's batches are its own: two people of one owner sending the
+    // same key must not get each other's results (nor votes go uncounted).
+    let key = idempotency_key(&headers)?.map(|key| match &caller.key_id {
+        Some(id) => format!("{id}/{key}"),
+        None => key,
+    });
     let request_hash = arguments_hash(&body);
     let decisions: Decisions = serde_json::from_value(body)
         .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
