@@ -8,32 +8,6 @@ use agentenkit_tests::*;
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 
-/// Makes a key of `owner` with `scopes` as the CLI does; returns the key
-/// and its id.
-async fn make_key(env: &TestEnv, owner: &str, scopes: &[KeyScope]) -> (String, String) {
-    let (output, done) = KeysCommand::Create {
-        owner: owner.into(),
-        name: "test".into(),
-        scopes: scopes.to_vec(),
-        groups: vec![],
-    }
-    .run(&env.store)
-    .await
-    .unwrap();
-    assert!(done);
-    let mut lines = output.lines();
-    let key = lines.next().unwrap().to_owned();
-    assert!(key.starts_with("aek_") && key.len() > 60, "{output}");
-    let id = lines
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .to_owned();
-    (key, id)
-}
-
 /// A job tool: parks on its first call, returns what settled it after.
 async fn job_tool() -> ToolServer {
     ToolServer::start(|_, body| {
@@ -60,10 +34,15 @@ async fn each_key_does_what_its_scopes_allow_and_is_refused_the_rest() {
     let tool = ToolServer::ok().await;
     let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
     let worker = env.spawn_worker();
-    let (reader, _) = make_key(&env, "alice", &[KeyScope::Read]).await;
-    let (webhook, _) = make_key(&env, "alice", &[KeyScope::SettleJobs]).await;
-    let (approver, approver_id) =
-        make_key(&env, "alice", &[KeyScope::Read, KeyScope::RespondApprovals]).await;
+    let (reader, _) = make_key(&env, "alice", &[KeyScope::Read], &[]).await;
+    let (webhook, _) = make_key(&env, "alice", &[KeyScope::SettleJobs], &[]).await;
+    let (approver, approver_id) = make_key(
+        &env,
+        "alice",
+        &[KeyScope::Read, KeyScope::RespondApprovals],
+        &[],
+    )
+    .await;
 
     // Only threads:write starts a thread.
     let create = env
@@ -167,7 +146,7 @@ async fn a_job_webhook_key_settles_its_job_and_a_revoked_key_is_refused() {
     let tool = job_tool().await;
     let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
     let worker = env.spawn_worker();
-    let (webhook, webhook_id) = make_key(&env, "alice", &[KeyScope::SettleJobs]).await;
+    let (webhook, webhook_id) = make_key(&env, "alice", &[KeyScope::SettleJobs], &[]).await;
     let (thread_id, run_id) = env.start_turn("agent", "render it").await;
     env.wait_pending(&thread_id, 1).await;
 

@@ -2,7 +2,6 @@
 //! }` stays parked until that many distinct keys of those groups approve;
 //! one deny settles it; each approval is recorded and shown.
 
-use agentenkit::keys::KeysCommand;
 use agentenkit_core::KeyScope;
 use agentenkit_runtime::Registry;
 use agentenkit_tests::*;
@@ -30,25 +29,44 @@ input_schema = {{ type = "object", properties = {{ to = {{ type = "string" }} }}
 
 /// A key of alice's threads able to approve, its holder in `group`.
 async fn approver(env: &TestEnv, group: &str) -> (String, String) {
-    let (output, _) = KeysCommand::Create {
-        owner: "alice".into(),
-        name: group.into(),
-        scopes: vec![KeyScope::Read, KeyScope::RespondApprovals],
-        groups: vec![group.into()],
-    }
-    .run(&env.store)
+    make_key(
+        env,
+        "alice",
+        &[KeyScope::Read, KeyScope::RespondApprovals],
+        &[group],
+    )
     .await
-    .unwrap();
-    let mut lines = output.lines();
-    let key = lines.next().unwrap().to_owned();
-    let id = lines
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .to_owned();
-    (key, id)
+}
+
+/// A run of alice's waiting for two approvals of ops or security, a worker,
+/// and a key of each group.
+struct Waiting {
+    tool: ToolServer,
+    env: TestEnv,
+    worker: WorkerHandle,
+    thread_id: String,
+    run_id: String,
+    ops: (String, String),
+    security: (String, String),
+}
+
+async fn waiting() -> Waiting {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(two_of_ops_or_security(&tool.url)).await;
+    let worker = env.spawn_worker();
+    let ops = approver(&env, "ops").await;
+    let security = approver(&env, "security").await;
+    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+    Waiting {
+        tool,
+        env,
+        worker,
+        thread_id,
+        run_id,
+        ops,
+        security,
+    }
 }
 
 async fn approve(env: &TestEnv, key: &str, body: Value) -> (StatusCode, Value) {
@@ -58,13 +76,16 @@ async fn approve(env: &TestEnv, key: &str, body: Value) -> (StatusCode, Value) {
 
 #[tokio::test]
 async fn two_approvers_of_the_groups_settle_the_call_each_counted_once() {
-    let tool = ToolServer::ok().await;
-    let env = TestEnv::start(two_of_ops_or_security(&tool.url)).await;
-    let worker = env.spawn_worker();
-    let (ops, ops_id) = approver(&env, "ops").await;
-    let (security, security_id) = approver(&env, "security").await;
+    let Waiting {
+        tool,
+        env,
+        worker,
+        thread_id,
+        run_id,
+        ops: (ops, ops_id),
+        security: (security, security_id),
+    } = waiting().await;
     let (sales, _) = approver(&env, "sales").await;
-    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
     let pending = env.wait_pending(&thread_id, 1).await;
     assert_eq!(
         (
@@ -156,13 +177,15 @@ async fn two_approvers_of_the_groups_settle_the_call_each_counted_once() {
 
 #[tokio::test]
 async fn one_deny_settles_a_call_that_needs_several_approvals() {
-    let tool = ToolServer::ok().await;
-    let env = TestEnv::start(two_of_ops_or_security(&tool.url)).await;
-    let worker = env.spawn_worker();
-    let (ops, _) = approver(&env, "ops").await;
-    let (security, _) = approver(&env, "security").await;
-    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
-    env.wait_pending(&thread_id, 1).await;
+    let Waiting {
+        tool,
+        env,
+        worker,
+        thread_id,
+        run_id,
+        ops: (ops, _),
+        security: (security, _),
+    } = waiting().await;
     // A payload is the tool's input too: no approver hands it one alone.
     let (status, refused) = approve(
         &env,
@@ -220,13 +243,15 @@ async fn one_deny_settles_a_call_that_needs_several_approvals() {
 /// batch with the same `Idempotency-Key` are both counted.
 #[tokio::test]
 async fn two_approvers_sending_one_batch_with_one_key_are_both_counted() {
-    let tool = ToolServer::ok().await;
-    let env = TestEnv::start(two_of_ops_or_security(&tool.url)).await;
-    let worker = env.spawn_worker();
-    let (ops, _) = approver(&env, "ops").await;
-    let (security, _) = approver(&env, "security").await;
-    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
-    env.wait_pending(&thread_id, 1).await;
+    let Waiting {
+        tool,
+        env,
+        worker,
+        run_id,
+        ops: (ops, _),
+        security: (security, _),
+        ..
+    } = waiting().await;
     let batch =
         json!({ "decisions": [ { "action": "approve", "runId": run_id, "toolCallId": "c1" } ] });
     let mut bodies = Vec::new();

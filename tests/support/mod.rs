@@ -660,3 +660,31 @@ pub fn first_event<'a>(events: &'a Value, kind: &str) -> &'a Value {
         .find(|e| e["type"] == kind)
         .unwrap_or_else(|| panic!("no {kind} event in {events}"))
 }
+
+/// Makes a key of `owner` with `scopes` (its holder in the approver
+/// `groups`) as `agentenkit keys create` does; returns the key and its id.
+pub async fn make_key(
+    env: &TestEnv,
+    owner: &str,
+    scopes: &[agentenkit_core::KeyScope],
+    groups: &[&str],
+) -> (String, String) {
+    let (output, done) = agentenkit::keys::KeysCommand::Create {
+        owner: owner.into(),
+        name: "test".into(),
+        scopes: scopes.to_vec(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    }
+    .run(&env.store)
+    .await
+    .expect("keys create");
+    assert!(done, "{output}");
+    let mut lines = output.lines();
+    let key = lines.next().expect("the key").to_owned();
+    let id = lines
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1))
+        .expect("the key's id")
+        .to_owned();
+    (key, id)
+}
