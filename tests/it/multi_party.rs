@@ -268,8 +268,28 @@ async fn two_approvers_sending_one_batch_with_one_key_are_both_counted() {
         assert!(response.headers().get("idempotent-replayed").is_none());
         bodies.push(response.json::<Value>().await.unwrap());
     }
-    assert_eq!(bodies[0]["results"][0]["body"]["delivered"], true);
-    assert_eq!(bodies[1]["results"][0]["body"]["delivered"], true);
+    assert_eq!(
+        bodies[0]["results"][0]["body"],
+        json!({ "delivered": true, "approvals": { "given": 1, "required": 2 } })
+    );
+    assert_eq!(
+        bodies[1]["results"][0]["body"],
+        json!({ "delivered": true })
+    );
+    // The first approver's retry gets its own first answer, count and all.
+    let replayed = env
+        .http
+        .post(env.url("/agent/decisions"))
+        .bearer_auth(&ops)
+        .header("Idempotency-Key", "approve-c1")
+        .json(&batch)
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert_eq!(replayed, bodies[0]);
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
     assert_eq!(tool.calls(), 1);
     worker.stop().await.unwrap();

@@ -219,7 +219,12 @@ impl Store {
                 }
                 Cast::Counted { given, required } => {
                     let mut ops = vote_ops(&row, call, &votes, given, required)?;
-                    ops.extend(checks.record.map(|item| item.op(owner)));
+                    // A batch retried answers this item as it was answered.
+                    let counted = json!({
+                        "delivered": true,
+                        "approvals": { "given": given, "required": required },
+                    });
+                    ops.extend(checks.record.map(|item| item.op_with(owner, counted)));
                     tx.commit_with(ops).await?;
                     return Ok(Answered {
                         delivered: true,

@@ -63,6 +63,13 @@ pub struct RecordedItem<'a> {
 
 impl RecordedItem<'_> {
     pub(crate) fn op(&self, owner: &Owner) -> Op {
+        self.op_with(owner, self.result.clone())
+    }
+
+    /// The statement recording `result` instead of the one the caller
+    /// knew before the answer (an approval counted toward several says how
+    /// many it has).
+    pub(crate) fn op_with(&self, owner: &Owner, result: Value) -> Op {
         Op::new(
             "UPDATE idempotency_keys SET items = items || jsonb_build_object($3::text, $4::jsonb)
              WHERE owner = $1 AND key = $2",
@@ -70,7 +77,7 @@ impl RecordedItem<'_> {
                 Box::new(owner.to_string()),
                 Box::new(self.key.to_owned()),
                 Box::new(self.index.to_string()),
-                Box::new(self.result.clone()),
+                Box::new(result),
             ],
         )
     }
