@@ -26,7 +26,7 @@ export DATABASE_URL TEST_DATABASE_URL AMQP_URL
 
 PEERS_RUN ?= $(CURDIR)/../shared/peers/run.sh
 
-.PHONY: help services build migrate demo fmt-check clippy validate-k8s test web-test ui screenshots bench bench-peers bench-park-many chaos clean-test-schemas
+.PHONY: help services build migrate demo fmt-check clippy validate-k8s test web-test ui screenshots bench bench-peers bench-park-many bench-callgrind chaos clean-test-schemas
 
 help: ## list the targets
 	@echo "agentenkit — make targets:"
@@ -92,6 +92,10 @@ bench: ## the agentenkit benchmark (release build)
 	@bash scripts/services.sh
 	$(CARGO) build --release -q --bin agentenkit-bench --bin agentenkit-worker
 	target/release/agentenkit-bench $(BENCH_ARGS)
+
+bench-callgrind: ## instructions per cycle in the bench process, by callgrind (stable on a noisy machine)
+	@bash scripts/services.sh
+	bash scripts/bench-callgrind.sh $(CALLGRIND_ARGS)
 
 bench-park-many: ## park 100,000 threads on one worker process and report its memory as they pile up
 	@$(MAKE) bench BENCH_ARGS="--n 200 --expiry-n 0 --round-trip-n 0 --scale-n 0 --park-many 100000"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Instructions per park → approve → resume → complete cycle in the bench
+# process (its clients and its in-process worker), counted by callgrind:
+# stable on a noisy machine where wall-clock figures are not. Two runs at
+# c=1 with N1 and N2 cycles; the difference divided by N2 - N1 leaves out
+# what a run costs once (start-up, migrations, truncation, reports).
+#   scripts/bench-callgrind.sh [N1] [N2]     (default 200 400)
+# Needs valgrind (Debian: apt-get install valgrind) and the services
+# (`make services`). Postgres's and RabbitMQ's own CPU is not in it: the
+# bench's CPU table (make bench) has them per process.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+n1=${1:-200}
+n2=${2:-400}
+if ! command -v valgrind >/dev/null 2>&1; then
+  echo "bench-callgrind: valgrind is not installed (Debian: apt-get install valgrind)" >&2
+  exit 1
+fi
+${CARGO:-cargo} build --release -q --bin agentenkit-bench
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+count() {
+  valgrind --tool=callgrind --callgrind-out-file="$out/cg.$1" \
+    target/release/agentenkit-bench --n "$1" --warmup 5 --concurrency 1 \
+      --expiry-n 0 --round-trip-n 0 --scale-n 0 --baseline-secs 0 --stats-flush-secs 0 \
+    >"$out/log.$1" 2>&1 || { tail -20 "$out/log.$1" >&2; exit 1; }
+  sed -n 's/^totals: //p' "$out/cg.$1"
+}
+ir1=$(count "$n1")
+ir2=$(count "$n2")
+echo "callgrind, bench process (clients + in-process worker), c=1:"
+echo "  N=$n1: $ir1 instructions; N=$n2: $ir2 instructions"
+echo "  per cycle (marginal, (Ir($n2) - Ir($n1)) / $((n2 - n1))): $(( (ir2 - ir1) / (n2 - n1) )) instructions"
