@@ -106,6 +106,26 @@ async fn each_key_does_what_its_scopes_allow_and_is_refused_the_rest() {
         batch["results"][0]["body"]["missingScope"],
         "respond:approvals"
     );
+    // A key that can answer nothing is refused the whole batch, before it
+    // holds an idempotency key.
+    let refused = env
+        .http
+        .post(env.url("/agent/decisions"))
+        .bearer_auth(&reader)
+        .header("Idempotency-Key", "k1")
+        .json(&json!({ "decisions": [ { "action": "approve", "runId": run_id, "toolCallId": "c1" } ] }))
+        .send()
+        .await
+        .unwrap();
+    let refused = (
+        StatusCode::from_u16(refused.status().as_u16()).unwrap(),
+        refused.json::<Value>().await.unwrap(),
+    );
+    forbidden(&refused, "respond:approvals");
+    assert!(env
+        .rows("SELECT 1 FROM idempotency_keys", |_| ())
+        .await
+        .is_empty());
     assert_eq!(env.wait_pending(&thread_id, 1).await.len(), 1, "still open");
     assert_eq!(tool.calls(), 0);
 

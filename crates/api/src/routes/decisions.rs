@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use agentenkit_core::canonical::arguments_hash;
-use agentenkit_core::ToolCallId;
+use agentenkit_core::{KeyScope, ToolCallId};
 use agentenkit_runtime::replies::Decision;
 use agentenkit_store::{Claim, RecordedItem};
 use axum::extract::State;
@@ -92,6 +92,20 @@ pub async fn decide(
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
+    // A key that can answer nothing is refused before it can hold an
+    // idempotency key.
+    let answers_something = [
+        KeyScope::RespondApprovals,
+        KeyScope::RespondQuestions,
+        KeyScope::SettleJobs,
+    ]
+    .into_iter()
+    .any(|scope| caller.scopes.allow(scope));
+    if !answers_something {
+        return Err(ApiError::Forbidden {
+            missing: KeyScope::RespondApprovals,
+        });
+    }
     let owner = caller.owner.clone();
     // A key's batches are its own: two people of one owner sending the
     // same key must not get each other's results (nor votes go uncounted).
