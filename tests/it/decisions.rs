@@ -7,15 +7,6 @@ use agentenkit_tests::*;
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 
-fn journal_value<'a>(journal: &'a Value, prefix: &str) -> &'a Value {
-    &journal
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|entry| entry["name"].as_str().unwrap().starts_with(prefix))
-        .unwrap_or_else(|| panic!("no {prefix} entry in {journal}"))["value"]
-}
-
 /// The tool message the model reads for call `c1`.
 async fn tool_message(env: &TestEnv, thread_id: &str) -> Value {
     let messages = env.get(&format!("/threads/{thread_id}/messages")).await;

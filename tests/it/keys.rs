@@ -144,12 +144,7 @@ async fn each_key_does_what_its_scopes_allow_and_is_refused_the_rest() {
     );
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
     let journal = env.get(&format!("/runs/{run_id}/journal")).await;
-    let decision = &journal
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"].as_str().unwrap().starts_with("tool:"))
-        .unwrap()["value"];
+    let decision = journal_value(&journal, "tool:");
     assert_eq!(decision["answeredBy"], "alice");
     assert_eq!(decision["keyId"], approver_id.as_str());
     let events = env.get(&format!("/threads/{thread_id}/events")).await;

@@ -156,12 +156,7 @@ async fn two_approvers_of_the_groups_settle_the_call_each_counted_once() {
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
     assert_eq!(tool.calls(), 1);
     let journal = env.get(&format!("/runs/{run_id}/journal")).await;
-    let decision = &journal
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"].as_str().unwrap().starts_with("tool:"))
-        .unwrap()["value"];
+    let decision = journal_value(&journal, "tool:");
     assert_eq!(decision["keyId"], security_id.as_str());
     let principals: Vec<&Value> = decision["approvals"]
         .as_array()

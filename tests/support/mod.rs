@@ -688,3 +688,19 @@ pub async fn make_key(
         .to_owned();
     (key, id)
 }
+
+/// The value of the first entry of `journal` (a run's `GET …/journal`)
+/// whose name starts with `prefix`, e.g. `tool:` for a call's decision.
+pub fn journal_value<'a>(journal: &'a Value, prefix: &str) -> &'a Value {
+    &journal
+        .as_array()
+        .expect("a journal")
+        .iter()
+        .find(|entry| {
+            entry["name"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with(prefix)
+        })
+        .unwrap_or_else(|| panic!("no {prefix} entry in {journal}"))["value"]
+}
