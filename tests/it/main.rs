@@ -21,6 +21,7 @@ mod keys;
 mod limits;
 mod migrations;
 mod multi_party;
+mod notify;
 mod openapi;
 mod ops;
 mod parked;

@@ -117,6 +117,9 @@ impl TestEnv {
                 .await
                 .expect("RabbitMQ (is it up? `make services`)"),
         );
+        // As every process of a deployment: the events its targets want
+        // are written to the outbox with them.
+        let store = store.with_notified(registry.notified_events());
         let registry = Arc::new(registry);
         let keys = ApiKeys::parse(&format!("alice:{ALICE},bob:{BOB}")).expect("keys");
         let mut state = AppState::new(store.clone(), queue.clone(), registry.clone(), keys);

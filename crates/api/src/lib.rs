@@ -74,7 +74,10 @@ impl AppState {
         keys: ApiKeys,
     ) -> Self {
         let relay = Relay::new(queue.clone());
-        let store = relay.attach(store);
+        // Answers and stops write events the notification targets want.
+        let store = relay
+            .attach(store)
+            .with_notified(registry.notified_events());
         Self {
             relay,
             hub: Arc::new(hub::EventHub::new(

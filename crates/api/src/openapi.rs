@@ -12,7 +12,58 @@ pub fn document() -> Value {
         data["contentSchema"] = json!({ "$ref": "#/components/schemas/EventView" });
     }
     inline_tagged_variants(&mut doc, "DecisionItem", "action");
+    add_notification_webhook(&mut doc);
     doc
+}
+
+/// The request a deployment's notification targets receive (README,
+/// "Notifications and reminders"): an OpenAPI 3.1 webhook, with the
+/// envelope as a schema of its own.
+fn add_notification_webhook(doc: &mut Value) {
+    let header = |name: &str, description: &str| {
+        json!({
+            "name": name, "in": "header", "required": true,
+            "description": description, "schema": { "type": "string" }
+        })
+    };
+    doc["components"]["schemas"]["Notification"] = json!({
+        "type": "object",
+        "description": "An event of the stream (or a reminder of a request still open), as a notification target receives it.",
+        "required": ["id", "type", "threadId", "runId", "createdAt", "data", "link"],
+        "properties": {
+            "id": { "type": "string", "description": "The event's stream id, or `remind:<runId>:<toolCallId>`: the same in every attempt." },
+            "type": { "type": "string", "enum": ["INPUT_REQUIRED", "INPUT_RESOLVED", "RUN_COMPLETED", "RUN_FAILED", "RUN_CANCELLED", "APPROVAL_RECORDED", "INPUT_REMINDER"] },
+            "threadId": { "type": "string", "format": "uuid" },
+            "runId": { "type": ["string", "null"], "format": "uuid" },
+            "createdAt": { "type": "string", "format": "date-time" },
+            "data": { "type": "object", "description": "The event's data as the stream has it; a reminder's is the pending input with `waited`." },
+            "link": { "type": ["string", "null"], "description": "The inbox page, when the deployment sets `ui_url`." }
+        }
+    });
+    doc["webhooks"]["notification"] = json!({
+        "post": {
+            "summary": "An event sent to a notification target",
+            "description": "Sent to each `[notifications.<name>]` target for the event types it lists; retried with backoff until a 2xx or its `max_attempts`. A target with `format = \"slack\"` gets `{text, blocks}` instead.",
+            "parameters": [
+                header("X-Agentenkit-Event-Id", "The delivery's id (as `id`): drop a copy you have seen."),
+                header("X-Agentenkit-Event-Type", "The event's type (as `type`)."),
+                header("X-Agentenkit-Delivery-Attempt", "1 for the first attempt, then 2, 3, …"),
+                {
+                    "name": "X-Agentenkit-Signature", "in": "header", "required": false,
+                    "description": "`t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<body>\">` with the target's secret; refuse a `t` more than 5 minutes away.",
+                    "schema": { "type": "string", "pattern": "^t=[0-9]+(,v1=[0-9a-f]{64})+$" }
+                }
+            ],
+            "requestBody": {
+                "required": true,
+                "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Notification" } } }
+            },
+            "responses": {
+                "2XX": { "description": "Delivered: not sent again." },
+                "default": { "description": "Not delivered: sent again after a backoff, until the target's last attempt." }
+            }
+        }
+    });
 }
 
 /// utoipa writes a variant of an internally tagged enum as `allOf` of the

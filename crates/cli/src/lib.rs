@@ -100,6 +100,22 @@ impl AgentConfig {
     pub fn load(&self) -> anyhow::Result<Arc<Registry>> {
         Ok(Arc::new(Registry::from_file(&self.path)?))
     }
+
+    /// The agent file, for a process that sends notifications: every
+    /// target's signing secret must be in the environment (a worker that
+    /// could not sign would only fail its deliveries).
+    pub fn load_for_sending(&self) -> anyhow::Result<Arc<Registry>> {
+        let registry = self.load()?;
+        let missing = registry.notifications().missing_secrets();
+        if !missing.is_empty() {
+            anyhow::bail!(
+                "{}: notification secrets not set in the environment: {}",
+                self.path.display(),
+                missing.join(", ")
+            );
+        }
+        Ok(registry)
+    }
 }
 
 impl Connections {

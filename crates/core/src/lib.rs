@@ -14,6 +14,7 @@ pub mod error;
 pub mod event;
 pub mod ids;
 pub mod journal;
+pub mod notify;
 pub mod questions;
 pub mod queue_message;
 pub mod reply;

@@ -20,6 +20,19 @@ pub enum QueueMessage {
         run_id: RunId,
         tool_call_id: ToolCallId,
     },
+    /// "Send event `event_id` of run `run_id` to the deployment's
+    /// notification targets". Written in the commit that wrote the event;
+    /// a failed delivery re-schedules itself with backoff.
+    #[serde(rename_all = "camelCase")]
+    Notify { run_id: RunId, event_id: i64 },
+    /// "Remind the tool's escalation target of this request if it is still
+    /// open". Delivered through the delay ladder at the tool's
+    /// `remind_after`; one after an answer is dropped.
+    #[serde(rename_all = "camelCase")]
+    Remind {
+        run_id: RunId,
+        tool_call_id: ToolCallId,
+    },
 }
 
 impl QueueMessage {
@@ -34,7 +47,10 @@ impl QueueMessage {
 
     pub fn run_id(&self) -> RunId {
         match self {
-            QueueMessage::Segment { run_id, .. } | QueueMessage::Expiry { run_id, .. } => *run_id,
+            QueueMessage::Segment { run_id, .. }
+            | QueueMessage::Expiry { run_id, .. }
+            | QueueMessage::Notify { run_id, .. }
+            | QueueMessage::Remind { run_id, .. } => *run_id,
         }
     }
 
@@ -48,6 +64,11 @@ impl QueueMessage {
                 run_id,
                 tool_call_id,
             } => format!("expiry:{run_id}:{tool_call_id}"),
+            QueueMessage::Notify { run_id, event_id } => format!("notify:{run_id}:{event_id}"),
+            QueueMessage::Remind {
+                run_id,
+                tool_call_id,
+            } => format!("remind:{run_id}:{tool_call_id}"),
         }
     }
 
@@ -70,6 +91,14 @@ impl QueueMessage {
                 run_id,
                 tool_call_id: rest.into(),
             },
+            "notify" => QueueMessage::Notify {
+                run_id,
+                event_id: rest.parse().ok()?,
+            },
+            "remind" => QueueMessage::Remind {
+                run_id,
+                tool_call_id: rest.into(),
+            },
             _ => return None,
         };
         (message.outbox_key() == key).then_some(message)
@@ -89,6 +118,8 @@ mod tests {
             for message in [
                 QueueMessage::Segment { run_id, seq },
                 QueueMessage::Expiry { run_id, tool_call_id: call.as_str().into() },
+                QueueMessage::Notify { run_id, event_id: seq },
+                QueueMessage::Remind { run_id, tool_call_id: call.as_str().into() },
             ] {
                 prop_assert_eq!(QueueMessage::from_outbox_key(&message.outbox_key()), Some(message));
             }
@@ -117,7 +148,7 @@ mod tests {
         fn mutated_messages_decode_or_are_refused(
             seq in any::<i64>(),
             call in ".{0,12}",
-            field in prop_oneof![Just("type"), Just("runId"), Just("seq"), Just("toolCallId"), Just("extra")],
+            field in prop_oneof![Just("type"), Just("runId"), Just("seq"), Just("toolCallId"), Just("eventId"), Just("extra")],
             value in prop_oneof![
                 Just(serde_json::json!(null)),
                 Just(serde_json::json!(7)),
@@ -131,6 +162,8 @@ mod tests {
             for message in [
                 QueueMessage::Segment { run_id: run, seq },
                 QueueMessage::Expiry { run_id: run, tool_call_id: call.as_str().into() },
+                QueueMessage::Notify { run_id: run, event_id: seq },
+                QueueMessage::Remind { run_id: run, tool_call_id: call.as_str().into() },
             ] {
                 let mut body: serde_json::Value = serde_json::from_slice(&message.to_bytes()).unwrap();
                 body[field] = value.clone();
@@ -156,6 +189,10 @@ mod tests {
             format!("segment:{}:1", run.replace('-', "")),
             format!("other:{run}:1"),
             format!("expiry:{run}"),
+            format!("notify:{run}:"),
+            format!("notify:{run}:1x"),
+            format!("notify:{run}:+1"),
+            format!("remind:{run}"),
         ] {
             assert_eq!(QueueMessage::from_outbox_key(&key), None, "{key}");
         }
@@ -198,6 +235,30 @@ mod tests {
         assert_eq!(
             expiry.outbox_key(),
             "expiry:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:c1"
+        );
+        let notify = QueueMessage::Notify {
+            run_id: run,
+            event_id: 42,
+        };
+        assert_eq!(
+            std::str::from_utf8(&notify.to_bytes()).unwrap(),
+            r#"{"type":"notify","runId":"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","eventId":42}"#
+        );
+        assert_eq!(
+            notify.outbox_key(),
+            "notify:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:42"
+        );
+        let remind = QueueMessage::Remind {
+            run_id: run,
+            tool_call_id: "c1".into(),
+        };
+        assert_eq!(
+            std::str::from_utf8(&remind.to_bytes()).unwrap(),
+            r#"{"type":"remind","runId":"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","toolCallId":"c1"}"#
+        );
+        assert_eq!(
+            QueueMessage::from_outbox_key(&remind.outbox_key()),
+            Some(remind)
         );
     }
 }

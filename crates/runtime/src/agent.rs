@@ -129,6 +129,10 @@ pub struct Registry {
     delegation: DelegationLimits,
     /// Tools whose calls need several people's approval.
     approvals: HashMap<String, ApprovalRule>,
+    /// Where events are sent, and the inbox's address.
+    notifications: Arc<crate::notify::Notifications>,
+    /// Tools whose open calls are reminded to a target after a while.
+    escalations: HashMap<String, crate::notify::Escalation>,
 }
 
 /// What bounds delegation, so that one model response or one turn cannot
@@ -188,6 +192,11 @@ impl Registry {
             .values()
             .map(|a| a.hitl_ttl_ms)
             .chain([DEFAULT_HITL_TTL_MS])
+            .chain(
+                self.escalations
+                    .values()
+                    .map(|e| e.remind_after.as_millis() as u64),
+            )
             .collect();
         lanes.sort_unstable();
         lanes.dedup();
@@ -218,11 +227,22 @@ impl Registry {
                 .unwrap_or(DEFAULT_MAX_CHILDREN_PER_STEP),
             max_runs_per_tree: file.max_runs_per_tree.unwrap_or(DEFAULT_MAX_RUNS_PER_TREE),
         };
-        let mut registry = Registry::new().with_delegation_limits(limits);
+        let notifications =
+            crate::notify::Notifications::from_defs(file.ui_url, file.notifications)?;
+        let mut registry = Registry::new()
+            .with_delegation_limits(limits)
+            .with_notifications(notifications);
         let mut rules = Vec::new();
+        let mut escalations = Vec::new();
         for (name, def) in file.tools {
             if let Some(rule) = def.approvals() {
                 rules.push((name.clone(), rule.clone()));
+            }
+            let (remind_after, escalate_to) = def.escalation();
+            if let Some(escalation) =
+                crate::notify::Escalation::from_def(&name, remind_after, escalate_to)?
+            {
+                escalations.push((name.clone(), escalation));
             }
             let (tool, refuse_repeated_denials): (Arc<dyn Tool>, bool) = match def {
                 ToolDef::Http {
@@ -231,6 +251,8 @@ impl Registry {
                     requires_confirmation,
                     refuse_repeated_denials,
                     approvals: _,
+                    remind_after: _,
+                    escalate_to: _,
                     input_schema,
                     timeout_ms,
                     max_response_bytes,
@@ -277,6 +299,8 @@ impl Registry {
                     requires_confirmation,
                     refuse_repeated_denials,
                     approvals: _,
+                    remind_after: _,
+                    escalate_to: _,
                     input_schema,
                 } => (
                     Arc::new(EchoTool::new(
@@ -299,6 +323,9 @@ impl Registry {
         }
         for (tool, rule) in rules {
             registry = registry.with_approval_rule(&tool, rule)?;
+        }
+        for (tool, escalation) in escalations {
+            registry = registry.with_escalation(&tool, escalation)?;
         }
         for (name, def) in file.agents {
             let model = crate::model::from_def(&name, def.model)?;
@@ -455,6 +482,51 @@ impl Registry {
     /// more.
     pub fn approval_rule(&self, tool: &str) -> ApprovalRule {
         self.approvals.get(tool).cloned().unwrap_or_default()
+    }
+
+    /// Sends events to these targets (replacing any set before).
+    pub fn with_notifications(mut self, notifications: crate::notify::Notifications) -> Self {
+        self.notifications = Arc::new(notifications);
+        self
+    }
+
+    /// The deployment's notification targets.
+    pub fn notifications(&self) -> &crate::notify::Notifications {
+        &self.notifications
+    }
+
+    /// The events whose commits write a notification to the outbox: what
+    /// some target wants (give it to the store: `Store::with_notified`).
+    pub fn notified_events(&self) -> agentenkit_core::notify::NotifiedEvents {
+        self.notifications.events()
+    }
+
+    /// Calls of `tool` still waiting for a person after
+    /// `escalation.remind_after` are reminded to `escalation.target` (a
+    /// notification target: add the targets first).
+    pub fn with_escalation(
+        mut self,
+        tool: &str,
+        escalation: crate::notify::Escalation,
+    ) -> Result<Self> {
+        if !self.tools.contains_key(tool) {
+            return Err(Error::Config(format!(
+                "escalation of unknown tool {tool:?}"
+            )));
+        }
+        if self.notifications.target(&escalation.target).is_none() {
+            return Err(Error::Config(format!(
+                "tool {tool}: escalate_to {:?} is not a notification target",
+                escalation.target
+            )));
+        }
+        self.escalations.insert(tool.to_owned(), escalation);
+        Ok(self)
+    }
+
+    /// Who is reminded of a call of `tool` still open, and when.
+    pub fn escalation(&self, tool: &str) -> Option<&crate::notify::Escalation> {
+        self.escalations.get(tool)
     }
 
     pub fn agent_names(&self) -> impl Iterator<Item = &str> {

@@ -39,6 +39,51 @@ pub struct AgentFile {
     pub agents: BTreeMap<String, AgentDef>,
     #[serde(default)]
     pub tools: BTreeMap<String, ToolDef>,
+    /// The deployment's address as people reach it (`https://agents.example.com`):
+    /// notifications link to its `/ui` inbox.
+    #[serde(default)]
+    pub ui_url: Option<String>,
+    /// `[notifications.<name>]`: webhook targets told of events.
+    #[serde(default)]
+    pub notifications: BTreeMap<String, NotificationDef>,
+}
+
+/// `[notifications.<name>]`: a webhook target (README, "Notifications").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotificationDef {
+    pub url: String,
+    /// The environment variable holding the HMAC secret its deliveries are
+    /// signed with. Required, except for `format = "slack"` (whose URL is
+    /// its secret).
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// The event types it is told of (default `INPUT_REQUIRED`,
+    /// `INPUT_RESOLVED`, `RUN_COMPLETED`, `RUN_FAILED`).
+    #[serde(default)]
+    pub events: Option<Vec<String>>,
+    #[serde(default)]
+    pub format: NotificationFormat,
+    /// Attempts before a delivery to it is dead (default 8).
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    /// The wait after a first failure, doubled after each next (default 1 s).
+    #[serde(default)]
+    pub first_retry_ms: Option<u64>,
+    /// How long one attempt may take (default 5 s).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// What a notification's body looks like.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotificationFormat {
+    /// The event as the stream has it, in an envelope.
+    #[default]
+    Json,
+    /// A Slack incoming-webhook message: a summary and a link to the inbox.
+    Slack,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -99,6 +144,13 @@ pub enum ToolDef {
         /// ["ops", "security"] }` (groups of the keys' holders).
         #[serde(default)]
         approvals: Option<ApprovalRule>,
+        /// Remind `escalate_to` of a call still waiting for a person after
+        /// this long (`"30m"`).
+        #[serde(default)]
+        remind_after: Option<String>,
+        /// The notification target reminded.
+        #[serde(default)]
+        escalate_to: Option<String>,
         #[serde(default = "any_object")]
         input_schema: Value,
         /// The whole call may take this long (default 60 s); a timeout is
@@ -125,6 +177,13 @@ pub enum ToolDef {
         /// ["ops", "security"] }` (groups of the keys' holders).
         #[serde(default)]
         approvals: Option<ApprovalRule>,
+        /// Remind `escalate_to` of a call still waiting for a person after
+        /// this long (`"30m"`).
+        #[serde(default)]
+        remind_after: Option<String>,
+        /// The notification target reminded.
+        #[serde(default)]
+        escalate_to: Option<String>,
         #[serde(default = "any_object")]
         input_schema: Value,
     },
@@ -135,6 +194,22 @@ impl ToolDef {
     pub fn approvals(&self) -> Option<&ApprovalRule> {
         match self {
             ToolDef::Http { approvals, .. } | ToolDef::Echo { approvals, .. } => approvals.as_ref(),
+        }
+    }
+
+    /// The tool's `(remind_after, escalate_to)`.
+    pub fn escalation(&self) -> (Option<&str>, Option<&str>) {
+        match self {
+            ToolDef::Http {
+                remind_after,
+                escalate_to,
+                ..
+            }
+            | ToolDef::Echo {
+                remind_after,
+                escalate_to,
+                ..
+            } => (remind_after.as_deref(), escalate_to.as_deref()),
         }
     }
 }

@@ -65,7 +65,9 @@ impl InlineRunner {
         });
         InlineRunner {
             // What its calls write to the outbox is published by the store.
-            store: Relay::new(queue).attach(store),
+            store: Relay::new(queue)
+                .attach(store)
+                .with_notified(registry.notified_events()),
             registry,
             owner,
             shutdown,

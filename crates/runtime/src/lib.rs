@@ -9,6 +9,7 @@ pub mod error;
 pub mod inline;
 pub mod metrics;
 pub mod model;
+pub mod notify;
 pub mod reaper;
 pub mod relay;
 pub mod replies;

@@ -31,3 +31,9 @@ pub const EXPIRY_LATENESS_SECONDS: &str = "agentenkit_expiry_lateness_seconds";
 /// 1 while this process reaches the broker, 0 while it is away (set by
 /// every readiness check of the API).
 pub const BROKER_UP: &str = "agentenkit_broker_up";
+/// Attempts to send a notification to a target (`outcome`: `delivered`,
+/// `failed`, `dead`: failed on its last attempt).
+pub const NOTIFICATIONS: &str = "agentenkit_notifications_total";
+/// Reminders of requests still open (`outcome`: `sent`, or `dropped` when
+/// the request was answered first).
+pub const REMINDERS: &str = "agentenkit_reminders_total";

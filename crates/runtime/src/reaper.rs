@@ -33,6 +33,9 @@ pub struct ReaperConfig {
     /// Idempotency keys of batch decisions are kept this long after their
     /// first use, then deleted (a request with one is new again).
     pub idempotency_keep_for: Duration,
+    /// Settled notification deliveries (delivered or dead) are kept this
+    /// long, then deleted.
+    pub deliveries_keep_for: Duration,
 }
 
 impl Default for ReaperConfig {
@@ -44,6 +47,7 @@ impl Default for ReaperConfig {
             batch: 500,
             default_ttl: Duration::from_millis(crate::config::DEFAULT_HITL_TTL_MS),
             idempotency_keep_for: agentenkit_store::KeyTimes::default().keep_for,
+            deliveries_keep_for: Duration::from_secs(7 * 86_400),
         }
     }
 }
@@ -57,6 +61,7 @@ pub struct ReapReport {
     pub stalled_queued: usize,
     pub outbox_published: usize,
     pub idempotency_keys_deleted: usize,
+    pub deliveries_deleted: usize,
 }
 
 /// `reclaimIfOrphaned` for the requests in `scope`: expires what is
@@ -138,6 +143,15 @@ pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> R
             .delete_expired_idempotency_keys(config.idempotency_keep_for, config.batch)
             .await?;
         report.idempotency_keys_deleted += deleted as usize;
+        if (deleted as i64) < config.batch {
+            break;
+        }
+    }
+    loop {
+        let deleted = store
+            .delete_old_deliveries(config.deliveries_keep_for, config.batch)
+            .await?;
+        report.deliveries_deleted += deleted as usize;
         if (deleted as i64) < config.batch {
             break;
         }

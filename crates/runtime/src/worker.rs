@@ -106,6 +106,8 @@ struct Inner {
     crash: Option<CrashPoint>,
     /// Segments being handled right now, across this worker's clones.
     busy: Arc<std::sync::atomic::AtomicUsize>,
+    /// Sends notifications and reminders (one HTTP client for all).
+    notifier: crate::notify::Notifier,
 }
 
 impl Worker {
@@ -118,9 +120,14 @@ impl Worker {
         // What the worker's commits write to the outbox is published by
         // its store, through this relay.
         let relay = Relay::new(queue.clone());
+        // Its commits' events go to the deployment's notification targets.
+        let store = relay
+            .attach(store)
+            .with_notified(registry.notified_events());
         Self {
             inner: Arc::new(Inner {
-                store: relay.attach(store),
+                notifier: crate::notify::Notifier::new(store.clone(), registry.clone(), None),
+                store,
                 queue,
                 registry,
                 config,
@@ -141,6 +148,11 @@ impl Worker {
                 queue: inner.queue.clone(),
                 registry: inner.registry.clone(),
                 config: inner.config.clone(),
+                notifier: crate::notify::Notifier::new(
+                    inner.store.clone(),
+                    inner.registry.clone(),
+                    Some(crash.clone()),
+                ),
                 crash: Some(crash),
                 busy: Arc::default(),
             }),
@@ -206,6 +218,23 @@ impl Worker {
                 }) => {
                     let span = tracing::info_span!("expiry", run_id = %run_id, tool_call_id = %tool_call_id);
                     self.expiry(run_id, tool_call_id).instrument(span).await
+                }
+                Ok(QueueMessage::Notify { run_id, event_id }) => {
+                    let span = tracing::info_span!("notify", run_id = %run_id, event_id);
+                    let handled = self.notifier().notify(run_id, event_id).instrument(span).await;
+                    self.notified(handled)
+                }
+                Ok(QueueMessage::Remind {
+                    run_id,
+                    tool_call_id,
+                }) => {
+                    let span = tracing::info_span!("remind", run_id = %run_id, tool_call_id = %tool_call_id);
+                    let handled = self
+                        .notifier()
+                        .remind(run_id, &tool_call_id)
+                        .instrument(span)
+                        .await;
+                    self.notified(handled)
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "unreadable message: dead-lettered");
@@ -391,6 +420,24 @@ impl Worker {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "could not fail the run; segment handed back");
+                Disposition::Requeue
+            }
+        }
+    }
+
+    fn notifier(&self) -> &crate::notify::Notifier {
+        &self.inner.notifier
+    }
+
+    /// What a notification's handling means for its message. A store that
+    /// failed hands it back; a target that failed does not (its retry is
+    /// in the outbox, see `notify`).
+    fn notified(&self, handled: agentenkit_store::Result<crate::notify::Handled>) -> Disposition {
+        match handled {
+            Ok(crate::notify::Handled::Crashed) => Disposition::Crashed,
+            Ok(_) => Disposition::Ack,
+            Err(e) => {
+                tracing::warn!(error = %e, "notification failed in the store; handed back");
                 Disposition::Requeue
             }
         }

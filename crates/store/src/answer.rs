@@ -8,6 +8,7 @@
 
 use agentenkit_core::approvals::{cast, ApprovalRule, Cast, Vote};
 use agentenkit_core::canonical::arguments_hash;
+use agentenkit_core::notify::NotifiedEvents;
 use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::{reduce, refusal, ReplyError, SettledReply, Verdict};
 use agentenkit_core::{
@@ -18,7 +19,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
 
-use crate::event_insert::{event_op, insert_event};
+use crate::event_insert::{event_ops, insert_event, returned_outbox};
 use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
@@ -218,19 +219,19 @@ impl Store {
                     return Ok(Answered::refused("You have already approved this request"));
                 }
                 Cast::Counted { given, required } => {
-                    let mut ops = vote_ops(&row, call, &votes, given, required)?;
+                    let mut ops = vote_ops(&row, call, &votes, (given, required), self.notified())?;
                     // A batch retried answers this item as it was answered.
                     let counted = json!({
                         "delivered": true,
                         "approvals": { "given": given, "required": required },
                     });
                     ops.extend(checks.record.map(|item| item.op_with(owner, counted)));
-                    tx.commit_with(ops).await?;
+                    let answers = tx.commit_with(ops).await?;
                     return Ok(Answered {
                         delivered: true,
                         error: None,
                         waited: None,
-                        outbox: vec![],
+                        outbox: returned_outbox(answers)?,
                         approvals: Some((given, required)),
                     });
                 }
@@ -238,21 +239,16 @@ impl Store {
             }
         }
         reply.answered_at = Some(answered_at);
-        let mut ops = settle_ops(&row, call, &reply)?;
+        let mut ops = settle_ops(&row, call, &reply, self.notified())?;
         ops.extend(checks.record.map(|item| item.op(owner)));
-        let answers = tx.commit_with(ops).await?;
-        let resumed = answers
-            .into_iter()
-            .find_map(|answer| match answer {
-                Answer::Rows(rows) => Some(rows),
-                _ => None,
-            })
-            .unwrap_or_default();
+        // The resume segment, when this was the run's last open request,
+        // and the event's notification.
+        let outbox = returned_outbox(tx.commit_with(ops).await?)?;
         Ok(Answered {
             delivered: true,
             error: None,
             waited: Some(std::time::Duration::from_secs_f64(row.waited_secs.max(0.0))),
-            outbox: crate::resume::outbox_rows(&resumed)?,
+            outbox,
             approvals: None,
         })
     }
@@ -387,46 +383,51 @@ fn vote_ops(
     row: &ReplyTarget,
     call: &ToolCallId,
     votes: &[Vote],
-    given: u32,
-    required: u32,
+    (given, required): (u32, u32),
+    notified: NotifiedEvents,
 ) -> Result<Vec<Op>> {
     let last = votes.last();
-    Ok(vec![
-        Op::new(
-            "UPDATE tool_calls SET approvals = $3
+    let mut ops = vec![Op::new(
+        "UPDATE tool_calls SET approvals = $3
              WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'",
-            vec![
-                Box::new(row.run_id.0),
-                Box::new(call.as_str().to_owned()),
-                Box::new(serde_json::to_value(votes)?),
-            ],
-        )
-        .expect(Expect::One(Error::Corrupt(format!(
-            "tool call {call} of run {} changed under its run's lock",
-            row.run_id
-        )))),
-        event_op(
-            row.thread_id,
-            Some(row.run_id),
-            EventType::ApprovalRecorded,
-            json!({
-                "runId": row.run_id,
-                "toolCallId": call,
-                "toolName": row.tool_name,
-                "given": given,
-                "required": required,
-                "answeredBy": last.map(|v| &v.answered_by),
-                "principal": last.map(|v| &v.principal),
-            }),
-            &RowFields::default(),
-        ),
-    ])
+        vec![
+            Box::new(row.run_id.0),
+            Box::new(call.as_str().to_owned()),
+            Box::new(serde_json::to_value(votes)?),
+        ],
+    )
+    .expect(Expect::One(Error::Corrupt(format!(
+        "tool call {call} of run {} changed under its run's lock",
+        row.run_id
+    ))))];
+    ops.extend(event_ops(
+        row.thread_id,
+        Some(row.run_id),
+        EventType::ApprovalRecorded,
+        json!({
+            "runId": row.run_id,
+            "toolCallId": call,
+            "toolName": row.tool_name,
+            "given": given,
+            "required": required,
+            "answeredBy": last.map(|v| &v.answered_by),
+            "principal": last.map(|v| &v.principal),
+        }),
+        &RowFields::default(),
+        notified,
+    ));
+    Ok(ops)
 }
 
 /// The statements that record `reply` to the open request `row`: the row
 /// settles, its expiry's outbox row goes, the run resumes if that was all
 /// it waited on, and `INPUT_RESOLVED` last (after every row lock).
-fn settle_ops(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) -> Result<Vec<Op>> {
+fn settle_ops(
+    row: &ReplyTarget,
+    call: &ToolCallId,
+    reply: &SettledReply,
+    notified: NotifiedEvents,
+) -> Result<Vec<Op>> {
     let run = row.run_id;
     // Questions keep their resolved answers in `payload`; a rejection
     // keeps the denial the model will see in `result`.
@@ -434,7 +435,7 @@ fn settle_ops(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) -> Res
         (Some(answers), _) => (Some(serde_json::to_value(answers)?), reply.answers_result()),
         (None, denial) => (reply.payload.clone(), denial),
     };
-    Ok(vec![
+    let mut ops = vec![
         // Pending, as read under the lock nobody else writes it without.
         Op::new(
             "UPDATE tool_calls SET status = $3, payload = $4, result = $5,
@@ -462,14 +463,16 @@ fn settle_ops(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) -> Res
             tool_call_id: call.clone(),
         }),
         crate::resume::resume_op(run),
-        event_op(
-            row.thread_id,
-            Some(run),
-            EventType::InputResolved,
-            resolved_event(row, call, reply)?,
-            &RowFields::default(),
-        ),
-    ])
+    ];
+    ops.extend(event_ops(
+        row.thread_id,
+        Some(run),
+        EventType::InputResolved,
+        resolved_event(row, call, reply)?,
+        &RowFields::default(),
+        notified,
+    ));
+    Ok(ops)
 }
 
 /// The addressed row among the owner's calls, preferring the one in the
@@ -590,18 +593,22 @@ pub(crate) async fn settle(
     row: &ReplyTarget,
     call: &ToolCallId,
     reply: &SettledReply,
+    notified: NotifiedEvents,
 ) -> Result<Vec<OutboxRow>> {
     let data = resolved_event(row, call, reply)?;
-    let outbox = crate::resume::resume_if_settled(tx, row.run_id).await?;
+    let mut outbox = crate::resume::resume_if_settled(tx, row.run_id).await?;
     // The event last, after every row lock (see INSERT_EVENT_SQL); the
     // caller commits right after.
-    insert_event(
-        tx,
-        row.thread_id,
-        Some(row.run_id),
-        EventType::InputResolved,
-        &data,
-    )
-    .await?;
+    outbox.extend(
+        insert_event(
+            tx,
+            row.thread_id,
+            Some(row.run_id),
+            EventType::InputResolved,
+            &data,
+            notified,
+        )
+        .await?,
+    );
     Ok(outbox)
 }

@@ -8,11 +8,12 @@
 //! order the step made them, then the messages and events (in the order the
 //! step made them), after every row lock (see `INSERT_EVENT_SQL`).
 
+use agentenkit_core::notify::NotifiedEvents;
 use agentenkit_core::{QueueMessage, RunId};
 
 use crate::calls::{insert_tool_call, record_result_op, settle_op, NewCall};
 use crate::change::Change;
-use crate::event_insert::{item_op, message_op};
+use crate::event_insert::{item_ops, message_op};
 use crate::format::event_item::event_item;
 use crate::format::event_rows::known_rows;
 use crate::format::journal_insert::StoredJournal;
@@ -36,7 +37,7 @@ impl Store {
     }
 
     async fn commit_once(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
-        let (ops, publishes) = Statements::of(lease, changes)?.in_order();
+        let (ops, publishes) = Statements::of(lease, changes, self.notified())?.in_order();
         let answers = pipeline::transact(self.client().await?, ops).await?;
         written_outbox(answers, publishes)
     }
@@ -55,7 +56,7 @@ struct Statements {
 }
 
 impl Statements {
-    fn of(lease: &Lease, changes: &[Change]) -> Result<Statements> {
+    fn of(lease: &Lease, changes: &[Change], notified: NotifiedEvents) -> Result<Statements> {
         // A new journal entry is progress: the attempts of the step that
         // made it start over.
         let progress = changes.iter().any(|c| matches!(c, Change::Journal { .. }));
@@ -76,6 +77,7 @@ impl Statements {
             journal: StoredJournal::of(changes)?,
             parked_at_once: ParkedAtOnce::find(changes),
             message_with_event: MessageWithEvent::find(changes)?,
+            notified,
         };
         for change in changes {
             if end.is_some_and(|end| std::ptr::eq(end, change)) {
@@ -114,7 +116,8 @@ impl Statements {
             .message_with_event
             .event_item(run, change, &commit.journal)
         {
-            self.ordered.push(item_op(thread, Some(run), item));
+            self.ordered
+                .extend(item_ops(thread, Some(run), item, commit.notified));
             return Ok(());
         }
         match change {
@@ -126,7 +129,8 @@ impl Statements {
                     data,
                 );
                 let item = event_item(Some(run), *event_type, data.clone(), &rows);
-                self.ordered.push(item_op(thread, Some(run), item));
+                self.ordered
+                    .extend(item_ops(thread, Some(run), item, commit.notified));
             }
             Change::StartChild {
                 call_id,
@@ -194,6 +198,9 @@ impl Statements {
     /// Every statement, messages and events last, and what each outbox
     /// insert publishes.
     fn in_order(mut self) -> (Vec<Op>, Vec<Option<(QueueMessage, u64)>>) {
+        // The ordered statements' outbox rows (notifications) come back as
+        // rows, read from their answers.
+        self.publishes.extend(self.ordered.iter().map(|_| None));
         self.ops.append(&mut self.ordered);
         (self.ops, self.publishes)
     }
@@ -208,6 +215,8 @@ struct Commit<'a> {
     journal: StoredJournal<'a>,
     parked_at_once: ParkedAtOnce<'a>,
     message_with_event: MessageWithEvent<'a>,
+    /// The events whose `Notify` outbox row goes with them.
+    notified: NotifiedEvents,
 }
 
 /// The statement of a change that writes one row.
@@ -285,7 +294,8 @@ fn written_outbox(
                     delay_ms,
                 }))
             }
-            // A parent resumed by its child's end.
+            // A parent resumed by its child's end, or an event's
+            // notification.
             (Answer::Rows(rows), _) => outbox.extend(outbox_rows(&rows)?),
             _ => {}
         }

@@ -2,13 +2,15 @@
 //! (so a thread's ids of each are handed out in commit order), an event's
 //! data as `format::event_item` stores it.
 
-use agentenkit_core::{EventType, RunId, ThreadId};
+use agentenkit_core::notify::NotifiedEvents;
+use agentenkit_core::{EventType, QueueMessage, RunId, ThreadId};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
 
 use crate::format::event::{self as stored_event, RowFields};
 use crate::format::event_item::{event_item, EventItem};
-use crate::pipeline::{Op, Param};
+use crate::outbox::OutboxRow;
+use crate::pipeline::{Expect, Op, Param};
 use crate::Result;
 
 /// Inserts one event of thread `$1`, its id taken only once this
@@ -108,15 +110,76 @@ pub(crate) fn event_op(
     item_op(thread, run, event_item(run, event_type, data, rows))
 }
 
+/// The `Notify` outbox row of the event the statement just before it
+/// inserted, in the same transaction: `currval` is the id that insert took
+/// (it is this session's, and a transaction's statements run in order,
+/// pipelined or not). Returns `(id, key)` as a resume does.
+const NOTIFY_SQL: &str = "
+    INSERT INTO outbox (delay_ms, key, due_at)
+    SELECT 0, 'notify:' || $1::uuid::text || ':' || currval(pg_get_serial_sequence('events', 'id')), now()
+    RETURNING id, key";
+
+/// [`NOTIFY_SQL`] as a pipelined statement, right after its event's insert.
+pub(crate) fn notify_op(run: RunId) -> Op {
+    Op::new(NOTIFY_SQL, vec![Box::new(run.0)]).expect(Expect::Rows)
+}
+
+/// The statements that write an event, and its `Notify` outbox row when
+/// the deployment tells its targets of events of this type.
+pub(crate) fn item_ops(
+    thread: ThreadId,
+    run: Option<RunId>,
+    item: EventItem,
+    notified: NotifiedEvents,
+) -> Vec<Op> {
+    let notify = run.filter(|_| notified.contains(item.event_type));
+    let mut ops = vec![item_op(thread, run, item)];
+    ops.extend(notify.map(notify_op));
+    ops
+}
+
+/// [`event_op`] and, when notified, its `Notify` outbox row (see
+/// [`item_ops`]).
+pub(crate) fn event_ops(
+    thread: ThreadId,
+    run: Option<RunId>,
+    event_type: EventType,
+    data: Value,
+    rows: &RowFields,
+    notified: NotifiedEvents,
+) -> Vec<Op> {
+    item_ops(
+        thread,
+        run,
+        event_item(run, event_type, data, rows),
+        notified,
+    )
+}
+
+/// The outbox rows that [`notify_op`]s (and resumes, which answer alike)
+/// returned among a transaction's answers.
+pub(crate) fn returned_outbox(answers: Vec<crate::pipeline::Answer>) -> Result<Vec<OutboxRow>> {
+    let mut outbox = Vec::new();
+    for answer in answers {
+        if let crate::pipeline::Answer::Rows(rows) = answer {
+            outbox.extend(crate::resume::outbox_rows(&rows)?);
+        }
+    }
+    Ok(outbox)
+}
+
 /// An event insert in a transaction that has taken every row lock it will
-/// take (see [`INSERT_EVENT_SQL`]).
+/// take (see [`INSERT_EVENT_SQL`]), with its `Notify` outbox row when the
+/// deployment tells its targets of events of this type: the rows to
+/// publish once the transaction commits.
 pub(crate) async fn insert_event(
     tx: &Transaction<'_>,
     thread: ThreadId,
     run: Option<RunId>,
     event_type: EventType,
     data: &Value,
-) -> Result<i64> {
+    notified: NotifiedEvents,
+) -> Result<Vec<OutboxRow>> {
     let stmt = tx.prepare_cached(INSERT_EVENT_RETURNING_SQL).await?;
     let stored = stored_event::pack(event_type, run, data.clone(), &RowFields::default());
     let row = tx
@@ -131,5 +194,15 @@ pub(crate) async fn insert_event(
             ],
         )
         .await?;
-    Ok(row.get(0))
+    let event_id: i64 = row.get(0);
+    match run.filter(|_| notified.contains(event_type)) {
+        None => Ok(Vec::new()),
+        Some(run) => {
+            let message = QueueMessage::Notify {
+                run_id: run,
+                event_id,
+            };
+            Ok(vec![crate::outbox::insert(tx, &message, 0).await?])
+        }
+    }
 }

@@ -129,7 +129,7 @@ impl Store {
             waited_secs: 0.0,
             approvals: Vec::new(),
         };
-        let outbox = settle(&tx, &target, call, &reply).await?;
+        let outbox = settle(&tx, &target, call, &reply, self.notified()).await?;
         tx.commit().await?;
         let late_ms = (now - expires_at).num_milliseconds().max(0) as u64;
         Ok(Expiry::Expired { outbox, late_ms })

@@ -25,6 +25,7 @@ mod idempotency;
 mod keys;
 mod lease;
 mod migrate;
+mod notifications;
 mod outbox;
 mod park;
 mod pipeline;
@@ -48,6 +49,9 @@ pub use expire::{Expiry, Scope};
 pub use idempotency::{Claim, KeyTimes, RecordedItem};
 pub use keys::{is_key_form, KeyRecord, NewKey, KEY_PREFIX};
 pub use lease::{Lease, LeaseAttempt, RunContext};
+pub use notifications::{
+    Attempted, DeliveryAttempt, DeliveryResult, DeliveryRow, Recorded, RetryRule,
+};
 pub use outbox::{OutboxRow, Publisher};
 pub use reclaim::Reclaimed;
 pub use runs::{CallRow, Delegation};
@@ -93,6 +97,9 @@ pub struct Store {
     pool: Pool,
     schema: Option<String>,
     publisher: Option<std::sync::Arc<dyn Publisher>>,
+    /// The events whose commits also write a `Notify` outbox row (the
+    /// deployment's notification targets want them).
+    notified: agentenkit_core::notify::NotifiedEvents,
 }
 
 impl Store {
@@ -138,6 +145,7 @@ impl Store {
             pool,
             schema: config.schema.clone(),
             publisher: None,
+            notified: agentenkit_core::notify::NotifiedEvents::NONE,
         })
     }
 
@@ -148,6 +156,20 @@ impl Store {
     pub fn with_publisher(mut self, publisher: std::sync::Arc<dyn Publisher>) -> Store {
         self.publisher = Some(publisher);
         self
+    }
+
+    /// The same store, writing a `Notify` outbox row in the transaction of
+    /// every event of these types, for the notification targets. Every
+    /// process that writes events (worker, API, reaper) must be told the
+    /// same set: an event written by one told none is sent to nobody.
+    pub fn with_notified(mut self, notified: agentenkit_core::notify::NotifiedEvents) -> Store {
+        self.notified = notified;
+        self
+    }
+
+    /// The events this store writes a `Notify` outbox row for.
+    pub fn notified(&self) -> agentenkit_core::notify::NotifiedEvents {
+        self.notified
     }
 
     /// Hands `rows`, committed, to the publisher.

@@ -33,6 +33,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "approvals",
         include_str!("../../../migrations/0005_approvals.sql"),
     ),
+    (
+        6,
+        "notifications",
+        include_str!("../../../migrations/0006_notifications.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

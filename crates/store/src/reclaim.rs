@@ -154,23 +154,29 @@ impl Store {
         }
         // Events last, after every row lock (see INSERT_EVENT_SQL).
         for child in &cancelled {
+            outbox.extend(
+                crate::event_insert::insert_event(
+                    &tx,
+                    thread,
+                    Some(RunId(*child)),
+                    agentenkit_core::EventType::RunCancelled,
+                    &serde_json::json!({ "runId": child, "reason": "its parent run failed" }),
+                    self.notified(),
+                )
+                .await?,
+            );
+        }
+        outbox.extend(
             crate::event_insert::insert_event(
                 &tx,
                 thread,
-                Some(RunId(*child)),
-                agentenkit_core::EventType::RunCancelled,
-                &serde_json::json!({ "runId": child, "reason": "its parent run failed" }),
+                Some(run),
+                agentenkit_core::EventType::RunFailed,
+                &serde_json::json!({ "runId": run, "error": error }),
+                self.notified(),
             )
-            .await?;
-        }
-        crate::event_insert::insert_event(
-            &tx,
-            thread,
-            Some(run),
-            agentenkit_core::EventType::RunFailed,
-            &serde_json::json!({ "runId": run, "error": error }),
-        )
-        .await?;
+            .await?,
+        );
         tx.commit().await?;
         Ok(Some(outbox))
     }

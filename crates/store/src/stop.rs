@@ -7,6 +7,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::event_insert::insert_event;
+use crate::outbox::OutboxRow;
 use crate::{Error, Result, Store};
 
 impl Store {
@@ -15,10 +16,18 @@ impl Store {
     /// still advancing the run loses its lease and commits nothing more.
     /// Returns the runs stopped (none when the thread was idle).
     pub async fn stop_thread(&self, thread: ThreadId, owner: &Owner) -> Result<Vec<RunId>> {
-        crate::error::retry_conflicts(|| self.stop_thread_once(thread, owner)).await
+        let (stopped, outbox) =
+            crate::error::retry_conflicts(|| self.stop_thread_once(thread, owner)).await?;
+        self.publish(&outbox).await;
+        Ok(stopped)
     }
 
-    async fn stop_thread_once(&self, thread: ThreadId, owner: &Owner) -> Result<Vec<RunId>> {
+    /// The runs stopped, and the notifications of their `RUN_CANCELLED`.
+    async fn stop_thread_once(
+        &self,
+        thread: ThreadId,
+        owner: &Owner,
+    ) -> Result<(Vec<RunId>, Vec<OutboxRow>)> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let stmt = tx
@@ -35,7 +44,7 @@ impl Store {
             })?
             .get(0);
         let Some(current) = current else {
-            return Ok(vec![]);
+            return Ok((vec![], vec![]));
         };
         let stmt = tx
             .prepare_cached(
@@ -63,18 +72,22 @@ impl Store {
             stopped.extend(more);
         }
         cancel_open_calls(&tx, &stopped).await?;
+        let mut outbox = Vec::new();
         for run in &stopped {
-            insert_event(
-                &tx,
-                thread,
-                Some(RunId(*run)),
-                EventType::RunCancelled,
-                &json!({ "runId": run, "reason": "stopped" }),
-            )
-            .await?;
+            outbox.extend(
+                insert_event(
+                    &tx,
+                    thread,
+                    Some(RunId(*run)),
+                    EventType::RunCancelled,
+                    &json!({ "runId": run, "reason": "stopped" }),
+                    self.notified(),
+                )
+                .await?,
+            );
         }
         tx.commit().await?;
-        Ok(stopped.into_iter().map(RunId).collect())
+        Ok((stopped.into_iter().map(RunId).collect(), outbox))
     }
 }
 

@@ -28,7 +28,7 @@ pub struct StartedRun {
 /// after its last request's [`InboxPosition`].
 const INBOX_ORDER: &str = "tc.created_at, tc.run_id, tc.id";
 
-const PENDING_INPUTS: &str = "
+pub(crate) const PENDING_INPUTS: &str = "
     SELECT tc.id, tc.run_id, tc.thread_id, tc.name, tc.arguments_whole, tc.kind, tc.reason,
            r.name, r.depth, tc.expires_at, tc.created_at,
            jsonb_array_length(tc.approvals)
@@ -275,64 +275,31 @@ impl Store {
         let client = self.client().await?;
         self.check_owner(&client, thread, owner).await?;
         let stmt = client
-            .prepare_cached(
-                // What the stored data left out is put back (see
-                // format::event): arguments and fields from the call row, a
-                // message from its row, fields from the run row.
-                "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed,
-                        CASE WHEN e.packed & 2 <> 0 THEN tc.arguments_whole END, m.body_whole,
-                        tc.name, tc.kind, tc.reason, tc.expires_at, r.name, r.depth
-                 FROM events e
-                 LEFT JOIN tool_calls_whole tc
-                   ON e.packed & 10 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
-                 LEFT JOIN messages_whole m
-                   ON e.packed & 4 <> 0 AND m.thread_id = e.thread_id AND m.id = e.message_id
-                 LEFT JOIN runs r ON e.packed & 48 <> 0 AND r.id = e.run_id
-                 WHERE e.thread_id = $1 AND e.id > $2
-                 ORDER BY e.id LIMIT $3",
-            )
+            .prepare_cached(concat!(
+                event_select!(),
+                " WHERE e.thread_id = $1 AND e.id > $2 ORDER BY e.id LIMIT $3"
+            ))
             .await?;
         client
             .query(&stmt, &[&thread.0, &after, &limit])
             .await?
             .into_iter()
-            .map(|r| {
-                let id: i64 = r.get(0);
-                let run_id = r.get::<_, Option<Uuid>>(1).map(RunId);
-                let event_type: EventType = r.get::<_, &str>(2).parse()?;
-                let call = match (r.get::<_, Option<&str>>(8), r.get::<_, Option<&str>>(9)) {
-                    (Some(name), Some(kind)) => {
-                        stored_event::call_row(name, kind, r.get(10), r.get(11))
-                    }
-                    _ => Default::default(),
-                };
-                let run = match (r.get::<_, Option<&str>>(12), r.get::<_, Option<i32>>(13)) {
-                    (Some(name), Some(depth)) => stored_event::run_row(name, depth),
-                    _ => Default::default(),
-                };
-                let referenced = stored_event::Referenced {
-                    call_arguments: r.get(6),
-                    message_body: r.get(7),
-                    rows: RowFields { call, run },
-                };
-                let unpacked =
-                    stored_event::unpack(event_type, run_id, r.get(5), r.get(3), referenced);
-                for problem in &unpacked.problems {
-                    // Served without the part, rather than ending every
-                    // read of the thread's later events on this one.
-                    tracing::error!(event_id = id, error = %problem, "event data served incomplete");
-                }
-                let data = with_arguments_hash(event_type, unpacked.data);
-                Ok(EventView {
-                    id,
-                    thread_id: thread,
-                    run_id,
-                    event_type,
-                    data,
-                    created_at: r.get(4),
-                })
-            })
+            .map(|r| event_view(&r))
             .collect()
+    }
+
+    /// One event by id, whole, whatever its thread (for its notification);
+    /// `None` when it is gone (its thread was deleted).
+    pub async fn event_by_id(&self, id: i64) -> Result<Option<EventView>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(concat!(event_select!(), " WHERE e.id = $1"))
+            .await?;
+        client
+            .query_opt(&stmt, &[&id])
+            .await?
+            .map(|r| event_view(&r))
+            .transpose()
     }
 
     async fn check_owner(
@@ -350,6 +317,59 @@ impl Store {
             .map(|_| ())
             .ok_or_else(|| not_found(thread))
     }
+}
+
+/// The events read whole: what the stored data left out is put back (see
+/// format::event): arguments and fields from the call row, a message from
+/// its row, fields from the run row. Read by [`event_view`].
+macro_rules! event_select {
+    () => {
+        "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed,
+                CASE WHEN e.packed & 2 <> 0 THEN tc.arguments_whole END, m.body_whole,
+                tc.name, tc.kind, tc.reason, tc.expires_at, r.name, r.depth, e.thread_id
+         FROM events e
+         LEFT JOIN tool_calls_whole tc
+           ON e.packed & 10 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
+         LEFT JOIN messages_whole m
+           ON e.packed & 4 <> 0 AND m.thread_id = e.thread_id AND m.id = e.message_id
+         LEFT JOIN runs r ON e.packed & 48 <> 0 AND r.id = e.run_id"
+    };
+}
+use event_select;
+
+/// An event row of [`event_select`], whole.
+fn event_view(r: &Row) -> Result<EventView> {
+    let id: i64 = r.get(0);
+    let run_id = r.get::<_, Option<Uuid>>(1).map(RunId);
+    let event_type: EventType = r.get::<_, &str>(2).parse()?;
+    let call = match (r.get::<_, Option<&str>>(8), r.get::<_, Option<&str>>(9)) {
+        (Some(name), Some(kind)) => stored_event::call_row(name, kind, r.get(10), r.get(11)),
+        _ => Default::default(),
+    };
+    let run = match (r.get::<_, Option<&str>>(12), r.get::<_, Option<i32>>(13)) {
+        (Some(name), Some(depth)) => stored_event::run_row(name, depth),
+        _ => Default::default(),
+    };
+    let referenced = stored_event::Referenced {
+        call_arguments: r.get(6),
+        message_body: r.get(7),
+        rows: RowFields { call, run },
+    };
+    let unpacked = stored_event::unpack(event_type, run_id, r.get(5), r.get(3), referenced);
+    for problem in &unpacked.problems {
+        // Served without the part, rather than ending every read of the
+        // thread's later events on this one.
+        tracing::error!(event_id = id, error = %problem, "event data served incomplete");
+    }
+    let data = with_arguments_hash(event_type, unpacked.data);
+    Ok(EventView {
+        id,
+        thread_id: ThreadId(r.get(14)),
+        run_id,
+        event_type,
+        data,
+        created_at: r.get(4),
+    })
 }
 
 fn not_found(thread: ThreadId) -> Error {
@@ -370,7 +390,7 @@ fn with_arguments_hash(event_type: EventType, mut data: Value) -> Value {
     data
 }
 
-fn pending_input(row: &Row) -> Result<PendingInput> {
+pub(crate) fn pending_input(row: &Row) -> Result<PendingInput> {
     let kind = row.get::<_, &str>(5).parse()?;
     let expires_at: Option<DateTime<Utc>> = row.get(9);
     Ok(PendingInput {

@@ -106,7 +106,9 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let store = connections.store()?;
             store.migrate().await?;
-            let registry = agents.load()?;
+            let registry = agents.load_for_sending()?;
+            // The reaper loop below writes events too.
+            let store = store.with_notified(registry.notified_events());
             let queue = connections.queue(&registry.delay_lanes()).await?;
             let shutdown = shutdown_on_signal();
             let worker = Worker::new(

@@ -28,6 +28,11 @@ struct Cli {
     /// published again (its committer died, or the broker lost it).
     #[arg(long, env = "AGENTENKIT_OUTBOX_STALE_AFTER", default_value = "30s", value_parser = parse_duration)]
     outbox_stale_after: Duration,
+    /// The agent file: when given, the events its notification targets
+    /// want are written to the outbox with the events this reaper writes
+    /// (a run it fails, a request it expires), as a worker's are.
+    #[arg(long = "config", env = "AGENTENKIT_CONFIG")]
+    config: Option<std::path::PathBuf>,
     /// The same for a segment's row when the segment queue has no backlog
     /// (so the message cannot be waiting in it).
     #[arg(long, env = "AGENTENKIT_OUTBOX_ORPHAN_AFTER", default_value = "5s", value_parser = parse_duration)]
@@ -38,7 +43,11 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_tracing(cli.log.log_format);
-    let store = cli.connections.store()?;
+    let mut store = cli.connections.store()?;
+    if let Some(path) = &cli.config {
+        let registry = agentenkit_runtime::Registry::from_file(path)?;
+        store = store.with_notified(registry.notified_events());
+    }
     let looping = cli.every.is_some() && !cli.once;
     let shutdown = shutdown_on_signal();
     // A loop waits for the broker; a cron pass (`--once`) fails at once.
@@ -69,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
                     "stalledQueued": report.stalled_queued,
                     "outboxPublished": report.outbox_published,
                     "idempotencyKeysDeleted": report.idempotency_keys_deleted,
+                    "deliveriesDeleted": report.deliveries_deleted,
                 })
             );
         }

@@ -56,7 +56,7 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_tracing(cli.log.log_format);
-    let registry = cli.agents.load()?;
+    let registry = cli.agents.load_for_sending()?;
     let store = cli.connections.store()?;
     let config = WorkerConfig {
         prefetch: cli.prefetch,

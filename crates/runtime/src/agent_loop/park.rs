@@ -101,6 +101,20 @@ pub(super) async fn park(
             },
             delay_ms: ttl_ms,
         });
+        // A reminder due before the expiry goes with it, on the delay
+        // ladder; it finds the request answered, or reminds.
+        if let Some(escalation) = registry.escalation(&call.name) {
+            let remind_ms = escalation.remind_after.as_millis() as u64;
+            if remind_ms < ttl_ms {
+                changes.push(Change::Outbox {
+                    message: QueueMessage::Remind {
+                        run_id,
+                        tool_call_id: call.id.clone(),
+                    },
+                    delay_ms: remind_ms,
+                });
+            }
+        }
     }
     changes.push(Change::WaitRun);
     cp.commit_end(changes, "park").await?;
