@@ -3,29 +3,9 @@
 //! one deny settles it; each approval is recorded and shown.
 
 use agentenkit_core::KeyScope;
-use agentenkit_runtime::Registry;
 use agentenkit_tests::*;
 use axum::http::StatusCode;
 use serde_json::{json, Value};
-
-fn two_of_ops_or_security(url: &str) -> Registry {
-    Registry::from_toml(&format!(
-        r#"
-[agents.agent]
-system = "test agent"
-tools = ["tool"]
-model = {{ provider = "scripted", script = [ {CALL_THEN_DONE} ] }}
-
-[tools.tool]
-type = "http"
-url = "{url}"
-requires_confirmation = true
-approvals = {{ required = 2, from = ["ops", "security"] }}
-input_schema = {{ type = "object", properties = {{ to = {{ type = "string" }} }} }}
-"#
-    ))
-    .expect("test registry")
-}
 
 /// A key of alice's threads able to approve, its holder in `group`.
 async fn approver(env: &TestEnv, group: &str) -> (String, String) {

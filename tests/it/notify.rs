@@ -110,6 +110,57 @@ impl Receiver {
     }
 }
 
+/// A tool endpoint, a receiver answering `answer`, a test env on the
+/// registry made for them (`registry(tool's url, receiver)`) and a worker.
+struct Setup {
+    _tool: ToolServer,
+    receiver: Receiver,
+    env: TestEnv,
+    worker: Option<WorkerHandle>,
+}
+
+async fn setup(
+    answer: impl Fn(usize) -> StatusCode + Send + Sync + 'static,
+    registry: impl FnOnce(&str, &Receiver) -> Registry,
+) -> Setup {
+    let mut setup = setup_without_worker(answer, registry).await;
+    setup.worker = Some(setup.env.spawn_worker());
+    setup
+}
+
+/// [`setup`], the worker left to the test (one that crashes, say).
+async fn setup_without_worker(
+    answer: impl Fn(usize) -> StatusCode + Send + Sync + 'static,
+    registry: impl FnOnce(&str, &Receiver) -> Registry,
+) -> Setup {
+    let tool = ToolServer::ok().await;
+    let receiver = Receiver::start(answer).await;
+    let env = TestEnv::start(registry(&tool.url, &receiver)).await;
+    Setup {
+        _tool: tool,
+        receiver,
+        env,
+        worker: None,
+    }
+}
+
+impl Setup {
+    async fn finish(self) {
+        if let Some(worker) = self.worker {
+            worker.stop().await.unwrap();
+        }
+        self.env.finish().await;
+    }
+}
+
+/// Waits until no notification or reminder is left in the outbox.
+async fn all_consumed(env: &TestEnv) {
+    eventually("every notification consumed", || async {
+        (notify_rows_left(env).await == 0).then_some(())
+    })
+    .await;
+}
+
 fn target(name: &str, url: &str) -> Target {
     Target::new(name, url)
         .unwrap()
@@ -161,14 +212,17 @@ async fn notify_rows_left(env: &TestEnv) -> usize {
 
 #[tokio::test]
 async fn an_approval_is_told_signed_once_per_event_with_the_stream_ids() {
-    let tool = ToolServer::ok().await;
-    let receiver = Receiver::start(|_| StatusCode::OK).await;
-    let registry = with_targets(
-        approval_registry(CALL_THEN_DONE, &tool.url),
-        vec![target("ops", &receiver.url)],
-    );
-    let env = TestEnv::start(registry).await;
-    let worker = env.spawn_worker();
+    let setup = setup(
+        |_| StatusCode::OK,
+        |tool, receiver| {
+            with_targets(
+                approval_registry(CALL_THEN_DONE, tool),
+                vec![target("ops", &receiver.url)],
+            )
+        },
+    )
+    .await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
     let (thread_id, run_id) = env.start_turn("agent", "send it").await;
     env.wait_pending(&thread_id, 1).await;
     let required = receiver.wait_for("INPUT_REQUIRED", 1).await;
@@ -218,42 +272,40 @@ async fn an_approval_is_told_signed_once_per_event_with_the_stream_ids() {
         assert_eq!(event["type"], received.event_type.as_str());
         assert_eq!(event["data"], body["data"]);
         assert_eq!(
-            deliveries(&env, &received.event_id).await,
+            deliveries(env, &received.event_id).await,
             [("ops".to_owned(), 1, true, false, Some(200))]
         );
     }
     // MESSAGE, RUN_STARTED, TOOL_CALL... are the stream's alone.
     let told: Vec<&str> = got.iter().map(|r| r.event_type.as_str()).collect();
     assert!(!told.contains(&"MESSAGE") && !told.contains(&"RUN_STARTED"));
-    eventually("every notification consumed", || async {
-        (notify_rows_left(&env).await == 0).then_some(())
-    })
-    .await;
+    all_consumed(env).await;
     assert!(env
         .metrics_text()
         .await
         .contains("agentenkit_notifications_total{outcome=\"delivered\"} 3"));
-    worker.stop().await.unwrap();
-    env.finish().await;
+    setup.finish().await;
 }
 
 #[tokio::test]
 async fn a_failing_target_is_retried_with_the_same_body_until_it_takes_it() {
-    let tool = ToolServer::ok().await;
-    let receiver = Receiver::start(|n| {
-        if n <= 2 {
-            StatusCode::SERVICE_UNAVAILABLE
-        } else {
-            StatusCode::NO_CONTENT
-        }
-    })
+    let setup = setup(
+        |n| {
+            if n <= 2 {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::NO_CONTENT
+            }
+        },
+        |tool, receiver| {
+            with_targets(
+                registry(CALL_THEN_DONE, tool),
+                vec![target("ops", &receiver.url).events([EventType::RunCompleted])],
+            )
+        },
+    )
     .await;
-    let registry = with_targets(
-        registry(CALL_THEN_DONE, &tool.url),
-        vec![target("ops", &receiver.url).events([EventType::RunCompleted])],
-    );
-    let env = TestEnv::start(registry).await;
-    let worker = env.spawn_worker();
+    let (receiver, env) = (&setup.receiver, &setup.env);
     let (_, run_id) = env.start_turn("agent", "send it").await;
     env.wait_run_finished(&run_id).await;
     let got = receiver.wait_for("RUN_COMPLETED", 3).await;
@@ -265,34 +317,33 @@ async fn a_failing_target_is_retried_with_the_same_body_until_it_takes_it() {
     assert!(got.iter().all(|r| r.signed == Some(true)));
     let id = got[0].event_id.clone();
     eventually("the third attempt recorded", || async {
-        let rows = deliveries(&env, &id).await;
+        let rows = deliveries(env, &id).await;
         (rows == [("ops".to_owned(), 3, true, false, Some(204))]).then_some(())
     })
     .await;
-    eventually("the retries consumed", || async {
-        (notify_rows_left(&env).await == 0).then_some(())
-    })
-    .await;
+    all_consumed(env).await;
     assert_eq!(receiver.got().len(), 3, "nothing after the delivery");
-    worker.stop().await.unwrap();
-    env.finish().await;
+    setup.finish().await;
 }
 
 #[tokio::test]
 async fn a_target_that_never_answers_is_dead_after_its_last_attempt_and_runs_go_on() {
-    let tool = ToolServer::ok().await;
-    let receiver = Receiver::start(|_| StatusCode::INTERNAL_SERVER_ERROR).await;
-    let registry = with_targets(
-        registry(CALL_THEN_DONE, &tool.url),
-        vec![target("ops", &receiver.url)
-            .events([EventType::RunCompleted])
-            .retry(RetryRule {
-                max_attempts: 3,
-                first_retry: Duration::from_millis(50),
-            })],
-    );
-    let env = TestEnv::start(registry).await;
-    let worker = env.spawn_worker();
+    let setup = setup(
+        |_| StatusCode::INTERNAL_SERVER_ERROR,
+        |tool, receiver| {
+            with_targets(
+                registry(CALL_THEN_DONE, tool),
+                vec![target("ops", &receiver.url)
+                    .events([EventType::RunCompleted])
+                    .retry(RetryRule {
+                        max_attempts: 3,
+                        first_retry: Duration::from_millis(50),
+                    })],
+            )
+        },
+    )
+    .await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
     let (thread_id, run_id) = env.start_turn("agent", "send it").await;
     // The run does not wait for its notification.
     env.wait_run_finished(&run_id).await;
@@ -300,14 +351,11 @@ async fn a_target_that_never_answers_is_dead_after_its_last_attempt_and_runs_go_
     let got = receiver.wait_for("RUN_COMPLETED", 3).await;
     let id = got[0].event_id.clone();
     eventually("the delivery dead", || async {
-        let rows = deliveries(&env, &id).await;
+        let rows = deliveries(env, &id).await;
         (rows == [("ops".to_owned(), 3, false, true, Some(500))]).then_some(())
     })
     .await;
-    eventually("nothing left to send", || async {
-        (notify_rows_left(&env).await == 0).then_some(())
-    })
-    .await;
+    all_consumed(env).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(receiver.got().len(), 3, "no attempt after the last");
     let dead = env.store.deliveries(&id).await.unwrap();
@@ -337,8 +385,27 @@ async fn a_target_that_never_answers_is_dead_after_its_last_attempt_and_runs_go_
     .unwrap();
     assert_eq!(report.deliveries_deleted, 1);
     assert!(env.store.deliveries(&id).await.unwrap().is_empty());
-    worker.stop().await.unwrap();
-    env.finish().await;
+    setup.finish().await;
+}
+
+/// A run whose `RUN_COMPLETED` is told to a target by a worker that died
+/// at the crash point `point` of its delivery.
+async fn crashed_at(point: &'static str) -> Setup {
+    let setup = setup_without_worker(
+        |_| StatusCode::OK,
+        |tool, receiver| {
+            with_targets(
+                registry(CALL_THEN_DONE, tool),
+                vec![target("ops", &receiver.url).events([EventType::RunCompleted])],
+            )
+        },
+    )
+    .await;
+    let crashing = setup.env.spawn_crashing_worker(point);
+    let (_, run_id) = setup.env.start_turn("agent", "send it").await;
+    setup.env.wait_run_finished(&run_id).await;
+    assert!(crashing.died().await.is_err(), "the crash point fired");
+    setup
 }
 
 /// Killed after sending and before recording: the next worker sends the
@@ -346,21 +413,12 @@ async fn a_target_that_never_answers_is_dead_after_its_last_attempt_and_runs_go_
 /// and it counts as an attempt.
 #[tokio::test]
 async fn a_worker_killed_after_sending_leaves_the_event_to_be_sent_again_under_its_id() {
-    let tool = ToolServer::ok().await;
-    let receiver = Receiver::start(|_| StatusCode::OK).await;
-    let registry = with_targets(
-        registry(CALL_THEN_DONE, &tool.url),
-        vec![target("ops", &receiver.url).events([EventType::RunCompleted])],
-    );
-    let env = TestEnv::start(registry).await;
-    let crashing = env.spawn_crashing_worker("notify:sent");
-    let (_, run_id) = env.start_turn("agent", "send it").await;
-    env.wait_run_finished(&run_id).await;
-    crashing.died().await.unwrap_err();
+    let setup = crashed_at("notify:sent").await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
     let first = receiver.wait_for("RUN_COMPLETED", 1).await;
     let id = first[0].event_id.clone();
     assert_eq!(
-        deliveries(&env, &id).await,
+        deliveries(env, &id).await,
         [("ops".to_owned(), 1, false, false, None)],
         "sent, not recorded"
     );
@@ -370,65 +428,53 @@ async fn a_worker_killed_after_sending_leaves_the_event_to_be_sent_again_under_i
     assert_eq!(got[1].body, got[0].body);
     assert_eq!(got[1].attempt, "2");
     eventually("recorded once delivered", || async {
-        let rows = deliveries(&env, &id).await;
+        let rows = deliveries(env, &id).await;
         (rows == [("ops".to_owned(), 2, true, false, Some(200))]).then_some(())
     })
     .await;
-    eventually("consumed", || async {
-        (notify_rows_left(&env).await == 0).then_some(())
-    })
-    .await;
+    all_consumed(env).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(receiver.got().len(), 2);
     worker.stop().await.unwrap();
-    env.finish().await;
+    setup.finish().await;
 }
 
 /// Killed after recording, before the ack: the redelivered message finds
 /// the event delivered and sends nothing.
 #[tokio::test]
 async fn a_worker_killed_after_recording_sends_nothing_more() {
-    let tool = ToolServer::ok().await;
-    let receiver = Receiver::start(|_| StatusCode::OK).await;
-    let registry = with_targets(
-        registry(CALL_THEN_DONE, &tool.url),
-        vec![target("ops", &receiver.url).events([EventType::RunCompleted])],
-    );
-    let env = TestEnv::start(registry).await;
-    let crashing = env.spawn_crashing_worker("notify:recorded");
-    let (_, run_id) = env.start_turn("agent", "send it").await;
-    env.wait_run_finished(&run_id).await;
-    crashing.died().await.unwrap_err();
+    let setup = crashed_at("notify:recorded").await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
     let worker = env.spawn_worker();
     let got = receiver.wait_for("RUN_COMPLETED", 1).await;
     let id = got[0].event_id.clone();
-    eventually("consumed", || async {
-        (notify_rows_left(&env).await == 0).then_some(())
-    })
-    .await;
+    all_consumed(env).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(receiver.got().len(), 1, "exactly once");
     assert_eq!(
-        deliveries(&env, &id).await,
+        deliveries(env, &id).await,
         [("ops".to_owned(), 1, true, false, Some(200))]
     );
     worker.stop().await.unwrap();
-    env.finish().await;
+    setup.finish().await;
 }
 
 #[tokio::test]
 async fn a_slack_target_gets_a_message_with_the_summary_and_a_link() {
-    let tool = ToolServer::ok().await;
-    let receiver = Receiver::start(|_| StatusCode::OK).await;
-    let registry = with_targets(
-        approval_registry(CALL_THEN_DONE, &tool.url),
-        vec![target("chat", &receiver.url)
-            .secret(TargetSecret::None)
-            .format(NotificationFormat::Slack)
-            .events([EventType::InputRequired])],
-    );
-    let env = TestEnv::start(registry).await;
-    let worker = env.spawn_worker();
+    let setup = setup(
+        |_| StatusCode::OK,
+        |tool, receiver| {
+            with_targets(
+                approval_registry(CALL_THEN_DONE, tool),
+                vec![target("chat", &receiver.url)
+                    .secret(TargetSecret::None)
+                    .format(NotificationFormat::Slack)
+                    .events([EventType::InputRequired])],
+            )
+        },
+    )
+    .await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
     let (thread_id, _) = env.start_turn("agent", "send it").await;
     let got = receiver.wait_for("INPUT_REQUIRED", 1).await;
     assert_eq!(got[0].signed, None, "unsigned without a secret");
@@ -442,21 +488,23 @@ async fn a_slack_target_gets_a_message_with_the_summary_and_a_link() {
         .as_str()
         .unwrap()
         .contains(&thread_id));
-    worker.stop().await.unwrap();
-    env.finish().await;
+    setup.finish().await;
 }
 
 #[tokio::test]
 async fn stops_and_expiries_are_told_too() {
-    let tool = ToolServer::ok().await;
-    let receiver = Receiver::start(|_| StatusCode::OK).await;
-    let registry = with_targets(
-        approval_registry_ttl(CALL_THEN_DONE, &tool.url, 1_000),
-        vec![target("ops", &receiver.url)
-            .events([EventType::InputResolved, EventType::RunCancelled])],
-    );
-    let env = TestEnv::start(registry).await;
-    let worker = env.spawn_worker();
+    let setup = setup(
+        |_| StatusCode::OK,
+        |tool, receiver| {
+            with_targets(
+                approval_registry_ttl(CALL_THEN_DONE, tool, 1_000),
+                vec![target("ops", &receiver.url)
+                    .events([EventType::InputResolved, EventType::RunCancelled])],
+            )
+        },
+    )
+    .await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
     // Expired by its delayed message: INPUT_RESOLVED, status expired.
     let (_, run_id) = env.start_turn("agent", "send it").await;
     let resolved = receiver.wait_for("INPUT_RESOLVED", 1).await;
@@ -471,35 +519,39 @@ async fn stops_and_expiries_are_told_too() {
     let cancelled = receiver.wait_for("RUN_CANCELLED", 1).await;
     assert_eq!(cancelled[0].json()["runId"], run_id.as_str());
     assert_eq!(cancelled[0].json()["data"]["reason"], "stopped");
-    worker.stop().await.unwrap();
-    env.finish().await;
+    setup.finish().await;
 }
 
-fn escalating(registry: Registry, receiver: &Receiver, after: Duration) -> Registry {
-    with_targets(registry, vec![target("lead", &receiver.url).events([])])
-        .with_escalation(
-            "tool",
-            Escalation {
-                remind_after: after,
-                target: "lead".into(),
-            },
-        )
-        .unwrap()
+/// An approval whose tool reminds the target `lead` (told of nothing else)
+/// after `after`, waiting: the setup, its thread and run.
+async fn waiting_with_reminder(after: Duration) -> (Setup, String, String) {
+    let setup = setup(
+        |_| StatusCode::OK,
+        |tool, receiver| {
+            with_targets(
+                approval_registry(CALL_THEN_DONE, tool),
+                vec![target("lead", &receiver.url).events([])],
+            )
+            .with_escalation(
+                "tool",
+                Escalation {
+                    remind_after: after,
+                    target: "lead".into(),
+                },
+            )
+            .unwrap()
+        },
+    )
+    .await;
+    let (thread_id, run_id) = setup.env.start_turn("agent", "send it").await;
+    setup.env.wait_pending(&thread_id, 1).await;
+    (setup, thread_id, run_id)
 }
 
 #[tokio::test]
 async fn a_request_still_open_is_reminded_to_the_escalation_target() {
-    let tool = ToolServer::ok().await;
-    let receiver = Receiver::start(|_| StatusCode::OK).await;
-    let registry = escalating(
-        approval_registry(CALL_THEN_DONE, &tool.url),
-        &receiver,
-        Duration::from_millis(1_500),
-    );
-    let env = TestEnv::start(registry).await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
-    env.wait_pending(&thread_id, 1).await;
+    let (setup, thread_id, run_id) = waiting_with_reminder(Duration::from_millis(1_500)).await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
     let started = std::time::Instant::now();
     let got = receiver.wait_for("INPUT_REMINDER", 1).await;
     assert!(
@@ -519,49 +571,32 @@ async fn a_request_still_open_is_reminded_to_the_escalation_target() {
     env.reply("/agent/tool-call/approve", ALICE, approve(&run_id))
         .await;
     env.wait_run_finished(&run_id).await;
-    eventually("the reminder consumed", || async {
-        (notify_rows_left(&env).await == 0).then_some(())
-    })
-    .await;
+    all_consumed(env).await;
     assert_eq!(
-        deliveries(&env, &id).await,
+        deliveries(env, &id).await,
         [("lead".to_owned(), 1, true, false, Some(200))]
     );
     assert!(env
         .metrics_text()
         .await
         .contains("agentenkit_reminders_total{outcome=\"sent\"} 1"));
-    worker.stop().await.unwrap();
-    env.finish().await;
+    setup.finish().await;
 }
 
 #[tokio::test]
 async fn a_request_answered_in_time_is_never_reminded() {
-    let tool = ToolServer::ok().await;
-    let receiver = Receiver::start(|_| StatusCode::OK).await;
-    let registry = escalating(
-        approval_registry(CALL_THEN_DONE, &tool.url),
-        &receiver,
-        Duration::from_millis(1_000),
-    );
-    let env = TestEnv::start(registry).await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
-    env.wait_pending(&thread_id, 1).await;
+    let (setup, _, run_id) = waiting_with_reminder(Duration::from_millis(1_000)).await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
     env.reply("/agent/tool-call/approve", ALICE, approve(&run_id))
         .await;
     env.wait_run_finished(&run_id).await;
-    eventually("the reminder dropped", || async {
-        (notify_rows_left(&env).await == 0).then_some(())
-    })
-    .await;
+    all_consumed(env).await;
     assert!(receiver.got().is_empty());
     assert!(env
         .metrics_text()
         .await
         .contains("agentenkit_reminders_total{outcome=\"dropped\"} 1"));
-    worker.stop().await.unwrap();
-    env.finish().await;
+    setup.finish().await;
 }
 
 #[tokio::test]
@@ -597,34 +632,21 @@ async fn without_targets_no_event_writes_a_notification() {
 #[tokio::test]
 async fn each_approval_of_several_is_told() {
     use agentenkit_core::KeyScope;
-    let tool = ToolServer::ok().await;
-    let receiver = Receiver::start(|_| StatusCode::OK).await;
-    let registry = Registry::from_toml(&format!(
-        r#"
-[agents.agent]
-system = "test agent"
-tools = ["tool"]
-model = {{ provider = "scripted", script = [ {CALL_THEN_DONE} ] }}
-
-[tools.tool]
-type = "http"
-url = "{}"
-requires_confirmation = true
-approvals = {{ required = 2, from = ["ops"] }}
-"#,
-        tool.url
-    ))
-    .unwrap();
-    let registry = with_targets(
-        registry,
-        vec![target("ops", &receiver.url)
-            .events([EventType::ApprovalRecorded, EventType::InputResolved])],
-    );
-    let env = TestEnv::start(registry).await;
-    let worker = env.spawn_worker();
+    let setup = setup(
+        |_| StatusCode::OK,
+        |tool, receiver| {
+            with_targets(
+                two_of_ops_or_security(tool),
+                vec![target("ops", &receiver.url)
+                    .events([EventType::ApprovalRecorded, EventType::InputResolved])],
+            )
+        },
+    )
+    .await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
     let scopes = [KeyScope::Read, KeyScope::RespondApprovals];
-    let (first, _) = make_key(&env, "alice", &scopes, &["ops"]).await;
-    let (second, _) = make_key(&env, "alice", &scopes, &["ops"]).await;
+    let (first, _) = make_key(env, "alice", &scopes, &["ops"]).await;
+    let (second, _) = make_key(env, "alice", &scopes, &["ops"]).await;
     let (thread_id, run_id) = env.start_turn("agent", "send it").await;
     env.wait_pending(&thread_id, 1).await;
     for key in [&first, &second] {
@@ -644,6 +666,5 @@ approvals = {{ required = 2, from = ["ops"] }}
     let resolved = receiver.wait_for("INPUT_RESOLVED", 1).await;
     assert_eq!(resolved[0].json()["data"]["toolCallId"], "c1");
     env.wait_run_finished(&run_id).await;
-    worker.stop().await.unwrap();
-    env.finish().await;
+    setup.finish().await;
 }

@@ -610,6 +610,27 @@ input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ ty
     .expect("test registry")
 }
 
+/// An approval registry whose `tool` needs two approvals of the groups
+/// `ops` or `security` (multi-party approval).
+pub fn two_of_ops_or_security(url: &str) -> Registry {
+    Registry::from_toml(&format!(
+        r#"
+[agents.agent]
+system = "test agent"
+tools = ["tool"]
+model = {{ provider = "scripted", script = [ {CALL_THEN_DONE} ] }}
+
+[tools.tool]
+type = "http"
+url = "{url}"
+requires_confirmation = true
+approvals = {{ required = 2, from = ["ops", "security"] }}
+input_schema = {{ type = "object", properties = {{ to = {{ type = "string" }} }} }}
+"#
+    ))
+    .expect("test registry")
+}
+
 /// The usual script: call `tool` as c1, then answer "Done.".
 pub const CALL_THEN_DONE: &str = r#"
   { tool_calls = [ { id = "c1", name = "tool", arguments = { to = "a@b.c" } } ] },

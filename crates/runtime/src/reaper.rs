@@ -138,25 +138,32 @@ pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> R
     }
     report.outbox_published +=
         republish_outbox(store, config, stale_ms, false, "stale_outbox").await?;
-    loop {
-        let deleted = store
-            .delete_expired_idempotency_keys(config.idempotency_keep_for, config.batch)
-            .await?;
-        report.idempotency_keys_deleted += deleted as usize;
-        if (deleted as i64) < config.batch {
-            break;
-        }
-    }
-    loop {
-        let deleted = store
-            .delete_old_deliveries(config.deliveries_keep_for, config.batch)
-            .await?;
-        report.deliveries_deleted += deleted as usize;
-        if (deleted as i64) < config.batch {
-            break;
-        }
-    }
+    report.idempotency_keys_deleted += in_batches(config.batch, || {
+        store.delete_expired_idempotency_keys(config.idempotency_keep_for, config.batch)
+    })
+    .await?;
+    report.deliveries_deleted += in_batches(config.batch, || {
+        store.delete_old_deliveries(config.deliveries_keep_for, config.batch)
+    })
+    .await?;
     Ok(report)
+}
+
+/// Runs a housekeeping `delete` of up to `batch` rows until one deletes
+/// fewer; returns how many it deleted in all.
+async fn in_batches<F, Fut>(batch: i64, mut delete: F) -> agentenkit_store::Result<usize>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = agentenkit_store::Result<u64>>,
+{
+    let mut total = 0;
+    loop {
+        let deleted = delete().await?;
+        total += deleted as usize;
+        if (deleted as i64) < batch {
+            return Ok(total);
+        }
+    }
 }
 
 /// Publishes again, batch by batch, the outbox rows more than `older_than_ms`
