@@ -71,6 +71,12 @@ async fn each_key_does_what_its_scopes_allow_and_is_refused_the_rest() {
         &env.call("GET", "/agent/inbox", Some(&webhook), None).await,
         "read",
     );
+    forbidden(
+        &env.call("GET", "/agents", Some(&webhook), None).await,
+        "read",
+    );
+    let (status, _) = env.call("GET", "/agents", Some(&reader), None).await;
+    assert_eq!(status, StatusCode::OK);
     let approve = json!({ "runId": run_id, "toolCallId": "c1" });
     for key in [&reader, &webhook] {
         let refused = env

@@ -5,7 +5,7 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::auth::Caller;
+use crate::auth::{Read, Scoped};
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
@@ -26,10 +26,13 @@ pub struct AgentSummary {
     responses(
         (status = 200, body = Vec<AgentSummary>),
         (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
     ))]
 pub async fn list(
     State(state): State<AppState>,
-    _caller: Caller,
+    // Reading what may be started is reading: a key without `read` (a
+    // job's webhook) learns nothing of the deployment.
+    _caller: Scoped<Read>,
 ) -> Result<Json<Vec<AgentSummary>>, ApiError> {
     let mut names: Vec<&str> = state.registry.agent_names().collect();
     names.sort_unstable();
