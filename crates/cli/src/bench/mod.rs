@@ -8,4 +8,5 @@ pub mod hub;
 pub mod meter;
 pub mod peers;
 pub mod report;
+pub mod webhook;
 pub mod wire;

@@ -100,6 +100,8 @@ pub struct Params {
     pub prefetch: u16,
     pub baseline_secs: f64,
     pub stats_flush_secs: f64,
+    /// `--notify`: where each cycle's events were sent.
+    pub notifications: Option<String>,
 }
 
 fn p50_99(d: &[Duration]) -> String {
@@ -149,7 +151,7 @@ pub fn print_markdown(
         "Parameters: N={} parked runs per configuration (+{} warm-up cycles excluded{}), concurrency {}; \
          one in-process worker (prefetch {}), store pool {} connections; queue: {}; PostgreSQL {}. \
          Baseline: single-row INSERT per transaction from tokio-postgres, {} s per client count. \
-         Counters read after {} s idle (stats flush). Whole bench: {:.0} s.\n",
+         Counters read after {} s idle (stats flush).{} Whole bench: {:.0} s.\n",
         params.n,
         params.warmup,
         if params.analyzed {
@@ -164,6 +166,11 @@ pub fn print_markdown(
         params.postgres,
         params.baseline_secs,
         params.stats_flush_secs,
+        params
+            .notifications
+            .as_ref()
+            .map(|n| format!(" Notifications: {n}."))
+            .unwrap_or_default(),
         total.as_secs_f64()
     );
     println!("| config | parks/s | resumes/s | full cycles/s | park p50 / p99 ms | respond→resumed p50 / p99 ms | respond→completed p50 / p99 ms | process CPU ms/cycle | machine busy % | bytes/parked | bytes/completed | commits/cycle (park+resume) | WAL bytes/cycle | PG commits/s reached | INSERT baseline commits/s (same c) | reached / baseline | RSS bytes/parked |");
@@ -404,6 +411,7 @@ pub fn to_json(
             "n": params.n, "warmup": params.warmup, "analyzed_after_warmup": params.analyzed, "queue": params.queue,
             "postgres": params.postgres, "pool_size": params.pool_size, "prefetch": params.prefetch,
             "baseline_secs": params.baseline_secs, "stats_flush_secs": params.stats_flush_secs,
+            "notifications": params.notifications,
         },
         "baselines": baselines.iter().map(|b| json!({
             "clients": b.clients, "commits_per_s": b.commits_per_s,

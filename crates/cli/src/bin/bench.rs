@@ -37,6 +37,11 @@ use clap::Parser;
     about = "Benchmark: runs parked for approval, approved, resumed, completed"
 )]
 struct Args {
+    /// Send each cycle's INPUT_REQUIRED, INPUT_RESOLVED and RUN_COMPLETED,
+    /// signed, to a webhook receiver in this process: what notifications
+    /// cost (compare a run without it).
+    #[arg(long, env = "BENCH_NOTIFY")]
+    notify: bool,
     /// Parked-then-approved runs per concurrency.
     #[arg(long, env = "BENCH_N", default_value_t = 2000)]
     n: usize,
@@ -159,7 +164,18 @@ async fn bench(
     started: Instant,
 ) -> anyhow::Result<()> {
     let hub = Arc::new(Hub::default());
-    let registry = Arc::new(hub::registry(hub.clone())?);
+    let receiver = match args.notify {
+        true => Some(bench::webhook::Receiver::start().await?),
+        false => None,
+    };
+    let mut registry = hub::registry(hub.clone())?;
+    if let Some(receiver) = &receiver {
+        use agentenkit_runtime::notify::{Notifications, Target, TargetSecret};
+        let target = Target::new("bench", &receiver.url)?
+            .secret(TargetSecret::Key(b"bench-secret".to_vec()));
+        registry = registry.with_notifications(Notifications::default().with_target(target));
+    }
+    let registry = Arc::new(registry);
     let topology = Topology {
         prefix: format!("bench.{id}"),
         // A safety net only (see bench/broker.rs): deleted at the end.
@@ -186,7 +202,10 @@ async fn bench(
     let prefetch = u16::try_from((max_c * 2).max(16)).unwrap_or(u16::MAX);
     let ctx = Arc::new(Ctx {
         hooked,
-        store: Relay::new(queue.clone()).attach(store.clone()),
+        // Its answers write INPUT_RESOLVED, for the targets if any.
+        store: Relay::new(queue.clone())
+            .attach(store.clone())
+            .with_notified(registry.notified_events()),
         hub,
         owner: Owner("bench".into()),
         content: hub::body_text(),
@@ -194,6 +213,12 @@ async fn bench(
     let worker = start_worker(&ctx, registry.clone(), prefetch);
     let measured = run(args, &ctx, meter, schema, queue_label, prefetch).await;
     worker.stop().await;
+    if let Some(receiver) = &receiver {
+        eprintln!(
+            "notifications received by the bench's webhook: {}",
+            receiver.received()
+        );
+    }
     let outcome = match measured {
         Ok(measured) => {
             let mut passes = Passes::default();
@@ -271,6 +296,9 @@ async fn run(
         prefetch,
         baseline_secs: args.baseline_secs,
         stats_flush_secs: args.stats_flush_secs,
+        notifications: args.notify.then(|| {
+            "INPUT_REQUIRED, INPUT_RESOLVED and RUN_COMPLETED of each cycle, signed, to a webhook receiver in the bench process".to_owned()
+        }),
     };
     Ok(Measured {
         params,

@@ -106,8 +106,12 @@ pub fn summary(delivery: &Delivery) -> String {
                 .unwrap_or_default()
         ),
         REMINDER_EVENT => format!(
-            "Still waiting after {}: approval of `{tool}`{run}{reason}",
-            text(data, "waited").unwrap_or("a while")
+            "Still waiting after {}: {}{run}{reason}",
+            text(data, "waited").unwrap_or("a while"),
+            match text(data, "kind") {
+                Some("park") => format!("the job `{tool}`"),
+                _ => format!("approval of `{tool}`"),
+            }
         ),
         other => format!("{other} in thread {}", delivery.thread_id),
     }
@@ -185,6 +189,11 @@ mod tests {
                 REMINDER_EVENT,
                 json!({ "toolName": "t", "waited": "30m" }),
                 "Still waiting after 30m: approval of `t`",
+            ),
+            (
+                REMINDER_EVENT,
+                json!({ "toolName": "render", "kind": "park", "reason": "rendering", "waited": "2h" }),
+                "Still waiting after 2h: the job `render`: rendering",
             ),
         ];
         for (event, data, says) in cases {
