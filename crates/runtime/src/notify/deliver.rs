@@ -35,24 +35,31 @@ pub enum Handled {
 pub struct Notifier {
     store: Store,
     registry: Arc<Registry>,
-    client: reqwest::Client,
+    /// Built on the first send: a worker of a deployment without targets
+    /// never loads the TLS roots for it.
+    client: Arc<std::sync::OnceLock<reqwest::Client>>,
     crash: Option<CrashPoint>,
 }
 
 impl Notifier {
     pub fn new(store: Store, registry: Arc<Registry>, crash: Option<CrashPoint>) -> Self {
-        let client = crate::tls::http_client()
-            // A target that redirects is misconfigured: a signed body is
-            // not for whoever it points at.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
         Self {
             store,
             registry,
-            client,
+            client: Arc::default(),
             crash,
         }
+    }
+
+    fn client(&self) -> &reqwest::Client {
+        self.client.get_or_init(|| {
+            crate::tls::http_client()
+                // A target that redirects is misconfigured: a signed body
+                // is not for whoever it points at.
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_default()
+        })
     }
 
     fn crashed(&self, point: &str) -> bool {
@@ -220,7 +227,7 @@ impl Notifier {
             }
         };
         let mut request = self
-            .client
+            .client()
             .post(target.url.clone())
             .timeout(target.timeout)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
