@@ -143,6 +143,11 @@ impl NotifiedEvents {
         NotifiedEvents(self.0 | Self::bit(event))
     }
 
+    /// The events of either set.
+    pub fn union(self, other: NotifiedEvents) -> Self {
+        NotifiedEvents(self.0 | other.0)
+    }
+
     pub fn contains(self, event: EventType) -> bool {
         self.0 & Self::bit(event) != 0
     }
@@ -319,6 +324,9 @@ mod tests {
             assert_eq!(set.contains(*event), DEFAULT_EVENTS.contains(event));
         }
         assert!(NotifiedEvents::NONE.is_empty());
+        let more = NotifiedEvents::NONE.with(EventType::RunCancelled);
+        assert!(set.union(more).contains(EventType::RunCancelled));
+        assert!(set.union(more).contains(EventType::InputRequired));
         assert!(!notifiable(EventType::Message));
     }
 

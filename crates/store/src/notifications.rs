@@ -57,8 +57,6 @@ pub struct Attempted {
 /// What recording a delivery's attempts left.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Recorded {
-    /// Targets that gave up on their last attempt just now.
-    pub dead: Vec<String>,
     /// The message again, due at the earliest retry, when a target is
     /// still owed the delivery (published once committed).
     pub retry: Option<OutboxRow>,
@@ -152,10 +150,6 @@ impl Store {
                 DeliveryResult::Delivered { status } => (true, Some(*status), None),
                 DeliveryResult::Failed { status, error } => (false, *status, Some(error.as_str())),
             };
-            let dead = !delivered && attempt.attempt >= rule.max_attempts;
-            if dead {
-                recorded.dead.push(attempt.target.clone());
-            }
             let wait = retry_delay(rule.first_retry, attempt.attempt);
             tx.execute(
                 &update,

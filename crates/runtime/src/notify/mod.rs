@@ -268,9 +268,7 @@ impl Notifications {
     pub fn events(&self) -> NotifiedEvents {
         self.targets
             .values()
-            .flat_map(|t| EventType::ALL.iter().filter(|e| t.events.contains(**e)))
-            .copied()
-            .collect()
+            .fold(NotifiedEvents::NONE, |all, t| all.union(t.events))
     }
 
     pub fn target(&self, name: &str) -> Option<&Target> {
@@ -283,10 +281,6 @@ impl Notifications {
             .values()
             .filter(|t| t.events.contains(event))
             .collect()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.targets.is_empty()
     }
 
     /// The secrets' environment variables that are not set here: a worker
