@@ -139,6 +139,43 @@ impl<S: RouteScope> FromRequestParts<AppState> for Scoped<S> {
     }
 }
 
+/// A caller whose key may answer something (approvals, questions or jobs),
+/// checked from the headers alone: a key that can answer nothing is
+/// refused before its body is read. Which kind the request needs is
+/// checked under the run's lock, once the request is found.
+pub struct Responder(pub Caller);
+
+/// The scopes that answer some kind of open request.
+const RESPOND_SCOPES: [KeyScope; 3] = [
+    KeyScope::RespondApprovals,
+    KeyScope::RespondQuestions,
+    KeyScope::SettleJobs,
+];
+
+impl FromRequestParts<AppState> for Responder {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        if RESPOND_SCOPES
+            .iter()
+            .any(|scope| caller.scopes.allow(*scope))
+        {
+            Ok(Responder(caller))
+        } else {
+            Err(ApiError::Forbidden {
+                missing: if parts.uri.path().ends_with("/answer")
+                    || parts.uri.path().ends_with("/skip")
+                {
+                    KeyScope::RespondQuestions
+                } else {
+                    KeyScope::RespondApprovals
+                },
+            })
+        }
+    }
+}
+
 /// Keys of the store, as looked up lately: a request does not pay a
 /// database read for its key each time, and a revoked key is refused
 /// within `ttl`.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::auth::{Caller, Read, Scoped};
+use crate::auth::{Caller, Read, Responder, Scoped};
 use crate::extract::{parse_id, JsonBody, QueryParams};
 use crate::page::{cursor, CursorQuery, Page};
 use crate::schemas::{checked_hash, ErrorBody};
@@ -140,7 +140,7 @@ pub struct Respond {
     ))]
 pub async fn approve(
     State(state): State<AppState>,
-    caller: Caller,
+    Responder(caller): Responder,
     JsonBody(body): JsonBody<Approve>,
 ) -> Result<Json<Delivery>, ApiError> {
     decide(&state, &caller, body.decision()?).await
@@ -162,7 +162,7 @@ pub async fn approve(
     ))]
 pub async fn reject(
     State(state): State<AppState>,
-    caller: Caller,
+    Responder(caller): Responder,
     JsonBody(body): JsonBody<Reject>,
 ) -> Result<Json<Delivery>, ApiError> {
     decide(&state, &caller, body.decision()?).await
@@ -186,7 +186,7 @@ pub async fn reject(
     ))]
 pub async fn answer(
     State(state): State<AppState>,
-    caller: Caller,
+    Responder(caller): Responder,
     JsonBody(body): JsonBody<Answer>,
 ) -> Result<Json<Delivery>, ApiError> {
     decide(&state, &caller, body.decision()?).await
@@ -208,7 +208,7 @@ pub async fn answer(
     ))]
 pub async fn skip(
     State(state): State<AppState>,
-    caller: Caller,
+    Responder(caller): Responder,
     JsonBody(body): JsonBody<Skip>,
 ) -> Result<Json<Delivery>, ApiError> {
     decide(&state, &caller, body.decision()?).await
@@ -231,7 +231,7 @@ pub async fn skip(
     ))]
 pub async fn respond(
     State(state): State<AppState>,
-    caller: Caller,
+    Responder(caller): Responder,
     JsonBody(body): JsonBody<Respond>,
 ) -> Result<Json<Delivery>, ApiError> {
     let thread: ThreadId = parse_id(&body.thread_id, "tool call")?;
