@@ -19,6 +19,7 @@ mod page;
 mod routes;
 mod schemas;
 mod ui;
+mod unread;
 
 pub use auth::{ApiKeys, ApiKeysError};
 pub use error::ApiError;
@@ -217,6 +218,7 @@ pub fn router(state: AppState) -> Router {
         .0
         .merge(ui::router())
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(unread::close_if_body_unread))
         .with_state(state)
 }
 
