@@ -5,19 +5,7 @@
 use agentenkit_core::canonical::arguments_hash;
 use agentenkit_tests::*;
 use axum::http::StatusCode;
-use serde_json::{json, Value};
-
-/// The tool message the model reads for call `c1`.
-async fn tool_message(env: &TestEnv, thread_id: &str) -> Value {
-    let messages = env.get(&format!("/threads/{thread_id}/messages")).await;
-    messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool" && m["toolCallId"] == "c1")
-        .unwrap_or_else(|| panic!("no tool message in {messages}"))["content"]
-        .clone()
-}
+use serde_json::json;
 
 #[tokio::test]
 async fn an_approval_with_edited_arguments_runs_the_tool_once_with_them_and_the_model_is_told() {

@@ -4,6 +4,7 @@
 mod approvals;
 mod bad_input;
 mod batch;
+mod bounds;
 mod broker_away;
 mod crash;
 mod decisions;

@@ -728,3 +728,16 @@ pub fn journal_value<'a>(journal: &'a Value, prefix: &str) -> &'a Value {
         })
         .unwrap_or_else(|| panic!("no {prefix} entry in {journal}"))["value"]
 }
+
+/// The content of the tool message of call `c1` in `thread_id`: what the
+/// model read of its outcome.
+pub async fn tool_message(env: &TestEnv, thread_id: &str) -> Value {
+    let messages = env.get(&format!("/threads/{thread_id}/messages")).await;
+    messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["toolCallId"] == "c1")
+        .unwrap_or_else(|| panic!("no tool message in {messages}"))["content"]
+        .clone()
+}

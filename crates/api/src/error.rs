@@ -115,7 +115,13 @@ impl ApiError {
         let (status, code, message) = self.parts();
         let mut body = json!({ "error": code, "message": message });
         if let ApiError::InvalidAnswers(issues) | ApiError::InvalidArguments(issues) = self {
-            body["issues"] = json!(issues);
+            // The checkers stop one past the cap, so a body stays small
+            // whatever the request held.
+            let (shown, more) = agentenkit_core::questions::shown_issues(issues);
+            body["issues"] = json!(shown);
+            if more {
+                body["moreIssues"] = json!(true);
+            }
         }
         if let ApiError::AmbiguousToolCall(runs) = self {
             body["runIds"] = json!(runs);

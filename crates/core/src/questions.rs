@@ -50,11 +50,52 @@ pub struct Issue {
     pub message: String,
 }
 
-fn issue(path: impl Into<String>, message: impl Into<String>) -> Issue {
-    Issue {
-        path: path.into(),
-        message: message.into(),
+/// A report names at most this many issues, the first found; a checker
+/// stops after one more, which tells that there were more.
+pub const MAX_ISSUES: usize = 20;
+
+/// An issue's path and message are cut to this many characters: a message
+/// may quote the value it is about, which can be as long as a body.
+pub const MAX_ISSUE_CHARS: usize = 200;
+
+impl Issue {
+    /// An issue, its path and message cut to [`MAX_ISSUE_CHARS`].
+    pub fn new(path: &str, message: &str) -> Issue {
+        Issue {
+            path: clip(path, MAX_ISSUE_CHARS),
+            message: clip(message, MAX_ISSUE_CHARS),
+        }
     }
+}
+
+/// `text` cut to at most `max` characters (`max` ≥ 1), an ellipsis the
+/// last of a cut one.
+pub fn clip(text: &str, max: usize) -> String {
+    if text.char_indices().nth(max).is_none() {
+        return text.to_owned();
+    }
+    let end = text
+        .char_indices()
+        .nth(max.saturating_sub(1))
+        .map_or(text.len(), |(end, _)| end);
+    format!("{}…", &text[..end])
+}
+
+/// The issues to report of `found`: at most [`MAX_ISSUES`] + 1, so a report
+/// can say that more were found without anyone collecting them all.
+pub fn first_issues(found: impl IntoIterator<Item = Issue>) -> Vec<Issue> {
+    found.into_iter().take(MAX_ISSUES + 1).collect()
+}
+
+/// The issues a report shows (at most [`MAX_ISSUES`]), and whether more
+/// were found.
+pub fn shown_issues(issues: &[Issue]) -> (&[Issue], bool) {
+    let shown = issues.len().min(MAX_ISSUES);
+    (&issues[..shown], issues.len() > shown)
+}
+
+fn issue(path: impl AsRef<str>, message: impl AsRef<str>) -> Issue {
+    Issue::new(path.as_ref(), message.as_ref())
 }
 
 /// Answers as resolved against the set: every question has its values.
@@ -76,7 +117,7 @@ impl QuestionSet {
         if issues.is_empty() {
             Ok(set)
         } else {
-            Err(issues)
+            Err(first_issues(issues))
         }
     }
 
@@ -196,6 +237,9 @@ impl QuestionSet {
         };
         let mut issues = Vec::new();
         for id in given.keys() {
+            if issues.len() > MAX_ISSUES {
+                return Err(issues);
+            }
             if !self.questions.iter().any(|q| &q.id == id) {
                 issues.push(issue(pointer(id), format!("unknown question id {id:?}")));
             }
@@ -215,8 +259,11 @@ impl QuestionSet {
                 issues.push(issue(path, "must be an array of option values"));
                 continue;
             };
-            let mut values = Vec::with_capacity(items.len());
+            let mut values = Vec::with_capacity(items.len().min(q.options.len()));
             for (j, item) in items.iter().enumerate() {
+                if issues.len() > MAX_ISSUES {
+                    return Err(issues);
+                }
                 match item.as_str() {
                     Some(v) if q.options.iter().any(|o| o.value == v) => {
                         if values.iter().any(|seen: &String| seen == v) {

@@ -16,6 +16,14 @@ pub const TIMEOUT_DENIAL: &str = "user had no response, action cancelled";
 /// The reason a rejection carries when the person gave none.
 pub const DEFAULT_REJECTION: &str = "the user rejected this call";
 
+/// A note or a reason a person gives is at most this many characters: the
+/// model reads it with every later step of the run.
+pub const MAX_NOTE_CHARS: usize = 4096;
+
+/// Edited arguments are at most this many bytes of JSON: they are stored
+/// with the decision and sent to the tool.
+pub const MAX_EDITED_ARGUMENTS_BYTES: usize = 256 * 1024;
+
 /// What a person (or a webhook) sent about a parked call.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
@@ -39,6 +47,28 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// What makes this verdict too large to take, if anything: a note or
+    /// reason past [`MAX_NOTE_CHARS`], edits past
+    /// [`MAX_EDITED_ARGUMENTS_BYTES`].
+    pub fn oversized(&self) -> Option<String> {
+        let (text, name) = match self {
+            Verdict::Approve {
+                arguments: Some(arguments),
+                ..
+            } if json_len(arguments) > MAX_EDITED_ARGUMENTS_BYTES => {
+                return Some(format!(
+                    "arguments: edited arguments are at most {MAX_EDITED_ARGUMENTS_BYTES} bytes of JSON"
+                ))
+            }
+            Verdict::Approve { message, .. } => (message, "message"),
+            Verdict::Reject { reason } => (reason, "reason"),
+            Verdict::Answer { .. } | Verdict::Skip => return None,
+        };
+        let chars = text.as_deref().map_or(0, |t| t.chars().count());
+        (chars > MAX_NOTE_CHARS)
+            .then(|| format!("{name}: at most {MAX_NOTE_CHARS} characters, not {chars}"))
+    }
+
     /// A plain yes: no payload, edits or note.
     pub fn approve() -> Verdict {
         Verdict::Approve {
@@ -57,17 +87,38 @@ impl Verdict {
                 message: None,
             }
         } else {
+            // A webhook's payload is its own: its reason is cut to what
+            // the model reads, not refused.
             Verdict::Reject {
                 reason: payload.as_ref().and_then(|p| match p {
-                    Value::String(s) => Some(s.clone()),
+                    Value::String(s) => Some(crate::questions::clip(s, MAX_NOTE_CHARS)),
                     other => other
                         .get("reason")
                         .and_then(Value::as_str)
-                        .map(str::to_owned),
+                        .map(|s| crate::questions::clip(s, MAX_NOTE_CHARS)),
                 }),
             }
         }
     }
+}
+
+/// The length of `value` written as compact JSON, counted without writing
+/// it anywhere.
+fn json_len(value: &Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing a `Value` to a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
 }
 
 /// Why a reply cannot settle the call it is addressed to. Nothing is
@@ -277,6 +328,55 @@ pub fn refusal(status: ToolCallStatus, in_current_run: bool) -> Option<&'static 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn notes_reasons_and_edits_past_their_bounds_are_too_large() {
+        let note = |n: usize| Some("é".repeat(n));
+        let approve = |arguments: Option<Value>, message: Option<String>| Verdict::Approve {
+            payload: Some(json!("x".repeat(MAX_EDITED_ARGUMENTS_BYTES))),
+            arguments,
+            message,
+        };
+        assert_eq!(approve(None, note(MAX_NOTE_CHARS)).oversized(), None);
+        assert!(approve(None, note(MAX_NOTE_CHARS + 1))
+            .oversized()
+            .unwrap()
+            .starts_with("message:"));
+        let reject = |reason| Verdict::Reject { reason };
+        assert_eq!(reject(note(MAX_NOTE_CHARS)).oversized(), None);
+        assert!(reject(note(MAX_NOTE_CHARS + 1))
+            .oversized()
+            .unwrap()
+            .starts_with("reason:"));
+        // `{"k":"…"}` is 8 bytes around the text.
+        let edits = |n: usize| Some(json!({ "k": "x".repeat(n) }));
+        assert_eq!(
+            approve(edits(MAX_EDITED_ARGUMENTS_BYTES - 8), None).oversized(),
+            None
+        );
+        assert!(approve(edits(MAX_EDITED_ARGUMENTS_BYTES - 7), None)
+            .oversized()
+            .unwrap()
+            .starts_with("arguments:"));
+        assert_eq!(Verdict::Skip.oversized(), None);
+    }
+
+    #[test]
+    fn a_webhooks_rejection_reason_is_cut_not_refused() {
+        let long = "r".repeat(MAX_NOTE_CHARS * 3);
+        for payload in [json!(long), json!({ "reason": long })] {
+            let verdict = Verdict::from_respond(false, Some(payload));
+            assert_eq!(verdict.oversized(), None);
+            let Verdict::Reject {
+                reason: Some(reason),
+            } = verdict
+            else {
+                panic!("a rejection with its reason")
+            };
+            assert_eq!(reason.chars().count(), MAX_NOTE_CHARS);
+            assert!(reason.ends_with('…'));
+        }
+    }
 
     fn reply(status: ToolCallStatus, approved: bool, reason: Option<&str>) -> SettledReply {
         SettledReply {

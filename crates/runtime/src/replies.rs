@@ -264,6 +264,9 @@ impl Replies {
         if let Err(invalid) = ToolCallId::check(call) {
             return Err(Error::InvalidInput(format!("toolCallId: {invalid}")));
         }
+        if let Some(oversized) = verdict.oversized() {
+            return Err(Error::InvalidInput(oversized));
+        }
         let call = ToolCallId(call.to_owned());
         let registry = &self.registry;
         let edits = move |tool: &str, arguments: &Value| schema_issues(registry, tool, arguments);
@@ -311,12 +314,6 @@ pub(crate) fn schema_issues(registry: &Registry, tool: &str, arguments: &Value) 
         }];
     }
     tool.validate(arguments)
-        .into_iter()
-        .map(|issue| Issue {
-            path: issue["path"].as_str().unwrap_or_default().to_owned(),
-            message: issue["message"].as_str().unwrap_or_default().to_owned(),
-        })
-        .collect()
 }
 
 fn verdict_has_nul(verdict: &Verdict) -> bool {

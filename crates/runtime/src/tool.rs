@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentenkit_core::questions::{first_issues, Issue};
 use agentenkit_core::{RunId, ThreadId, ToolCallId};
 use async_trait::async_trait;
 use serde::Serialize;
@@ -184,13 +185,16 @@ impl RegisteredTool {
         })
     }
 
-    /// The schema issues of `arguments`, each `{path, message}`; empty when
-    /// they are valid.
-    pub fn validate(&self, arguments: &Value) -> Vec<Value> {
-        self.validator
-            .iter_errors(arguments)
-            .map(|e| json!({ "path": e.instance_path().to_string(), "message": e.to_string() }))
-            .collect()
+    /// The schema issues of `arguments`, empty when they are valid: the
+    /// first [`MAX_ISSUES`](agentenkit_core::questions::MAX_ISSUES) + 1
+    /// found, each cut to a bounded length, so a
+    /// report can say there were more without collecting them all.
+    pub fn validate(&self, arguments: &Value) -> Vec<Issue> {
+        first_issues(
+            self.validator
+                .iter_errors(arguments)
+                .map(|e| Issue::new(&e.instance_path().to_string(), &e.to_string())),
+        )
     }
 }
 
@@ -207,6 +211,8 @@ pub struct HttpTool {
     shown_url: String,
     requires_confirmation: bool,
     max_response_bytes: u64,
+    /// The whole call's deadline, which its client enforces.
+    timeout: Duration,
     client: reqwest::Client,
 }
 
@@ -239,6 +245,7 @@ impl HttpTool {
             url,
             requires_confirmation,
             max_response_bytes: HTTP_TOOL_MAX_RESPONSE_BYTES,
+            timeout: HTTP_TOOL_TIMEOUT,
             client: Self::client(HTTP_TOOL_TIMEOUT)?,
         })
     }
@@ -246,7 +253,22 @@ impl HttpTool {
     /// The whole call (connect, send, read the answer) may take `timeout`.
     pub fn with_timeout(mut self, timeout: Duration) -> crate::Result<Self> {
         self.client = Self::client(timeout)?;
+        self.timeout = timeout;
         Ok(self)
+    }
+
+    /// A failed exchange as the model sees it: a timeout says so and names
+    /// the deadline (reqwest says only "error sending request").
+    fn unavailable(&self, e: reqwest::Error) -> ToolError {
+        if e.is_timeout() {
+            ToolError::Transient(format!(
+                "{}: timed out: no whole answer within {} ms (the tool's timeout_ms)",
+                self.shown_url,
+                self.timeout.as_millis()
+            ))
+        } else {
+            ToolError::Transient(format!("{}: {}", self.shown_url, e.without_url()))
+        }
     }
 
     /// Answers longer than this are a failure the model sees.
@@ -277,11 +299,7 @@ impl HttpTool {
             return Err(too_large());
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| ToolError::Transient(format!("{}: {}", self.shown_url, e.without_url())))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.unavailable(e))? {
             if body.len() as u64 + chunk.len() as u64 > cap {
                 return Err(too_large());
             }
@@ -338,9 +356,7 @@ impl Tool for HttpTool {
             .json(&body)
             .send()
             .await
-            .map_err(|e| {
-                ToolError::Transient(format!("{}: {}", self.shown_url, e.without_url()))
-            })?;
+            .map_err(|e| self.unavailable(e))?;
         let status = response.status();
         if status.is_server_error() {
             return Err(ToolError::Transient(format!(
@@ -506,9 +522,41 @@ mod tests {
         assert!(tool.validate(&json!({"to": "a"})).is_empty());
         let issues = tool.validate(&json!({"to": 5}));
         assert_eq!(issues.len(), 1);
-        assert_eq!(issues[0]["path"], "/to");
-        assert!(issues[0]["message"].as_str().unwrap().contains("string"));
+        assert_eq!(issues[0].path, "/to");
+        assert!(issues[0].message.contains("string"));
         assert_eq!(tool.validate(&json!({})).len(), 1);
+    }
+
+    /// A 1 MiB object of wrong values is hundreds of thousands of issues:
+    /// the check stops one past the cap, and a message quoting a long value
+    /// is cut.
+    #[test]
+    fn validation_stops_one_past_the_cap_and_cuts_long_messages() {
+        let strict = RegisteredTool::new(Arc::new(EchoTool::new(
+            ToolSpec {
+                name: "strict".into(),
+                description: String::new(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {
+                        "to": { "type": "integer" },
+                        "cc": { "type": "array", "items": { "type": "string" } }
+                    }
+                }),
+            },
+            false,
+        )))
+        .unwrap();
+        let issues = strict.validate(&json!({ "cc": vec![5; 200_000] }));
+        assert_eq!(issues.len(), agentenkit_core::questions::MAX_ISSUES + 1);
+        let long = strict.validate(&json!({ "to": "x".repeat(100_000) }));
+        assert_eq!(long.len(), 1);
+        assert_eq!(long[0].path, "/to");
+        assert_eq!(
+            long[0].message.chars().count(),
+            agentenkit_core::questions::MAX_ISSUE_CHARS
+        );
+        assert!(long[0].message.ends_with('…'));
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use agentenkit_core::canonical::arguments_hash;
-use agentenkit_core::{KeyScope, ToolCallId};
+use agentenkit_core::ToolCallId;
 use agentenkit_runtime::replies::Decision;
 use agentenkit_store::{Claim, RecordedItem};
 use axum::extract::State;
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use super::answers::{Answer, Approve, Decided, Delivery, Reject, Skip};
-use crate::auth::Caller;
+use crate::auth::{Caller, Responder};
 use crate::extract::JsonBody;
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
@@ -64,6 +64,36 @@ pub struct DecisionResults {
     results: Vec<DecisionResult>,
 }
 
+/// A refused item's message as an idempotency record keeps it.
+const KEPT_MESSAGE_CHARS: usize = 200;
+
+impl DecisionResults {
+    /// What an idempotency record keeps of these results for 24 hours: a
+    /// refused item's status, code and the start of its message (not its
+    /// issues), so a record stays small whatever the request held.
+    fn as_kept(&self) -> DecisionResults {
+        let results = self
+            .results
+            .iter()
+            .map(|result| DecisionResult {
+                status: result.status,
+                body: if result.status == StatusCode::OK.as_u16() {
+                    result.body.clone()
+                } else {
+                    json!({
+                        "error": result.body["error"],
+                        "message": agentenkit_core::questions::clip(
+                            result.body["message"].as_str().unwrap_or_default(),
+                            KEPT_MESSAGE_CHARS,
+                        ),
+                    })
+                },
+            })
+            .collect();
+        DecisionResults { results }
+    }
+}
+
 /// Decides many open requests at once (approve, deny, answer or skip
 /// each). Every decision is settled on its own, as its single route would
 /// settle it, and gets its own result; the request is 200 whatever they
@@ -86,26 +116,14 @@ pub struct DecisionResults {
         (status = 500, body = ErrorBody),
         (status = 503, description = "The database failed during the batch: what was settled stands; retry with the same key", body = ErrorBody),
     ))]
+// `Responder`: a key that can answer nothing is refused before its body
+// is read, so before it can hold an idempotency key.
 pub async fn decide(
     State(state): State<AppState>,
-    caller: Caller,
+    Responder(caller): Responder,
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    // A key that can answer nothing is refused before it can hold an
-    // idempotency key.
-    let answers_something = [
-        KeyScope::RespondApprovals,
-        KeyScope::RespondQuestions,
-        KeyScope::SettleJobs,
-    ]
-    .into_iter()
-    .any(|scope| caller.scopes.allow(scope));
-    if !answers_something {
-        return Err(ApiError::Forbidden {
-            missing: KeyScope::RespondApprovals,
-        });
-    }
     let owner = caller.owner.clone();
     // A key's batches are its own: two people of one owner sending the
     // same key must not get each other's results (nor votes go uncounted).
@@ -167,9 +185,11 @@ pub async fn decide(
         Ok(results) => {
             let response =
                 serde_json::to_value(&results).map_err(|e| ApiError::Internal(e.to_string()))?;
+            let kept = serde_json::to_value(results.as_kept())
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
             state
                 .store
-                .complete_idempotency_key(&owner, &key, StatusCode::OK.as_u16(), &response)
+                .complete_idempotency_key(&owner, &key, StatusCode::OK.as_u16(), &kept)
                 .await?;
             Ok(Json(response).into_response())
         }

@@ -1,5 +1,5 @@
 use proptest::prelude::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::*;
 
@@ -193,7 +193,46 @@ fn arb_set() -> impl Strategy<Value = QuestionSet> {
     })
 }
 
+/// A body of countless wrong answers: the check stops one past the cap,
+/// each message quoting a long value cut short.
+#[test]
+fn countless_wrong_answers_are_reported_as_the_first_twenty_and_one_more() {
+    let unknown: serde_json::Map<String, Value> =
+        (0..10_000).map(|i| (format!("q{i}"), json!([]))).collect();
+    let issues = scope_set().resolve(&Value::Object(unknown)).unwrap_err();
+    assert_eq!(issues.len(), MAX_ISSUES + 1);
+    let values: Vec<String> = (0..10_000)
+        .map(|i| format!("{i}{}", "v".repeat(1000)))
+        .collect();
+    let issues = scope_set()
+        .resolve(&json!({ "langs": values }))
+        .unwrap_err();
+    assert_eq!(issues.len(), MAX_ISSUES + 1);
+    assert!(issues
+        .iter()
+        .all(|issue| issue.message.chars().count() <= MAX_ISSUE_CHARS));
+    let (shown, more) = shown_issues(&issues);
+    assert_eq!((shown.len(), more), (MAX_ISSUES, true));
+    let (shown, more) = shown_issues(&issues[..3]);
+    assert_eq!((shown.len(), more), (3, false));
+}
+
 proptest! {
+    /// A clipped text is a prefix of the text (then an ellipsis) of at most
+    /// `max` characters, and a short text is kept whole.
+    #[test]
+    fn clip_keeps_a_prefix_of_at_most_max_characters(text in "\\PC{0,40}", max in 1usize..30) {
+        let clipped = clip(&text, max);
+        prop_assert!(clipped.chars().count() <= max);
+        if text.chars().count() <= max {
+            prop_assert_eq!(&clipped, &text);
+        } else {
+            let kept = clipped.strip_suffix('…').expect("an ellipsis");
+            prop_assert!(text.starts_with(kept));
+            prop_assert_eq!(kept.chars().count(), max - 1);
+        }
+    }
+
     /// Every generated valid set validates, survives a JSON round trip, and
     /// its defaults resolve: an empty reply equals the defaults, all defaulted.
     #[test]

@@ -218,7 +218,12 @@ async fn invoke(
     }
     let issues = tool.validate(&call.arguments);
     if !issues.is_empty() {
-        return Invocation::Failed(json!({ "error": "invalid arguments", "issues": issues }));
+        let (shown, more) = agentenkit_core::questions::shown_issues(&issues);
+        let mut failure = json!({ "error": "invalid arguments", "issues": shown });
+        if more {
+            failure["moreIssues"] = json!(true);
+        }
+        return Invocation::Failed(failure);
     }
     let tool_ctx = ToolContext {
         run_id: ctx.lease.run_id,
@@ -237,7 +242,13 @@ async fn invoke(
         Err(ToolError::Park(_)) if resumed => Invocation::Failed(json!({
             "error": "the tool parked again from its resumed call; a second wait needs a new tool call"
         })),
-        Err(ToolError::Park(request)) => Invocation::Park(request),
+        // A tool's words again: a NUL would fail the park's insert, every
+        // time the step is retried.
+        Err(ToolError::Park(request)) => Invocation::Park(crate::tool::ParkRequest {
+            reason: request.reason.replace('\0', "\u{FFFD}"),
+            payload: without_nul(request.payload),
+            ttl_ms: request.ttl_ms,
+        }),
     }
 }
 
