@@ -114,17 +114,16 @@ async fn an_owner_past_its_stream_limit_gets_429_and_a_closed_stream_frees_a_pla
     env.finish().await;
 }
 
-/// The API serves at most `max_connections` connections at once (a new one
-/// waits until one closes), and a connection whose request head does not
-/// arrive within `header_read_timeout` is closed: idle or trickling
-/// clients cannot hold the server.
-#[tokio::test]
-async fn connections_are_capped_and_a_request_head_must_arrive_in_time() {
-    use agentenkit::{serve_api_with, ServerLimits};
+/// The API on a port of its own with `limits`; the token stops it.
+async fn serve_with(
+    env: &TestEnv,
+    limits: agentenkit::ServerLimits,
+) -> (
+    std::net::SocketAddr,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
     use agentenkit_api::{ApiKeys, AppState};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
     let state = AppState::new(
         env.store.clone(),
         env.queue.clone(),
@@ -132,11 +131,7 @@ async fn connections_are_capped_and_a_request_head_must_arrive_in_time() {
         ApiKeys::parse("").unwrap(),
     );
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let limits = ServerLimits {
-        max_connections: 2,
-        header_read_timeout: Duration::from_millis(700),
-    };
-    let (addr, server) = serve_api_with(
+    let (addr, server) = agentenkit::serve_api_with(
         state,
         "127.0.0.1:0".parse().unwrap(),
         shutdown.clone(),
@@ -144,6 +139,99 @@ async fn connections_are_capped_and_a_request_head_must_arrive_in_time() {
     )
     .await
     .unwrap();
+    (addr, shutdown, server)
+}
+
+/// A connection that sends nothing, or only the start of the HTTP/2
+/// preface, is closed by the server once the head timeout passes, whether
+/// HTTP/2 is served or not (the protocol sniff has no deadline of its own).
+#[tokio::test]
+async fn a_connection_that_sends_nothing_or_half_a_preface_is_closed() {
+    use agentenkit::ServerLimits;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    for http2 in [false, true] {
+        let limits = ServerLimits {
+            header_read_timeout: Duration::from_millis(500),
+            http2,
+            ..ServerLimits::default()
+        };
+        let (addr, shutdown, server) = serve_with(&env, limits).await;
+        for opening in [&b""[..], b"PRI * HTTP/2.0"] {
+            let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+            client.write_all(opening).await.unwrap();
+            let mut rest = Vec::new();
+            let closed =
+                tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut rest)).await;
+            assert!(
+                closed.is_ok(),
+                "http2 {http2}: a connection that sent {:?} was kept open",
+                String::from_utf8_lossy(opening)
+            );
+        }
+        shutdown.cancel();
+        server.await.unwrap();
+    }
+    env.finish().await;
+}
+
+/// HTTP/2 is served only when asked for: by default a client speaking it
+/// with prior knowledge gets no HTTP/2 answer; with `http2` on, it does.
+#[tokio::test]
+async fn http2_is_served_only_when_configured() {
+    use agentenkit::ServerLimits;
+
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    for http2 in [false, true] {
+        let (addr, shutdown, server) = serve_with(
+            &env,
+            ServerLimits {
+                http2,
+                ..ServerLimits::default()
+            },
+        )
+        .await;
+        let h2_client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .http2_only(true)
+                .build_http::<http_body_util::Empty<axum::body::Bytes>>();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            h2_client.get(format!("http://{addr}/healthz").parse().unwrap()),
+        )
+        .await;
+        match answer {
+            Ok(Ok(response)) => {
+                assert!(http2, "HTTP/2 was served without being configured");
+                assert_eq!(response.version(), axum::http::Version::HTTP_2);
+                assert!(response.status().is_success());
+            }
+            Ok(Err(e)) => assert!(!http2, "HTTP/2 configured but not served: {e}"),
+            Err(_) => panic!("http2 {http2}: no answer, and the connection was not closed"),
+        }
+        shutdown.cancel();
+        server.await.unwrap();
+    }
+    env.finish().await;
+}
+
+/// The API serves at most `max_connections` connections at once (a new one
+/// waits until one closes), and a connection whose request head does not
+/// arrive within `header_read_timeout` is closed: idle or trickling
+/// clients cannot hold the server.
+#[tokio::test]
+async fn connections_are_capped_and_a_request_head_must_arrive_in_time() {
+    use agentenkit::ServerLimits;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let limits = ServerLimits {
+        max_connections: 2,
+        header_read_timeout: Duration::from_millis(700),
+        ..ServerLimits::default()
+    };
+    let (addr, shutdown, server) = serve_with(&env, limits).await;
     let healthz = format!("http://{addr}/healthz");
     // Each request on a connection of its own (no pool holding one open).
     let quick = agentenkit_runtime::tls::http_client()

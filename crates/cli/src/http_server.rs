@@ -1,7 +1,9 @@
-//! The API's HTTP server: at most so many connections at once, a request
-//! head that must arrive within a deadline, and a graceful stop.
+//! The API's HTTP server: at most so many connections at once, a first
+//! request that must arrive within a deadline on every connection, HTTP/2
+//! only when asked for, and a graceful stop.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,20 +26,55 @@ pub struct ServerLimits {
     pub max_connections: usize,
     /// A request's head must arrive within this, from the connection's
     /// start or the end of its previous request: a client that opens
-    /// connections and sends nothing (or a byte a minute) cannot hold them.
+    /// connections and sends nothing (or a byte a minute, or the start of
+    /// the HTTP/2 preface) cannot hold them.
     pub header_read_timeout: Duration,
+    /// Whether HTTP/2 (prior knowledge, `h2c`) is served beside HTTP/1.1;
+    /// off unless `AGENTENKIT_HTTP2=true`. When on, an HTTP/2 connection is
+    /// pinged every [`HTTP2_KEEP_ALIVE`] and closed when a ping goes
+    /// unanswered for as long, and carries at most
+    /// [`HTTP2_MAX_STREAMS`] requests at once.
+    pub http2: bool,
 }
+
+/// How often an idle HTTP/2 connection is pinged, and how long an answer
+/// may take before the connection is closed.
+pub const HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(20);
+
+/// Requests (streams) one HTTP/2 connection carries at once.
+pub const HTTP2_MAX_STREAMS: u32 = 64;
 
 impl Default for ServerLimits {
     fn default() -> Self {
         Self {
             max_connections: 1024,
             header_read_timeout: Duration::from_secs(10),
+            http2: false,
         }
     }
 }
 
-/// Serves the API on `listen` until `shutdown`, with the default limits;
+impl ServerLimits {
+    /// The defaults, with HTTP/2 on when `AGENTENKIT_HTTP2` says `true`
+    /// (or `1`); any other value than those and `false`/`0` is an error.
+    pub fn from_env() -> anyhow::Result<ServerLimits> {
+        let http2 = match std::env::var("AGENTENKIT_HTTP2").ok().as_deref() {
+            None | Some("") | Some("false") | Some("0") => false,
+            Some("true") | Some("1") => true,
+            Some(other) => anyhow::bail!(
+                "AGENTENKIT_HTTP2 must be true or false, not {:?}",
+                other.chars().take(40).collect::<String>()
+            ),
+        };
+        Ok(ServerLimits {
+            http2,
+            ..ServerLimits::default()
+        })
+    }
+}
+
+/// Serves the API on `listen` until `shutdown`, with the default limits
+/// (HTTP/2 as `AGENTENKIT_HTTP2` says);
 /// returns the bound address (port 0 picks a free port) and the server's
 /// task, which ends once open connections closed or [`API_DRAIN`] passed.
 pub async fn serve_api(
@@ -45,7 +82,7 @@ pub async fn serve_api(
     listen: SocketAddr,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    serve_api_with(state, listen, shutdown, ServerLimits::default()).await
+    serve_api_with(state, listen, shutdown, ServerLimits::from_env()?).await
 }
 
 /// [`serve_api`] with `limits`.
@@ -84,31 +121,13 @@ pub async fn serve_api_with(
                 },
                 () = shutdown.cancelled() => break,
             };
-            let service = TowerToHyperService::new(app.clone());
-            let stopping = shutdown.clone();
-            tokio::spawn(async move {
-                let _permit = permit;
-                let mut builder = Builder::new(TokioExecutor::new());
-                builder
-                    .http1()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(limits.header_read_timeout);
-                let connection =
-                    builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                tokio::pin!(connection);
-                tokio::select! {
-                    served = connection.as_mut() => {
-                        if let Err(e) = served {
-                            tracing::debug!(error = %e, "connection ended");
-                        }
-                        return;
-                    }
-                    () = stopping.cancelled() => connection.as_mut().graceful_shutdown(),
-                }
-                if let Err(e) = connection.await {
-                    tracing::debug!(error = %e, "connection ended");
-                }
-            });
+            tokio::spawn(serve_connection(
+                stream,
+                app.clone(),
+                limits,
+                shutdown.clone(),
+                permit,
+            ));
         }
         drop(listener);
         // Every connection holds a permit: all of them back means all closed.
@@ -120,4 +139,69 @@ pub async fn serve_api_with(
         }
     });
     Ok((addr, handle))
+}
+
+/// Serves one connection until it ends or the server stops. Until its
+/// first request reaches the router the connection lives at most
+/// `header_read_timeout`: hyper's own head timeout starts only once the
+/// protocol is known, and an HTTP/2 connection has none.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    app: axum::Router,
+    limits: ServerLimits,
+    stopping: CancellationToken,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let _permit = permit;
+    let asked = Arc::new(AtomicBool::new(false));
+    let seen = asked.clone();
+    let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+        app,
+        move |request: axum::extract::Request<hyper::body::Incoming>| {
+            seen.store(true, Ordering::Relaxed);
+            request
+        },
+    ));
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    if limits.http2 {
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(HTTP2_KEEP_ALIVE)
+            .keep_alive_timeout(HTTP2_KEEP_ALIVE)
+            .max_concurrent_streams(HTTP2_MAX_STREAMS);
+    } else {
+        builder = builder.http1_only();
+    }
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let first_request_due = tokio::time::sleep(limits.header_read_timeout);
+    tokio::pin!(first_request_due);
+    let mut waiting_for_first = true;
+    loop {
+        tokio::select! {
+            served = connection.as_mut() => {
+                if let Err(e) = served {
+                    tracing::debug!(error = %e, "connection ended");
+                }
+                return;
+            }
+            () = &mut first_request_due, if waiting_for_first => {
+                if !asked.load(Ordering::Relaxed) {
+                    tracing::debug!("no request within the head timeout; connection closed");
+                    return;
+                }
+                waiting_for_first = false;
+            }
+            () = stopping.cancelled() => break,
+        }
+    }
+    connection.as_mut().graceful_shutdown();
+    if let Err(e) = connection.await {
+        tracing::debug!(error = %e, "connection ended");
+    }
 }
