@@ -113,7 +113,13 @@ async fn a_slow_endpoint_times_out_as_transient() {
         .with_timeout(Duration::from_millis(200))
         .expect("a client");
     let started = std::time::Instant::now();
-    assert!(matches!(call(&quick).await, Err(ToolError::Transient(_))));
+    match call(&quick).await {
+        Err(ToolError::Transient(message)) => assert!(
+            message.contains("timed out") && message.contains("200 ms"),
+            "the error names the timeout: {message}"
+        ),
+        other => panic!("expected a transient error, got {other:?}"),
+    }
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "it did not wait the endpoint out"

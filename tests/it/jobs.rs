@@ -126,6 +126,27 @@ async fn a_job_that_outlives_its_ttl_resumes_as_expired() {
     env.finish().await;
 }
 
+/// A tool's park with a NUL in its reason and payload parks with the NUL
+/// replaced (Postgres cannot store it; the step would fail each retry).
+#[tokio::test]
+async fn a_park_with_a_nul_in_its_words_parks_cleaned() {
+    let tool = ToolServer::start(|_, _| {
+        (
+            StatusCode::OK,
+            json!({ "park": { "reason": "job\u{0}", "payload": { "id\u{0}": ["a\u{0}"] } } }),
+        )
+    })
+    .await;
+    let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, _) = env.start_turn("agent", "render it").await;
+    let input = env.wait_pending(&thread_id, 1).await.remove(0);
+    assert_eq!(input["reason"], "job\u{FFFD}");
+    assert_eq!(input["arguments"], json!({ "id\u{FFFD}": ["a\u{FFFD}"] }));
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
 #[tokio::test]
 async fn a_resumed_call_that_parks_again_is_a_tool_error_the_model_sees() {
     let tool = ToolServer::start(|n, _| {

@@ -6,6 +6,7 @@
 
 use std::process::Command;
 
+use agentenkit_core::KeyScope;
 use agentenkit_runtime::Registry;
 use agentenkit_tests::*;
 use axum::http::StatusCode;
@@ -407,10 +408,11 @@ async fn the_fuzzer_finds_no_server_error_and_no_answer_outside_the_document() {
     env.finish().await;
 }
 
-/// The document names the deployment's agents only to a caller with a key:
+/// The document names the deployment's agents only to a caller whose key
+/// may read:
 /// anyone may read the API's shape, not what a deployment runs.
 #[tokio::test]
-async fn the_document_names_the_agents_only_to_a_caller_with_a_key() {
+async fn the_document_names_the_agents_only_to_a_caller_whose_key_may_read() {
     let tool = ToolServer::ok().await;
     let env = TestEnv::start(session_registry(&tool.url)).await;
     let agent_of =
@@ -435,6 +437,11 @@ async fn the_document_names_the_agents_only_to_a_caller_with_a_key() {
     let (status, wrong) = env.call("GET", "/openapi.json", Some("nope"), None).await;
     assert_eq!(status, StatusCode::OK);
     assert!(agent_of(&wrong)["enum"].is_null());
+    // A key that may not read (a job webhook's) learns no more than none.
+    let (webhook, _) = make_key(&env, "alice", &[KeyScope::SettleJobs], &[]).await;
+    let (status, scoped) = env.call("GET", "/openapi.json", Some(&webhook), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(agent_of(&scoped)["enum"].is_null(), "{}", agent_of(&scoped));
     env.finish().await;
 }
 

@@ -1,17 +1,24 @@
 //! Text from the server shown on a terminal: what a model or a caller wrote
 //! (a tool's name, its arguments, a question, an error) must not move the
-//! cursor, clear the screen, retitle the window or reverse what follows. A
-//! control character or a bidirectional formatting character is shown as
-//! its escape (`\u{1b}`), so a person reads what is there.
+//! cursor, clear the screen, retitle the window, reverse what follows or
+//! hide in it. A control character, a bidirectional formatting character
+//! or a zero-width one is shown as its escape (`\u{1b}`), so a person reads
+//! what is there.
 
-use agentenkit_core::ids::is_bidi_control;
+use agentenkit_core::ids::{is_bidi_control, is_invisible};
 
-/// `text` with every control and bidirectional formatting character
-/// escaped; line breaks too, unless `lines` (multi-line values we lay out).
+/// Whether `c` is shown as its escape.
+fn hidden(c: char, lines: bool) -> bool {
+    (c.is_control() && !(lines && c == '\n')) || is_bidi_control(c) || is_invisible(c)
+}
+
+/// `text` with every control, bidirectional formatting and zero-width
+/// character escaped; line breaks too, unless `lines` (multi-line values we
+/// lay out).
 pub fn shown(text: &str, lines: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if (c.is_control() && !(lines && c == '\n')) || is_bidi_control(c) {
+        if hidden(c, lines) {
             out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
         } else {
             out.push(c);
@@ -34,6 +41,8 @@ mod tests {
         assert_eq!(shown("one\ntwo", false), "one\\u{a}two");
         assert_eq!(shown("one\ntwo", true), "one\ntwo");
         assert_eq!(shown("tab\there", true), "tab\\u{9}here");
+        assert_eq!(shown("pay\u{200b}pal", false), "pay\\u{200b}pal");
+        assert_eq!(shown("\u{feff}a\u{2060}b", false), "\\u{feff}a\\u{2060}b");
     }
 
     proptest! {
@@ -41,7 +50,7 @@ mod tests {
         #[test]
         fn nothing_a_terminal_obeys_comes_out(text in ".{0,64}", lines: bool) {
             let out = shown(&text, lines);
-            prop_assert!(!out.chars().any(|c| (c.is_control() && !(lines && c == '\n')) || is_bidi_control(c)));
+            prop_assert!(!out.chars().any(|c| hidden(c, lines)));
         }
     }
 }

@@ -111,6 +111,17 @@ pub fn is_bidi_control(c: char) -> bool {
     )
 }
 
+/// Characters that take no width and show nothing, which a person cannot
+/// see in text (`pay\u{200b}pal`): zero-width space, non-joiner and joiner,
+/// word joiner and the invisible operators, the byte-order mark, the
+/// Mongolian vowel separator, soft hyphen.
+pub fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}' | '\u{180E}' | '\u{200B}'..='\u{200D}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}'
+    )
+}
+
 impl fmt::Display for ToolCallId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -72,17 +72,20 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     ([(CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
-/// This document (OpenAPI 3.1). With a key, `agent` of `POST /threads`
-/// lists the deployment's agents; without one, no agent is named.
+/// This document (OpenAPI 3.1). With a key that may read (as
+/// `GET /agents` needs), `agent` of `POST /threads` lists the deployment's
+/// agents; otherwise no agent is named.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", security((), ("bearer" = [])),
     responses((status = 200, content_type = "application/json", body = Object)))]
 pub async fn openapi(
     State(state): State<AppState>,
     caller: Result<crate::auth::Caller, crate::error::ApiError>,
 ) -> impl IntoResponse {
-    let doc = match caller {
-        Ok(_) => state.openapi_json(),
-        Err(_) => state.openapi_public_json(),
+    let reads = caller.is_ok_and(|caller| caller.require(agentenkit_core::KeyScope::Read).is_ok());
+    let doc = if reads {
+        state.openapi_json()
+    } else {
+        state.openapi_public_json()
     };
     ([(CONTENT_TYPE, "application/json")], doc)
 }

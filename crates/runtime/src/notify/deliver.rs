@@ -37,7 +37,9 @@ pub struct Notifier {
     registry: Arc<Registry>,
     /// Built on the first send: a worker of a deployment without targets
     /// never loads the TLS roots for it.
-    client: Arc<std::sync::OnceLock<reqwest::Client>>,
+    /// A client that cannot be built stays an error that each delivery
+    /// reports: a default client would follow redirects.
+    client: Arc<std::sync::OnceLock<Result<reqwest::Client, String>>>,
     crash: Option<CrashPoint>,
 }
 
@@ -51,15 +53,18 @@ impl Notifier {
         }
     }
 
-    fn client(&self) -> &reqwest::Client {
-        self.client.get_or_init(|| {
-            crate::tls::http_client()
-                // A target that redirects is misconfigured: a signed body
-                // is not for whoever it points at.
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap_or_default()
-        })
+    fn client(&self) -> Result<&reqwest::Client, &str> {
+        self.client
+            .get_or_init(|| {
+                crate::tls::http_client()
+                    // A target that redirects is misconfigured: a signed body
+                    // is not for whoever it points at.
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .map_err(|e| format!("the notification client could not be built: {e}"))
+            })
+            .as_ref()
+            .map_err(String::as_str)
     }
 
     fn crashed(&self, point: &str) -> bool {
@@ -226,8 +231,16 @@ impl Notifier {
                 }
             }
         };
-        let mut request = self
-            .client()
+        let client = match self.client() {
+            Ok(client) => client,
+            Err(error) => {
+                return DeliveryResult::Failed {
+                    status: None,
+                    error: error.to_owned(),
+                }
+            }
+        };
+        let mut request = client
             .post(target.url.clone())
             .timeout(target.timeout)
             .header(reqwest::header::CONTENT_TYPE, "application/json")

@@ -59,14 +59,38 @@ pub fn body(delivery: &Delivery, format: NotificationFormat, link: Option<&str>)
     serde_json::to_vec(&value).unwrap_or_default()
 }
 
-fn text<'a>(data: &'a Value, key: &str) -> Option<&'a str> {
-    data.get(key).and_then(Value::as_str)
+/// How much of one value (a reason, an error) a Slack message quotes.
+const SLACK_VALUE_CHARS: usize = 300;
+
+/// `text` as Slack's mrkdwn shows it literally: `&`, `<` and `>` escaped
+/// as Slack asks, so a model's or caller's words cannot mention
+/// `<!channel>`, a person or a link; a backtick made a lookalike, so it
+/// cannot end the code span it stands in; cut to a few hundred characters.
+fn slack_literal(text: &str) -> String {
+    let text = agentenkit_core::questions::clip(text, SLACK_VALUE_CHARS);
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '`' => out.push('\u{2035}'),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
-/// One line a person reads: what happened, to which tool or run.
+/// A text field of an event's data, as a Slack message may quote it.
+fn text(data: &Value, key: &str) -> Option<String> {
+    data.get(key).and_then(Value::as_str).map(slack_literal)
+}
+
+/// One line a person reads: what happened, to which tool or run. Every
+/// value is quoted literally ([`slack_literal`]).
 pub fn summary(delivery: &Delivery) -> String {
     let data = &delivery.data;
-    let tool = text(data, "toolName").unwrap_or("a tool");
+    let tool = text(data, "toolName").unwrap_or_else(|| "a tool".to_owned());
     let reason = text(data, "reason")
         .map(|r| format!(": {r}"))
         .unwrap_or_default();
@@ -74,12 +98,12 @@ pub fn summary(delivery: &Delivery) -> String {
         .map(|name| format!(" (agent {name})"))
         .unwrap_or_default();
     match delivery.event_type.as_str() {
-        "INPUT_REQUIRED" => match text(data, "kind") {
+        "INPUT_REQUIRED" => match text(data, "kind").as_deref() {
             Some("ask") => format!("Questions are waiting for an answer{run}{reason}"),
             _ => format!("Approval needed for `{tool}`{run}{reason}"),
         },
         "INPUT_RESOLVED" => {
-            let status = text(data, "status").unwrap_or("resolved");
+            let status = text(data, "status").unwrap_or_else(|| "resolved".to_owned());
             match text(data, "answeredBy") {
                 Some(by) => format!("`{tool}` was {status} by {by}"),
                 None => format!("`{tool}` was {status}"),
@@ -95,8 +119,8 @@ pub fn summary(delivery: &Delivery) -> String {
         ),
         "RUN_COMPLETED" => "A run completed".to_owned(),
         "RUN_FAILED" => match data.get("error") {
-            Some(Value::String(error)) => format!("A run failed: {error}"),
-            Some(other) => format!("A run failed: {other}"),
+            Some(Value::String(error)) => format!("A run failed: {}", slack_literal(error)),
+            Some(other) => format!("A run failed: {}", slack_literal(&other.to_string())),
             None => "A run failed".to_owned(),
         },
         "RUN_CANCELLED" => format!(
@@ -107,8 +131,8 @@ pub fn summary(delivery: &Delivery) -> String {
         ),
         REMINDER_EVENT => format!(
             "Still waiting after {}: {}{run}{reason}",
-            text(data, "waited").unwrap_or("a while"),
-            match text(data, "kind") {
+            text(data, "waited").unwrap_or_else(|| "a while".to_owned()),
+            match text(data, "kind").as_deref() {
                 Some("park") => format!("the job `{tool}`"),
                 _ => format!("approval of `{tool}`"),
             }
@@ -147,6 +171,48 @@ mod tests {
         assert_eq!(body["data"]["arguments"]["to"], "a@b.c");
         assert_eq!(body["link"], "https://x/ui");
         assert_eq!(body["createdAt"], "2026-12-05T10:00:00Z");
+    }
+
+    /// A model's or caller's words cannot mention the channel, a person or
+    /// a link, nor end the code span a tool's name stands in.
+    #[test]
+    fn slack_messages_quote_every_value_literally() {
+        let d = delivery(
+            "INPUT_REQUIRED",
+            json!({ "toolName": "send`<!channel>", "kind": "approval",
+                    "reason": "<!channel> see <https://evil.example|the invoice> & <@U123>",
+                    "runName": "m<!here>" }),
+        );
+        let said = summary(&d);
+        assert!(!said.contains('<') && !said.contains('>'), "{said}");
+        assert!(
+            said.contains(
+                "&lt;!channel&gt; see &lt;https://evil.example|the invoice&gt; &amp; &lt;@U123&gt;"
+            ),
+            "{said}"
+        );
+        assert_eq!(said.matches('`').count(), 2, "one code span: {said}");
+        let failed = summary(&delivery(
+            "RUN_FAILED",
+            json!({ "error": { "why": "<!everyone>" } }),
+        ));
+        assert!(!failed.contains("<!"), "{failed}");
+        let long = summary(&delivery(
+            "RUN_FAILED",
+            json!({ "error": "e".repeat(10_000) }),
+        ));
+        assert!(
+            long.chars().count() < SLACK_VALUE_CHARS + 40,
+            "{}",
+            long.len()
+        );
+        // The link the deployment configured is the only link.
+        let body: Value =
+            serde_json::from_slice(&body(&d, NotificationFormat::Slack, Some("https://x/ui")))
+                .unwrap();
+        let text = body["text"].as_str().unwrap();
+        assert_eq!(text.matches('<').count(), 1, "{text}");
+        assert!(text.ends_with("<https://x/ui|Open the inbox>"), "{text}");
     }
 
     #[test]
