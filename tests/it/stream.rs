@@ -486,3 +486,72 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
         "the user's message, then the assistant's"
     );
 }
+
+/// Reads `stream` until the server ends it; `false` if it is still open
+/// after `within`.
+async fn ends_within(stream: &mut reqwest::Response, within: Duration) -> bool {
+    tokio::time::timeout(within, async {
+        while let Ok(Some(_)) = stream.chunk().await {}
+    })
+    .await
+    .is_ok()
+}
+
+/// A stream ends once its key is revoked (asked again at every wake-up,
+/// within the key cache's window), and every stream ends after
+/// `stream_lifetime` whatever its key.
+#[tokio::test]
+async fn a_revoked_keys_stream_ends_and_every_stream_ends_in_time() {
+    use agentenkit::keys::KeysCommand;
+    use agentenkit_core::KeyScope;
+
+    let env = TestEnv::start_with(
+        registry(CALL_THEN_DONE, "http://127.0.0.1:9/"),
+        |_| {},
+        |mut state| {
+            state.stream_reread = Duration::from_millis(200);
+            // Longer than the key cache's window, so the revocation is what
+            // ends the first stream.
+            state.stream_lifetime = Duration::from_secs(12);
+            state
+        },
+    )
+    .await;
+    let thread = env.post("/threads", json!({ "agent": "agent" })).await;
+    let thread_id = thread["id"].as_str().unwrap().to_owned();
+    let (key, key_id) = make_key(&env, "alice", &[KeyScope::Read], &[]).await;
+    let open = |key: String| {
+        let request = env
+            .http
+            .get(env.url(&format!("/threads/{thread_id}/stream")))
+            .bearer_auth(key);
+        async move { request.send().await.unwrap() }
+    };
+    let mut revoked = open(key).await;
+    let mut kept = open(ALICE.to_owned()).await;
+    assert_eq!(revoked.status(), StatusCode::OK);
+    assert!(
+        !ends_within(&mut revoked, Duration::from_millis(500)).await,
+        "a valid key's stream stays open"
+    );
+    let (said, done) = KeysCommand::Revoke {
+        id: key_id.parse().unwrap(),
+    }
+    .run(&env.store)
+    .await
+    .unwrap();
+    assert!(done, "{said}");
+    assert!(
+        ends_within(&mut revoked, Duration::from_secs(8)).await,
+        "the revoked key's stream ended within the key cache's window"
+    );
+    assert!(
+        !ends_within(&mut kept, Duration::ZERO).await,
+        "the other key's stream is still open"
+    );
+    assert!(
+        ends_within(&mut kept, Duration::from_secs(15)).await,
+        "a stream ends after stream_lifetime"
+    );
+    env.finish().await;
+}

@@ -63,9 +63,23 @@ pub struct Caller {
     pub key_id: Option<String>,
     /// The approver groups of the key's holder.
     pub groups: Vec<String>,
+    /// The token of a key made with `agentenkit keys`, kept so a long
+    /// request (a stream) can ask again whether it still holds.
+    token: Option<String>,
 }
 
 impl Caller {
+    /// Whether the key still holds (not revoked), as the key cache knows
+    /// within its window; a key of `AGENTENKIT_API_KEYS` always does. An
+    /// unreachable store answers `false`: a stream ends, and its client
+    /// reconnects and is authenticated afresh.
+    pub(crate) async fn still_valid(&self, state: &AppState) -> bool {
+        match &self.token {
+            None => true,
+            Some(token) => matches!(state.key_cache.find(&state.store, token).await, Ok(Some(_))),
+        }
+    }
+
     /// 403 naming `scope` unless the key has it.
     pub fn require(&self, scope: KeyScope) -> Result<(), ApiError> {
         if self.scopes.allow(scope) {
@@ -92,6 +106,7 @@ impl FromRequestParts<AppState> for Caller {
                 scopes: KeyScopes::all(),
                 key_id: None,
                 groups: Vec::new(),
+                token: None,
             });
         }
         match state.key_cache.find(&state.store, key).await? {
@@ -100,6 +115,7 @@ impl FromRequestParts<AppState> for Caller {
                 scopes: record.scopes,
                 key_id: Some(record.id.to_string()),
                 groups: record.groups,
+                token: Some(key.to_owned()),
             }),
             None => Err(ApiError::Unauthorized),
         }
@@ -196,7 +212,11 @@ impl KeyCache {
         }
     }
 
-    async fn find(&self, store: &Store, key: &str) -> Result<Option<KeyRecord>, ApiError> {
+    pub(crate) async fn find(
+        &self,
+        store: &Store,
+        key: &str,
+    ) -> Result<Option<KeyRecord>, ApiError> {
         // Only the form of a key made here costs a lookup.
         if !agentenkit_store::is_key_form(key) {
             return Ok(None);

@@ -40,6 +40,9 @@ pub const DEFAULT_MAX_STREAMS: usize = 64;
 /// lookup: a revoked key is refused within this.
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
 
+/// How long one event stream lasts before the server ends it.
+pub const STREAM_LIFETIME: Duration = Duration::from_secs(3600);
+
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
@@ -55,6 +58,9 @@ pub struct AppState {
     /// A stream re-reads its thread this often even without a wake-up, in
     /// case one was missed (a lagging subscriber, a failing poll).
     pub stream_reread: Duration,
+    /// A stream ends after this long (its client reconnects with
+    /// `Last-Event-ID` and is authenticated afresh).
+    pub stream_lifetime: Duration,
     /// Cancelled when the server stops: open streams end (the client
     /// reconnects elsewhere with `Last-Event-ID`), so a graceful shutdown
     /// does not wait for them for ever.
@@ -87,6 +93,7 @@ impl AppState {
                 DEFAULT_MAX_STREAMS,
             )),
             stream_reread: Duration::from_secs(5),
+            stream_lifetime: STREAM_LIFETIME,
             store,
             queue,
             registry,

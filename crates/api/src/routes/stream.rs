@@ -13,7 +13,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use serde::Deserialize;
 
-use crate::auth::{Read, Scoped};
+use crate::auth::{Caller, Read, RouteScope};
 use crate::extract::{parse_event_id, parse_id, PathText, QueryParams};
 use crate::hub::Subscription;
 use crate::schemas::ErrorBody;
@@ -51,11 +51,13 @@ pub struct StreamQuery {
     ))]
 pub async fn stream(
     State(state): State<AppState>,
-    Scoped(owner, ..): Scoped<Read>,
+    caller: Caller,
     PathText(id): PathText,
     QueryParams(query): QueryParams<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    caller.require(Read::SCOPE)?;
+    let owner = caller.owner.clone();
     let thread: ThreadId = parse_id(&id, "thread")?;
     // Ownership first: another owner's thread is a 404, not an empty stream.
     state.store.get_thread(thread, &owner).await?;
@@ -82,8 +84,11 @@ pub async fn stream(
                 too_many.max
             ))
         })?;
+    let ends_at = tokio::time::Instant::now() + state.stream_lifetime;
     let cursor = Cursor {
         state,
+        caller,
+        ends_at,
         owner,
         thread,
         after,
@@ -99,6 +104,10 @@ pub async fn stream(
 
 struct Cursor {
     state: AppState,
+    /// Asked again at every wake-up whether its key still holds.
+    caller: Caller,
+    /// When the stream ends whatever happens (`stream_lifetime`).
+    ends_at: tokio::time::Instant,
     owner: Owner,
     thread: ThreadId,
     after: i64,
@@ -149,11 +158,14 @@ impl Cursor {
     }
 
     /// Until this thread has news, or the re-read timer fires; `false`
-    /// when the server is stopping (the stream ends).
+    /// when the stream ends: the server is stopping, the stream lived its
+    /// time, or its key was revoked.
     async fn wait(&mut self) -> bool {
-        tokio::select! {
+        let woke = tokio::select! {
             () = self.state.shutdown.cancelled() => false,
+            () = tokio::time::sleep_until(self.ends_at) => false,
             _ = tokio::time::timeout(self.state.stream_reread, self.wake.changed()) => true,
-        }
+        };
+        woke && self.caller.still_valid(&self.state).await
     }
 }
