@@ -190,6 +190,7 @@ async fn a_job_webhook_key_settles_its_job_and_a_revoked_key_is_refused() {
     // seconds), and listed as revoked.
     let (listed, _) = KeysCommand::List {
         owner: Some("alice".into()),
+        config: None,
     }
     .run(&env.store)
     .await
@@ -224,10 +225,13 @@ async fn a_job_webhook_key_settles_its_job_and_a_revoked_key_is_refused() {
     .await
     .unwrap();
     assert!(!done, "{again}");
-    let (listed, _) = KeysCommand::List { owner: None }
-        .run(&env.store)
-        .await
-        .unwrap();
+    let (listed, _) = KeysCommand::List {
+        owner: None,
+        config: None,
+    }
+    .run(&env.store)
+    .await
+    .unwrap();
     assert!(listed.contains("revoked"), "{listed}");
     // The database holds no key, only its digest.
     let stored = env

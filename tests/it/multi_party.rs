@@ -270,3 +270,101 @@ async fn two_approvers_sending_one_batch_with_one_key_are_both_counted() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// Approvals count people: two keys of one holder are one approver, and
+/// revoking a key drops the approval it gave to a call still waiting.
+#[tokio::test]
+async fn one_holders_keys_count_once_and_a_revoked_keys_vote_is_dropped() {
+    use agentenkit::keys::KeysCommand;
+
+    let Waiting {
+        tool,
+        env,
+        worker,
+        thread_id,
+        run_id,
+        ops: (ops, ops_id),
+        ..
+    } = waiting().await;
+    let scopes = [KeyScope::Read, KeyScope::RespondApprovals];
+    let (ann_ops, ann_ops_id) = make_held_key(&env, "alice", &scopes, &["ops"], Some("ann")).await;
+    let (ann_sec, _) = make_held_key(&env, "alice", &scopes, &["security"], Some("ann")).await;
+    let call = json!({ "runId": run_id, "toolCallId": "c1" });
+
+    let (_, first) = approve(&env, &ann_ops, call.clone()).await;
+    assert_eq!(first["approvals"], json!({ "given": 1, "required": 2 }));
+    let (_, again) = approve(&env, &ann_sec, call.clone()).await;
+    assert_eq!(
+        again,
+        json!({ "delivered": false, "error": "You have already approved this request" }),
+        "ann's second key is still ann"
+    );
+    assert_eq!(
+        env.wait_pending(&thread_id, 1).await[0]["approvalsGiven"],
+        1
+    );
+
+    // Revoking the key that gave ann's approval takes the approval back.
+    let (said, done) = KeysCommand::Revoke {
+        id: ann_ops_id.parse().unwrap(),
+    }
+    .run(&env.store)
+    .await
+    .unwrap();
+    assert!(done, "{said}");
+    assert_eq!(
+        env.wait_pending(&thread_id, 1).await[0]["approvalsGiven"],
+        0
+    );
+    let (_, counted) = approve(&env, &ann_sec, call.clone()).await;
+    assert_eq!(counted["approvals"], json!({ "given": 1, "required": 2 }));
+    assert_eq!(tool.calls(), 0);
+
+    // A second person settles it.
+    let (_, last) = approve(&env, &ops, call).await;
+    assert_eq!(last, json!({ "delivered": true }));
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(tool.calls(), 1);
+    let journal = env.get(&format!("/runs/{run_id}/journal")).await;
+    let principals: Vec<Value> = journal_value(&journal, "tool:")["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["principal"].clone())
+        .collect();
+    assert_eq!(principals, [json!("holder:ann"), json!(ops_id)]);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+/// `keys list` with the agent file warns of a rule the live keys cannot
+/// meet (one holder in the groups of a rule that needs two).
+#[tokio::test]
+async fn keys_list_warns_of_a_rule_no_set_of_keys_can_meet() {
+    use agentenkit::keys::KeysCommand;
+
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let dir = std::env::temp_dir().join(format!("aek-keys-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("agentenkit.toml");
+    std::fs::write(&config, two_of_ops_or_security_toml("http://127.0.0.1:9/")).unwrap();
+    let list = || KeysCommand::List {
+        owner: None,
+        config: Some(config.clone()),
+    };
+    let scopes = [KeyScope::RespondApprovals];
+    make_held_key(&env, "alice", &scopes, &["ops"], Some("ann")).await;
+    make_held_key(&env, "alice", &scopes, &["security"], Some("ann")).await;
+    let (listed, done) = list().run(&env.store).await.unwrap();
+    assert!(done);
+    assert!(
+        listed.contains("warning: tool tool needs 2 approvals from ops, security, but only 1 live key holder can give one"),
+        "{listed}"
+    );
+    make_held_key(&env, "alice", &scopes, &["ops"], Some("bo")).await;
+    let (listed, _) = list().run(&env.store).await.unwrap();
+    assert!(!listed.contains("warning"), "{listed}");
+    assert!(listed.contains("holder bo"), "{listed}");
+    std::fs::remove_dir_all(dir).unwrap();
+    env.finish().await;
+}

@@ -613,7 +613,12 @@ input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ ty
 /// An approval registry whose `tool` needs two approvals of the groups
 /// `ops` or `security` (multi-party approval).
 pub fn two_of_ops_or_security(url: &str) -> Registry {
-    Registry::from_toml(&format!(
+    Registry::from_toml(&two_of_ops_or_security_toml(url)).expect("test registry")
+}
+
+/// The agent file of [`two_of_ops_or_security`].
+pub fn two_of_ops_or_security_toml(url: &str) -> String {
+    format!(
         r#"
 [agents.agent]
 system = "test agent"
@@ -627,8 +632,7 @@ requires_confirmation = true
 approvals = {{ required = 2, from = ["ops", "security"] }}
 input_schema = {{ type = "object", properties = {{ to = {{ type = "string" }} }} }}
 "#
-    ))
-    .expect("test registry")
+    )
 }
 
 /// The usual script: call `tool` as c1, then answer "Done.".
@@ -693,11 +697,23 @@ pub async fn make_key(
     scopes: &[agentenkit_core::KeyScope],
     groups: &[&str],
 ) -> (String, String) {
+    make_held_key(env, owner, scopes, groups, None).await
+}
+
+/// [`make_key`] held by `holder` (`keys create --holder`).
+pub async fn make_held_key(
+    env: &TestEnv,
+    owner: &str,
+    scopes: &[agentenkit_core::KeyScope],
+    groups: &[&str],
+    holder: Option<&str>,
+) -> (String, String) {
     let (output, done) = agentenkit::keys::KeysCommand::Create {
         owner: owner.into(),
         name: "test".into(),
         scopes: scopes.to_vec(),
         groups: groups.iter().map(|g| g.to_string()).collect(),
+        holder: holder.map(str::to_owned),
     }
     .run(&env.store)
     .await

@@ -7,6 +7,7 @@ use std::marker::PhantomData;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use agentenkit_core::approvals::Approver;
 use agentenkit_core::{KeyScope, KeyScopes, Owner};
 use agentenkit_store::{KeyRecord, Store};
 use axum::extract::FromRequestParts;
@@ -59,10 +60,9 @@ impl ApiKeys {
 pub struct Caller {
     pub owner: Owner,
     pub scopes: KeyScopes,
-    /// The key's id, for a key made with `agentenkit keys`.
-    pub key_id: Option<String>,
-    /// The approver groups of the key's holder.
-    pub groups: Vec<String>,
+    /// For a key made with `agentenkit keys`: its id, its holder and the
+    /// holder's approver groups (empty for a key of `AGENTENKIT_API_KEYS`).
+    pub approver: Approver,
     /// The token of a key made with `agentenkit keys`, kept so a long
     /// request (a stream) can ask again whether it still holds.
     token: Option<String>,
@@ -104,8 +104,7 @@ impl FromRequestParts<AppState> for Caller {
             return Ok(Caller {
                 owner: owner.clone(),
                 scopes: KeyScopes::all(),
-                key_id: None,
-                groups: Vec::new(),
+                approver: Approver::default(),
                 token: None,
             });
         }
@@ -113,8 +112,11 @@ impl FromRequestParts<AppState> for Caller {
             Some(record) => Ok(Caller {
                 owner: Owner(record.owner),
                 scopes: record.scopes,
-                key_id: Some(record.id.to_string()),
-                groups: record.groups,
+                approver: Approver {
+                    key_id: Some(record.id.to_string()),
+                    holder: record.holder,
+                    groups: record.groups,
+                },
                 token: Some(key.to_owned()),
             }),
             None => Err(ApiError::Unauthorized),

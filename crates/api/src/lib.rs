@@ -133,7 +133,7 @@ impl AppState {
     /// scopes may answer, its id recorded with each decision.
     pub(crate) fn replies_of(&self, caller: &auth::Caller) -> agentenkit_runtime::Replies {
         self.replies()
-            .as_key(caller.scopes, caller.key_id.clone(), caller.groups.clone())
+            .as_key(caller.scopes, caller.approver.clone())
     }
 
     /// The OpenAPI document of this deployment (its agents listed).

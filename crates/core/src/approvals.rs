@@ -30,12 +30,41 @@ impl ApprovalRule {
     }
 }
 
+/// Who a key made with `agentenkit keys` speaks for when it answers: the
+/// key, the person holding it (several keys of one person share a
+/// holder), and the holder's approver groups. A key of
+/// `AGENTENKIT_API_KEYS` has none of these: its owner answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Approver {
+    pub key_id: Option<String>,
+    pub holder: Option<String>,
+    pub groups: Vec<String>,
+}
+
+impl Approver {
+    /// Whose approval an answer of `owner`'s with this key is: its
+    /// holder's (`holder:<name>`), so two keys of one person count once;
+    /// else the key's; else the owner's.
+    pub fn principal(&self, owner: &str) -> String {
+        match (&self.holder, &self.key_id) {
+            (Some(holder), _) => format!("holder:{holder}"),
+            (None, Some(key_id)) => key_id.clone(),
+            (None, None) => owner.to_owned(),
+        }
+    }
+}
+
 /// One person's approval of a call that needs several.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Vote {
-    /// Who: the key's id, or the owner of an `AGENTENKIT_API_KEYS` key.
+    /// Who: the key's holder (`holder:<name>`), the key's id for a key
+    /// without one, or the owner of an `AGENTENKIT_API_KEYS` key.
     pub principal: String,
+    /// The key that gave it: revoking the key drops the vote while the
+    /// call still waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
     pub answered_by: String,
     pub answered_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,6 +117,7 @@ mod tests {
     fn vote(principal: &str) -> Vote {
         Vote {
             principal: principal.into(),
+            key_id: None,
             answered_by: "acme".into(),
             answered_at: Utc::now(),
             message: None,
@@ -99,6 +129,26 @@ mod tests {
             required,
             from: from.iter().map(|g| g.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn keys_of_one_holder_are_one_principal() {
+        let key = |id: &str, holder: Option<&str>| Approver {
+            key_id: Some(id.into()),
+            holder: holder.map(str::to_owned),
+            groups: vec!["ops".into()],
+        };
+        let (a, b) = (key("k1", Some("ann")), key("k2", Some("ann")));
+        assert_eq!(a.principal("acme"), b.principal("acme"));
+        assert_eq!(a.principal("acme"), "holder:ann");
+        assert_eq!(key("k3", None).principal("acme"), "k3");
+        assert_eq!(Approver::default().principal("acme"), "acme");
+        let two = rule(2, &["ops"]);
+        let first = vote(&a.principal("acme"));
+        assert_eq!(
+            cast(&two, &[first], &b.principal("acme"), &b.groups),
+            Cast::AlreadyGiven
+        );
     }
 
     #[test]

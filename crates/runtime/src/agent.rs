@@ -484,6 +484,19 @@ impl Registry {
         self.approvals.get(tool).cloned().unwrap_or_default()
     }
 
+    /// The tools that need more than one approval, with their rules, by
+    /// tool name.
+    pub fn approval_rules(&self) -> Vec<(&str, &ApprovalRule)> {
+        let mut rules: Vec<_> = self
+            .approvals
+            .iter()
+            .filter(|(_, rule)| !rule.is_single())
+            .map(|(tool, rule)| (tool.as_str(), rule))
+            .collect();
+        rules.sort_by_key(|(tool, _)| *tool);
+        rules
+    }
+
     /// Sends events to these targets (replacing any set before).
     pub fn with_notifications(mut self, notifications: crate::notify::Notifications) -> Self {
         self.notifications = Arc::new(notifications);

@@ -20,6 +20,7 @@
 
 use std::sync::Arc;
 
+use agentenkit_core::approvals::Approver;
 use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::Verdict;
 use agentenkit_core::{KeyScopes, Owner, RunId, ThreadId, ToolCallId};
@@ -36,11 +37,10 @@ pub struct Replies {
     relay: Relay,
     /// The deployment's tools, whose input schemas edited arguments must fit.
     registry: Arc<Registry>,
-    /// What the caller's key allows (every answer when `None`), and its id.
+    /// What the caller's key allows (every answer when `None`).
     scopes: Option<KeyScopes>,
-    key_id: Option<String>,
-    /// The approver groups of the caller's key.
-    groups: Vec<String>,
+    /// Who the caller's key speaks for (the owner when `None`).
+    approver: Option<Approver>,
 }
 
 /// An approval, with what it may carry besides yes.
@@ -111,24 +111,17 @@ impl Replies {
             relay,
             registry,
             scopes: None,
-            key_id: None,
-            groups: Vec::new(),
+            approver: None,
         }
     }
 
-    /// These replies as a key with `scopes` (id `key_id`, its holder in
-    /// the approver `groups`) gives them: an answer to a request whose kind
-    /// needs another scope is refused (`Forbidden`), and the key's id is
-    /// recorded with each decision.
-    pub fn as_key(
-        mut self,
-        scopes: KeyScopes,
-        key_id: Option<String>,
-        groups: Vec<String>,
-    ) -> Self {
+    /// These replies as a key with `scopes`, speaking for `approver` (its
+    /// id, holder and approver groups), gives them: an answer to a request
+    /// whose kind needs another scope is refused (`Forbidden`), and the
+    /// key's id is recorded with each decision.
+    pub fn as_key(mut self, scopes: KeyScopes, approver: Approver) -> Self {
         self.scopes = Some(scopes);
-        self.key_id = key_id;
-        self.groups = groups;
+        self.approver = Some(approver);
         self
     }
 
@@ -276,9 +269,8 @@ impl Replies {
             edits: Some(&edits),
             record,
             scopes: self.scopes,
-            key_id: self.key_id.as_deref(),
+            approver: self.approver.as_ref(),
             approval_rule: Some(&rule_of),
-            groups: &self.groups,
         };
         let answered = self
             .store

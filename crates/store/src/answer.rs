@@ -6,7 +6,7 @@
 //! (first answer wins), `INPUT_RESOLVED` is written, and when no request of
 //! the run is left open the resume segment goes into the outbox.
 
-use agentenkit_core::approvals::{cast, ApprovalRule, Cast, Vote};
+use agentenkit_core::approvals::{cast, ApprovalRule, Approver, Cast, Vote};
 use agentenkit_core::canonical::arguments_hash;
 use agentenkit_core::notify::NotifiedEvents;
 use agentenkit_core::questions::Issue;
@@ -83,12 +83,12 @@ pub struct AnswerChecks<'a> {
     /// needs another scope is refused ([`Error::Forbidden`]). `None`
     /// allows every answer (a Rust caller).
     pub scopes: Option<KeyScopes>,
-    /// The id of the caller's key, recorded with the decision.
-    pub key_id: Option<&'a str>,
+    /// Who the caller's key speaks for: its id (recorded with the
+    /// decision), its holder and groups (multi-party approvals). `None`:
+    /// the owner, as a key of `AGENTENKIT_API_KEYS`.
+    pub approver: Option<&'a Approver>,
     /// Who must approve a call of the named tool (one person when absent).
     pub approval_rule: Option<&'a RuleOf<'a>>,
-    /// The approver groups of the caller's key.
-    pub groups: &'a [String],
 }
 
 /// The approval rule of the named tool.
@@ -171,8 +171,9 @@ impl Store {
                     return Err(e);
                 }
             };
+        let approver = checks.approver.cloned().unwrap_or_default();
         reply.answered_by = Some(owner.to_string());
-        reply.key_id = checks.key_id.map(str::to_owned);
+        reply.key_id = approver.key_id.clone();
         let rule = match (row.kind, checks.approval_rule) {
             (ToolKind::Approval, Some(rule_of)) => rule_of(&row.tool_name),
             _ => ApprovalRule::default(),
@@ -182,20 +183,21 @@ impl Store {
         if !rule.is_single()
             && !reply.approved
             && !rule.from.is_empty()
-            && !checks.groups.iter().any(|g| rule.from.contains(g))
+            && !approver.groups.iter().any(|g| rule.from.contains(g))
         {
             tx.rollback().await?;
             return Err(Error::NotAnApprover { groups: rule.from });
         }
         if !rule.is_single() && reply.approved {
             let vote = Vote {
-                principal: checks.key_id.unwrap_or(owner.as_str()).to_owned(),
+                principal: approver.principal(owner.as_str()),
+                key_id: approver.key_id.clone(),
                 answered_by: owner.to_string(),
                 answered_at,
                 message: reply.message.clone(),
             };
             let mut votes = row.approvals.clone();
-            let counted = cast(&rule, &votes, &vote.principal, checks.groups);
+            let counted = cast(&rule, &votes, &vote.principal, &approver.groups);
             // What the tool gets is what was proposed: no approver edits
             // it, nor hands it a payload, alone.
             if counted != Cast::NotAnApprover

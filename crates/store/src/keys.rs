@@ -23,6 +23,9 @@ pub struct KeyRecord {
     pub scopes: KeyScopes,
     /// The approver groups of the key's holder.
     pub groups: Vec<String>,
+    /// The person holding the key, when it was named: keys of one holder
+    /// count as one approver.
+    pub holder: Option<String>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
@@ -69,27 +72,45 @@ fn record(row: &tokio_postgres::Row) -> Result<KeyRecord> {
         name: row.get("name"),
         scopes: KeyScopes::of(&scopes),
         groups: row.get("groups"),
+        holder: row.get("holder"),
         created_at: row.get("created_at"),
         revoked_at: row.get("revoked_at"),
     })
 }
 
-const COLUMNS: &str = "id, owner, name, scopes, groups, created_at, revoked_at";
+const COLUMNS: &str = "id, owner, name, scopes, groups, holder, created_at, revoked_at";
+
+/// The votes of key `$1` leave the calls still waiting for more approvals
+/// (a vote names its key in `keyId`; one given before holders existed
+/// names it as its `principal`).
+const DROP_VOTES_OF_KEY: &str = "
+    UPDATE tool_calls SET approvals = COALESCE(
+        (SELECT jsonb_agg(v ORDER BY n)
+         FROM jsonb_array_elements(approvals) WITH ORDINALITY AS e(v, n)
+         WHERE v->>'keyId' IS DISTINCT FROM $1 AND v->>'principal' IS DISTINCT FROM $1),
+        '[]'::jsonb)
+    WHERE status = 'pending_approval' AND approvals IS NOT NULL
+      AND (approvals @> jsonb_build_array(jsonb_build_object('keyId', $1::text))
+        OR approvals @> jsonb_build_array(jsonb_build_object('principal', $1::text)))";
 
 impl Store {
-    /// Makes a key for `owner` with `scopes`, its holder in the approver
-    /// `groups`.
+    /// Makes a key for `owner` with `scopes`, held by `holder` (the key
+    /// itself when `None`) in the approver `groups`.
     pub async fn create_api_key(
         &self,
         owner: &str,
         name: &str,
         scopes: &[KeyScope],
         groups: &[String],
+        holder: Option<&str>,
     ) -> Result<NewKey> {
         if owner.is_empty() || scopes.is_empty() {
             return Err(Error::Config(
                 "a key needs an owner and at least one scope".into(),
             ));
+        }
+        if holder.is_some_and(str::is_empty) {
+            return Err(Error::Config("a key's holder is a name, not empty".into()));
         }
         // 2 × 122 random bits (UUID v4, from the OS's generator).
         let key = format!(
@@ -102,8 +123,8 @@ impl Store {
         let row = client
             .query_one(
                 &format!(
-                    "INSERT INTO api_keys (id, owner, name, secret_sha256, scopes, groups)
-                     VALUES ($1, $2, $3, $4, $5, $6) RETURNING {COLUMNS}"
+                    "INSERT INTO api_keys (id, owner, name, secret_sha256, scopes, groups, holder)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {COLUMNS}"
                 ),
                 &[
                     &Uuid::now_v7(),
@@ -112,6 +133,7 @@ impl Store {
                     &digest(&key),
                     &names,
                     &groups,
+                    &holder,
                 ],
             )
             .await?;
@@ -136,17 +158,25 @@ impl Store {
         rows.iter().map(record).collect()
     }
 
-    /// Revokes key `id`: from now on it is refused. False when there is no
-    /// such key or it was revoked already.
+    /// Revokes key `id`: from now on it is refused, and the approvals it
+    /// gave to calls still waiting for more are dropped with it, in one
+    /// transaction (a vote stands for a key that can still be held to
+    /// account). False when there is no such key or it was revoked already.
     pub async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
-        let client = self.client().await?;
-        Ok(client
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let revoked = tx
             .execute(
                 "UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL",
                 &[&id],
             )
             .await?
-            == 1)
+            == 1;
+        if revoked {
+            tx.execute(DROP_VOTES_OF_KEY, &[&id.to_string()]).await?;
+        }
+        tx.commit().await?;
+        Ok(revoked)
     }
 
     /// The live (not revoked) key `key`, if there is one.
@@ -196,6 +226,7 @@ mod tests {
                 name: String::new(),
                 scopes: KeyScopes::all(),
                 groups: vec![],
+                holder: None,
                 created_at: Utc::now(),
                 revoked_at: None,
             },

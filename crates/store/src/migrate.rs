@@ -38,6 +38,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "notifications",
         include_str!("../../../migrations/0006_notifications.sql"),
     ),
+    (
+        7,
+        "key_holders",
+        include_str!("../../../migrations/0007_key_holders.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -127,7 +127,7 @@ pub async fn decide(
     let owner = caller.owner.clone();
     // A key's batches are its own: two people of one owner sending the
     // same key must not get each other's results (nor votes go uncounted).
-    let key = idempotency_key(&headers)?.map(|key| match &caller.key_id {
+    let key = idempotency_key(&headers)?.map(|key| match &caller.approver.key_id {
         Some(id) => format!("{id}/{key}"),
         None => key,
     });
