@@ -278,3 +278,78 @@ async fn a_post_refused_before_its_body_is_read_says_connection_close() {
     assert!(!answer.contains("connection: close"), "{answer}");
     env.finish().await;
 }
+
+/// One model response may make at most `max_tool_calls_per_step` calls:
+/// past it each is a failure the model sees, nobody is asked, and the
+/// resumed run replays the refusal as it was journaled.
+#[tokio::test]
+async fn calls_past_the_steps_cap_are_failures_the_model_sees_not_approvals() {
+    let tool = ToolServer::ok().await;
+    let registry = Registry::from_toml(&format!(
+        r#"
+max_tool_calls_per_step = 2
+
+[agents.agent]
+system = "test agent"
+tools = ["tool"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [
+    {{ id = "c1", name = "tool", arguments = {{ to = "a" }} }},
+    {{ id = "c2", name = "tool", arguments = {{ to = "b" }} }},
+    {{ id = "c3", name = "tool", arguments = {{ to = "c" }} }},
+  ] }},
+  {{ text = "Done." }},
+] }}
+
+[tools.tool]
+type = "http"
+url = "{}"
+requires_confirmation = true
+input_schema = {{ type = "object", properties = {{ to = {{ type = "string" }} }} }}
+"#,
+        tool.url
+    ))
+    .expect("test registry");
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "send three").await;
+    let pending = env.wait_pending(&thread_id, 2).await;
+    let asked: Vec<&str> = pending
+        .iter()
+        .map(|p| p["toolCallId"].as_str().unwrap())
+        .collect();
+    assert_eq!(asked, ["c1", "c2"]);
+    for call in ["c1", "c2"] {
+        let (_, answer) = env
+            .reply(
+                "/agent/tool-call/approve",
+                ALICE,
+                json!({ "runId": run_id, "toolCallId": call }),
+            )
+            .await;
+        assert_eq!(answer["delivered"], true, "{answer}");
+    }
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(tool.calls(), 2, "the third call never ran");
+    let messages = env.get(&format!("/threads/{thread_id}/messages")).await;
+    let third = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["toolCallId"] == "c3")
+        .unwrap_or_else(|| panic!("c3's result in {messages}"));
+    assert_eq!(third["content"]["error"], "too many tool calls", "{third}");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[test]
+fn a_step_cap_of_zero_is_refused_at_load() {
+    let refused = Registry::from_toml("max_tool_calls_per_step = 0")
+        .err()
+        .expect("refused");
+    assert!(
+        refused.to_string().contains("max_tool_calls_per_step"),
+        "{refused}"
+    );
+}

@@ -133,6 +133,8 @@ pub struct Registry {
     notifications: Arc<crate::notify::Notifications>,
     /// Tools whose open calls are reminded to a target after a while.
     escalations: HashMap<String, crate::notify::Escalation>,
+    /// Tool calls one model response may make (the default when `None`).
+    max_tool_calls_per_step: Option<u32>,
 }
 
 /// What bounds delegation, so that one model response or one turn cannot
@@ -180,6 +182,18 @@ impl Registry {
 
     pub fn with_delegation_limits(mut self, limits: DelegationLimits) -> Self {
         self.delegation = limits;
+        self
+    }
+
+    /// Tool calls one model response may make: the calls past it are
+    /// failures the model sees.
+    pub fn max_tool_calls_per_step(&self) -> u32 {
+        self.max_tool_calls_per_step
+            .unwrap_or(crate::config::DEFAULT_MAX_TOOL_CALLS_PER_STEP)
+    }
+
+    pub fn with_max_tool_calls_per_step(mut self, max: u32) -> Self {
+        self.max_tool_calls_per_step = Some(max);
         self
     }
 
@@ -232,6 +246,14 @@ impl Registry {
         let mut registry = Registry::new()
             .with_delegation_limits(limits)
             .with_notifications(notifications);
+        if let Some(max) = file.max_tool_calls_per_step {
+            if max == 0 {
+                return Err(Error::Config(
+                    "max_tool_calls_per_step must be at least 1".into(),
+                ));
+            }
+            registry = registry.with_max_tool_calls_per_step(max);
+        }
         let mut rules = Vec::new();
         let mut escalations = Vec::new();
         for (name, def) in file.tools {

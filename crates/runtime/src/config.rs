@@ -16,6 +16,10 @@ pub const DEFAULT_MAX_CHILDREN_PER_STEP: u32 = 8;
 /// Runs one turn's tree may hold (its root included) unless the agent file
 /// says: with the depth limit, what one turn can cost is bounded.
 pub const DEFAULT_MAX_RUNS_PER_TREE: u32 = 64;
+/// Tool calls one model response may make unless the agent file says: the
+/// calls past it are failures the model sees, so one response cannot open
+/// hundreds of approvals (each a row, an event and its notifications).
+pub const DEFAULT_MAX_TOOL_CALLS_PER_STEP: u32 = 32;
 
 /// The default TTL of a park: 15 minutes.
 pub const DEFAULT_HITL_TTL_MS: u64 = 900_000;
@@ -35,6 +39,10 @@ pub struct AgentFile {
     /// [`DEFAULT_MAX_RUNS_PER_TREE`].
     #[serde(default)]
     pub max_runs_per_tree: Option<u32>,
+    /// How many tool calls one model response may make; default
+    /// [`DEFAULT_MAX_TOOL_CALLS_PER_STEP`].
+    #[serde(default)]
+    pub max_tool_calls_per_step: Option<u32>,
     #[serde(default)]
     pub agents: BTreeMap<String, AgentDef>,
     #[serde(default)]

@@ -163,8 +163,12 @@ impl Turn<'_> {
         let run_id = ctx.lease.run_id;
         let mut waiting = Vec::new();
         let mut delegations = StepDelegations::default();
-        for call in &response.tool_calls {
+        for (index, call) in response.tool_calls.iter().enumerate() {
             let persisted = persist_tool_call(cp, agent, registry, run_id, call).await?;
+            if let Some(refused) = self.past_call_cap(cp, index, &persisted).await? {
+                self.conversation.push(tool_message(&persisted, refused));
+                continue;
+            }
             let started = match persisted.kind {
                 ToolKind::Function => {
                     match run_function(cp, agent, registry, ctx, &persisted).await? {
@@ -199,6 +203,37 @@ impl Turn<'_> {
             }
         }
         Ok(waiting)
+    }
+
+    /// The failure of call `index` of a response past
+    /// `max_tool_calls_per_step`, journaled as its `exec:` entry (nothing
+    /// runs, nobody is asked); `None` for a call within the cap. Once
+    /// journaled a replay reads it back whatever the cap has become, and a
+    /// call that waits on something other than its own run is never
+    /// refused on replay.
+    async fn past_call_cap(
+        &self,
+        cp: &mut Checkpointer<'_>,
+        index: usize,
+        call: &PersistedToolCall,
+    ) -> Result<Option<serde_json::Value>, SegmentError> {
+        let cap = self.registry.max_tool_calls_per_step();
+        // A function call's `exec:` entry is its own outcome, read back by
+        // running it; any other kind's is a refusal like this one.
+        let journaled = call.kind != ToolKind::Function && cp.next_is(&names::exec(&call.id));
+        let refuse_now = !cp.is_replaying() && index >= cap as usize;
+        if !journaled && !refuse_now {
+            return Ok(None);
+        }
+        let failure = json!({
+            "error": "too many tool calls",
+            "message": format!(
+                "one response may make at most {cap} tool calls (max_tool_calls_per_step); make the rest in a later step"
+            ),
+        });
+        let run_id = self.ctx.lease.run_id;
+        let refused = record_unrun(cp, run_id, call, ToolCallStatus::Failed, failure).await?;
+        Ok(Some(refused))
     }
 
     /// The refusal of an approval call a person denied before in this run
