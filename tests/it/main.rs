@@ -28,6 +28,7 @@ mod ops;
 mod parked;
 mod poison;
 mod providers;
+mod reads;
 mod reaper;
 mod repeated_denials;
 mod stream;

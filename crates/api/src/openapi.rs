@@ -140,6 +140,7 @@ mod tests {
             ("/readyz", &["get"]),
             ("/metrics", &["get"]),
             ("/openapi.json", &["get"]),
+            ("/threads/{id}/pending-inputs", &["get"]),
         ];
         let json = doc;
         let paths = json["paths"].as_object().unwrap();

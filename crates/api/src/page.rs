@@ -4,7 +4,7 @@
 //! items (1 to 1000, default 1000) and stops before 4 MiB of JSON.
 
 use agentenkit_core::RunId;
-use agentenkit_store::InboxPosition;
+use agentenkit_store::{InboxPosition, ReadBound, ReadPage};
 use axum::http::header::LINK;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -99,15 +99,26 @@ pub struct Page<T> {
     next: Option<String>,
 }
 
+/// What a page's read is bounded by: `limit` items and about
+/// [`MAX_PAGE_BYTES`] (the store stops reading once it has that much).
+pub fn bound(limit: i64) -> ReadBound {
+    ReadBound::new(limit, MAX_PAGE_BYTES)
+}
+
 impl<T: Serialize> Page<T> {
-    /// A page of `fetched`, which the store read with `limit`: cut to
-    /// [`MAX_PAGE_BYTES`]; when it was full or cut, the next page is at
-    /// `path` after the last item kept, as `cursor` names it.
-    pub fn of(fetched: Vec<T>, limit: i64, path: &str, cursor: impl Fn(&T) -> String) -> Page<T> {
-        let full = i64::try_from(fetched.len()).is_ok_and(|n| n >= limit);
-        let count = fetched.len();
-        let items = within_bytes(fetched, MAX_PAGE_BYTES);
-        let next = (full || items.len() < count)
+    /// A page of `fetched`, which the store read within [`bound`]`(limit)`:
+    /// cut to [`MAX_PAGE_BYTES`]; when the read stopped at its bound or the
+    /// page was cut, the next page is at `path` after the last item kept,
+    /// as `cursor` names it.
+    pub fn of(
+        fetched: ReadPage<T>,
+        limit: i64,
+        path: &str,
+        cursor: impl Fn(&T) -> String,
+    ) -> Page<T> {
+        let count = fetched.items.len();
+        let items = within_bytes(fetched.items, MAX_PAGE_BYTES);
+        let next = (fetched.more || items.len() < count)
             .then(|| items.last().map(&cursor))
             .flatten()
             .map(|after| format!("<{path}?after={after}&limit={limit}>; rel=\"next\""));
@@ -243,14 +254,28 @@ mod tests {
     fn a_full_or_cut_page_links_the_next_and_a_short_one_does_not() {
         let link = |page: Page<i64>| page.next;
         let id = |n: &i64| n.to_string();
+        let read = |items, more| ReadPage { items, more };
         assert_eq!(
-            link(Page::of(vec![1, 2], 2, "/x", id)).as_deref(),
+            link(Page::of(read(vec![1, 2], true), 2, "/x", id)).as_deref(),
             Some("</x?after=2&limit=2>; rel=\"next\"")
         );
-        assert_eq!(link(Page::of(vec![1], 2, "/x", id)), None);
-        assert_eq!(link(Page::of(vec![], 2, "/x", id)), None);
+        assert_eq!(link(Page::of(read(vec![1], false), 2, "/x", id)), None);
+        assert_eq!(link(Page::of(read(vec![], false), 2, "/x", id)), None);
+        // The store stopped at its byte bound after one large item.
+        assert_eq!(
+            link(Page::of(read(vec![7], true), 1000, "/x", id)).as_deref(),
+            Some("</x?after=7&limit=1000>; rel=\"next\"")
+        );
         let big: Vec<String> = (0..3).map(|_| "x".repeat(3 << 20)).collect();
-        let page = Page::of(big, 10, "/y", |_| "c".into());
+        let page = Page::of(
+            ReadPage {
+                items: big,
+                more: false,
+            },
+            10,
+            "/y",
+            |_| "c".into(),
+        );
         assert_eq!(page.items.len(), 1, "cut at 4 MiB");
         assert_eq!(
             page.next.as_deref(),

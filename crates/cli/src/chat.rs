@@ -166,8 +166,14 @@ pub async fn run(
         };
         let run = runner.run_turn(thread, &line, &hooks).await?;
         for message in store
-            .list_messages(thread, runner.owner(), seen, 1000)
+            .list_messages(
+                thread,
+                runner.owner(),
+                seen,
+                agentenkit_store::ReadBound::new(1000, usize::MAX),
+            )
             .await?
+            .items
         {
             if message.id <= seen {
                 continue;

@@ -135,10 +135,40 @@ fn ecmascript_number(x: f64) -> String {
     format!("{sign}{body}")
 }
 
+/// The length of `value` written as compact JSON, counted without writing
+/// it anywhere.
+pub fn json_len(value: &Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing a `Value` to a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn json_len_is_the_length_of_the_compact_text() {
+        for value in [
+            serde_json::json!(null),
+            serde_json::json!({ "a": [1, "é\u{1}", { "b": 2.5 }] }),
+            serde_json::json!("x".repeat(1000)),
+        ] {
+            assert_eq!(json_len(&value), serde_json::to_vec(&value).unwrap().len());
+        }
+    }
     use serde_json::json;
 
     #[test]

@@ -55,7 +55,7 @@ impl Verdict {
             Verdict::Approve {
                 arguments: Some(arguments),
                 ..
-            } if json_len(arguments) > MAX_EDITED_ARGUMENTS_BYTES => {
+            } if crate::canonical::json_len(arguments) > MAX_EDITED_ARGUMENTS_BYTES => {
                 return Some(format!(
                     "arguments: edited arguments are at most {MAX_EDITED_ARGUMENTS_BYTES} bytes of JSON"
                 ))
@@ -100,25 +100,6 @@ impl Verdict {
             }
         }
     }
-}
-
-/// The length of `value` written as compact JSON, counted without writing
-/// it anywhere.
-fn json_len(value: &Value) -> usize {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut counter = Counter(0);
-    // Writing a `Value` to a sink that never fails cannot fail.
-    let _ = serde_json::to_writer(&mut counter, value);
-    counter.0
 }
 
 /// Why a reply cannot settle the call it is addressed to. Nothing is

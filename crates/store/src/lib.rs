@@ -14,6 +14,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
 mod answer;
+mod bounded;
 mod calls;
 mod change;
 mod commit;
@@ -42,6 +43,7 @@ mod views;
 mod watch;
 
 pub use answer::{AnswerChecks, AnswerTarget, Answered};
+pub use bounded::{ReadBound, ReadPage};
 pub use change::Change;
 pub use error::{Error, Result};
 pub use event_insert::{INSERT_EVENT_SQL, INSERT_MESSAGE_SQL};
@@ -55,7 +57,7 @@ pub use notifications::{
 pub use outbox::{OutboxRow, Publisher};
 pub use reclaim::Reclaimed;
 pub use runs::{CallRow, Delegation};
-pub use threads::StartedRun;
+pub use threads::{StartedRun, THREAD_PENDING_INPUTS};
 pub use tls::SslMode;
 pub use views::{
     EventView, InboxPosition, MessageView, PendingInput, RunView, ThreadView, UsageView,

@@ -1,5 +1,6 @@
 //! Runs: the lease a worker takes to advance one, and the run's reads.
 
+use agentenkit_core::canonical::json_len;
 use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
     JournalEntry, Owner, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
@@ -8,6 +9,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::bounded::{read_bounded, ReadBound, ReadPage};
 use crate::format::journal::{self as stored_journal, StoredEntry};
 use crate::views::{RunView, UsageView};
 use crate::{Error, Result, Store};
@@ -229,18 +231,17 @@ impl Store {
     }
 
     /// The run's journal entries at positions above `after` (`None`: from
-    /// the first), in order, at most `limit`, if `owner` owns the run. (An
-    /// entry is read back with the earlier ones it refers to, so the
-    /// journal is read whole and the page cut from it; a run's journal is
-    /// bounded by its model calls.)
+    /// the first), in order, as many as `bound` holds, if `owner` owns the
+    /// run. Only the page is read, with the one model entry before it that
+    /// a packed entry of the page may refer to.
     pub async fn get_journal(
         &self,
         run: RunId,
         owner: &Owner,
         after: Option<u32>,
-        limit: usize,
-    ) -> Result<Vec<JournalEntry>> {
-        let client = self.client().await?;
+        bound: ReadBound,
+    ) -> Result<ReadPage<JournalEntry>> {
+        let mut client = self.client().await?;
         let stmt = client
             .prepare_cached(
                 "SELECT 1 FROM runs r JOIN threads t ON t.id = r.thread_id WHERE r.id = $1 AND t.owner = $2",
@@ -250,12 +251,52 @@ impl Store {
             .query_opt(&stmt, &[&run.0, &owner.as_str()])
             .await?
             .ok_or_else(|| not_found(run))?;
-        Ok(load_journal(&client, run)
+        let after = after.map_or(-1, |p| i32::try_from(p).unwrap_or(i32::MAX));
+        let stmt = client
+            .prepare_cached(
+                "SELECT position, name, value, packed FROM journal
+                 WHERE run_id = $1 AND position <= $2 AND name LIKE 'model:%'
+                 ORDER BY position DESC LIMIT 1",
+            )
+            .await?;
+        let context = client
+            .query_opt(&stmt, &[&run.0, &after])
             .await?
+            .map(|r| stored_entry(&r));
+        let page = read_bounded(
+            &mut client,
+            "SELECT position, name, value, packed FROM journal
+             WHERE run_id = $1 AND position > $2 ORDER BY position LIMIT $3",
+            &[
+                &run.0,
+                &after,
+                &i64::from(i32::try_from(bound.rows).unwrap_or(i32::MAX)),
+            ],
+            bound,
+            |r| {
+                let entry = stored_entry(r);
+                let size = json_len(&entry.value);
+                Ok((entry, size))
+            },
+        )
+        .await?;
+        let items = unpack_journal(context.into_iter().chain(page.items).collect())?
             .into_iter()
-            .filter(|entry| after.is_none_or(|after| entry.position > after))
-            .take(limit)
-            .collect())
+            .filter(|entry| i64::from(entry.position) > i64::from(after))
+            .collect();
+        Ok(ReadPage {
+            items,
+            more: page.more,
+        })
+    }
+}
+
+fn stored_entry(r: &Row) -> StoredEntry {
+    StoredEntry {
+        position: r.get::<_, i32>(0) as u32,
+        name: r.get(1),
+        value: r.get(2),
+        packed: r.get(3),
     }
 }
 
@@ -264,27 +305,6 @@ fn not_found(run: RunId) -> Error {
         what: "run",
         id: run.to_string(),
     }
-}
-
-async fn load_journal(client: &deadpool_postgres::Object, run: RunId) -> Result<Vec<JournalEntry>> {
-    let stmt = client
-        .prepare_cached(
-            "SELECT position, name, value, packed FROM journal WHERE run_id = $1 ORDER BY position",
-        )
-        .await?;
-    unpack_journal(
-        client
-            .query(&stmt, &[&run.0])
-            .await?
-            .into_iter()
-            .map(|r| StoredEntry {
-                position: r.get::<_, i32>(0) as u32,
-                name: r.get(1),
-                value: r.get(2),
-                packed: r.get(3),
-            })
-            .collect(),
-    )
 }
 
 /// The journal as written, from its stored rows: an entry that cannot be

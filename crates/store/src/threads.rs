@@ -1,12 +1,13 @@
 //! Threads: creation, reads, and starting a turn.
 
-use agentenkit_core::canonical::arguments_hash;
+use agentenkit_core::canonical::{arguments_hash, json_len};
 use agentenkit_core::{EventType, Owner, RunId, RunStatus, ThreadId, ThreadStatus};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+use crate::bounded::{read_bounded, ReadBound, ReadPage};
 use crate::format::event::{self as stored_event, RowFields};
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
@@ -21,13 +22,17 @@ pub struct StartedRun {
     pub outbox: Vec<OutboxRow>,
 }
 
-/// Open requests: pending rows of a run in the thread's current run tree
-/// that is still active. Rows of earlier runs are never open.
+/// Open requests `GET /threads/{id}` shows; more are paged from
+/// `GET /threads/{id}/pending-inputs`.
+pub const THREAD_PENDING_INPUTS: usize = 100;
+
 /// The order open requests are listed in: oldest first, a total order
 /// (calls made together share `created_at`), so an inbox page can go on
 /// after its last request's [`InboxPosition`].
 const INBOX_ORDER: &str = "tc.created_at, tc.run_id, tc.id";
 
+/// Open requests: pending rows of a run in the thread's current run tree
+/// that is still active. Rows of earlier runs are never open.
 pub(crate) const PENDING_INPUTS: &str = "
     SELECT tc.id, tc.run_id, tc.thread_id, tc.name, tc.arguments_whole, tc.kind, tc.reason,
            r.name, r.depth, tc.expires_at, tc.created_at,
@@ -63,6 +68,7 @@ impl Store {
             current_run_id: None,
             metadata: metadata.clone(),
             pending_inputs: vec![],
+            more_pending_inputs: false,
             created_at: row.get(0),
             last_event_id: 0,
         })
@@ -85,21 +91,26 @@ impl Store {
             .ok_or_else(|| not_found(thread))?;
         let run_status: Option<RunStatus> =
             row.get::<_, Option<&str>>(2).map(str::parse).transpose()?;
+        // The first page only: the rest come from
+        // `GET /threads/{id}/pending-inputs`.
         let stmt = client
             .prepare_cached(&format!(
-                "{PENDING_INPUTS} AND tc.thread_id = $1 ORDER BY {INBOX_ORDER}"
+                "{PENDING_INPUTS} AND tc.thread_id = $1 ORDER BY {INBOX_ORDER} LIMIT $2"
             ))
             .await?;
-        let pending_inputs = client
-            .query(&stmt, &[&thread.0])
+        let mut pending_inputs = client
+            .query(&stmt, &[&thread.0, &(THREAD_PENDING_INPUTS as i64 + 1)])
             .await?
             .iter()
             .map(pending_input)
             .collect::<Result<Vec<_>>>()?;
+        let more_pending_inputs = pending_inputs.len() > THREAD_PENDING_INPUTS;
+        pending_inputs.truncate(THREAD_PENDING_INPUTS);
         Ok(ThreadView {
             id: thread,
             agent: row.get(0),
             status: ThreadStatus::derive(run_status, pending_inputs.len()),
+            more_pending_inputs,
             current_run_id: row.get::<_, Option<Uuid>>(1).map(RunId),
             metadata: row.get(3),
             pending_inputs,
@@ -109,37 +120,65 @@ impl Store {
     }
 
     /// The owner's open requests (across their threads) after `after`, in
-    /// inbox order, at most `limit`.
+    /// inbox order, as many as `bound` holds.
     pub async fn inbox(
         &self,
         owner: &Owner,
         after: Option<&InboxPosition>,
-        limit: i64,
-    ) -> Result<Vec<PendingInput>> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(&format!(
+        bound: ReadBound,
+    ) -> Result<ReadPage<PendingInput>> {
+        let mut client = self.client().await?;
+        read_bounded(
+            &mut client,
+            &format!(
                 "{PENDING_INPUTS} AND t.owner = $1
                    AND ($2::timestamptz IS NULL
                         OR (tc.created_at, tc.run_id, tc.id) > ($2, $3::uuid, $4::text))
                  ORDER BY {INBOX_ORDER} LIMIT $5"
-            ))
-            .await?;
-        client
-            .query(
-                &stmt,
-                &[
-                    &owner.as_str(),
-                    &after.map(|p| p.created_at),
-                    &after.map(|p| p.run_id.0),
-                    &after.map(|p| p.tool_call_id.as_str()),
-                    &limit,
-                ],
-            )
-            .await?
-            .iter()
-            .map(pending_input)
-            .collect()
+            ),
+            &[
+                &owner.as_str(),
+                &after.map(|p| p.created_at),
+                &after.map(|p| p.run_id.0),
+                &after.map(|p| p.tool_call_id.as_str()),
+                &bound.rows,
+            ],
+            bound,
+            sized_pending_input,
+        )
+        .await
+    }
+
+    /// A thread's open requests after `after`, in inbox order, as many as
+    /// `bound` holds (`GET /threads/{id}` shows the first page).
+    pub async fn thread_pending_inputs(
+        &self,
+        thread: ThreadId,
+        owner: &Owner,
+        after: Option<&InboxPosition>,
+        bound: ReadBound,
+    ) -> Result<ReadPage<PendingInput>> {
+        let mut client = self.client().await?;
+        self.check_owner(&client, thread, owner).await?;
+        read_bounded(
+            &mut client,
+            &format!(
+                "{PENDING_INPUTS} AND tc.thread_id = $1
+                   AND ($2::timestamptz IS NULL
+                        OR (tc.created_at, tc.run_id, tc.id) > ($2, $3::uuid, $4::text))
+                 ORDER BY {INBOX_ORDER} LIMIT $5"
+            ),
+            &[
+                &thread.0,
+                &after.map(|p| p.created_at),
+                &after.map(|p| p.run_id.0),
+                &after.map(|p| p.tool_call_id.as_str()),
+                &bound.rows,
+            ],
+            bound,
+            sized_pending_input,
+        )
+        .await
     }
 
     /// Starts a turn: a queued run, the user's message, `RUN_STARTED` and
@@ -240,52 +279,60 @@ impl Store {
         thread: ThreadId,
         owner: &Owner,
         after: i64,
-        limit: i64,
-    ) -> Result<Vec<MessageView>> {
-        let client = self.client().await?;
+        bound: ReadBound,
+    ) -> Result<ReadPage<MessageView>> {
+        let mut client = self.client().await?;
         self.check_owner(&client, thread, owner).await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT m.id, m.run_id, m.body_whole, m.created_at
-                 FROM messages_whole m WHERE m.thread_id = $1 AND m.id > $2
-                 ORDER BY m.id LIMIT $3",
-            )
-            .await?;
-        Ok(client
-            .query(&stmt, &[&thread.0, &after, &limit])
-            .await?
-            .into_iter()
-            .map(|r| MessageView {
-                id: r.get(0),
-                run_id: RunId(r.get(1)),
-                body: r.get(2),
-                created_at: r.get(3),
-            })
-            .collect())
+        read_bounded(
+            &mut client,
+            "SELECT m.id, m.run_id, m.body_whole, m.created_at
+             FROM messages_whole m WHERE m.thread_id = $1 AND m.id > $2
+             ORDER BY m.id LIMIT $3",
+            &[&thread.0, &after, &bound.rows],
+            bound,
+            |r| {
+                let body: Value = r.get(2);
+                let size = json_len(&body);
+                Ok((
+                    MessageView {
+                        id: r.get(0),
+                        run_id: RunId(r.get(1)),
+                        body,
+                        created_at: r.get(3),
+                    },
+                    size,
+                ))
+            },
+        )
+        .await
     }
 
-    /// Events with an id above `after`, oldest first, at most `limit`.
+    /// Events with an id above `after`, oldest first, as many as `bound`
+    /// holds.
     pub async fn list_events(
         &self,
         thread: ThreadId,
         owner: &Owner,
         after: i64,
-        limit: i64,
-    ) -> Result<Vec<EventView>> {
-        let client = self.client().await?;
+        bound: ReadBound,
+    ) -> Result<ReadPage<EventView>> {
+        let mut client = self.client().await?;
         self.check_owner(&client, thread, owner).await?;
-        let stmt = client
-            .prepare_cached(concat!(
+        read_bounded(
+            &mut client,
+            concat!(
                 event_select!(),
                 " WHERE e.thread_id = $1 AND e.id > $2 ORDER BY e.id LIMIT $3"
-            ))
-            .await?;
-        client
-            .query(&stmt, &[&thread.0, &after, &limit])
-            .await?
-            .into_iter()
-            .map(|r| event_view(&r))
-            .collect()
+            ),
+            &[&thread.0, &after, &bound.rows],
+            bound,
+            |r| {
+                let view = event_view(r)?;
+                let size = json_len(&view.data);
+                Ok((view, size))
+            },
+        )
+        .await
     }
 
     /// One event by id, whole, whatever its thread (for its notification);
@@ -388,6 +435,13 @@ fn with_arguments_hash(event_type: EventType, mut data: Value) -> Value {
         }
     }
     data
+}
+
+/// A pending input with the size of its arguments (what makes it large).
+fn sized_pending_input(row: &Row) -> Result<(PendingInput, usize)> {
+    let input = pending_input(row)?;
+    let size = json_len(&input.arguments);
+    Ok((input, size))
 }
 
 pub(crate) fn pending_input(row: &Row) -> Result<PendingInput> {

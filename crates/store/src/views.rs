@@ -14,7 +14,12 @@ pub struct ThreadView {
     pub status: ThreadStatus,
     pub current_run_id: Option<RunId>,
     pub metadata: Value,
+    /// The first open requests (at most 100), in inbox order.
     pub pending_inputs: Vec<PendingInput>,
+    /// More open requests than `pending_inputs` holds: page them from
+    /// `GET /threads/{id}/pending-inputs`. Left out when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more_pending_inputs: bool,
     pub created_at: DateTime<Utc>,
     /// The thread's newest event when this view was read (0 before its
     /// first): a stream opened with it as `Last-Event-ID` carries on from

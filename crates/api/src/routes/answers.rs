@@ -3,16 +3,15 @@
 
 use agentenkit_core::{RunId, ThreadId};
 use agentenkit_runtime::replies::Decision;
-use agentenkit_store::{Answered, PendingInput};
+use agentenkit_store::Answered;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::auth::{Caller, Read, Responder, Scoped};
-use crate::extract::{parse_id, JsonBody, QueryParams};
-use crate::page::{cursor, CursorQuery, Page};
+use crate::auth::{Caller, Responder};
+use crate::extract::{parse_id, JsonBody};
 use crate::schemas::{checked_hash, ErrorBody};
 use crate::{ApiError, AppState};
 
@@ -369,33 +368,4 @@ impl Skip {
             decision: Decision::Skip,
         })
     }
-}
-
-/// Every open request of the caller's threads, oldest first, a page at a
-/// time: a full page's `Link` header names the next. A request made while
-/// a client pages may land on a page it has passed: the inbox is a snapshot
-/// to read again (every few seconds), not a feed.
-#[utoipa::path(get, path = "/agent/inbox", tag = "replies",
-    params(CursorQuery),
-    responses(
-        (status = 200, body = Vec<PendingInput>, headers(("Link" = String,
-            description = "`<…?after=…&limit=…>; rel=\"next\"` while more may follow"))),
-        (status = 400, description = "`after` is not a cursor or `limit` out of range", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
-        (status = 500, body = ErrorBody),
-        (status = 503, body = ErrorBody),
-    ))]
-pub async fn inbox(
-    State(state): State<AppState>,
-    Scoped(owner, ..): Scoped<Read>,
-    QueryParams(page): QueryParams<CursorQuery>,
-) -> Result<Page<PendingInput>, ApiError> {
-    let (after, limit) = page.parse()?;
-    crate::reclaim_on_connect(&state, agentenkit_store::Scope::Owner(owner.clone())).await;
-    let mut open = state.store.inbox(&owner, after.as_ref(), limit).await?;
-    state.count_approvals(&mut open);
-    Ok(Page::of(open, limit, "/agent/inbox", |input| {
-        cursor(&input.position())
-    }))
 }

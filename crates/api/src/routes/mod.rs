@@ -15,6 +15,7 @@ mod agents;
 mod answers;
 mod decisions;
 mod health;
+mod inbox;
 mod runs;
 mod stream;
 mod threads;
@@ -36,7 +37,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(answers::skip))
         .routes(routes!(answers::respond))
         .routes(routes!(decisions::decide))
-        .routes(routes!(answers::inbox))
+        .routes(routes!(inbox::inbox))
+        .routes(routes!(inbox::thread_pending_inputs))
         .routes(routes!(agents::list))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))

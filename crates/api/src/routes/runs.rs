@@ -5,7 +5,7 @@ use axum::Json;
 
 use crate::auth::{Read, Scoped};
 use crate::extract::{parse_id, PathText, QueryParams};
-use crate::page::{Page, PageQuery};
+use crate::page::{bound, Page, PageQuery};
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
@@ -54,7 +54,7 @@ pub async fn journal(
     let after = after.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
     let entries = state
         .store
-        .get_journal(run, &owner, after, limit as usize)
+        .get_journal(run, &owner, after, bound(limit))
         .await?;
     Ok(Page::of(
         entries,

@@ -19,7 +19,9 @@ use crate::hub::Subscription;
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
+/// What one read of a stream's events holds: it is buffered until sent.
 const PAGE: i64 = 500;
+const PAGE_BYTES: usize = 1 << 20;
 
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -138,11 +140,16 @@ impl Cursor {
             match self
                 .state
                 .store
-                .list_events(self.thread, &self.owner, self.after, PAGE)
+                .list_events(
+                    self.thread,
+                    &self.owner,
+                    self.after,
+                    agentenkit_store::ReadBound::new(PAGE, PAGE_BYTES),
+                )
                 .await
             {
-                Ok(events) if !events.is_empty() => {
-                    self.buffered.extend(events);
+                Ok(events) if !events.items.is_empty() => {
+                    self.buffered.extend(events.items);
                     continue;
                 }
                 Ok(_) => {}

@@ -9,7 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{Read, Scoped, ThreadsWrite};
 use crate::extract::{parse_event_id, parse_id, JsonBody, PathText, QueryParams};
-use crate::page::{parse_limit, Page, PageQuery};
+use crate::page::{bound, parse_limit, Page, PageQuery};
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
 
@@ -188,7 +188,7 @@ pub async fn list_messages(
     let (after, limit) = page.parse("a message id")?;
     let messages = state
         .store
-        .list_messages(thread, &owner, after.unwrap_or(0), limit)
+        .list_messages(thread, &owner, after.unwrap_or(0), bound(limit))
         .await?;
     Ok(Page::of(
         messages,
@@ -238,7 +238,7 @@ pub async fn list_events(
     let limit = parse_limit(query.limit.as_deref())?;
     let events = state
         .store
-        .list_events(thread, &owner, after, limit)
+        .list_events(thread, &owner, after, bound(limit))
         .await?;
     Ok(Page::of(
         events,

@@ -52,7 +52,11 @@ export interface Thread {
   agent: string;
   status: ThreadStatus;
   currentRunId: string | null;
+  /** The first 100 open requests, in inbox order. */
   pendingInputs: PendingInput[];
+  /** True when there are more than `pendingInputs` holds: page them from
+   * `GET /threads/{id}/pending-inputs`. Absent when false. */
+  morePendingInputs?: boolean;
   /** The thread's newest event when this view was read (0 before its
    * first): a stream subscribed from it carries on from this view. */
   lastEventId: number;
