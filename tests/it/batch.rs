@@ -215,7 +215,10 @@ async fn a_retry_after_a_cut_off_attempt_answers_what_it_settled_as_it_was_settl
         )
         .await
         .unwrap();
-    assert!(matches!(claim, Claim::Process { ref recorded } if recorded.is_empty()));
+    let Claim::Process { recorded, hold } = claim else {
+        panic!("a fresh key is processed: {claim:?}")
+    };
+    assert!(recorded.is_empty());
     let delivered = json!({ "delivered": true });
     let replies = agentenkit_runtime::Replies::new(
         env.store.clone(),
@@ -230,6 +233,7 @@ async fn a_retry_after_a_cut_off_attempt_answers_what_it_settled_as_it_was_settl
             Decision::Approve(Approve::default()),
             Some(RecordedItem {
                 key: "batch-9",
+                hold,
                 index: 0,
                 result: &delivered,
             }),
@@ -313,6 +317,107 @@ async fn a_batch_that_cannot_be_read_changes_nothing() {
             .len(),
         0
     );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+/// An attempt whose key a retry took over (it held it past the stale time)
+/// settles nothing more and keeps no response: the retry's stand.
+#[tokio::test]
+async fn an_attempt_whose_key_was_taken_over_writes_nothing_more() {
+    let (tool, env, worker, _thread_id, run_id) = two_waiting().await;
+    let body = json!({ "decisions": [
+        { "action": "approve", "runId": run_id, "toolCallId": "c1" },
+    ]});
+    let alice = Owner("alice".into());
+    let claim = |env: &TestEnv| {
+        let store = env.store.clone();
+        let hash = arguments_hash(&body);
+        async move {
+            match store
+                .claim_idempotency_key(
+                    &Owner("alice".into()),
+                    "batch-f",
+                    &hash,
+                    KeyTimes::default(),
+                )
+                .await
+                .unwrap()
+            {
+                Claim::Process { hold, .. } => hold,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let first = claim(&env).await;
+    // The first attempt stalls past the stale time; a retry takes over.
+    env.sql("UPDATE idempotency_keys SET claimed_at = now() - interval '1 hour'")
+        .await;
+    let second = claim(&env).await;
+    assert_ne!(first, second);
+    let replies = agentenkit_runtime::Replies::new(
+        env.store.clone(),
+        env.relay.clone(),
+        env.registry.clone(),
+    );
+    let delivered = json!({ "delivered": true });
+    let record = |hold| RecordedItem {
+        key: "batch-f",
+        hold,
+        index: 0,
+        result: &delivered,
+    };
+    // The stalled attempt's answer is refused whole: c1 stays open.
+    let refused = replies
+        .decide(
+            &alice,
+            run_id.parse().unwrap(),
+            "c1",
+            Decision::Approve(Approve::default()),
+            Some(record(first)),
+        )
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(agentenkit_runtime::Error::Store(
+                agentenkit_store::Error::IdempotencyKeyTakenOver { .. }
+            ))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(tool.calls(), 0);
+    // Nor does it complete or release the key the retry holds.
+    let kept = json!({ "results": [] });
+    assert!(!env
+        .store
+        .complete_idempotency_key(&alice, "batch-f", first, 200, &kept)
+        .await
+        .unwrap());
+    env.store
+        .release_idempotency_key(&alice, "batch-f", first)
+        .await
+        .unwrap();
+    // The retry settles c1 and keeps its response.
+    let answered = replies
+        .decide(
+            &alice,
+            run_id.parse().unwrap(),
+            "c1",
+            Decision::Approve(Approve::default()),
+            Some(record(second)),
+        )
+        .await
+        .unwrap();
+    assert!(answered.delivered);
+    assert!(env
+        .store
+        .complete_idempotency_key(&alice, "batch-f", second, 200, &kept)
+        .await
+        .unwrap());
+    let (status, replayed, stored) = decide(&env, Some("batch-f"), &body).await;
+    assert_eq!((status, replayed), (StatusCode::OK, true));
+    assert_eq!(stored, kept);
     worker.stop().await.unwrap();
     env.finish().await;
 }

@@ -217,6 +217,12 @@ impl From<agentenkit_store::Error> for ApiError {
             E::AmbiguousToolCall { run_ids, .. } => ApiError::AmbiguousToolCall(run_ids),
             E::Forbidden { missing } => ApiError::Forbidden { missing },
             E::NotAnApprover { groups } => ApiError::NotAnApprover(groups),
+            E::IdempotencyKeyTakenOver { .. } => ApiError::Conflict {
+                code: "IdempotencyKeyTakenOver",
+                message: "this request held its Idempotency-Key so long that a retry took it over; \
+                          the retry's response stands"
+                    .into(),
+            },
             other => ApiError::Internal(other.to_string()),
         }
     }

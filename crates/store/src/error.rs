@@ -44,6 +44,10 @@ pub enum Error {
     /// A multi-party approval from a key in none of its groups.
     #[error("only a key in one of the groups {groups:?} may approve this call")]
     NotAnApprover { groups: Vec<String> },
+    /// A batch attempt whose idempotency key another attempt took over
+    /// (it held it past the stale time): it settles nothing more.
+    #[error("idempotency key {key:?} was taken over by a retry")]
+    IdempotencyKeyTakenOver { key: String },
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("migration {version} failed: {message}")]

@@ -12,18 +12,24 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use agentenkit_core::Owner;
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::pipeline::Op;
-use crate::{Result, Store};
+use crate::pipeline::{Expect, Op};
+use crate::{Error, Result, Store};
 
 /// What a request may do under its key.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
     /// Process the request: the key is new (or its earlier use is past
     /// retention), or an earlier attempt was cut off. `recorded` holds that
-    /// attempt's results of the items it settled, by item index.
-    Process { recorded: BTreeMap<usize, Value> },
+    /// attempt's results of the items it settled, by item index. `hold`
+    /// fences what this attempt writes under the key: once a retry took
+    /// the key over, nothing of this attempt's is written any more.
+    Process {
+        recorded: BTreeMap<usize, Value>,
+        hold: Hold,
+    },
     /// The request completed before: its response.
     Completed { status: u16, response: Value },
     /// Another attempt holds the key now.
@@ -31,6 +37,12 @@ pub enum Claim {
     /// The key was used with another request.
     Mismatch,
 }
+
+/// One attempt's hold of a key: when it claimed it. A retry that takes a
+/// stale key over claims it anew, so an attempt whose hold no longer
+/// matches has lost the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold(DateTime<Utc>);
 
 /// How long a key holds.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +69,10 @@ impl Default for KeyTimes {
 #[derive(Debug, Clone, Copy)]
 pub struct RecordedItem<'a> {
     pub key: &'a str,
+    /// The attempt's hold: the answer is refused
+    /// ([`Error::IdempotencyKeyTakenOver`]) once another attempt took the
+    /// key over.
+    pub hold: Hold,
     pub index: usize,
     pub result: &'a Value,
 }
@@ -72,14 +88,18 @@ impl RecordedItem<'_> {
     pub(crate) fn op_with(&self, owner: &Owner, result: Value) -> Op {
         Op::new(
             "UPDATE idempotency_keys SET items = items || jsonb_build_object($3::text, $4::jsonb)
-             WHERE owner = $1 AND key = $2",
+             WHERE owner = $1 AND key = $2 AND claimed_at = $5 AND status IS NULL",
             vec![
                 Box::new(owner.to_string()),
                 Box::new(self.key.to_owned()),
                 Box::new(self.index.to_string()),
                 Box::new(result),
+                Box::new(self.hold.0),
             ],
         )
+        .expect(Expect::One(Error::IdempotencyKeyTakenOver {
+            key: self.key.to_owned(),
+        }))
     }
 }
 
@@ -107,13 +127,14 @@ impl Store {
                        SET request_hash = EXCLUDED.request_hash, created_at = now(),
                            claimed_at = now(), status = NULL, response = NULL, items = '{}'
                        WHERE idempotency_keys.created_at < now() - make_interval(secs => $4)
-                     RETURNING 1",
+                     RETURNING claimed_at",
                     &[&owner, &key, &request_hash, &keep_secs],
                 )
                 .await?;
-            if fresh.is_some() {
+            if let Some(row) = fresh {
                 return Ok(Claim::Process {
                     recorded: BTreeMap::new(),
+                    hold: Hold(row.get(0)),
                 });
             }
             let Some(row) = client
@@ -145,13 +166,14 @@ impl Store {
                     "UPDATE idempotency_keys SET claimed_at = now()
                      WHERE owner = $1 AND key = $2 AND status IS NULL
                        AND claimed_at < now() - make_interval(secs => $3)
-                     RETURNING items",
+                     RETURNING items, claimed_at",
                     &[&owner, &key, &stale_secs],
                 )
                 .await?;
             return Ok(match taken {
                 Some(row) => Claim::Process {
                     recorded: recorded_items(row.get("items")),
+                    hold: Hold(row.get("claimed_at")),
                 },
                 None => Claim::InProgress,
             });
@@ -159,35 +181,48 @@ impl Store {
         Ok(Claim::InProgress)
     }
 
-    /// Keeps the response of the request under `key`: the same request with
-    /// the key gets it again.
+    /// Keeps the response of the request under `key`, if this attempt
+    /// still holds it (`hold`): the same request with the key gets it
+    /// again. False when a retry took the key over: its response stands.
     pub async fn complete_idempotency_key(
         &self,
         owner: &Owner,
         key: &str,
+        hold: Hold,
         status: u16,
         response: &Value,
+    ) -> Result<bool> {
+        let client = self.client().await?;
+        Ok(client
+            .execute(
+                "UPDATE idempotency_keys SET status = $3, response = $4
+                 WHERE owner = $1 AND key = $2 AND claimed_at = $5 AND status IS NULL",
+                &[
+                    &owner.to_string(),
+                    &key,
+                    &(status as i16),
+                    response,
+                    &hold.0,
+                ],
+            )
+            .await?
+            == 1)
+    }
+
+    /// Lets a retry take `key` over at once, if this attempt still holds
+    /// it: it gave up (a dependency failed) and what it recorded stands.
+    pub async fn release_idempotency_key(
+        &self,
+        owner: &Owner,
+        key: &str,
+        hold: Hold,
     ) -> Result<()> {
         let client = self.client().await?;
         client
             .execute(
-                "UPDATE idempotency_keys SET status = $3, response = $4
-                 WHERE owner = $1 AND key = $2",
-                &[&owner.to_string(), &key, &(status as i16), response],
-            )
-            .await?;
-        Ok(())
-    }
-
-    /// Lets a retry take `key` over at once: this attempt gave up (a
-    /// dependency failed) and what it recorded stands.
-    pub async fn release_idempotency_key(&self, owner: &Owner, key: &str) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .execute(
                 "UPDATE idempotency_keys SET claimed_at = '-infinity'
-                 WHERE owner = $1 AND key = $2 AND status IS NULL",
-                &[&owner.to_string(), &key],
+                 WHERE owner = $1 AND key = $2 AND claimed_at = $3 AND status IS NULL",
+                &[&owner.to_string(), &key, &hold.0],
             )
             .await?;
         Ok(())

@@ -48,7 +48,7 @@ pub use change::Change;
 pub use error::{Error, Result};
 pub use event_insert::{INSERT_EVENT_SQL, INSERT_MESSAGE_SQL};
 pub use expire::{Expiry, Scope};
-pub use idempotency::{Claim, KeyTimes, RecordedItem};
+pub use idempotency::{Claim, Hold, KeyTimes, RecordedItem};
 pub use keys::{is_key_form, KeyRecord, NewKey, KEY_PREFIX};
 pub use lease::{Lease, LeaseAttempt, RunContext};
 pub use notifications::{

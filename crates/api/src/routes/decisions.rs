@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use agentenkit_core::canonical::arguments_hash;
 use agentenkit_core::ToolCallId;
 use agentenkit_runtime::replies::Decision;
-use agentenkit_store::{Claim, RecordedItem};
+use agentenkit_store::{Claim, Hold, RecordedItem};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -156,8 +156,8 @@ pub async fn decide(
         .store
         .claim_idempotency_key(&owner, &key, &request_hash, state.idempotency)
         .await?;
-    let recorded = match claim {
-        Claim::Process { recorded } => recorded,
+    let (recorded, hold) = match claim {
+        Claim::Process { recorded, hold } => (recorded, hold),
         Claim::Completed { status, response } => {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
             let mut response = (status, Json(response)).into_response();
@@ -181,22 +181,32 @@ pub async fn decide(
             })
         }
     };
-    match settle_all(&state, &caller, decisions, Some(&key), recorded).await {
+    match settle_all(&state, &caller, decisions, Some((&key, hold)), recorded).await {
         Ok(results) => {
             let response =
                 serde_json::to_value(&results).map_err(|e| ApiError::Internal(e.to_string()))?;
             let kept = serde_json::to_value(results.as_kept())
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
-            state
+            let kept_now = state
                 .store
-                .complete_idempotency_key(&owner, &key, StatusCode::OK.as_u16(), &kept)
+                .complete_idempotency_key(&owner, &key, hold, StatusCode::OK.as_u16(), &kept)
                 .await?;
+            if !kept_now {
+                return Err(ApiError::from(
+                    agentenkit_store::Error::IdempotencyKeyTakenOver { key },
+                ));
+            }
             Ok(Json(response).into_response())
         }
         Err(failed) => {
             // What was settled stands and is recorded: a retry with the key
-            // may start at once and settles the rest.
-            if let Err(e) = state.store.release_idempotency_key(&owner, &key).await {
+            // may start at once and settles the rest (unless one took the
+            // key over already: then the release changes nothing).
+            if let Err(e) = state
+                .store
+                .release_idempotency_key(&owner, &key, hold)
+                .await
+            {
                 tracing::warn!(error = %e, "could not release an idempotency key; it goes stale");
             }
             Err(failed)
@@ -210,7 +220,7 @@ async fn settle_all(
     state: &AppState,
     caller: &Caller,
     decisions: Vec<Decided>,
-    key: Option<&str>,
+    key: Option<(&str, Hold)>,
     recorded: BTreeMap<usize, Value>,
 ) -> Result<DecisionResults, ApiError> {
     let replies = state.replies_of(caller);
@@ -226,8 +236,9 @@ async fn settle_all(
         }
         // Written with the answer, when it is delivered.
         let delivered = json!(Delivery::delivered());
-        let record = key.map(|key| RecordedItem {
+        let record = key.map(|(key, hold)| RecordedItem {
             key,
+            hold,
             index,
             result: &delivered,
         });
@@ -237,7 +248,16 @@ async fn settle_all(
             .map_err(ApiError::from);
         let (status, body) = match outcome {
             Ok(answered) => (StatusCode::OK, json!(Delivery::from(answered))),
-            Err(e @ (ApiError::Unavailable(_) | ApiError::Internal(_))) => return Err(e),
+            // A failed database, or a retry that took the key over: the
+            // batch ends (what was settled stands).
+            Err(
+                e @ (ApiError::Unavailable(_)
+                | ApiError::Internal(_)
+                | ApiError::Conflict {
+                    code: "IdempotencyKeyTakenOver",
+                    ..
+                }),
+            ) => return Err(e),
             Err(e) => e.status_and_body(),
         };
         results.push(DecisionResult {
