@@ -353,3 +353,52 @@ fn a_step_cap_of_zero_is_refused_at_load() {
         "{refused}"
     );
 }
+
+/// A token of a key's form costs a lookup once: a second try answers from
+/// the cache; and made-up tokens hold at most a few of the store's
+/// connections, so the API still reaches its database while they wait.
+#[tokio::test]
+async fn made_up_key_tokens_cannot_take_the_stores_connections() {
+    let env = TestEnv::start_with(
+        registry(CALL_THEN_DONE, "http://127.0.0.1:9/"),
+        |config| {
+            config.max_connections = 6;
+            config.pool_wait = Duration::from_millis(500);
+            config.statement_timeout = Duration::from_secs(4);
+        },
+        |state| state,
+    )
+    .await;
+    let token = |n: usize| format!("aek_{n:064x}");
+    let status = |key: String| {
+        let request = env.http.get(env.url("/agents")).bearer_auth(key);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(status(token(0)).await, 401);
+    // The keys' table is locked: a lookup waits for it.
+    let locker = env.pg_client().await;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let again = tokio::time::timeout(Duration::from_secs(2), status(token(0))).await;
+    assert_eq!(
+        again.ok(),
+        Some(401),
+        "a token found missing is not looked up again"
+    );
+    let flood: Vec<_> = (1..=12).map(|n| tokio::spawn(status(token(n)))).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ready = env.http.get(env.url("/readyz")).send().await.unwrap();
+    assert_eq!(
+        ready.status().as_u16(),
+        200,
+        "the store still has connections"
+    );
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    for request in flood {
+        let answered = request.await.unwrap();
+        assert!([401, 503].contains(&answered), "{answered}");
+    }
+    env.finish().await;
+}

@@ -200,7 +200,18 @@ impl FromRequestParts<AppState> for Responder {
 pub struct KeyCache {
     ttl: Duration,
     found: Mutex<HashMap<String, (KeyRecord, Instant)>>,
+    /// Tokens of a key's form that named no live key, lately: asked again
+    /// within `ttl`, they cost no lookup.
+    missing: Mutex<HashMap<String, Instant>>,
+    /// Lookups in flight: a flood of made-up tokens holds at most this
+    /// many of the store's connections, never the whole pool.
+    lookups: tokio::sync::Semaphore,
 }
+
+/// Key lookups the store serves at once; a request past them waits up to
+/// [`KEY_LOOKUP_WAIT`], then is a 503.
+pub const KEY_LOOKUPS_AT_ONCE: usize = 4;
+pub const KEY_LOOKUP_WAIT: Duration = Duration::from_secs(2);
 
 /// Past this many keys the cache starts over (keys are few; this bounds
 /// what a flood of distinct valid keys could hold).
@@ -211,6 +222,8 @@ impl KeyCache {
         KeyCache {
             ttl,
             found: Mutex::new(HashMap::new()),
+            missing: Mutex::new(HashMap::new()),
+            lookups: tokio::sync::Semaphore::new(KEY_LOOKUPS_AT_ONCE),
         }
     }
 
@@ -230,17 +243,34 @@ impl KeyCache {
                 return Ok(Some(record.clone()));
             }
         }
+        if let Some(at) = self.missing.lock().expect("key cache").get(&digest) {
+            if at.elapsed() < self.ttl {
+                return Ok(None);
+            }
+        }
+        let _lookup = tokio::time::timeout(KEY_LOOKUP_WAIT, self.lookups.acquire())
+            .await
+            .map_err(|_| {
+                ApiError::Unavailable("too many API keys are being looked up at once".into())
+            })?
+            .expect("never closed");
         let record = store.find_api_key(key).await?;
-        let mut found = self.found.lock().expect("key cache");
         match &record {
             Some(record) => {
+                let mut found = self.found.lock().expect("key cache");
                 if found.len() >= KEY_CACHE_MAX {
                     found.clear();
                 }
-                found.insert(digest, (record.clone(), Instant::now()));
+                found.insert(digest.clone(), (record.clone(), Instant::now()));
+                self.missing.lock().expect("key cache").remove(&digest);
             }
             None => {
-                found.remove(&digest);
+                self.found.lock().expect("key cache").remove(&digest);
+                let mut missing = self.missing.lock().expect("key cache");
+                if missing.len() >= KEY_CACHE_MAX {
+                    missing.clear();
+                }
+                missing.insert(digest, Instant::now());
             }
         }
         Ok(record)
