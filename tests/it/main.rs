@@ -36,3 +36,4 @@ mod subagents;
 mod tls;
 mod turn;
 mod ui;
+mod versions;

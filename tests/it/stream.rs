@@ -381,9 +381,10 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
                 "kind": "approval", "reason": "approval", "runName": "agent", "depth": 0,
                 "expiresAt": null })
     );
+    let version = env.registry.agent_version("agent").unwrap().hash.clone();
     assert_eq!(
         data("RUN_STARTED"),
-        json!({ "runId": run_id, "runName": "agent", "depth": 0 })
+        json!({ "runId": run_id, "runName": "agent", "depth": 0, "agentVersion": version })
     );
     // The MESSAGE event's message is the conversation's assistant message.
     let conversation = env.get(&format!("/threads/{thread_id}/messages")).await;
@@ -438,7 +439,8 @@ async fn an_approvals_events_are_stored_packed_and_served_whole() {
             assert_eq!(*packed, 5, "{kind}");
         }
         if kind == "RUN_STARTED" {
-            assert_eq!(*packed, 1 | 16, "{kind}");
+            // and the run row's version
+            assert_eq!(*packed, 1 | 16 | 64, "{kind}");
         }
     }
     // What is left of each is only what no row holds.

@@ -119,7 +119,11 @@ impl TestEnv {
         );
         // As every process of a deployment: the events its targets want
         // are written to the outbox with them.
-        let store = store.with_notified(registry.notified_events());
+        let store = registry.prepare(store);
+        registry
+            .record_versions(&store)
+            .await
+            .expect("record the agent versions");
         let registry = Arc::new(registry);
         let keys = ApiKeys::parse(&format!("alice:{ALICE},bob:{BOB}")).expect("keys");
         let mut state = AppState::new(store.clone(), queue.clone(), registry.clone(), keys);

@@ -81,10 +81,9 @@ impl AppState {
         keys: ApiKeys,
     ) -> Self {
         let relay = Relay::new(queue.clone());
-        // Answers and stops write events the notification targets want.
-        let store = relay
-            .attach(store)
-            .with_notified(registry.notified_events());
+        // Answers and stops write events the notification targets want;
+        // a turn's run is pinned to its agent's version.
+        let store = registry.prepare(relay.attach(store));
         Self {
             relay,
             hub: Arc::new(hub::EventHub::new(

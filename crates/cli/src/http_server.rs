@@ -92,6 +92,10 @@ pub async fn serve_api_with(
     shutdown: CancellationToken,
     limits: ServerLimits,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    // Workers with another agent file may serve the runs this API starts.
+    if let Err(e) = state.registry.record_versions(&state.store).await {
+        tracing::warn!(error = %e, "could not record the agent versions");
+    }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;

@@ -125,7 +125,7 @@ pub const MAX_HTTP_TOOL_TIMEOUT_MS: u64 = 3_600_000;
 #[derive(Clone, Default)]
 pub struct Registry {
     agents: HashMap<String, Arc<Agent>>,
-    tools: HashMap<String, RegisteredTool>,
+    pub(crate) tools: HashMap<String, RegisteredTool>,
     delegation: DelegationLimits,
     /// Tools whose calls need several people's approval.
     approvals: HashMap<String, ApprovalRule>,
@@ -135,6 +135,10 @@ pub struct Registry {
     escalations: HashMap<String, crate::notify::Escalation>,
     /// Tool calls one model response may make (the default when `None`).
     max_tool_calls_per_step: Option<u32>,
+    /// The agent file this registry was built from, as JSON (`Null` for a
+    /// registry built in code), and the version of each of its agents.
+    pub(crate) file: Arc<serde_json::Value>,
+    pub(crate) versions: Arc<HashMap<String, crate::versions::AgentVersion>>,
 }
 
 /// What bounds delegation, so that one model response or one turn cannot
@@ -234,6 +238,22 @@ impl Registry {
 
     pub fn from_toml(text: &str) -> Result<Registry> {
         let file = AgentFile::parse(text).map_err(Error::Config)?;
+        // What parsed as an agent file parses as TOML; as JSON it is what
+        // versions are made of.
+        let tree = toml::from_str::<toml::Value>(text)
+            .ok()
+            .and_then(|value| serde_json::to_value(value).ok())
+            .unwrap_or_default();
+        Self::from_agent_file(file, tree, &HashMap::new())
+    }
+
+    /// The registry of `file` (whose JSON is `tree`), with `code_tools`
+    /// (tools registered in code) for the names the file does not define.
+    pub(crate) fn from_agent_file(
+        file: AgentFile,
+        tree: serde_json::Value,
+        code_tools: &HashMap<String, RegisteredTool>,
+    ) -> Result<Registry> {
         let limits = DelegationLimits {
             max_depth: file.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
             max_children_per_step: file
@@ -376,6 +396,14 @@ impl Registry {
             }
             registry = registry.with_agent(agent);
         }
+        for (name, tool) in code_tools {
+            registry
+                .tools
+                .entry(name.clone())
+                .or_insert_with(|| tool.clone());
+        }
+        registry.versions = Arc::new(crate::versions::versions_of(&tree));
+        registry.file = Arc::new(tree);
         registry.check()?;
         Ok(registry)
     }

@@ -65,9 +65,7 @@ impl InlineRunner {
         });
         InlineRunner {
             // What its calls write to the outbox is published by the store.
-            store: Relay::new(queue)
-                .attach(store)
-                .with_notified(registry.notified_events()),
+            store: registry.prepare(Relay::new(queue).attach(store)),
             registry,
             owner,
             shutdown,

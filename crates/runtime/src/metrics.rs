@@ -13,6 +13,9 @@ pub const ANSWERS: &str = "agentenkit_answers_total";
 /// Calls refused without asking: a person denied the same call (same
 /// tool, same arguments) earlier in the run.
 pub const REPEATED_DENIALS: &str = "agentenkit_repeated_denials_total";
+/// Segments a worker handed back because it cannot serve the version of
+/// the agent their run is pinned to.
+pub const UNSERVED_VERSIONS: &str = "agentenkit_unserved_versions_total";
 pub const EXPIRIES: &str = "agentenkit_expiries_total";
 pub const EXPIRIES_RESCHEDULED: &str = "agentenkit_expiries_rescheduled_total";
 /// Messages moved to the dead-letter queue (unreadable, or still failing

@@ -108,6 +108,9 @@ struct Inner {
     busy: Arc<std::sync::atomic::AtomicUsize>,
     /// Sends notifications and reminders (one HTTP client for all).
     notifier: crate::notify::Notifier,
+    /// The registry of each agent version a run this worker took is
+    /// pinned to.
+    pinned: Arc<crate::versions::PinnedRegistries>,
 }
 
 impl Worker {
@@ -121,12 +124,11 @@ impl Worker {
         // its store, through this relay.
         let relay = Relay::new(queue.clone());
         // Its commits' events go to the deployment's notification targets.
-        let store = relay
-            .attach(store)
-            .with_notified(registry.notified_events());
+        let store = registry.prepare(relay.attach(store));
         Self {
             inner: Arc::new(Inner {
                 notifier: crate::notify::Notifier::new(store.clone(), registry.clone(), None),
+                pinned: Arc::new(crate::versions::PinnedRegistries::new(registry.clone())),
                 store,
                 queue,
                 registry,
@@ -155,6 +157,7 @@ impl Worker {
                 ),
                 crash: Some(crash),
                 busy: Arc::default(),
+                pinned: inner.pinned.clone(),
             }),
         }
     }
@@ -162,6 +165,10 @@ impl Worker {
     /// Consumes segments until `shutdown`, then drains in-flight segments
     /// for up to `shutdown_grace`; what is left is redelivered elsewhere.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        // Other workers may serve runs pinned to this worker's versions.
+        if let Err(e) = self.inner.registry.record_versions(&self.inner.store).await {
+            tracing::warn!(error = %e, "could not record the agent versions");
+        }
         let mut deliveries = self.inner.queue.consume(self.inner.config.prefetch).await?;
         let mut in_flight: JoinSet<Disposition> = JoinSet::new();
         loop {
@@ -348,11 +355,28 @@ impl Worker {
             backoff: inner.config.retry_backoff,
             max_takeovers: inner.config.max_takeovers,
         };
+        // The run continues on the version of its agent it started on.
+        let registry = match inner
+            .pinned
+            .for_run(
+                &inner.store,
+                &ctx.lease.run_name,
+                ctx.agent_version.as_deref(),
+            )
+            .await
+        {
+            Ok(registry) => registry,
+            Err(e) => {
+                tracing::warn!(error = %e, "this worker cannot serve the run's agent version; segment handed back");
+                ::metrics::counter!(metrics::UNSERVED_VERSIONS).increment(1);
+                return Disposition::Requeue;
+            }
+        };
         let advanced = tokio::select! {
-            advanced = segment::advance(&inner.registry, &retry, &ctx, &mut cp) => advanced,
+            advanced = segment::advance(&registry, &retry, &ctx, &mut cp) => advanced,
             () = lost.cancelled() => Err(SegmentError::LeaseLost),
         };
-        let outcome = segment::end(&inner.registry, &ctx, &mut cp, advanced).await;
+        let outcome = segment::end(&registry, &ctx, &mut cp, advanced).await;
         let disposition = match outcome {
             Ok(()) => Disposition::Ack,
             // This worker let go of a lease it could not renew: the run is

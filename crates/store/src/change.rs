@@ -57,6 +57,8 @@ pub enum Change {
         call_id: ToolCallId,
         child_run_id: RunId,
         name: String,
+        /// The version of the sub-agent the child is pinned to.
+        version: Option<String>,
         task: String,
     },
     /// This (child) run ended: settle the parent's delegation row and

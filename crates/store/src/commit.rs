@@ -136,8 +136,15 @@ impl Statements {
                 call_id,
                 child_run_id,
                 name,
+                version,
                 task,
-            } => self.start_child(commit.lease, *child_run_id, call_id, name, task)?,
+            } => self.start_child(
+                commit.lease,
+                *child_run_id,
+                call_id,
+                (name, version.as_deref()),
+                task,
+            )?,
             Change::Message(message) => {
                 let (body, body_position) =
                     commit.journal.message_body(serde_json::to_value(message)?);
@@ -175,7 +182,7 @@ impl Statements {
         lease: &Lease,
         child: RunId,
         call_id: &agentenkit_core::ToolCallId,
-        name: &str,
+        (name, version): (&str, Option<&str>),
         task: &str,
     ) -> Result<()> {
         let started = start(&NewRun {
@@ -184,6 +191,7 @@ impl Statements {
             root: lease.root_run_id,
             parent: Some((lease.run_id, call_id)),
             name,
+            version,
             depth: lease.depth + 1,
             task,
         })?;

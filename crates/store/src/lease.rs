@@ -45,6 +45,9 @@ pub struct RunContext {
     /// Workers that died holding this step before this one (each taken
     /// over after its lease ran out).
     pub takeovers: i32,
+    /// The version of its agent the run started on (`None`: from before
+    /// versions, or an agent built in code).
+    pub agent_version: Option<String>,
     /// The whole journal, in position order.
     pub journal: Vec<JournalEntry>,
     /// The conversation before this run's own steps: earlier turns and this
@@ -112,7 +115,7 @@ acquired AS (
       AND NOT EXISTS (SELECT 1 FROM runs root WHERE root.id = runs.root_run_id
                       AND root.status = 'cancelled')
     RETURNING id, thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id,
-              takeovers, root_run_id
+              takeovers, root_run_id, agent_version
 )
 SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
        (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value, j.packed) ORDER BY j.position), '[]')
@@ -136,7 +139,7 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
         FROM tool_calls tc
         LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
         WHERE tc.run_id = a.id),
-       a.takeovers, a.root_run_id
+       a.takeovers, a.root_run_id, a.agent_version
 FROM acquired a";
 
 /// The outcome of trying to take a run's lease for segment `seq`.
@@ -247,6 +250,7 @@ impl Store {
             parent_run_id: row.get::<_, Option<Uuid>>(4).map(RunId),
             attempts: row.get(5),
             takeovers: row.get(10),
+            agent_version: row.get(12),
             journal,
             history,
             calls: calls

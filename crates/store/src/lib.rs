@@ -39,6 +39,7 @@ mod stop;
 mod test_changes;
 mod threads;
 mod tls;
+mod versions;
 mod views;
 mod watch;
 
@@ -59,6 +60,7 @@ pub use reclaim::Reclaimed;
 pub use runs::{CallRow, Delegation};
 pub use threads::{StartedRun, THREAD_PENDING_INPUTS};
 pub use tls::SslMode;
+pub use versions::StoredVersion;
 pub use views::{
     EventView, InboxPosition, MessageView, PendingInput, RunView, ThreadView, UsageView,
 };
@@ -102,6 +104,9 @@ pub struct Store {
     /// The events whose commits also write a `Notify` outbox row (the
     /// deployment's notification targets want them).
     notified: agentenkit_core::notify::NotifiedEvents,
+    /// The version of each agent this process loaded, by agent name: a
+    /// turn's run is pinned to it when it starts.
+    agent_versions: std::sync::Arc<std::collections::HashMap<String, String>>,
 }
 
 impl Store {
@@ -148,6 +153,7 @@ impl Store {
             schema: config.schema.clone(),
             publisher: None,
             notified: agentenkit_core::notify::NotifiedEvents::NONE,
+            agent_versions: std::sync::Arc::default(),
         })
     }
 
@@ -167,6 +173,21 @@ impl Store {
     pub fn with_notified(mut self, notified: agentenkit_core::notify::NotifiedEvents) -> Store {
         self.notified = notified;
         self
+    }
+
+    /// The same store, pinning each turn's run it starts to the version
+    /// `versions` names for its agent (agent name → version hash).
+    pub fn with_agent_versions(
+        mut self,
+        versions: std::collections::HashMap<String, String>,
+    ) -> Store {
+        self.agent_versions = std::sync::Arc::new(versions);
+        self
+    }
+
+    /// The version a turn's run of `agent` starts on, if it has one.
+    pub(crate) fn pinned_version_of(&self, agent: &str) -> Option<&str> {
+        self.agent_versions.get(agent).map(String::as_str)
     }
 
     /// The events this store writes a `Notify` outbox row for.

@@ -43,6 +43,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "key_holders",
         include_str!("../../../migrations/0007_key_holders.sql"),
     ),
+    (
+        8,
+        "agent_versions",
+        include_str!("../../../migrations/0008_agent_versions.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

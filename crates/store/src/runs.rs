@@ -199,7 +199,7 @@ impl Store {
         let stmt = client
             .prepare_cached(
                 "SELECT r.id, r.thread_id, r.status, r.name, r.depth, r.parent_run_id, r.parent_tool_call_id,
-                        r.attempts, r.output, r.error, r.created_at, r.finished_at
+                        r.attempts, r.output, r.error, r.created_at, r.finished_at, r.agent_version
                  FROM runs r JOIN threads t ON t.id = r.thread_id
                  WHERE r.id = $1 AND t.owner = $2",
             )
@@ -322,6 +322,7 @@ fn run_view(row: &Row, usage: Vec<UsageView>) -> Result<RunView> {
         depth: row.get(4),
         parent_run_id: row.get::<_, Option<Uuid>>(5).map(RunId),
         parent_tool_call_id: row.get(6),
+        agent_version: row.get(12),
         attempts: row.get(7),
         output: row.get(8),
         error: row.get(9),

@@ -15,8 +15,8 @@ use crate::Result;
 
 const INSERT_RUN_SQL: &str = "
     INSERT INTO runs (id, thread_id, root_run_id, parent_run_id, parent_tool_call_id,
-                      name, depth, status, segment_seq)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', 1)";
+                      name, depth, status, segment_seq, agent_version)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', 1, $8)";
 
 /// A run to start.
 pub(crate) struct NewRun<'a> {
@@ -28,6 +28,8 @@ pub(crate) struct NewRun<'a> {
     pub parent: Option<(RunId, &'a ToolCallId)>,
     /// The agent's name (a sub-agent's for a child run).
     pub name: &'a str,
+    /// The version of that agent the run is pinned to, when it has one.
+    pub version: Option<&'a str>,
     pub depth: i32,
     /// Its user message: what the turn said, or the delegated task.
     pub task: &'a str,
@@ -51,6 +53,9 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
         content: run.task.to_owned(),
     })?;
     let mut started = json!({ "runId": run.id, "runName": run.name, "depth": run.depth });
+    if let Some(version) = run.version {
+        started["agentVersion"] = json!(version);
+    }
     if let Some((parent, call)) = run.parent {
         started["parentRunId"] = json!(parent);
         started["parentToolCallId"] = json!(call);
@@ -70,6 +75,7 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
                 Box::new(run.parent.map(|(_, call)| call.as_str().to_owned())),
                 Box::new(run.name.to_owned()),
                 Box::new(run.depth),
+                Box::new(run.version.map(str::to_owned)),
             ],
         ),
         message: message_op(run.thread, run.id, Some(user), None),
@@ -80,7 +86,7 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
             EventType::RunStarted,
             started,
             &RowFields {
-                run: stored_event::run_row(run.name, run.depth),
+                run: stored_event::run_row(run.name, run.depth, run.version),
                 ..RowFields::default()
             },
         ),

@@ -234,6 +234,7 @@ impl Store {
             root: run,
             parent: None,
             name: &agent,
+            version: self.pinned_version_of(&agent),
             depth: 0,
             task: content,
         })?;
@@ -373,13 +374,14 @@ macro_rules! event_select {
     () => {
         "SELECT e.id, e.run_id, e.type, e.data, e.created_at, e.packed,
                 CASE WHEN e.packed & 2 <> 0 THEN tc.arguments_whole END, m.body_whole,
-                tc.name, tc.kind, tc.reason, tc.expires_at, r.name, r.depth, e.thread_id
+                tc.name, tc.kind, tc.reason, tc.expires_at, r.name, r.depth, e.thread_id,
+                r.agent_version
          FROM events e
          LEFT JOIN tool_calls_whole tc
            ON e.packed & 10 <> 0 AND tc.run_id = e.run_id AND tc.id = e.data->>'toolCallId'
          LEFT JOIN messages_whole m
            ON e.packed & 4 <> 0 AND m.thread_id = e.thread_id AND m.id = e.message_id
-         LEFT JOIN runs r ON e.packed & 48 <> 0 AND r.id = e.run_id"
+         LEFT JOIN runs r ON e.packed & 112 <> 0 AND r.id = e.run_id"
     };
 }
 use event_select;
@@ -394,7 +396,7 @@ fn event_view(r: &Row) -> Result<EventView> {
         _ => Default::default(),
     };
     let run = match (r.get::<_, Option<&str>>(12), r.get::<_, Option<i32>>(13)) {
-        (Some(name), Some(depth)) => stored_event::run_row(name, depth),
+        (Some(name), Some(depth)) => stored_event::run_row(name, depth, r.get(15)),
         _ => Default::default(),
     };
     let referenced = stored_event::Referenced {

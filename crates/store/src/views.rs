@@ -118,6 +118,11 @@ pub struct RunView {
     pub depth: i32,
     pub parent_run_id: Option<RunId>,
     pub parent_tool_call_id: Option<String>,
+    /// The version of its agent the run is pinned to (SHA-256 of the
+    /// agent's definition); absent for a run from before versions or of an
+    /// agent built in code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
     pub attempts: i32,
     pub output: Option<String>,
     pub error: Option<String>,

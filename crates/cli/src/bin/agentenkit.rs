@@ -108,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
             store.migrate().await?;
             let registry = agents.load_for_sending()?;
             // The reaper loop below writes events too.
-            let store = store.with_notified(registry.notified_events());
+            let store = registry.prepare(store);
             let queue = connections.queue(&registry.delay_lanes()).await?;
             let shutdown = shutdown_on_signal();
             let worker = Worker::new(

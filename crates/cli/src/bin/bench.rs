@@ -203,9 +203,7 @@ async fn bench(
     let ctx = Arc::new(Ctx {
         hooked,
         // Its answers write INPUT_RESOLVED, for the targets if any.
-        store: Relay::new(queue.clone())
-            .attach(store.clone())
-            .with_notified(registry.notified_events()),
+        store: registry.prepare(Relay::new(queue.clone()).attach(store.clone())),
         hub,
         owner: Owner("bench".into()),
         content: hub::body_text(),

@@ -46,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
     let mut store = cli.connections.store()?;
     if let Some(path) = &cli.config {
         let registry = agentenkit_runtime::Registry::from_file(path)?;
-        store = store.with_notified(registry.notified_events());
+        store = registry.prepare(store);
     }
     let looping = cli.every.is_some() && !cli.once;
     let shutdown = shutdown_on_signal();

@@ -32,10 +32,13 @@ pub(super) async fn park(
     for ParkItem { call, wait } in &to_park {
         let (kind, reason, arguments, ttl_ms) = match wait {
             Wait::Delegate { task } => {
+                // The child runs on its agent's version as this run's
+                // registry has it (its own, pinned apart from this run's).
                 changes.push(Change::StartChild {
                     call_id: call.id.clone(),
                     child_run_id: RunId::new(),
                     name: call.name.clone(),
+                    version: registry.agent_version(&call.name).map(|v| v.hash.clone()),
                     task: task.clone(),
                 });
                 continue;

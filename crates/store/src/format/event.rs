@@ -36,13 +36,17 @@ pub const PACKED_RUN_FIELDS: i16 = 16;
 /// The fields [`parked_run_fields_of`] its type equalled those of the run
 /// row `run_id` and were left out.
 pub const PACKED_PARKED_RUN_FIELDS: i16 = 32;
+/// The fields [`run_version_fields_of`] its type (the agent version the
+/// run is pinned to) equalled those of the run row and were left out.
+pub const PACKED_RUN_VERSION: i16 = 64;
 
 const ALL: i16 = PACKED_RUN_ID
     | PACKED_ARGUMENTS
     | PACKED_MESSAGE
     | PACKED_CALL_FIELDS
     | PACKED_RUN_FIELDS
-    | PACKED_PARKED_RUN_FIELDS;
+    | PACKED_PARKED_RUN_FIELDS
+    | PACKED_RUN_VERSION;
 
 /// The call-row fields an event of `event_type` may leave out. Only
 /// fields whose row value is final when the event commits: a call's name
@@ -75,12 +79,23 @@ pub fn parked_run_fields_of(event_type: EventType) -> &'static [&'static str] {
     }
 }
 
+/// The run-row fields an event of `event_type` may leave out under
+/// [`PACKED_RUN_VERSION`] (a run's version never changes; a run without
+/// one has no such field to leave out).
+pub fn run_version_fields_of(event_type: EventType) -> &'static [&'static str] {
+    match event_type {
+        EventType::RunStarted => &["agentVersion"],
+        _ => &[],
+    }
+}
+
 /// Each bit that leaves run-row fields out, with the fields it stands for
 /// in an event of `event_type`.
-fn run_field_bits(event_type: EventType) -> [(i16, &'static [&'static str]); 2] {
+fn run_field_bits(event_type: EventType) -> [(i16, &'static [&'static str]); 3] {
     [
         (PACKED_RUN_FIELDS, run_fields_of(event_type)),
         (PACKED_PARKED_RUN_FIELDS, parked_run_fields_of(event_type)),
+        (PACKED_RUN_VERSION, run_version_fields_of(event_type)),
     ]
 }
 
@@ -117,10 +132,13 @@ pub fn call_row(
 }
 
 /// A run row's fields as event data spells them.
-pub fn run_row(name: &str, depth: i32) -> Map<String, Value> {
+pub fn run_row(name: &str, depth: i32, version: Option<&str>) -> Map<String, Value> {
     let mut row = Map::new();
     row.insert("runName".to_owned(), Value::from(name));
     row.insert("depth".to_owned(), Value::from(depth));
+    if let Some(version) = version {
+        row.insert("agentVersion".to_owned(), Value::from(version));
+    }
     row
 }
 

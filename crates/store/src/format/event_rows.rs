@@ -18,7 +18,7 @@ pub(crate) fn known_rows(
     changes: &[Change],
     data: &Value,
 ) -> RowFields {
-    let run = stored_event::run_row(run_name, depth);
+    let run = stored_event::run_row(run_name, depth, None);
     let Some(call_id) = data.get("toolCallId").and_then(Value::as_str) else {
         return RowFields {
             run,

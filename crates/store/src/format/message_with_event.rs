@@ -150,6 +150,7 @@ mod tests {
                 call_id: ToolCallId("c1".into()),
                 child_run_id: RunId::new(),
                 name: "helper".into(),
+                version: None,
                 task: "t".into(),
             },
         ];

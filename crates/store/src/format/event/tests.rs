@@ -31,10 +31,59 @@ fn the_stored_bits_keep_their_values() {
             PACKED_MESSAGE,
             PACKED_CALL_FIELDS,
             PACKED_RUN_FIELDS,
-            PACKED_PARKED_RUN_FIELDS
+            PACKED_PARKED_RUN_FIELDS,
+            PACKED_RUN_VERSION
         ),
-        (1, 2, 4, 8, 16, 32)
+        (1, 2, 4, 8, 16, 32, 64)
     );
+}
+
+/// A run's version is on its row: `RUN_STARTED` keeps none of it, and a
+/// run without a version keeps nothing either.
+#[test]
+fn a_run_started_keeps_no_version_its_run_row_holds() {
+    let hash = "9f".repeat(32);
+    let data = json!({ "runId": run(), "runName": "mailer", "depth": 0, "agentVersion": hash });
+    let rows = RowFields {
+        run: run_row("mailer", 0, Some(&hash)),
+        ..RowFields::default()
+    };
+    let stored = pack(EventType::RunStarted, Some(run()), data.clone(), &rows);
+    assert_eq!(
+        stored.packed,
+        PACKED_RUN_ID | PACKED_RUN_FIELDS | PACKED_RUN_VERSION
+    );
+    assert_eq!(stored.data, json!({}));
+    let read = unpack(
+        EventType::RunStarted,
+        Some(run()),
+        stored.packed,
+        stored.data,
+        Referenced {
+            rows,
+            ..Referenced::default()
+        },
+    );
+    assert_eq!(read.whole().unwrap(), data);
+    // Without a version: the bit is not set, and nothing is missing.
+    let plain = json!({ "runId": run(), "runName": "mailer", "depth": 0 });
+    let rows = RowFields {
+        run: run_row("mailer", 0, None),
+        ..RowFields::default()
+    };
+    let stored = pack(EventType::RunStarted, Some(run()), plain.clone(), &rows);
+    assert_eq!(stored.packed, PACKED_RUN_ID | PACKED_RUN_FIELDS);
+    let read = unpack(
+        EventType::RunStarted,
+        Some(run()),
+        stored.packed,
+        stored.data,
+        Referenced {
+            rows,
+            ..Referenced::default()
+        },
+    );
+    assert_eq!(read.whole().unwrap(), plain);
 }
 
 fn run() -> RunId {
@@ -189,11 +238,11 @@ fn what_cannot_be_put_back_is_named_and_the_rest_served() {
     let newer = unpack(
         EventType::ToolCall,
         Some(run()),
-        PACKED_RUN_ID | 64,
+        PACKED_RUN_ID | 128,
         json!({"a": 1}),
         none(),
     );
-    assert_eq!(newer.problems, [UnpackError::UnknownBits(64)]);
+    assert_eq!(newer.problems, [UnpackError::UnknownBits(128)]);
     assert_eq!(newer.data, json!({"a": 1, "runId": run()}));
     // Data stored whole comes back as it is, whatever it is.
     assert_eq!(
@@ -288,7 +337,7 @@ fn a_parked_calls_fields_and_its_runs_are_left_to_their_rows() {
         .unwrap();
     let rows = RowFields {
         call: call_row("send_email", "approval", Some("approval"), Some(at)),
-        run: run_row("mailer", 0),
+        run: run_row("mailer", 0, None),
     };
     let data = json!({
         "toolCallId": "c1", "runId": run(), "toolName": "send_email",

@@ -1,0 +1,362 @@
+//! Agent versions: each agent of an agent file, resolved to what decides
+//! how its runs go (its system prompt, model settings, tools with their
+//! schemas and flags, approval rules, TTLs and endpoints, sub-agents,
+//! intake, the file's limits), kept under the SHA-256 of its canonical
+//! JSON. A run records the version it started on and continues on it,
+//! whatever a later deploy says.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use agentenkit_core::canonical::{canonical, sha256_hex};
+use serde_json::{Map, Value};
+
+/// The file's settings that bound every run and so belong to each version.
+const LIMITS: [&str; 4] = [
+    "max_depth",
+    "max_children_per_step",
+    "max_runs_per_tree",
+    "max_tool_calls_per_step",
+];
+
+/// The file's settings that belong to the deployment, not to an agent:
+/// where events are sent. A pinned run uses the deployment's.
+pub(crate) const DEPLOYMENT: [&str; 2] = ["notifications", "ui_url"];
+
+/// One agent's definition as a version: what it is, and its hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentVersion {
+    pub agent: String,
+    /// SHA-256 (lowercase hex) of the definition's canonical JSON (RFC 8785).
+    pub hash: String,
+    /// An agent file (as JSON) holding the agent, the sub-agents it can
+    /// reach, the tools they offer, and the file's limits.
+    pub definition: Value,
+}
+
+impl AgentVersion {
+    /// The first 12 hex digits, as people are shown a version.
+    pub fn short(hash: &str) -> &str {
+        hash.get(..12).unwrap_or(hash)
+    }
+}
+
+/// The version of every agent of `file` (an agent file as JSON).
+pub fn versions_of(file: &Value) -> HashMap<String, AgentVersion> {
+    let agents = file.get("agents").and_then(Value::as_object);
+    agents
+        .map(|agents| {
+            agents
+                .keys()
+                .map(|name| {
+                    let definition = definition_of(file, name);
+                    let hash = sha256_hex(canonical(&definition).as_bytes());
+                    let version = AgentVersion {
+                        agent: name.clone(),
+                        hash,
+                        definition,
+                    };
+                    (name.clone(), version)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The part of `file` that decides how runs of `agent` go: the agent and
+/// every sub-agent it reaches, the tools they name, and the limits.
+fn definition_of(file: &Value, agent: &str) -> Value {
+    let agents = file.get("agents").and_then(Value::as_object);
+    let tools = file.get("tools").and_then(Value::as_object);
+    let mut reached = BTreeSet::new();
+    let mut to_visit = vec![agent.to_owned()];
+    while let Some(name) = to_visit.pop() {
+        if !reached.insert(name.clone()) {
+            continue;
+        }
+        let subagents = agents
+            .and_then(|a| a.get(&name))
+            .and_then(|def| def.get("subagents"))
+            .and_then(Value::as_array);
+        for sub in subagents.into_iter().flatten().filter_map(Value::as_str) {
+            if agents.is_some_and(|a| a.contains_key(sub)) {
+                to_visit.push(sub.to_owned());
+            }
+        }
+    }
+    let mut chosen_agents = BTreeMap::new();
+    let mut named_tools = BTreeSet::new();
+    for name in &reached {
+        if let Some(def) = agents.and_then(|a| a.get(name)) {
+            for tool in def
+                .get("tools")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+            {
+                named_tools.insert(tool.to_owned());
+            }
+            chosen_agents.insert(name.clone(), def.clone());
+        }
+    }
+    let chosen_tools: Map<String, Value> = named_tools
+        .into_iter()
+        .filter_map(|name| {
+            let def = tools.and_then(|t| t.get(&name))?.clone();
+            Some((name, def))
+        })
+        .collect();
+    let mut definition = Map::new();
+    definition.insert(
+        "agents".into(),
+        Value::Object(chosen_agents.into_iter().collect()),
+    );
+    if !chosen_tools.is_empty() {
+        definition.insert("tools".into(), Value::Object(chosen_tools));
+    }
+    for limit in LIMITS {
+        if let Some(value) = file.get(limit) {
+            definition.insert(limit.into(), value.clone());
+        }
+    }
+    Value::Object(definition)
+}
+
+/// The agent file a pinned run is served from: its version's definition
+/// with the deployment's own settings (notification targets) of `current`.
+pub(crate) fn with_deployment(definition: &Value, current: &Value) -> Value {
+    let mut file = definition.as_object().cloned().unwrap_or_default();
+    for key in DEPLOYMENT {
+        if let Some(value) = current.get(key) {
+            file.insert(key.into(), value.clone());
+        }
+    }
+    Value::Object(file)
+}
+
+impl crate::Registry {
+    /// The version of `agent` this registry serves, when it was loaded
+    /// from an agent file.
+    pub fn agent_version(&self, agent: &str) -> Option<&AgentVersion> {
+        self.versions.get(agent)
+    }
+
+    /// Every version of this registry's agents.
+    pub fn agent_versions(&self) -> impl Iterator<Item = &AgentVersion> {
+        self.versions.values()
+    }
+
+    /// The store as this deployment writes with it: a `Notify` outbox row
+    /// for each event the targets want, and each turn's run pinned to its
+    /// agent's version.
+    pub fn prepare(&self, store: agentenkit_store::Store) -> agentenkit_store::Store {
+        store
+            .with_notified(self.notified_events())
+            .with_agent_versions(
+                self.versions
+                    .iter()
+                    .map(|(agent, version)| (agent.clone(), version.hash.clone()))
+                    .collect(),
+            )
+    }
+
+    /// Records this registry's versions, so a worker with another agent
+    /// file can serve the runs pinned to them. Every process that loads an
+    /// agent file does, once, when it starts.
+    pub async fn record_versions(
+        &self,
+        store: &agentenkit_store::Store,
+    ) -> agentenkit_store::Result<()> {
+        let versions: Vec<(&str, &str, &Value)> = self
+            .versions
+            .values()
+            .map(|v| (v.hash.as_str(), v.agent.as_str(), &v.definition))
+            .collect();
+        store.record_agent_versions(&versions).await
+    }
+
+    /// The registry a run pinned to `definition` is served from: that
+    /// version's agents, tools and limits, with this deployment's
+    /// notification targets and the tools this process registered in code.
+    pub fn pinned(&self, definition: &Value) -> crate::Result<crate::Registry> {
+        let tree = with_deployment(definition, &self.file);
+        let file: crate::config::AgentFile = serde_json::from_value(tree.clone())
+            .map_err(|e| crate::Error::Config(format!("a stored agent version: {e}")))?;
+        let defined: BTreeSet<&str> = self
+            .file
+            .get("tools")
+            .and_then(Value::as_object)
+            .map(|tools| tools.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let code_tools = self
+            .tools
+            .iter()
+            .filter(|(name, _)| !defined.contains(name.as_str()))
+            .map(|(name, tool)| (name.clone(), tool.clone()))
+            .collect();
+        crate::Registry::from_agent_file(file, tree, &code_tools)
+    }
+}
+
+/// The registries a worker serves runs from: the one it loaded, and one
+/// per other version a run it took is pinned to, built once from the
+/// stored definition and kept.
+pub struct PinnedRegistries {
+    current: std::sync::Arc<crate::Registry>,
+    built: std::sync::Mutex<HashMap<String, std::sync::Arc<crate::Registry>>>,
+}
+
+/// Why a worker cannot serve a run's version.
+#[derive(Debug, thiserror::Error)]
+pub enum Unserved {
+    #[error("agent {agent:?} version {} was never recorded", AgentVersion::short(.hash))]
+    Unrecorded { agent: String, hash: String },
+    #[error("agent {agent:?} version {}: {message}", AgentVersion::short(.hash))]
+    Unusable {
+        agent: String,
+        hash: String,
+        message: String,
+    },
+    #[error(transparent)]
+    Store(#[from] agentenkit_store::Error),
+}
+
+impl PinnedRegistries {
+    pub fn new(current: std::sync::Arc<crate::Registry>) -> Self {
+        Self {
+            current,
+            built: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The registry a run of `agent` pinned to `version` is served from:
+    /// the loaded one when it has that version (or the run has none), else
+    /// the version's own, from the store.
+    pub async fn for_run(
+        &self,
+        store: &agentenkit_store::Store,
+        agent: &str,
+        version: Option<&str>,
+    ) -> Result<std::sync::Arc<crate::Registry>, Unserved> {
+        let Some(hash) = version else {
+            return Ok(self.current.clone());
+        };
+        if self
+            .current
+            .agent_version(agent)
+            .is_some_and(|v| v.hash == hash)
+        {
+            return Ok(self.current.clone());
+        }
+        if let Some(built) = self.built.lock().expect("pinned registries").get(hash) {
+            return Ok(built.clone());
+        }
+        let stored =
+            store
+                .stored_agent_version(hash)
+                .await?
+                .ok_or_else(|| Unserved::Unrecorded {
+                    agent: agent.to_owned(),
+                    hash: hash.to_owned(),
+                })?;
+        let registry = self
+            .current
+            .pinned(&stored.definition)
+            .map_err(|e| Unserved::Unusable {
+                agent: agent.to_owned(),
+                hash: hash.to_owned(),
+                message: e.to_string(),
+            })?;
+        let registry = std::sync::Arc::new(registry);
+        self.built
+            .lock()
+            .expect("pinned registries")
+            .insert(hash.to_owned(), registry.clone());
+        Ok(registry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn file() -> Value {
+        json!({
+            "max_depth": 3,
+            "ui_url": "https://x",
+            "notifications": { "ops": { "url": "https://hook" } },
+            "agents": {
+                "mailer": { "system": "v1", "tools": ["send_email"], "subagents": ["writer"],
+                            "model": { "provider": "scripted", "script": [] } },
+                "writer": { "system": "w", "tools": ["lookup"],
+                            "model": { "provider": "scripted", "script": [] } },
+                "other": { "system": "o", "tools": ["other_tool"],
+                           "model": { "provider": "scripted", "script": [] } },
+            },
+            "tools": {
+                "send_email": { "type": "echo", "requires_confirmation": true },
+                "lookup": { "type": "echo" },
+                "other_tool": { "type": "echo" },
+            }
+        })
+    }
+
+    #[test]
+    fn a_version_holds_its_agent_its_sub_agents_their_tools_and_the_limits() {
+        let versions = versions_of(&file());
+        let mailer = &versions["mailer"].definition;
+        let agents: Vec<&String> = mailer["agents"].as_object().unwrap().keys().collect();
+        assert_eq!(agents, ["mailer", "writer"]);
+        let tools: Vec<&String> = mailer["tools"].as_object().unwrap().keys().collect();
+        assert_eq!(tools, ["lookup", "send_email"]);
+        assert_eq!(mailer["max_depth"], 3);
+        assert!(
+            mailer.get("notifications").is_none(),
+            "the deployment's, not the agent's"
+        );
+        assert!(mailer.get("ui_url").is_none());
+        let writer = &versions["writer"].definition;
+        assert_eq!(writer["agents"].as_object().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn only_what_an_agent_reaches_changes_its_version() {
+        let before = versions_of(&file());
+        let mut changed = file();
+        changed["tools"]["other_tool"]["requires_confirmation"] = json!(true);
+        changed["notifications"]["ops"]["url"] = json!("https://elsewhere");
+        let after = versions_of(&changed);
+        assert_eq!(before["mailer"].hash, after["mailer"].hash);
+        assert_ne!(before["other"].hash, after["other"].hash);
+        // A sub-agent's change is its parent's too.
+        let mut prompt = file();
+        prompt["agents"]["writer"]["system"] = json!("w2");
+        let after = versions_of(&prompt);
+        assert_ne!(before["mailer"].hash, after["mailer"].hash);
+        assert_ne!(before["writer"].hash, after["writer"].hash);
+        assert_eq!(before["other"].hash, after["other"].hash);
+        // Key order does not matter: the hash is of the canonical form.
+        let reordered: Value =
+            serde_json::from_str(&serde_json::to_string(&file()).unwrap()).unwrap();
+        assert_eq!(
+            versions_of(&reordered)["mailer"].hash,
+            before["mailer"].hash
+        );
+        assert_eq!(before["mailer"].hash.len(), 64);
+        assert_eq!(AgentVersion::short(&before["mailer"].hash).len(), 12);
+    }
+
+    #[test]
+    fn a_pinned_file_takes_the_deployments_targets() {
+        let version = &versions_of(&file())["mailer"];
+        let mut current = file();
+        current["notifications"] = json!({ "new": { "url": "https://n" } });
+        let served = with_deployment(&version.definition, &current);
+        assert_eq!(
+            served["notifications"],
+            json!({ "new": { "url": "https://n" } })
+        );
+        assert_eq!(served["agents"], version.definition["agents"]);
+    }
+}

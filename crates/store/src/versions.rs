@@ -1,0 +1,58 @@
+//! Agent versions as stored: each agent's resolved definition under its
+//! hash, recorded by every process that loads an agent file, read back by
+//! a worker serving a run pinned to a version it did not load itself.
+
+use serde_json::Value;
+
+use crate::{Result, Store};
+
+/// One version: its hash, its agent, its definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredVersion {
+    pub hash: String,
+    pub agent: String,
+    pub definition: Value,
+    pub first_seen: chrono::DateTime<chrono::Utc>,
+}
+
+impl Store {
+    /// Records `versions` (hash, agent, definition); one already known is
+    /// left as it was first seen. One statement, at a process's start.
+    pub async fn record_agent_versions(&self, versions: &[(&str, &str, &Value)]) -> Result<()> {
+        if versions.is_empty() {
+            return Ok(());
+        }
+        let hashes: Vec<&str> = versions.iter().map(|v| v.0).collect();
+        let agents: Vec<&str> = versions.iter().map(|v| v.1).collect();
+        let definitions: Vec<&Value> = versions.iter().map(|v| v.2).collect();
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO agent_versions (hash, agent, definition)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[])
+                 ON CONFLICT (hash) DO NOTHING",
+                &[&hashes, &agents, &definitions],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The version `hash`, if any process recorded it.
+    pub async fn stored_agent_version(&self, hash: &str) -> Result<Option<StoredVersion>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT hash, agent, definition, first_seen FROM agent_versions WHERE hash = $1",
+            )
+            .await?;
+        Ok(client
+            .query_opt(&stmt, &[&hash])
+            .await?
+            .map(|row| StoredVersion {
+                hash: row.get(0),
+                agent: row.get(1),
+                definition: row.get(2),
+                first_seen: row.get(3),
+            }))
+    }
+}

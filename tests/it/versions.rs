@@ -1,0 +1,120 @@
+//! Deploys never change a run under a person's feet: a run continues on
+//! the version of its agent it started on, whatever the agent file says
+//! by the time the person answers.
+
+use std::sync::Arc;
+
+use agentenkit_runtime::{Registry, Worker};
+use agentenkit_tests::*;
+use serde_json::json;
+
+/// The agent file of the deploy: `mailer` with one approval tool.
+fn mailer(tool: &str, system: &str, done: &str, url: &str) -> Registry {
+    Registry::from_toml(&format!(
+        r#"
+[agents.mailer]
+system = "{system}"
+tools = ["{tool}"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "{tool}", arguments = {{ to = "a@b.c" }} }} ] }},
+  {{ text = "{done}" }},
+] }}
+
+[tools.{tool}]
+type = "http"
+url = "{url}"
+requires_confirmation = true
+input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ type = "string" }} }} }}
+"#
+    ))
+    .expect("agent file")
+}
+
+/// A run parks on `send_email`; the agent file is redeployed with the tool
+/// renamed `send_mail`, a new prompt and a new script; the person then
+/// approves. The approval is honoured by v1's tool and the run ends with
+/// v1's script, on the version it recorded when it started.
+#[tokio::test]
+async fn a_parked_run_finishes_on_its_version_after_a_deploy_renames_its_tool() {
+    let v1_tool = ToolServer::ok().await;
+    let v2_tool = ToolServer::ok().await;
+    let v1 = mailer("send_email", "v1", "Done v1.", &v1_tool.url);
+    let v1_hash = v1.agent_version("mailer").expect("a version").hash.clone();
+    let env = TestEnv::start(v1).await;
+    let old = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("mailer", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+    let run = env.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(run["agentVersion"], v1_hash.as_str());
+    let events = env.get(&format!("/threads/{thread_id}/events")).await;
+    assert_eq!(
+        first_event(&events, "RUN_STARTED")["data"]["agentVersion"],
+        v1_hash.as_str()
+    );
+    old.stop().await.unwrap();
+
+    // The deploy: the old workers are gone, the new ones load v2.
+    let v2 = mailer("send_mail", "v2", "Done v2.", &v2_tool.url);
+    assert_ne!(v2.agent_version("mailer").unwrap().hash, v1_hash);
+    let new = env.spawn(Worker::new(
+        env.store.clone(),
+        env.queue.clone(),
+        Arc::new(v2),
+        env.worker_config.clone(),
+    ));
+    let (_, answer) = env
+        .reply(
+            "/agent/tool-call/approve",
+            ALICE,
+            json!({ "runId": run_id, "toolCallId": "c1" }),
+        )
+        .await;
+    assert_eq!(answer["delivered"], true, "{answer}");
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], "Done v1.", "{run}");
+    assert_eq!(v1_tool.calls(), 1, "v1's tool ran the approved call");
+    assert_eq!(v1_tool.bodies()[0]["arguments"], json!({ "to": "a@b.c" }));
+    assert_eq!(v2_tool.calls(), 0);
+    let tool_message = tool_message(&env, &thread_id).await;
+    assert!(
+        tool_message.get("error").is_none(),
+        "no unknown tool: {tool_message}"
+    );
+    new.stop().await.unwrap();
+    env.finish().await;
+}
+
+/// A version is stored once, under its hash, by the process that loaded
+/// it: another process (a worker of another deploy) reads it back as it
+/// was.
+#[tokio::test]
+async fn versions_are_recorded_once_under_their_hash() {
+    let v1 = mailer("send_email", "v1", "Done.", "http://127.0.0.1:9/");
+    let version = v1.agent_version("mailer").unwrap().clone();
+    let env = TestEnv::start(v1).await;
+    let stored = env
+        .store
+        .stored_agent_version(&version.hash)
+        .await
+        .unwrap()
+        .expect("recorded at start");
+    assert_eq!(stored.agent, "mailer");
+    assert_eq!(stored.definition, version.definition);
+    assert_eq!(
+        agentenkit_core::canonical::sha256_hex(
+            agentenkit_core::canonical::canonical(&stored.definition).as_bytes()
+        ),
+        version.hash
+    );
+    // Recording again keeps the first sighting.
+    env.registry.record_versions(&env.store).await.unwrap();
+    let again = env
+        .store
+        .stored_agent_version(&version.hash)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.first_seen, stored.first_seen);
+    env.finish().await;
+}
