@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use agentenkit::agents::AgentsCommand;
 use agentenkit_runtime::{Registry, Worker};
 use agentenkit_tests::*;
 use serde_json::json;
@@ -62,6 +63,30 @@ async fn a_parked_run_finishes_on_its_version_after_a_deploy_renames_its_tool() 
         Arc::new(v2),
         env.worker_config.clone(),
     ));
+    // The person is shown the version the call will be run by, and the
+    // operator which versions have open runs.
+    let input = env.wait_pending(&thread_id, 1).await.remove(0);
+    assert_eq!(input["agentVersion"], v1_hash.as_str());
+    let listed = eventually("the new workers recorded their version", || async {
+        let (listed, found) = AgentsCommand::Versions {
+            name: "mailer".into(),
+        }
+        .run(&env.store)
+        .await
+        .unwrap();
+        (found && listed.lines().count() == 4).then_some(listed)
+    })
+    .await;
+    let lines: Vec<&str> = listed.lines().collect();
+    assert!(lines[0].starts_with(&v1_hash[..12]), "{listed}");
+    assert!(
+        lines[0].contains("1 open run ") && lines[0].contains("tools send_email"),
+        "{listed}"
+    );
+    assert!(
+        lines[2].contains("0 open runs") && lines[2].contains("tools send_mail"),
+        "{listed}"
+    );
     let (_, answer) = env
         .reply(
             "/agent/tool-call/approve",
@@ -116,5 +141,81 @@ async fn versions_are_recorded_once_under_their_hash() {
         .unwrap()
         .unwrap();
     assert_eq!(again.first_seen, stored.first_seen);
+    env.finish().await;
+}
+
+/// A root that delegates to `child`, which asks to run `tool`.
+fn delegating(child_done: &str, url: &str) -> Registry {
+    Registry::from_toml(&format!(
+        r#"
+[agents.root]
+subagents = ["child"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "d1", name = "child", arguments = {{ task = "mail it" }} }} ] }},
+  {{ text = "root done" }},
+] }}
+
+[agents.child]
+tools = ["tool"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "tool", arguments = {{ to = "a@b.c" }} }} ] }},
+  {{ text = "{child_done}" }},
+] }}
+
+[tools.tool]
+type = "http"
+url = "{url}"
+requires_confirmation = true
+"#
+    ))
+    .expect("agent file")
+}
+
+/// A sub-agent's run records the version of its own agent, apart from its
+/// parent's, and both finish on their versions after a deploy changed the
+/// sub-agent.
+#[tokio::test]
+async fn a_sub_agents_run_is_pinned_to_its_own_agents_version() {
+    let v1_tool = ToolServer::ok().await;
+    let v2_tool = ToolServer::ok().await;
+    let v1 = delegating("child done v1", &v1_tool.url);
+    let (root_v1, child_v1) = (
+        v1.agent_version("root").unwrap().hash.clone(),
+        v1.agent_version("child").unwrap().hash.clone(),
+    );
+    assert_ne!(root_v1, child_v1);
+    let env = TestEnv::start(v1).await;
+    let old = env.spawn_worker();
+    let (thread_id, root_run) = env.start_turn("root", "go").await;
+    let input = env.wait_pending(&thread_id, 1).await.remove(0);
+    let child_run = input["runId"].as_str().unwrap().to_owned();
+    assert_ne!(child_run, root_run);
+    let child = env.get(&format!("/runs/{child_run}")).await;
+    assert_eq!(child["agentVersion"], child_v1.as_str());
+    let root = env.get(&format!("/runs/{root_run}")).await;
+    assert_eq!(root["agentVersion"], root_v1.as_str());
+    old.stop().await.unwrap();
+
+    let v2 = delegating("child done v2", &v2_tool.url);
+    assert_ne!(v2.agent_version("child").unwrap().hash, child_v1);
+    let new = env.spawn(Worker::new(
+        env.store.clone(),
+        env.queue.clone(),
+        Arc::new(v2),
+        env.worker_config.clone(),
+    ));
+    env.reply(
+        "/agent/tool-call/approve",
+        ALICE,
+        json!({ "runId": child_run, "toolCallId": "c1" }),
+    )
+    .await;
+    let root = env.wait_run_finished(&root_run).await;
+    assert_eq!(root["status"], "completed", "{root}");
+    assert_eq!(root["output"], "root done");
+    let child = env.get(&format!("/runs/{child_run}")).await;
+    assert_eq!(child["output"], "child done v1", "{child}");
+    assert_eq!((v1_tool.calls(), v2_tool.calls()), (1, 0));
+    new.stop().await.unwrap();
     env.finish().await;
 }

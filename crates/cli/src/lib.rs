@@ -1,6 +1,7 @@
 //! What the binaries share: options, wiring of store, queue and registry,
 //! and serving the API. The integration tests use the same wiring.
 
+pub mod agents;
 pub mod broker;
 pub mod chaos;
 pub mod chat;

@@ -552,6 +552,9 @@ fn render_pending(out: &mut String, item: &Value) {
     if let Some(hash) = item["argumentsHash"].as_str() {
         let _ = writeln!(out, "    argumentsHash: {}", shown(hash, false));
     }
+    if let Some(version) = item["agentVersion"].as_str() {
+        let _ = writeln!(out, "    agent version: {}", shown(version, false));
+    }
 }
 
 fn render_thread(thread: &Value) -> String {

@@ -36,7 +36,7 @@ const INBOX_ORDER: &str = "tc.created_at, tc.run_id, tc.id";
 pub(crate) const PENDING_INPUTS: &str = "
     SELECT tc.id, tc.run_id, tc.thread_id, tc.name, tc.arguments_whole, tc.kind, tc.reason,
            r.name, r.depth, tc.expires_at, tc.created_at,
-           jsonb_array_length(tc.approvals)
+           jsonb_array_length(tc.approvals), r.agent_version
     FROM tool_calls_whole tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
@@ -467,5 +467,6 @@ pub(crate) fn pending_input(row: &Row) -> Result<PendingInput> {
         request: (kind == agentenkit_core::ToolKind::Ask).then(|| row.get::<_, Value>(4)),
         approvals_given: row.get::<_, Option<i32>>(11).map(|n| n as u32),
         approvals_required: None,
+        agent_version: row.get(12),
     })
 }

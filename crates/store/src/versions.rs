@@ -37,6 +37,35 @@ impl Store {
         Ok(())
     }
 
+    /// The versions of `agent` any process recorded, oldest first, each
+    /// with how many of its runs are open (queued, running or waiting).
+    pub async fn list_agent_versions(&self, agent: &str) -> Result<Vec<(StoredVersion, i64)>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT v.hash, v.agent, v.definition, v.first_seen,
+                        (SELECT count(*) FROM runs r WHERE r.agent_version = v.hash
+                           AND r.status IN ('queued', 'running', 'waiting'))
+                 FROM agent_versions v WHERE v.agent = $1 ORDER BY v.first_seen, v.hash",
+                &[&agent],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                (
+                    StoredVersion {
+                        hash: row.get(0),
+                        agent: row.get(1),
+                        definition: row.get(2),
+                        first_seen: row.get(3),
+                    },
+                    row.get(4),
+                )
+            })
+            .collect())
+    }
+
     /// The version `hash`, if any process recorded it.
     pub async fn stored_agent_version(&self, hash: &str) -> Result<Option<StoredVersion>> {
         let client = self.client().await?;

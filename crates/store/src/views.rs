@@ -59,6 +59,10 @@ pub struct PendingInput {
     /// rule for its tool, which the API fills in).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approvals_required: Option<u32>,
+    /// The version of its agent the run is pinned to: what it will do once
+    /// answered is what that version says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
 }
 
 impl PendingInput {

@@ -65,6 +65,13 @@ enum Command {
         #[command(flatten)]
         connections: Connections,
     },
+    /// Agents as the database knows them: the versions processes recorded.
+    Agents {
+        #[command(flatten)]
+        connections: Connections,
+        #[command(subcommand)]
+        command: agentenkit::agents::AgentsCommand,
+    },
     /// API keys with scopes, in the database: create, list, revoke.
     Keys {
         #[command(flatten)]
@@ -85,9 +92,11 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match &cli.command {
         // Output for a person at a terminal: no log lines in it.
-        Command::Chat { .. } | Command::Demo { .. } | Command::Ops(_) | Command::Keys { .. } => {
-            init_tracing_at("warn,lapin=off", cli.log.log_format)
-        }
+        Command::Chat { .. }
+        | Command::Demo { .. }
+        | Command::Ops(_)
+        | Command::Keys { .. }
+        | Command::Agents { .. } => init_tracing_at("warn,lapin=off", cli.log.log_format),
         Command::Migrate { .. } | Command::Dev { .. } | Command::Openapi => {
             init_tracing(cli.log.log_format)
         }
@@ -144,6 +153,18 @@ async fn main() -> anyhow::Result<()> {
             owner,
         } => agentenkit::chat::run(connections, agents, agent, owner).await?,
         Command::Demo { connections } => agentenkit::demo::run(connections).await?,
+        Command::Agents {
+            connections,
+            command,
+        } => {
+            let store = connections.store()?;
+            store.migrate().await?;
+            let (output, found) = command.run(&store).await?;
+            print!("{output}");
+            if !found {
+                std::process::exit(1);
+            }
+        }
         Command::Keys {
             connections,
             command,

@@ -37,6 +37,9 @@ export interface PendingInput {
   approvalsGiven?: number;
   /** For a call several people must approve: how many must. */
   approvalsRequired?: number;
+  /** The version of its agent the run is pinned to (absent for an agent
+   * built in code): what the run does once answered is what it says. */
+  agentVersion?: string;
   kind: InputKind;
   reason: string;
   runName: string;
