@@ -219,3 +219,51 @@ async fn a_sub_agents_run_is_pinned_to_its_own_agents_version() {
     new.stop().await.unwrap();
     env.finish().await;
 }
+
+/// An API that loaded the new agent file checks an answer to a run pinned
+/// to the old version by the old version's tools: the person's edits to
+/// `send_email` are valid there (the new file has no such tool), and the
+/// call runs with them.
+#[tokio::test]
+async fn an_api_of_a_new_deploy_checks_answers_by_the_runs_version() {
+    let v1_tool = ToolServer::ok().await;
+    let v1 = mailer("send_email", "v1", "Done v1.", &v1_tool.url);
+    let env = TestEnv::start(v1).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("mailer", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+
+    // The new deploy's API.
+    let v2 = mailer("send_mail", "v2", "Done v2.", "http://127.0.0.1:9/");
+    let keys = agentenkit_api::ApiKeys::parse(&format!("alice:{ALICE}")).unwrap();
+    let state =
+        agentenkit_api::AppState::new(env.store.clone(), env.queue.clone(), Arc::new(v2), keys);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (addr, served) =
+        agentenkit::serve_api(state, "127.0.0.1:0".parse().unwrap(), shutdown.clone())
+            .await
+            .unwrap();
+    let approve = |arguments: serde_json::Value| {
+        env.http
+            .post(format!("http://{addr}/agent/tool-call/approve"))
+            .bearer_auth(ALICE)
+            .json(&json!({ "runId": run_id, "toolCallId": "c1", "arguments": arguments }))
+    };
+    // Checked by v1's schema: `to` must be a string.
+    let (status, refused) = env.send(approve(json!({ "to": 7 }))).await;
+    assert_eq!(status.as_u16(), 422, "{refused}");
+    assert_eq!(refused["issues"][0]["path"], "/to", "{refused}");
+    let (status, answer) = env.send(approve(json!({ "to": "x@y.z" }))).await;
+    assert_eq!(
+        (status.as_u16(), &answer["delivered"]),
+        (200, &json!(true)),
+        "{answer}"
+    );
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["output"], "Done v1.", "{run}");
+    assert_eq!(v1_tool.bodies()[0]["arguments"], json!({ "to": "x@y.z" }));
+    shutdown.cancel();
+    served.await.unwrap();
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -168,6 +168,7 @@ impl From<agentenkit_runtime::Error> for ApiError {
         match e {
             E::Store(e) => e.into(),
             E::InvalidInput(message) => ApiError::BadRequest(message),
+            E::VersionUnavailable(message) => ApiError::Unavailable(message),
             E::UnknownAgent(name) => ApiError::Unprocessable {
                 code: "UnknownAgent",
                 message: format!("unknown agent {name:?}"),

@@ -71,6 +71,7 @@ pub struct AppState {
     /// a key (the deployment's agents listed), and for anyone.
     openapi: Arc<OnceLock<bytes::Bytes>>,
     openapi_public: Arc<OnceLock<bytes::Bytes>>,
+    replies: agentenkit_runtime::Replies,
 }
 
 impl AppState {
@@ -84,7 +85,10 @@ impl AppState {
         // Answers and stops write events the notification targets want;
         // a turn's run is pinned to its agent's version.
         let store = registry.prepare(relay.attach(store));
+        let replies =
+            agentenkit_runtime::Replies::new(store.clone(), relay.clone(), registry.clone());
         Self {
+            replies,
             relay,
             hub: Arc::new(hub::EventHub::new(
                 store.clone(),
@@ -107,12 +111,10 @@ impl AppState {
     }
 
     /// Replies and reclaims as the runtime offers them to Rust callers.
+    /// Replies of this API (sharing the registries of the agent versions
+    /// its answers were checked by).
     pub fn replies(&self) -> agentenkit_runtime::Replies {
-        agentenkit_runtime::Replies::new(
-            self.store.clone(),
-            self.relay.clone(),
-            self.registry.clone(),
-        )
+        self.replies.clone()
     }
 
     /// Says of each open approval that needs several people how many: the

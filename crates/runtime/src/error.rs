@@ -15,6 +15,10 @@ pub enum Error {
     /// call id, text with a NUL character): nothing was changed.
     #[error("{0}")]
     InvalidInput(String),
+    /// The version of its agent a request's run is pinned to cannot be
+    /// built here: the answer waits for a process that can.
+    #[error("{0}")]
+    VersionUnavailable(String),
     #[error(transparent)]
     Store(#[from] agentenkit_store::Error),
     #[error(transparent)]

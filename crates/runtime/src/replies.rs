@@ -41,6 +41,9 @@ pub struct Replies {
     scopes: Option<KeyScopes>,
     /// Who the caller's key speaks for (the owner when `None`).
     approver: Option<Approver>,
+    /// The registries of the agent versions runs are pinned to, by which
+    /// their answers are checked.
+    pinned: Arc<crate::versions::PinnedRegistries>,
 }
 
 /// An approval, with what it may carry besides yes.
@@ -109,6 +112,7 @@ impl Replies {
         Self {
             store: relay.attach(store),
             relay,
+            pinned: Arc::new(crate::versions::PinnedRegistries::new(registry.clone())),
             registry,
             scopes: None,
             approver: None,
@@ -261,21 +265,37 @@ impl Replies {
             return Err(Error::InvalidInput(oversized));
         }
         let call = ToolCallId(call.to_owned());
-        let registry = &self.registry;
-        let edits = move |tool: &str, arguments: &Value| schema_issues(registry, tool, arguments);
-        let rule_of = move |tool: &str| registry.approval_rule(tool);
-        let checks = AnswerChecks {
-            arguments_hash,
-            edits: Some(&edits),
-            record,
-            scopes: self.scopes,
-            approver: self.approver.as_ref(),
-            approval_rule: Some(&rule_of),
+        // Checked by this deployment's agent file, or, for a run pinned to
+        // another version of its agent, by that version's.
+        let first = self
+            .answer_by(
+                &self.registry,
+                owner,
+                target,
+                &call,
+                &verdict,
+                (arguments_hash, record),
+            )
+            .await;
+        let answered = match first {
+            Err(Error::Store(agentenkit_store::Error::PinnedToOtherVersion { agent, version })) => {
+                let registry = self
+                    .pinned
+                    .for_run(&self.store, &agent, Some(&version))
+                    .await
+                    .map_err(|e| Error::VersionUnavailable(e.to_string()))?;
+                self.answer_by(
+                    &registry,
+                    owner,
+                    target,
+                    &call,
+                    &verdict,
+                    (arguments_hash, record),
+                )
+                .await?
+            }
+            other => other?,
         };
-        let answered = self
-            .store
-            .answer(owner, target, &call, &verdict, checks)
-            .await?;
         let outcome = if answered.delivered {
             "delivered"
         } else {
@@ -286,6 +306,35 @@ impl Replies {
             ::metrics::histogram!(metrics::ANSWER_WAIT_SECONDS).record(waited.as_secs_f64());
         }
         Ok(answered)
+    }
+
+    /// The answer, checked by `registry`'s tools and rules (refused with
+    /// `PinnedToOtherVersion` for a run of another version).
+    async fn answer_by(
+        &self,
+        registry: &Registry,
+        owner: &Owner,
+        target: AnswerTarget,
+        call: &ToolCallId,
+        verdict: &Verdict,
+        (arguments_hash, record): (Option<&str>, Option<RecordedItem<'_>>),
+    ) -> Result<Answered> {
+        let edits = move |tool: &str, arguments: &Value| schema_issues(registry, tool, arguments);
+        let rule_of = move |tool: &str| registry.approval_rule(tool);
+        let version_of = move |agent: &str| registry.agent_version(agent).map(|v| v.hash.clone());
+        let checks = AnswerChecks {
+            arguments_hash,
+            edits: Some(&edits),
+            record,
+            scopes: self.scopes,
+            approver: self.approver.as_ref(),
+            approval_rule: Some(&rule_of),
+            version_of: Some(&version_of),
+        };
+        Ok(self
+            .store
+            .answer(owner, target, call, verdict, checks)
+            .await?)
     }
 }
 

@@ -89,7 +89,16 @@ pub struct AnswerChecks<'a> {
     pub approver: Option<&'a Approver>,
     /// Who must approve a call of the named tool (one person when absent).
     pub approval_rule: Option<&'a RuleOf<'a>>,
+    /// The version of the named agent whose tools and rules `edits` and
+    /// `approval_rule` check by. A request of a run pinned to another
+    /// version is refused ([`Error::PinnedToOtherVersion`]) before anything
+    /// is checked, for the caller to check by that version. `None`: no
+    /// such check (a Rust caller that knows its agents).
+    pub version_of: Option<&'a VersionOf<'a>>,
 }
+
+/// The version of the named agent a caller's checks implement.
+pub type VersionOf<'a> = dyn Fn(&str) -> Option<String> + Send + Sync + 'a;
 
 /// The approval rule of the named tool.
 pub type RuleOf<'a> = dyn Fn(&str) -> ApprovalRule + Send + Sync + 'a;
@@ -109,6 +118,9 @@ pub(crate) struct ReplyTarget {
     pub waited_secs: f64,
     /// The approvals given so far, for a call that needs several.
     pub approvals: Vec<Vote>,
+    /// The run's agent and the version of it the run is pinned to.
+    pub run_name: String,
+    pub agent_version: Option<String>,
 }
 
 impl Store {
@@ -162,6 +174,16 @@ impl Store {
         if let Some(reason) = refusal(row.status, row.current) {
             tx.rollback().await?;
             return Ok(Answered::refused(reason));
+        }
+        // Checked by the tools and rules of the run's own version.
+        if let (Some(version_of), Some(pinned)) = (checks.version_of, &row.agent_version) {
+            if version_of(&row.run_name).as_ref() != Some(pinned) {
+                tx.rollback().await?;
+                return Err(Error::PinnedToOtherVersion {
+                    agent: row.run_name.clone(),
+                    version: pinned.clone(),
+                });
+            }
         }
         let mut reply =
             match reduce_reply(&row, verdict).and_then(|reply| checked(&row, reply, checks)) {
@@ -485,7 +507,7 @@ const LOCATE_IN_RUN: &str = "
     SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
            (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
            extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
-           tc.approvals
+           tc.approvals, r.name, r.agent_version
     FROM tool_calls_whole tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
@@ -495,7 +517,7 @@ const LOCATE_IN_THREAD: &str = "
     SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
            (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
            extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
-           tc.approvals
+           tc.approvals, r.name, r.agent_version
     FROM tool_calls_whole tc
     JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
@@ -574,6 +596,8 @@ fn reply_target(row: &tokio_postgres::Row) -> Result<ReplyTarget> {
             .map(serde_json::from_value)
             .transpose()?
             .unwrap_or_default(),
+        run_name: row.get(9),
+        agent_version: row.get(10),
     })
 }
 

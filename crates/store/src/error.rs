@@ -48,6 +48,10 @@ pub enum Error {
     /// (it held it past the stale time): it settles nothing more.
     #[error("idempotency key {key:?} was taken over by a retry")]
     IdempotencyKeyTakenOver { key: String },
+    /// The request's run is pinned to another version of its agent than
+    /// the one the caller's checks implement: check by that one.
+    #[error("the run is pinned to version {version} of agent {agent:?}")]
+    PinnedToOtherVersion { agent: String, version: String },
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("migration {version} failed: {message}")]

@@ -128,6 +128,9 @@ impl Store {
             arguments: row.get(6),
             waited_secs: 0.0,
             approvals: Vec::new(),
+            // An expiry checks nothing against a version.
+            run_name: String::new(),
+            agent_version: None,
         };
         let outbox = settle(&tx, &target, call, &reply, self.notified()).await?;
         tx.commit().await?;
