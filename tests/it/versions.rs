@@ -267,3 +267,96 @@ async fn an_api_of_a_new_deploy_checks_answers_by_the_runs_version() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// A rolling deploy: workers of the old and the new agent file side by
+/// side, each fleet's API starting runs; every run is served to its end on
+/// the version it started on, whichever worker takes its segments.
+#[tokio::test]
+async fn a_rolling_deploy_serves_every_run_on_its_own_version() {
+    let tool = ToolServer::ok().await;
+    let echo = |done: &str| {
+        Registry::from_toml(&format!(
+            r#"
+[agents.mailer]
+tools = ["send"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "send", arguments = {{ to = "a@b.c" }} }} ] }},
+  {{ text = "{done}" }},
+] }}
+[tools.send]
+type = "http"
+url = "{}"
+"#,
+            tool.url
+        ))
+        .unwrap()
+    };
+    let env = TestEnv::start(echo("Done v1.")).await;
+    let v2 = Arc::new(echo("Done v2."));
+    // Two fleets: each worker takes whatever segment comes next.
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        workers.push(env.spawn_worker());
+        workers.push(env.spawn(Worker::new(
+            env.store.clone(),
+            env.queue.clone(),
+            v2.clone(),
+            env.worker_config.clone(),
+        )));
+    }
+    // The new fleet's API.
+    let keys = agentenkit_api::ApiKeys::parse(&format!("alice:{ALICE}")).unwrap();
+    let state =
+        agentenkit_api::AppState::new(env.store.clone(), env.queue.clone(), v2.clone(), keys);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (addr, served) =
+        agentenkit::serve_api(state, "127.0.0.1:0".parse().unwrap(), shutdown.clone())
+            .await
+            .unwrap();
+    let mut runs = Vec::new();
+    for n in 0..8 {
+        let base = if n % 2 == 0 {
+            env.url("")
+        } else {
+            format!("http://{addr}")
+        };
+        let thread: serde_json::Value = env
+            .http
+            .post(format!("{base}/threads"))
+            .bearer_auth(ALICE)
+            .json(&json!({ "agent": "mailer" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let started: serde_json::Value = env
+            .http
+            .post(format!(
+                "{base}/threads/{}/messages",
+                thread["id"].as_str().unwrap()
+            ))
+            .bearer_auth(ALICE)
+            .json(&json!({ "content": "send" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let expected = if n % 2 == 0 { "Done v1." } else { "Done v2." };
+        runs.push((started["runId"].as_str().unwrap().to_owned(), expected));
+    }
+    for (run_id, expected) in &runs {
+        let run = env.wait_run_finished(run_id).await;
+        assert_eq!(run["status"], "completed", "{run}");
+        assert_eq!(run["output"], *expected, "{run}");
+    }
+    shutdown.cancel();
+    served.await.unwrap();
+    for worker in workers {
+        worker.stop().await.unwrap();
+    }
+    env.finish().await;
+}
