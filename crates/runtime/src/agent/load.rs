@@ -1,0 +1,206 @@
+//! Building a registry from an agent file (SPEC §10): its tools, rules,
+//! escalations, agents and limits, and each agent's version.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentenkit_core::questions::QuestionSet;
+
+use super::{Agent, DelegationLimits, Intake, Registry, MAX_HTTP_TOOL_TIMEOUT_MS};
+use crate::config::{
+    AgentFile, ToolDef, DEFAULT_HITL_TTL_MS, DEFAULT_MAX_CHILDREN_PER_STEP, DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_RUNS_PER_TREE,
+};
+use crate::tool::{EchoTool, HttpTool, RegisteredTool, Tool, ToolSpec};
+use crate::{Error, Result};
+
+impl Registry {
+    /// Reads an agent file (SPEC §10).
+    pub fn from_file(path: &Path) -> Result<Registry> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::AgentFile {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_toml(&text).map_err(|e| match e {
+            Error::Config(message) => Error::AgentFile {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    pub fn from_toml(text: &str) -> Result<Registry> {
+        let file = AgentFile::parse(text).map_err(Error::Config)?;
+        // What parsed as an agent file parses as TOML; as JSON it is what
+        // versions are made of.
+        let tree = toml::from_str::<toml::Value>(text)
+            .ok()
+            .and_then(|value| serde_json::to_value(value).ok())
+            .unwrap_or_default();
+        Self::from_agent_file(file, tree, &HashMap::new())
+    }
+
+    /// The registry of `file` (whose JSON is `tree`), with `code_tools`
+    /// (tools registered in code) for the names the file does not define.
+    pub(crate) fn from_agent_file(
+        file: AgentFile,
+        tree: serde_json::Value,
+        code_tools: &HashMap<String, RegisteredTool>,
+    ) -> Result<Registry> {
+        let limits = DelegationLimits {
+            max_depth: file.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
+            max_children_per_step: file
+                .max_children_per_step
+                .unwrap_or(DEFAULT_MAX_CHILDREN_PER_STEP),
+            max_runs_per_tree: file.max_runs_per_tree.unwrap_or(DEFAULT_MAX_RUNS_PER_TREE),
+        };
+        let notifications =
+            crate::notify::Notifications::from_defs(file.ui_url, file.notifications)?;
+        let mut registry = Registry::new()
+            .with_delegation_limits(limits)
+            .with_notifications(notifications);
+        if let Some(max) = file.max_tool_calls_per_step {
+            if max == 0 {
+                return Err(Error::Config(
+                    "max_tool_calls_per_step must be at least 1".into(),
+                ));
+            }
+            registry = registry.with_max_tool_calls_per_step(max);
+        }
+        let mut rules = Vec::new();
+        let mut escalations = Vec::new();
+        for (name, def) in file.tools {
+            if let Some(rule) = def.approvals() {
+                rules.push((name.clone(), rule.clone()));
+            }
+            let (remind_after, escalate_to) = def.escalation();
+            if let Some(escalation) =
+                crate::notify::Escalation::from_def(&name, remind_after, escalate_to)?
+            {
+                escalations.push((name.clone(), escalation));
+            }
+            let (tool, refuse_repeated_denials): (Arc<dyn Tool>, bool) = match def {
+                ToolDef::Http {
+                    url,
+                    description,
+                    requires_confirmation,
+                    refuse_repeated_denials,
+                    approvals: _,
+                    remind_after: _,
+                    escalate_to: _,
+                    input_schema,
+                    timeout_ms,
+                    max_response_bytes,
+                } => {
+                    if let Err(e) = reqwest::Url::parse(&url) {
+                        return Err(Error::Config(format!(
+                            "tool {name}: invalid url {}: {e}",
+                            crate::tool::redact_url(&url)
+                        )));
+                    }
+                    let mut tool = HttpTool::new(
+                        ToolSpec {
+                            name: name.clone(),
+                            description,
+                            input_schema,
+                        },
+                        url,
+                        requires_confirmation,
+                    )?;
+                    match timeout_ms {
+                        Some(ms) if (1..=MAX_HTTP_TOOL_TIMEOUT_MS).contains(&ms) => {
+                            tool = tool.with_timeout(Duration::from_millis(ms))?;
+                        }
+                        Some(ms) => {
+                            return Err(Error::Config(format!(
+                                "tool {name}: timeout_ms {ms} is not from 1 to {MAX_HTTP_TOOL_TIMEOUT_MS}"
+                            )))
+                        }
+                        None => {}
+                    }
+                    match max_response_bytes {
+                        Some(0) => {
+                            return Err(Error::Config(format!(
+                                "tool {name}: max_response_bytes must be at least 1"
+                            )))
+                        }
+                        Some(bytes) => tool = tool.with_max_response_bytes(bytes),
+                        None => {}
+                    }
+                    (Arc::new(tool), refuse_repeated_denials)
+                }
+                ToolDef::Echo {
+                    description,
+                    requires_confirmation,
+                    refuse_repeated_denials,
+                    approvals: _,
+                    remind_after: _,
+                    escalate_to: _,
+                    input_schema,
+                } => (
+                    Arc::new(EchoTool::new(
+                        ToolSpec {
+                            name: name.clone(),
+                            description,
+                            input_schema,
+                        },
+                        requires_confirmation,
+                    )),
+                    refuse_repeated_denials,
+                ),
+            };
+            let tool = if refuse_repeated_denials {
+                tool
+            } else {
+                crate::tool::ask_after_every_denial(tool)
+            };
+            registry = registry.with_tool(tool)?;
+        }
+        for (tool, rule) in rules {
+            registry = registry.with_approval_rule(&tool, rule)?;
+        }
+        for (tool, escalation) in escalations {
+            registry = registry.with_escalation(&tool, escalation)?;
+        }
+        for (name, def) in file.agents {
+            let model = crate::model::from_def(&name, def.model)?;
+            let mut agent = Agent::new(name, model).system(def.system);
+            agent.tools = def.tools;
+            agent.subagents = def.subagents;
+            agent.hitl_ttl_ms = def.hitl_ttl_ms.unwrap_or(DEFAULT_HITL_TTL_MS);
+            if !(1..=crate::tool::MAX_TTL_MS).contains(&agent.hitl_ttl_ms) {
+                return Err(Error::Config(format!(
+                    "agent {:?}: hitl_ttl_ms must be from 1 to {} (49 days)",
+                    agent.name,
+                    crate::tool::MAX_TTL_MS
+                )));
+            }
+            agent.ask = def.ask;
+            agent.description = def.description.filter(|d| !d.trim().is_empty());
+            if let Some(intake) = def.intake {
+                let set = QuestionSet {
+                    preamble: intake.preamble,
+                    questions: intake.questions,
+                };
+                agent.intake = Some(
+                    Intake::new(set, intake.when)
+                        .map_err(|e| Error::Config(format!("agent {:?}: {e}", agent.name)))?,
+                );
+            }
+            registry = registry.with_agent(agent);
+        }
+        for (name, tool) in code_tools {
+            registry
+                .tools
+                .entry(name.clone())
+                .or_insert_with(|| tool.clone());
+        }
+        registry.versions = Arc::new(crate::versions::versions_of(&tree));
+        registry.file = Arc::new(tree);
+        registry.check()?;
+        Ok(registry)
+    }
+}

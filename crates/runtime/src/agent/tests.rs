@@ -1,0 +1,164 @@
+use super::*;
+
+fn agents(subagents: &[(&str, &[&str])]) -> String {
+    subagents
+        .iter()
+        .map(|(name, subs)| {
+            let subs: Vec<String> = subs.iter().map(|s| format!("{s:?}")).collect();
+            format!(
+                "[agents.{name}]\nsubagents = [{}]\nmodel = {{ provider = \"scripted\", script = [] }}\n",
+                subs.join(", ")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_cycle_of_delegations_is_refused_when_the_file_loads() {
+    let own = Registry::from_toml(&agents(&[("a", &["a"])]))
+        .err()
+        .unwrap();
+    assert!(
+        own.to_string().contains("delegations form a cycle: a → a"),
+        "{own}"
+    );
+    let long = Registry::from_toml(&agents(&[("a", &["b"]), ("b", &["c"]), ("c", &["a"])]))
+        .err()
+        .unwrap();
+    assert!(long.to_string().contains("a → b → c → a"), "{long}");
+    // A diamond shares a sub-agent without a cycle.
+    let diamond = Registry::from_toml(&agents(&[
+        ("a", &["b", "c"]),
+        ("b", &["d"]),
+        ("c", &["d"]),
+        ("d", &[]),
+    ]));
+    assert!(diamond.is_ok());
+}
+
+#[test]
+fn an_http_tools_limits_are_checked_when_the_file_loads() {
+    let tool = |extra: &str| {
+        Registry::from_toml(&format!(
+            "[tools.t]\ntype = \"http\"\nurl = \"http://127.0.0.1:1/x\"\n{extra}\n"
+        ))
+    };
+    assert!(tool("timeout_ms = 1500\nmax_response_bytes = 4096").is_ok());
+    let zero = tool("timeout_ms = 0").err().unwrap().to_string();
+    assert!(zero.contains("timeout_ms 0"), "{zero}");
+    let long = tool("timeout_ms = 3600001").err().unwrap().to_string();
+    assert!(long.contains("timeout_ms"), "{long}");
+    let empty = tool("max_response_bytes = 0").err().unwrap().to_string();
+    assert!(empty.contains("max_response_bytes"), "{empty}");
+    let bad = Registry::from_toml("[tools.t]\ntype = \"http\"\nurl = \"not a url?token=s3cret\"\n")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        bad.contains("invalid url") && !bad.contains("s3cret"),
+        "{bad}"
+    );
+}
+
+#[test]
+fn max_depth_comes_from_the_file_or_defaults_to_8() {
+    assert_eq!(
+        Registry::from_toml(&agents(&[("a", &[])]))
+            .unwrap()
+            .max_depth(),
+        8
+    );
+    let file = format!("max_depth = 2\n{}", agents(&[("a", &[])]));
+    assert_eq!(Registry::from_toml(&file).unwrap().max_depth(), 2);
+}
+
+#[test]
+fn dangling_names_are_configuration_errors() {
+    let err = Registry::from_toml(
+        "[agents.a]\ntools = [\"nope\"]\nmodel = { provider = \"scripted\", script = [] }\n",
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "invalid agent configuration: agent \"a\" names unknown tool \"nope\""
+    );
+    let err = Registry::from_toml(
+        "[agents.a]\nsubagents = [\"b\"]\nmodel = { provider = \"scripted\", script = [] }\n",
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("unknown sub-agent"));
+}
+
+#[test]
+fn sub_agents_are_offered_as_delegation_tools() {
+    let r = Registry::from_toml(
+        "[agents.a]\nsubagents = [\"b\"]\nmodel = { provider = \"scripted\", script = [] }\n[agents.b]\nmodel = { provider = \"scripted\", script = [] }\n",
+    )
+    .unwrap();
+    let specs = r.tool_specs(r.agent("a").unwrap());
+    assert_eq!(specs.len(), 1);
+    assert_eq!(specs[0].name, "b");
+    assert_eq!(specs[0].input_schema["required"][0], "task");
+}
+
+#[test]
+fn agent_defaults() {
+    let r = Registry::from_toml("[agents.a]\nmodel = { provider = \"scripted\", script = [] }\n")
+        .unwrap();
+    let a = r.agent("a").unwrap();
+    assert_eq!(a.hitl_ttl_ms, 900_000);
+    assert!(r.tool_specs(a).is_empty());
+    assert!(r.agent("b").is_none());
+}
+
+#[test]
+fn repeated_denials_are_refused_unless_a_tool_says_to_ask_again() {
+    let file = |extra: &str| {
+        Registry::from_toml(&format!(
+            "[tools.t]\ntype = \"echo\"\nrequires_confirmation = true\n{extra}\n"
+        ))
+        .unwrap()
+    };
+    let refuses = |r: &Registry| r.tool("t").unwrap().tool.refuses_repeated_denials();
+    let default = file("");
+    assert!(refuses(&default));
+    let asks = file("refuse_repeated_denials = false");
+    assert!(!refuses(&asks));
+    assert!(
+        asks.tool("t").unwrap().tool.requires_confirmation(),
+        "still asks first"
+    );
+    assert!(
+        Registry::from_toml("[tools.t]\ntype = \"echo\"\nrefuse_repeated_denials = 1\n").is_err()
+    );
+}
+
+#[test]
+fn approvals_from_several_people_need_a_confirmed_tool_and_one_at_least() {
+    let file = |tool: &str| Registry::from_toml(&format!("[tools.t]\ntype = \"echo\"\n{tool}\n"));
+    let two = file("requires_confirmation = true\napprovals = { required = 2, from = [\"ops\"] }")
+        .unwrap();
+    assert_eq!(
+        two.approval_rule("t"),
+        ApprovalRule {
+            required: 2,
+            from: vec!["ops".into()]
+        }
+    );
+    assert!(two.approval_rule("other").is_single());
+    let unconfirmed = file("approvals = { required = 2 }")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        unconfirmed.contains("requires_confirmation"),
+        "{unconfirmed}"
+    );
+    let none = file("requires_confirmation = true\napprovals = { required = 0 }")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(none.contains("at least 1"), "{none}");
+}
