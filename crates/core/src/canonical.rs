@@ -159,6 +159,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// RFC 8785 reads numbers as doubles: integers past 2^53 that differ
+    /// only below a double's precision hash alike (the README says so).
+    #[test]
+    fn integers_past_two_to_the_53_hash_as_doubles() {
+        let a = serde_json::json!({ "n": 9_007_199_254_740_993_u64 });
+        let b = serde_json::json!({ "n": 9_007_199_254_740_992_u64 });
+        assert_eq!(arguments_hash(&a), arguments_hash(&b));
+        let c = serde_json::json!({ "n": 9_007_199_254_740_991_u64 });
+        assert_ne!(arguments_hash(&c), arguments_hash(&b));
+    }
+
     #[test]
     fn json_len_is_the_length_of_the_compact_text() {
         for value in [
