@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use agentenkit::agents::AgentsCommand;
-use agentenkit_runtime::{Registry, Worker};
+use agentenkit_runtime::Registry;
 use agentenkit_tests::*;
 use serde_json::json;
 
@@ -57,12 +57,7 @@ async fn a_parked_run_finishes_on_its_version_after_a_deploy_renames_its_tool() 
     // The deploy: the old workers are gone, the new ones load v2.
     let v2 = mailer("send_mail", "v2", "Done v2.", &v2_tool.url);
     assert_ne!(v2.agent_version("mailer").unwrap().hash, v1_hash);
-    let new = env.spawn(Worker::new(
-        env.store.clone(),
-        env.queue.clone(),
-        Arc::new(v2),
-        env.worker_config.clone(),
-    ));
+    let new = env.spawn_worker_of(Arc::new(v2));
     // The person is shown the version the call will be run by, and the
     // operator which versions have open runs.
     let input = env.wait_pending(&thread_id, 1).await.remove(0);
@@ -198,12 +193,7 @@ async fn a_sub_agents_run_is_pinned_to_its_own_agents_version() {
 
     let v2 = delegating("child done v2", &v2_tool.url);
     assert_ne!(v2.agent_version("child").unwrap().hash, child_v1);
-    let new = env.spawn(Worker::new(
-        env.store.clone(),
-        env.queue.clone(),
-        Arc::new(v2),
-        env.worker_config.clone(),
-    ));
+    let new = env.spawn_worker_of(Arc::new(v2));
     env.reply(
         "/agent/tool-call/approve",
         ALICE,
@@ -235,17 +225,10 @@ async fn an_api_of_a_new_deploy_checks_answers_by_the_runs_version() {
 
     // The new deploy's API.
     let v2 = mailer("send_mail", "v2", "Done v2.", "http://127.0.0.1:9/");
-    let keys = agentenkit_api::ApiKeys::parse(&format!("alice:{ALICE}")).unwrap();
-    let state =
-        agentenkit_api::AppState::new(env.store.clone(), env.queue.clone(), Arc::new(v2), keys);
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let (addr, served) =
-        agentenkit::serve_api(state, "127.0.0.1:0".parse().unwrap(), shutdown.clone())
-            .await
-            .unwrap();
+    let api = env.serve_api_of(Arc::new(v2)).await;
     let approve = |arguments: serde_json::Value| {
         env.http
-            .post(format!("http://{addr}/agent/tool-call/approve"))
+            .post(api.url("/agent/tool-call/approve"))
             .bearer_auth(ALICE)
             .json(&json!({ "runId": run_id, "toolCallId": "c1", "arguments": arguments }))
     };
@@ -262,8 +245,7 @@ async fn an_api_of_a_new_deploy_checks_answers_by_the_runs_version() {
     let run = env.wait_run_finished(&run_id).await;
     assert_eq!(run["output"], "Done v1.", "{run}");
     assert_eq!(v1_tool.bodies()[0]["arguments"], json!({ "to": "x@y.z" }));
-    shutdown.cancel();
-    served.await.unwrap();
+    api.stop().await;
     worker.stop().await.unwrap();
     env.finish().await;
 }
@@ -297,29 +279,13 @@ url = "{}"
     let mut workers = Vec::new();
     for _ in 0..2 {
         workers.push(env.spawn_worker());
-        workers.push(env.spawn(Worker::new(
-            env.store.clone(),
-            env.queue.clone(),
-            v2.clone(),
-            env.worker_config.clone(),
-        )));
+        workers.push(env.spawn_worker_of(v2.clone()));
     }
     // The new fleet's API.
-    let keys = agentenkit_api::ApiKeys::parse(&format!("alice:{ALICE}")).unwrap();
-    let state =
-        agentenkit_api::AppState::new(env.store.clone(), env.queue.clone(), v2.clone(), keys);
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let (addr, served) =
-        agentenkit::serve_api(state, "127.0.0.1:0".parse().unwrap(), shutdown.clone())
-            .await
-            .unwrap();
+    let api = env.serve_api_of(v2.clone()).await;
     let mut runs = Vec::new();
     for n in 0..8 {
-        let base = if n % 2 == 0 {
-            env.url("")
-        } else {
-            format!("http://{addr}")
-        };
+        let base = if n % 2 == 0 { env.url("") } else { api.url("") };
         let thread: serde_json::Value = env
             .http
             .post(format!("{base}/threads"))
@@ -353,8 +319,7 @@ url = "{}"
         assert_eq!(run["status"], "completed", "{run}");
         assert_eq!(run["output"], *expected, "{run}");
     }
-    shutdown.cancel();
-    served.await.unwrap();
+    api.stop().await;
     for worker in workers {
         worker.stop().await.unwrap();
     }

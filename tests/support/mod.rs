@@ -184,6 +184,34 @@ impl TestEnv {
         self.spawn(self.worker().with_crash_point(crash))
     }
 
+    /// Starts a worker of another agent file (a new deploy's).
+    pub fn spawn_worker_of(&self, registry: Arc<Registry>) -> WorkerHandle {
+        self.spawn(Worker::new(
+            self.store.clone(),
+            self.queue.clone(),
+            registry,
+            self.worker_config.clone(),
+        ))
+    }
+
+    /// Another API process on this store and broker, of `registry`'s agent
+    /// file (a new deploy's), keyed as this one: its address, and what
+    /// stops it.
+    pub async fn serve_api_of(&self, registry: Arc<Registry>) -> OtherApi {
+        let keys = ApiKeys::parse(&format!("alice:{ALICE},bob:{BOB}")).expect("keys");
+        let state = AppState::new(self.store.clone(), self.queue.clone(), registry, keys);
+        let shutdown = CancellationToken::new();
+        let (addr, served) =
+            agentenkit::serve_api(state, "127.0.0.1:0".parse().unwrap(), shutdown.clone())
+                .await
+                .expect("another API");
+        OtherApi {
+            addr,
+            shutdown,
+            served,
+        }
+    }
+
     /// Starts `worker` (built with another registry, say: a new deploy).
     pub fn spawn(&self, worker: Worker) -> WorkerHandle {
         let stop = self.shutdown.child_token();
@@ -461,6 +489,24 @@ impl TestEnv {
         self.shutdown.cancel();
         self.queue.close().await;
         self.store.drop_schema().await.expect("drop schema");
+    }
+}
+
+/// An API process beside the env's own (see [`TestEnv::serve_api_of`]).
+pub struct OtherApi {
+    pub addr: SocketAddr,
+    shutdown: CancellationToken,
+    served: tokio::task::JoinHandle<()>,
+}
+
+impl OtherApi {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.served.await.expect("the API stops");
     }
 }
 

@@ -127,26 +127,9 @@ impl Store {
         after: Option<&InboxPosition>,
         bound: ReadBound,
     ) -> Result<ReadPage<PendingInput>> {
-        let mut client = self.client().await?;
-        read_bounded(
-            &mut client,
-            &format!(
-                "{PENDING_INPUTS} AND t.owner = $1
-                   AND ($2::timestamptz IS NULL
-                        OR (tc.created_at, tc.run_id, tc.id) > ($2, $3::uuid, $4::text))
-                 ORDER BY {INBOX_ORDER} LIMIT $5"
-            ),
-            &[
-                &owner.as_str(),
-                &after.map(|p| p.created_at),
-                &after.map(|p| p.run_id.0),
-                &after.map(|p| p.tool_call_id.as_str()),
-                &bound.rows,
-            ],
-            bound,
-            sized_pending_input,
-        )
-        .await
+        let client = self.client().await?;
+        self.pending_page(client, "t.owner = $1", &owner.as_str(), after, bound)
+            .await
     }
 
     /// A thread's open requests after `after`, in inbox order, as many as
@@ -158,18 +141,32 @@ impl Store {
         after: Option<&InboxPosition>,
         bound: ReadBound,
     ) -> Result<ReadPage<PendingInput>> {
-        let mut client = self.client().await?;
+        let client = self.client().await?;
         self.check_owner(&client, thread, owner).await?;
+        self.pending_page(client, "tc.thread_id = $1", &thread.0, after, bound)
+            .await
+    }
+
+    /// Open requests where `scope` (on `$1`, `scoped_by`) holds, after
+    /// `after`, in inbox order.
+    async fn pending_page(
+        &self,
+        mut client: deadpool_postgres::Object,
+        scope: &str,
+        scoped_by: &(dyn tokio_postgres::types::ToSql + Sync),
+        after: Option<&InboxPosition>,
+        bound: ReadBound,
+    ) -> Result<ReadPage<PendingInput>> {
         read_bounded(
             &mut client,
             &format!(
-                "{PENDING_INPUTS} AND tc.thread_id = $1
+                "{PENDING_INPUTS} AND {scope}
                    AND ($2::timestamptz IS NULL
                         OR (tc.created_at, tc.run_id, tc.id) > ($2, $3::uuid, $4::text))
                  ORDER BY {INBOX_ORDER} LIMIT $5"
             ),
             &[
-                &thread.0,
+                scoped_by,
                 &after.map(|p| p.created_at),
                 &after.map(|p| p.run_id.0),
                 &after.map(|p| p.tool_call_id.as_str()),
