@@ -12,18 +12,20 @@ use agentenkit_core::notify::NotifiedEvents;
 use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::{reduce, refusal, ReplyError, SettledReply, Verdict};
 use agentenkit_core::{
-    EventType, KeyScope, KeyScopes, Owner, QueueMessage, RunId, ThreadId, ToolCallId,
-    ToolCallStatus, ToolKind,
+    EventType, KeyScope, KeyScopes, Owner, QueueMessage, RunId, ThreadId, ToolCallId, ToolKind,
 };
-use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
 
 use crate::event_insert::{event_ops, insert_event, returned_outbox};
 use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
-use crate::pipeline::{Answer, Expect, Op, OpenTx};
+use crate::pipeline::{Expect, Op, OpenTx};
 use crate::{Error, Result, Store};
+
+mod locate;
+pub(crate) use locate::ReplyTarget;
+use locate::{locate, lock_and_locate};
 
 /// How a reply names the request it answers.
 #[derive(Debug, Clone, Copy)]
@@ -102,26 +104,6 @@ pub type VersionOf<'a> = dyn Fn(&str) -> Option<String> + Send + Sync + 'a;
 
 /// The approval rule of the named tool.
 pub type RuleOf<'a> = dyn Fn(&str) -> ApprovalRule + Send + Sync + 'a;
-
-/// The open-or-not row a reply is addressed to.
-#[derive(Debug, Clone)]
-pub(crate) struct ReplyTarget {
-    pub run_id: RunId,
-    pub thread_id: ThreadId,
-    pub status: ToolCallStatus,
-    pub kind: ToolKind,
-    pub tool_name: String,
-    pub current: bool,
-    pub arguments: Value,
-    /// Seconds since the row was written (the call was proposed and, for
-    /// a request, parked in the same commit).
-    pub waited_secs: f64,
-    /// The approvals given so far, for a call that needs several.
-    pub approvals: Vec<Vote>,
-    /// The run's agent and the version of it the run is pinned to.
-    pub run_name: String,
-    pub agent_version: Option<String>,
-}
 
 impl Store {
     /// Settles an open request with `verdict` on behalf of `owner`.
@@ -296,46 +278,6 @@ impl Store {
     }
 }
 
-/// Opens the answer's transaction in one round trip: the run's row lock
-/// (which serializes replies to its requests, expiries, and the worker's
-/// fence), then, read after it, the addressed row. `None` when either is
-/// missing; with the time the lock was taken, which the reply records.
-async fn lock_and_locate(
-    tx: &OpenTx,
-    run: RunId,
-    call: &ToolCallId,
-    owner: &Owner,
-) -> Result<Option<(DateTime<Utc>, ReplyTarget)>> {
-    let mut answers = tx
-        .begin_with(vec![
-            Op::new(
-                "SELECT now() FROM runs WHERE id = $1 FOR NO KEY UPDATE",
-                vec![Box::new(run.0)],
-            )
-            .expect(Expect::Rows),
-            Op::new(
-                LOCATE_IN_RUN,
-                vec![
-                    Box::new(run.0),
-                    Box::new(call.as_str().to_owned()),
-                    Box::new(owner.as_str().to_owned()),
-                ],
-            )
-            .expect(Expect::Rows),
-        ])
-        .await?
-        .into_iter()
-        .map(Answer::rows);
-    let (locked, located) = (answers.next(), answers.next());
-    match (
-        locked.as_ref().and_then(|rows| rows.first()),
-        located.as_ref().and_then(|rows| rows.first()),
-    ) {
-        (Some(now), Some(row)) => Ok(Some((now.get(0), reply_target(row)?))),
-        _ => Ok(None),
-    }
-}
-
 /// What `verdict` means for the request `row` is: the kind of wait decides;
 /// a reply of the wrong shape, or answers that do not fit, record nothing.
 fn reduce_reply(row: &ReplyTarget, verdict: &Verdict) -> Result<SettledReply> {
@@ -497,108 +439,6 @@ fn settle_ops(
         notified,
     ));
     Ok(ops)
-}
-
-/// The addressed row among the owner's calls, preferring the one in the
-/// thread's current run tree. Two statements rather than one with
-/// `run_id = $1 OR thread_id = $1`: a generic plan of the OR scans every call
-/// with this id (bench finding).
-const LOCATE_IN_RUN: &str = "
-    SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
-           (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
-           extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
-           tc.approvals, r.name, r.agent_version
-    FROM tool_calls_whole tc
-    JOIN runs r ON r.id = tc.run_id
-    JOIN threads t ON t.id = tc.thread_id
-    WHERE tc.run_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
-    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 1";
-const LOCATE_IN_THREAD: &str = "
-    SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
-           (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
-           extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
-           tc.approvals, r.name, r.agent_version
-    FROM tool_calls_whole tc
-    JOIN runs r ON r.id = tc.run_id
-    JOIN threads t ON t.id = tc.thread_id
-    WHERE tc.thread_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
-    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 16";
-
-/// Finds the addressed row (see [`LOCATE_IN_RUN`]). By thread, a call id
-/// that names more than one open request of the current run tree (two
-/// sub-agents' scripts may both say `c1`) is ambiguous: which one the
-/// caller meant is not for the store to guess.
-async fn locate<C: deadpool_postgres::GenericClient>(
-    client: &C,
-    owner: &Owner,
-    target: AnswerTarget,
-    call: &ToolCallId,
-    scopes: Option<KeyScopes>,
-) -> Result<ReplyTarget> {
-    let (sql, id) = match target {
-        AnswerTarget::Run(run) => (LOCATE_IN_RUN, run.0),
-        AnswerTarget::Thread(thread) => (LOCATE_IN_THREAD, thread.0),
-    };
-    let stmt = client.prepare_cached(sql).await?;
-    let rows = client
-        .query(&stmt, &[&id, &call.as_str(), &owner.as_str()])
-        .await?
-        .iter()
-        .map(reply_target)
-        .collect::<Result<Vec<_>>>()?;
-    // A key hears only of the requests it may answer: which other ones
-    // share the id is not its business.
-    let mut rows = rows;
-    if let (Some(scopes), Some(first)) = (scopes, rows.first()) {
-        let may_answer =
-            |row: &ReplyTarget| KeyScope::to_answer(row.kind).is_none_or(|s| scopes.allow(s));
-        let missing = KeyScope::to_answer(first.kind);
-        rows.retain(may_answer);
-        if rows.is_empty() {
-            return Err(match missing {
-                Some(missing) => Error::Forbidden { missing },
-                None => Error::NotFound {
-                    what: "tool call",
-                    id: call.to_string(),
-                },
-            });
-        }
-    }
-    let open: Vec<RunId> = rows
-        .iter()
-        .filter(|r| r.current && r.status == ToolCallStatus::PendingApproval)
-        .map(|r| r.run_id)
-        .collect();
-    if open.len() > 1 {
-        return Err(Error::AmbiguousToolCall {
-            tool_call_id: call.to_string(),
-            run_ids: open,
-        });
-    }
-    rows.into_iter().next().ok_or_else(|| Error::NotFound {
-        what: "tool call",
-        id: call.to_string(),
-    })
-}
-
-fn reply_target(row: &tokio_postgres::Row) -> Result<ReplyTarget> {
-    Ok(ReplyTarget {
-        run_id: RunId(row.get(0)),
-        thread_id: ThreadId(row.get(1)),
-        status: row.get::<_, &str>(2).parse()?,
-        kind: row.get::<_, &str>(3).parse()?,
-        tool_name: row.get(4),
-        arguments: row.get(5),
-        current: row.get(6),
-        waited_secs: row.get(7),
-        approvals: row
-            .get::<_, Option<Value>>(8)
-            .map(serde_json::from_value)
-            .transpose()?
-            .unwrap_or_default(),
-        run_name: row.get(9),
-        agent_version: row.get(10),
-    })
 }
 
 /// The data of `INPUT_RESOLVED`: the reply, and which call it settled.
