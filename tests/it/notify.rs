@@ -668,3 +668,72 @@ async fn each_approval_of_several_is_told() {
     env.wait_run_finished(&run_id).await;
     setup.finish().await;
 }
+
+/// A target that fails `circuit_failures` times in a row is not tried
+/// while its circuit is open: its delivery waits without spending its
+/// attempts, and is made (here: delivered) once the circuit lets one
+/// through.
+#[tokio::test]
+async fn a_failing_targets_circuit_opens_and_its_deliveries_wait_without_spending_attempts() {
+    use agentenkit_runtime::notify::breaker::BreakerRule;
+
+    let setup = setup(
+        |n| {
+            if n <= 2 {
+                StatusCode::INTERNAL_SERVER_ERROR
+            } else {
+                StatusCode::NO_CONTENT
+            }
+        },
+        |tool, receiver| {
+            with_targets(
+                registry(CALL_THEN_DONE, tool),
+                vec![target("ops", &receiver.url)
+                    .events([EventType::RunCompleted])
+                    .retry(RetryRule {
+                        max_attempts: 3,
+                        first_retry: Duration::from_millis(50),
+                    })
+                    .breaker(BreakerRule {
+                        failures: 2,
+                        open_for: Duration::from_millis(1_500),
+                    })],
+            )
+        },
+    )
+    .await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
+    let (_, run_id) = env.start_turn("agent", "send it").await;
+    env.wait_run_finished(&run_id).await;
+    let got = receiver.wait_for("RUN_COMPLETED", 2).await;
+    let id = got[0].event_id.clone();
+    // The retry due 100 ms later finds the circuit open: given back.
+    let waiting = eventually("the delivery deferred", || async {
+        let rows = env.store.deliveries(&id).await.unwrap();
+        let deferred = rows.len() == 1
+            && rows[0].attempts == 2
+            && !rows[0].delivered
+            && !rows[0].dead
+            && rows[0]
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("circuit is open"));
+        deferred.then_some(rows)
+    })
+    .await;
+    assert_eq!(waiting[0].attempts, 2, "no attempt spent while open");
+    assert_eq!(receiver.got().len(), 2, "not tried while open");
+    // Once the circuit lets one through, the third (last) attempt is made.
+    eventually("delivered after the circuit closed", || async {
+        let rows = deliveries(env, &id).await;
+        (rows == [("ops".to_owned(), 3, true, false, Some(204))]).then_some(())
+    })
+    .await;
+    assert_eq!(receiver.got().len(), 3);
+    all_consumed(env).await;
+    assert!(env
+        .metrics_text()
+        .await
+        .contains("agentenkit_notifications_total{outcome=\"deferred\"}"));
+    setup.finish().await;
+}

@@ -81,6 +81,14 @@ pub struct NotificationDef {
     /// How long one attempt may take (default 5 s).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Failed attempts in a row after which a process stops trying the
+    /// target for `circuit_open_ms` (default 5).
+    #[serde(default)]
+    pub circuit_failures: Option<u32>,
+    /// How long a process stops trying it (default 30 s); its deliveries
+    /// wait meanwhile, without spending attempts.
+    #[serde(default)]
+    pub circuit_open_ms: Option<u64>,
 }
 
 /// What a notification's body looks like.

@@ -35,6 +35,9 @@ pub enum DeliveryResult {
     Delivered { status: u16 },
     /// Anything else: another status, a timeout, no connection.
     Failed { status: Option<u16>, error: String },
+    /// Not tried (the target's circuit is open): the attempt is given
+    /// back and the target is owed it again after `after`.
+    Deferred { after: Duration, reason: String },
 }
 
 /// How the retries of a delivery go.
@@ -140,6 +143,15 @@ impl Store {
             )
             .await?;
         let mut recorded = Recorded::default();
+        let defer = tx
+            .prepare_cached(
+                "UPDATE notification_deliveries
+                 SET attempts = attempts - 1, last_error = $4,
+                     next_at = now() + $5 * interval '1 millisecond'
+                 WHERE delivery_id = $1 AND target = $2
+                   AND delivered_at IS NULL AND dead_at IS NULL AND attempts = $3",
+            )
+            .await?;
         for Attempted {
             attempt,
             result,
@@ -149,6 +161,20 @@ impl Store {
             let (delivered, status, error) = match result {
                 DeliveryResult::Delivered { status } => (true, Some(*status), None),
                 DeliveryResult::Failed { status, error } => (false, *status, Some(error.as_str())),
+                DeliveryResult::Deferred { after, reason } => {
+                    tx.execute(
+                        &defer,
+                        &[
+                            &delivery_id,
+                            &attempt.target,
+                            &(attempt.attempt as i32),
+                            &reason.as_str(),
+                            &(after.as_millis() as f64),
+                        ],
+                    )
+                    .await?;
+                    continue;
+                }
             };
             let wait = retry_delay(rule.first_retry, attempt.attempt);
             tx.execute(
@@ -260,7 +286,8 @@ impl Store {
         let Some(row) = client.query_opt(&stmt, &[&run.0, &call.as_str()]).await? else {
             return Ok(None);
         };
-        let waited: f64 = row.get(12);
+        // After the columns of `PENDING_INPUTS`.
+        let waited: f64 = row.get(row.len() - 1);
         Ok(Some((
             crate::threads::pending_input(&row)?,
             Duration::from_secs_f64(waited.max(0.0)),

@@ -40,6 +40,9 @@ pub struct Notifier {
     /// A client that cannot be built stays an error that each delivery
     /// reports: a default client would follow redirects.
     client: Arc<std::sync::OnceLock<Result<reqwest::Client, String>>>,
+    /// Targets this process stops trying for a while after failures in a
+    /// row.
+    breakers: Arc<super::breaker::Breakers>,
     crash: Option<CrashPoint>,
 }
 
@@ -49,6 +52,7 @@ impl Notifier {
             store,
             registry,
             client: Arc::default(),
+            breakers: Arc::default(),
             crash,
         }
     }
@@ -164,13 +168,33 @@ impl Notifier {
             Some(async move {
                 // Attempts whose workers died after sending count too: past
                 // the last, the delivery is dead without another.
+                let open = self
+                    .breakers
+                    .open_for(&target.name, std::time::Instant::now());
                 let result = if attempt.attempt > target.retry.max_attempts {
                     DeliveryResult::Failed {
                         status: None,
                         error: "no attempts left (earlier ones were cut short)".into(),
                     }
+                } else if let Some(left) = open {
+                    DeliveryResult::Deferred {
+                        after: left,
+                        reason: format!(
+                            "not tried: the target failed {} times in a row (its circuit is open for {} ms more)",
+                            target.breaker.failures,
+                            left.as_millis()
+                        ),
+                    }
                 } else {
-                    self.post(target, delivery, &attempt, body).await
+                    let result = self.post(target, delivery, &attempt, body).await;
+                    let delivered = matches!(result, DeliveryResult::Delivered { .. });
+                    self.breakers.record(
+                        &target.name,
+                        delivered,
+                        target.breaker,
+                        std::time::Instant::now(),
+                    );
+                    result
                 };
                 Attempted {
                     attempt,
@@ -186,6 +210,7 @@ impl Notifier {
         for attempted in &results {
             let outcome = match &attempted.result {
                 DeliveryResult::Delivered { .. } => "delivered",
+                DeliveryResult::Deferred { .. } => "deferred",
                 DeliveryResult::Failed { .. }
                     if attempted.attempt.attempt >= attempted.rule.max_attempts =>
                 {

@@ -8,6 +8,7 @@
 //! still waiting for a person (`remind_after`, `escalate_to`): a delayed
 //! message, written with the park, like the expiry.
 
+pub mod breaker;
 mod deliver;
 mod payload;
 
@@ -62,6 +63,8 @@ pub struct Target {
     pub format: NotificationFormat,
     pub retry: RetryRule,
     pub timeout: Duration,
+    /// When this process stops trying it for a while.
+    pub breaker: breaker::BreakerRule,
 }
 
 impl Target {
@@ -81,6 +84,7 @@ impl Target {
                 first_retry: DEFAULT_FIRST_RETRY,
             },
             timeout: DEFAULT_TIMEOUT,
+            breaker: breaker::BreakerRule::default(),
         })
     }
 
@@ -106,6 +110,11 @@ impl Target {
 
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    pub fn breaker(mut self, breaker: breaker::BreakerRule) -> Self {
+        self.breaker = breaker;
         self
     }
 
@@ -240,6 +249,18 @@ impl Notifications {
                 Some(_) => return Err(config("timeout_ms must be from 1 to 60000".into())),
                 None => {}
             }
+            let failures = def
+                .circuit_failures
+                .unwrap_or(breaker::DEFAULT_BREAKER_FAILURES);
+            if failures == 0 {
+                return Err(config("circuit_failures must be at least 1".into()));
+            }
+            let open_for = match def.circuit_open_ms {
+                Some(ms) if (1..=3_600_000).contains(&ms) => Duration::from_millis(ms),
+                Some(_) => return Err(config("circuit_open_ms must be from 1 to 3600000".into())),
+                None => breaker::DEFAULT_BREAKER_OPEN,
+            };
+            target = target.breaker(breaker::BreakerRule { failures, open_for });
             notifications = notifications.with_target(target);
         }
         Ok(notifications)
