@@ -71,7 +71,9 @@ pub struct AppState {
     /// a key (the deployment's agents listed), and for anyone.
     openapi: Arc<OnceLock<bytes::Bytes>>,
     openapi_public: Arc<OnceLock<bytes::Bytes>>,
-    replies: agentenkit_runtime::Replies,
+    /// The registries of the agent versions runs are pinned to, as the
+    /// answers checked by them built them.
+    pinned: Arc<agentenkit_runtime::versions::PinnedRegistries>,
 }
 
 impl AppState {
@@ -85,10 +87,10 @@ impl AppState {
         // Answers and stops write events the notification targets want;
         // a turn's run is pinned to its agent's version.
         let store = registry.prepare(relay.attach(store));
-        let replies =
-            agentenkit_runtime::Replies::new(store.clone(), relay.clone(), registry.clone());
         Self {
-            replies,
+            pinned: Arc::new(agentenkit_runtime::versions::PinnedRegistries::new(
+                registry.clone(),
+            )),
             relay,
             hub: Arc::new(hub::EventHub::new(
                 store.clone(),
@@ -111,10 +113,15 @@ impl AppState {
     }
 
     /// Replies and reclaims as the runtime offers them to Rust callers.
-    /// Replies of this API (sharing the registries of the agent versions
-    /// its answers were checked by).
+    /// Replies of this API, sharing the registries of the agent versions
+    /// its answers were checked by.
     pub fn replies(&self) -> agentenkit_runtime::Replies {
-        self.replies.clone()
+        agentenkit_runtime::Replies::new(
+            self.store.clone(),
+            self.relay.clone(),
+            self.registry.clone(),
+        )
+        .with_pinned(self.pinned.clone())
     }
 
     /// Says of each open approval that needs several people how many: the
@@ -161,7 +168,6 @@ impl AppState {
             .clone()
     }
 
-    /// The same state with another per-owner limit of open streams.
     /// The same state publishing through `relay` (its store's writes too).
     pub fn with_relay(mut self, relay: Relay) -> Self {
         self.store = relay.attach(self.store);
@@ -169,6 +175,7 @@ impl AppState {
         self
     }
 
+    /// The same state with another per-owner limit of open streams.
     pub fn with_max_streams(mut self, max_per_owner: usize) -> Self {
         self.hub = Arc::new(hub::EventHub::new(
             self.store.clone(),

@@ -119,6 +119,13 @@ impl Replies {
         }
     }
 
+    /// These replies sharing `pinned`: the registries of the agent versions
+    /// built for earlier answers (an API keeps one for all its requests).
+    pub fn with_pinned(mut self, pinned: Arc<crate::versions::PinnedRegistries>) -> Self {
+        self.pinned = pinned;
+        self
+    }
+
     /// These replies as a key with `scopes`, speaking for `approver` (its
     /// id, holder and approver groups), gives them: an answer to a request
     /// whose kind needs another scope is refused (`Forbidden`), and the
