@@ -737,3 +737,51 @@ async fn a_failing_targets_circuit_opens_and_its_deliveries_wait_without_spendin
         .contains("agentenkit_notifications_total{outcome=\"deferred\"}"));
     setup.finish().await;
 }
+
+/// A receiver that takes connections and never answers holds only the
+/// notifications' own slots: runs go on, their segments never wait behind
+/// notifications (which a shared queue made them do once the hanging
+/// deliveries filled the worker's prefetch).
+#[tokio::test]
+async fn a_receiver_that_never_answers_does_not_hold_up_runs() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", silent.local_addr().unwrap());
+    let held: Arc<Mutex<Vec<tokio::net::TcpStream>>> = Arc::default();
+    let holding = held.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = silent.accept().await {
+            holding.lock().unwrap().push(socket);
+        }
+    });
+    let tool = ToolServer::ok().await;
+    let registry = with_targets(
+        approval_registry(CALL_THEN_DONE, &tool.url),
+        vec![target("silent", &url).timeout(Duration::from_secs(30))],
+    );
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    // More parks (each an INPUT_REQUIRED to send) than the worker's
+    // segment prefetch (8).
+    let mut runs = Vec::new();
+    for _ in 0..10 {
+        runs.push(env.start_turn("agent", "send it").await);
+    }
+    for (thread_id, run_id) in &runs {
+        env.wait_pending(thread_id, 1).await;
+        env.reply("/agent/tool-call/approve", ALICE, approve(run_id))
+            .await;
+    }
+    tokio::time::timeout(Duration::from_secs(15), async {
+        for (_, run_id) in &runs {
+            env.wait_run_finished(run_id).await;
+        }
+    })
+    .await
+    .expect("every run finished while its notifications hung");
+    assert!(
+        !held.lock().unwrap().is_empty(),
+        "the receiver was sent to (and never answered)"
+    );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

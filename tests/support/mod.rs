@@ -43,6 +43,7 @@ pub fn test_worker_config() -> WorkerConfig {
         max_takeovers: 10,
         retry_backoff: Duration::from_millis(50),
         prefetch: 8,
+        notify_prefetch: 4,
         shutdown_grace: Duration::from_secs(5),
         max_deliveries: 10,
         hand_back_delay: Duration::from_millis(50),

@@ -45,6 +45,16 @@ impl QueueMessage {
         serde_json::from_slice(bytes)
     }
 
+    /// Whether it is for the notifications queue (a `Notify` or a
+    /// `Remind`): sending to receivers outside, which may be slow, is kept
+    /// off the segments' queue and its consumers' slots.
+    pub fn is_notification(&self) -> bool {
+        matches!(
+            self,
+            QueueMessage::Notify { .. } | QueueMessage::Remind { .. }
+        )
+    }
+
     pub fn run_id(&self) -> RunId {
         match self {
             QueueMessage::Segment { run_id, .. }

@@ -60,6 +60,10 @@ impl QueueAdapter for LazyQueue {
         self.broker()?.consume(prefetch).await
     }
 
+    async fn consume_notifications(&self, prefetch: u16) -> Result<Deliveries> {
+        self.broker()?.consume_notifications(prefetch).await
+    }
+
     async fn ready(&self) -> Result<()> {
         self.broker()?.ready().await
     }

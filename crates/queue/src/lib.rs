@@ -86,14 +86,22 @@ impl Topology {
         format!("{}.segments", self.prefix)
     }
 
-    /// The exchange the delay ladder dead-letters into once a message's
-    /// delay has run out; it routes to [`Topology::segments_queue`].
+    /// The durable queue notifications and reminders are sent from, apart
+    /// from the segments' so that slow receivers cannot hold the slots of
+    /// the workers' segments. One that comes back from the delay ladder
+    /// lands on the segments' queue, whose consumer forwards it here.
+    pub fn notifications_queue(&self) -> String {
+        format!("{}.notifications", self.prefix)
+    }
+
     /// Where a message goes that kept failing (or could not be read):
     /// kept for a person to look at, never consumed by workers.
     pub fn dead_queue(&self) -> String {
         format!("{}.dead", self.prefix)
     }
 
+    /// The exchange the delay ladder dead-letters into once a message's
+    /// delay has run out; it routes to [`Topology::segments_queue`].
     pub fn delivery_exchange(&self) -> String {
         format!("{}.delivery", self.prefix)
     }
@@ -127,7 +135,8 @@ impl Topology {
 /// What the runtime needs from a broker.
 #[async_trait]
 pub trait QueueAdapter: Send + Sync + 'static {
-    /// Publishes `message` to the segment queue, persistent; returns once the
+    /// Publishes `message` to its queue (the notifications queue for a
+    /// notification, else the segment queue), persistent; returns once the
     /// broker has confirmed it.
     async fn publish(&self, message: &QueueMessage) -> Result<()>;
 
@@ -147,6 +156,11 @@ pub trait QueueAdapter: Send + Sync + 'static {
     /// unacknowledged deliveries at once. Survives broker restarts: the
     /// stream reconnects; deliveries of a lost channel are redelivered.
     async fn consume(&self, prefetch: u16) -> Result<Deliveries>;
+
+    /// Starts consuming the notifications queue ([`Topology::notifications_queue`])
+    /// with at most `prefetch` unacknowledged deliveries at once, as
+    /// [`QueueAdapter::consume`] does the segment queue.
+    async fn consume_notifications(&self, prefetch: u16) -> Result<Deliveries>;
 
     /// Ok when the broker is reachable (for `/readyz`).
     async fn ready(&self) -> Result<()>;

@@ -88,10 +88,12 @@ impl Shared {
     }
 }
 
-/// The in-process queue; clone the handle to share one queue.
+/// The in-process queues (the segments' and the notifications'); clone
+/// the handle to share them.
 #[derive(Clone)]
 pub struct MemoryQueue {
     shared: Arc<Shared>,
+    notifications: Arc<Shared>,
 }
 
 impl Default for MemoryQueue {
@@ -111,33 +113,62 @@ impl std::fmt::Debug for MemoryQueue {
 
 impl MemoryQueue {
     pub fn new() -> Self {
-        Self {
-            shared: Arc::new(Shared {
+        // One closing ends both.
+        let closed = CancellationToken::new();
+        let queue = || {
+            Arc::new(Shared {
                 queue: Mutex::new(VecDeque::new()),
                 dead: Mutex::new(Vec::new()),
                 pushed: Notify::new(),
-                closed: CancellationToken::new(),
-            }),
+                closed: closed.clone(),
+            })
+        };
+        Self {
+            shared: queue(),
+            notifications: queue(),
         }
     }
 
-    /// Messages waiting to be delivered (not counting pending delays or
-    /// unsettled deliveries).
+    /// Messages waiting to be delivered, on both queues (not counting
+    /// pending delays or unsettled deliveries).
     pub fn len(&self) -> usize {
-        self.shared.lock().len()
+        self.shared.lock().len() + self.notifications.lock().len()
+    }
+
+    /// The queue `message` goes to.
+    fn queue_of(&self, message: &QueueMessage) -> &Arc<Shared> {
+        if message.is_notification() {
+            &self.notifications
+        } else {
+            &self.shared
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The bodies of the messages dead-lettered so far.
+    /// The bodies of the messages dead-lettered so far (segments' first).
     pub fn dead_letters(&self) -> Vec<Vec<u8>> {
-        self.shared
-            .dead
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        [&self.shared, &self.notifications]
+            .iter()
+            .flat_map(|queue| {
+                queue
+                    .dead
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .clone()
+            })
+            .collect()
+    }
+
+    fn consume_queue(&self, queue: &Arc<Shared>, prefetch: u16) -> Result<Deliveries> {
+        self.check_open()?;
+        let slots = usize::from(prefetch.max(1));
+        let (sender, receiver) = mpsc::channel(slots);
+        let in_flight = Arc::new(Semaphore::new(slots));
+        tokio::spawn(forward(Arc::clone(queue), in_flight, sender));
+        Ok(Deliveries::new(receiver))
     }
 
     fn check_open(&self) -> Result<()> {
@@ -152,7 +183,7 @@ impl MemoryQueue {
 impl QueueAdapter for MemoryQueue {
     async fn publish(&self, message: &QueueMessage) -> Result<()> {
         self.check_open()?;
-        self.shared.push_back(message.to_bytes());
+        self.queue_of(message).push_back(message.to_bytes());
         Ok(())
     }
 
@@ -162,7 +193,9 @@ impl QueueAdapter for MemoryQueue {
         if ms == 0 {
             return self.publish(message).await;
         }
-        let shared = Arc::clone(&self.shared);
+        // Delayed in process: it goes to its own queue when due (no
+        // forwarding from the segments' queue, as the broker's ladder needs).
+        let shared = Arc::clone(self.queue_of(message));
         let body = message.to_bytes();
         let delay = Duration::from_millis(u64::from(ms));
         tokio::spawn(async move {
@@ -175,12 +208,11 @@ impl QueueAdapter for MemoryQueue {
     }
 
     async fn consume(&self, prefetch: u16) -> Result<Deliveries> {
-        self.check_open()?;
-        let slots = usize::from(prefetch.max(1));
-        let (sender, receiver) = mpsc::channel(slots);
-        let in_flight = Arc::new(Semaphore::new(slots));
-        tokio::spawn(forward(Arc::clone(&self.shared), in_flight, sender));
-        Ok(Deliveries::new(receiver))
+        self.consume_queue(&self.shared, prefetch)
+    }
+
+    async fn consume_notifications(&self, prefetch: u16) -> Result<Deliveries> {
+        self.consume_queue(&self.notifications, prefetch)
     }
 
     async fn ready(&self) -> Result<()> {
@@ -315,6 +347,48 @@ mod tests {
         assert!(timeout(Duration::from_millis(100), deliveries.next())
             .await
             .is_err());
+    }
+
+    /// Notifications go to their own queue, which only its consumer sees,
+    /// now or after a delay; a hand-back goes back there.
+    #[tokio::test]
+    async fn notifications_have_a_queue_of_their_own() {
+        let queue = MemoryQueue::new();
+        let notify = QueueMessage::Notify {
+            run_id: RunId::new(),
+            event_id: 7,
+        };
+        let mut segments = queue.consume(4).await.unwrap();
+        let mut notifications = queue.consume_notifications(4).await.unwrap();
+        queue.publish(&notify).await.unwrap();
+        queue
+            .publish_delayed(&notify, Duration::from_millis(20))
+            .await
+            .unwrap();
+        queue.publish(&segment(1)).await.unwrap();
+        let first = next(&mut segments).await;
+        assert!(matches!(
+            first.message().unwrap(),
+            QueueMessage::Segment { .. }
+        ));
+        for _ in 0..2 {
+            let delivery = next(&mut notifications).await;
+            assert_eq!(delivery.message().unwrap(), notify);
+            delivery.ack().await.unwrap();
+        }
+        let handed = {
+            queue.publish(&notify).await.unwrap();
+            next(&mut notifications).await
+        };
+        handed.hand_back().await.unwrap();
+        let again = next(&mut notifications).await;
+        assert_eq!(again.deliveries, 2);
+        assert!(
+            timeout(Duration::from_millis(100), segments.next())
+                .await
+                .is_err(),
+            "no notification reached the segments' consumer"
+        );
     }
 
     fn segment(seq: i64) -> QueueMessage {

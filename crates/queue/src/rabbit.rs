@@ -64,6 +64,7 @@ struct Inner {
     ca_pem: Option<String>,
     topology: Topology,
     segments: ShortString,
+    notifications: ShortString,
     /// The lanes this adapter declared: the only ones it routes to, so a
     /// message never goes to a lane that does not exist.
     lanes: Vec<u32>,
@@ -88,6 +89,7 @@ impl RabbitQueue {
         ca_pem: Option<String>,
     ) -> Result<Self> {
         let segments = short(topology.segments_queue())?;
+        let notifications = short(topology.notifications_queue())?;
         let lanes = topology.lanes();
         let queue = Self {
             inner: Arc::new(Inner {
@@ -95,6 +97,7 @@ impl RabbitQueue {
                 ca_pem,
                 topology,
                 segments,
+                notifications,
                 lanes,
                 connection: Mutex::new(None),
                 publisher: Mutex::new(None),
@@ -108,6 +111,22 @@ impl RabbitQueue {
     pub fn topology(&self) -> &Topology {
         &self.inner.topology
     }
+
+    /// Consumes `queue` (the segments' or the notifications').
+    async fn consume_queue(&self, queue: ShortString, prefetch: u16) -> Result<Deliveries> {
+        // Connect now so that a broker that is down fails the call rather
+        // than a background task.
+        self.inner.connection().await?;
+        let prefetch = prefetch.max(1);
+        let (sender, receiver) = mpsc::channel(usize::from(prefetch));
+        tokio::spawn(consume_until_stopped(
+            Arc::clone(&self.inner),
+            queue,
+            prefetch,
+            sender,
+        ));
+        Ok(Deliveries::new(receiver))
+    }
 }
 
 #[async_trait]
@@ -118,9 +137,13 @@ impl QueueAdapter for RabbitQueue {
 
     async fn publish(&self, message: &QueueMessage) -> Result<()> {
         // The default exchange routes on the queue name.
-        let segments = self.inner.segments.clone();
+        let queue = if message.is_notification() {
+            self.inner.notifications.clone()
+        } else {
+            self.inner.segments.clone()
+        };
         self.inner
-            .publish(ShortString::default(), segments, &message.to_bytes())
+            .publish(ShortString::default(), queue, &message.to_bytes())
             .await
     }
 
@@ -136,17 +159,13 @@ impl QueueAdapter for RabbitQueue {
     }
 
     async fn consume(&self, prefetch: u16) -> Result<Deliveries> {
-        // Connect now so that a broker that is down fails the call rather
-        // than a background task.
-        self.inner.connection().await?;
-        let prefetch = prefetch.max(1);
-        let (sender, receiver) = mpsc::channel(usize::from(prefetch));
-        tokio::spawn(consume_until_stopped(
-            Arc::clone(&self.inner),
-            prefetch,
-            sender,
-        ));
-        Ok(Deliveries::new(receiver))
+        self.consume_queue(self.inner.segments.clone(), prefetch)
+            .await
+    }
+
+    async fn consume_notifications(&self, prefetch: u16) -> Result<Deliveries> {
+        self.consume_queue(self.inner.notifications.clone(), prefetch)
+            .await
     }
 
     async fn ready(&self) -> Result<()> {

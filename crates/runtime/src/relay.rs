@@ -271,6 +271,12 @@ mod tests {
         async fn consume(&self, prefetch: u16) -> agentenkit_queue::Result<Deliveries> {
             self.inner.consume(prefetch).await
         }
+        async fn consume_notifications(
+            &self,
+            prefetch: u16,
+        ) -> agentenkit_queue::Result<Deliveries> {
+            self.inner.consume_notifications(prefetch).await
+        }
         async fn ready(&self) -> agentenkit_queue::Result<()> {
             Ok(())
         }

@@ -40,6 +40,9 @@ pub struct WorkerConfig {
     pub retry_backoff: Duration,
     /// Segments in flight at once.
     pub prefetch: u16,
+    /// Notifications and reminders in flight at once, from their own queue:
+    /// a receiver that never answers holds these, never a segment's slot.
+    pub notify_prefetch: u16,
     /// On shutdown, how long in-flight segments may take to finish.
     pub shutdown_grace: Duration,
     /// A message handed back this many times (the store kept failing for
@@ -66,6 +69,7 @@ impl Default for WorkerConfig {
             max_takeovers: 10,
             retry_backoff: Duration::from_millis(500),
             prefetch: 16,
+            notify_prefetch: 8,
             shutdown_grace: Duration::from_secs(30),
             max_deliveries: 10,
             hand_back_delay: Duration::from_millis(500),
@@ -91,6 +95,13 @@ enum Disposition {
     /// It can never succeed (unreadable): to the dead-letter queue now.
     DeadLetter,
     Crashed,
+}
+
+/// Which queue a delivery came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum From {
+    Segments,
+    Notifications,
 }
 
 #[derive(Clone)]
@@ -170,6 +181,11 @@ impl Worker {
             tracing::warn!(error = %e, "could not record the agent versions");
         }
         let mut deliveries = self.inner.queue.consume(self.inner.config.prefetch).await?;
+        let mut notifications = self
+            .inner
+            .queue
+            .consume_notifications(self.inner.config.notify_prefetch)
+            .await?;
         let mut in_flight: JoinSet<Disposition> = JoinSet::new();
         loop {
             tokio::select! {
@@ -183,13 +199,21 @@ impl Worker {
                 delivery = deliveries.next() => match delivery {
                     Some(delivery) => {
                         let worker = self.clone();
-                        in_flight.spawn(async move { worker.process(delivery).await });
+                        in_flight.spawn(async move { worker.process(delivery, From::Segments).await });
+                    }
+                    None => break,
+                },
+                delivery = notifications.next() => match delivery {
+                    Some(delivery) => {
+                        let worker = self.clone();
+                        in_flight.spawn(async move { worker.process(delivery, From::Notifications).await });
                     }
                     None => break,
                 },
             }
         }
         drop(deliveries);
+        drop(notifications);
         let drained = tokio::time::timeout(self.inner.config.shutdown_grace, async {
             while in_flight.join_next().await.is_some() {}
         })
@@ -210,8 +234,8 @@ impl Worker {
         self.inner.busy.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    async fn process(&self, delivery: Delivery) -> Disposition {
-        let _busy = Busy::enter(&self.inner.busy);
+    async fn process(&self, delivery: Delivery, from: From) -> Disposition {
+        let _busy = (from == From::Segments).then(|| Busy::enter(&self.inner.busy));
         let started = std::time::Instant::now();
         let handled = AssertUnwindSafe(async {
             match delivery.message() {
@@ -225,6 +249,11 @@ impl Worker {
                 }) => {
                     let span = tracing::info_span!("expiry", run_id = %run_id, tool_call_id = %tool_call_id);
                     self.expiry(run_id, tool_call_id).instrument(span).await
+                }
+                // Back from the delay ladder, which ends at the segments'
+                // queue: on to the notifications' own.
+                Ok(message) if message.is_notification() && from == From::Segments => {
+                    self.forward(&message).await
                 }
                 Ok(QueueMessage::Notify { run_id, event_id }) => {
                     let span = tracing::info_span!("notify", run_id = %run_id, event_id);
@@ -456,6 +485,19 @@ impl Worker {
     /// What a notification's handling means for its message. A store that
     /// failed hands it back; a target that failed does not (its retry is
     /// in the outbox, see `notify`).
+    /// Sends `message` on to its own queue; handed back when the broker
+    /// does not take it (the copy sent and this one acked is at most a
+    /// duplicate, which its handler drops).
+    async fn forward(&self, message: &QueueMessage) -> Disposition {
+        match self.inner.queue.publish(message).await {
+            Ok(()) => Disposition::Ack,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not forward a notification to its queue; handed back");
+                Disposition::Requeue
+            }
+        }
+    }
+
     fn notified(&self, handled: agentenkit_store::Result<crate::notify::Handled>) -> Disposition {
         match handled {
             Ok(crate::notify::Handled::Crashed) => Disposition::Crashed,

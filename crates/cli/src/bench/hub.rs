@@ -179,6 +179,11 @@ impl QueueAdapter for HookedQueue {
         self.inner.delay_hops(delay)
     }
 
+    // Notifications carry no segment the bench waits for.
+    async fn consume_notifications(&self, prefetch: u16) -> agentenkit_queue::Result<Deliveries> {
+        self.inner.consume_notifications(prefetch).await
+    }
+
     async fn consume(&self, prefetch: u16) -> agentenkit_queue::Result<Deliveries> {
         let mut inner = self.inner.consume(prefetch).await?;
         let (tx, rx) = mpsc::channel(usize::from(prefetch.max(1)));

@@ -20,6 +20,10 @@ struct Cli {
     /// Segments in flight at once.
     #[arg(long, env = "AGENTENKIT_PREFETCH", default_value_t = 16)]
     prefetch: u16,
+    /// Notifications and reminders in flight at once, from their own queue
+    /// (a receiver that never answers holds these, never a segment's slot).
+    #[arg(long, env = "AGENTENKIT_NOTIFY_CONCURRENCY", default_value_t = 8)]
+    notify_concurrency: u16,
     /// How long a run's lease lasts without a commit or heartbeat (a
     /// heartbeat every quarter of it keeps a long step's lease): the most a
     /// killed worker's run waits before another worker takes it over.
@@ -60,6 +64,7 @@ async fn main() -> anyhow::Result<()> {
     let store = cli.connections.store()?;
     let config = WorkerConfig {
         prefetch: cli.prefetch,
+        notify_prefetch: cli.notify_concurrency.max(1),
         lease_ttl: cli.lease_ttl,
         max_attempts: cli.max_attempts,
         max_takeovers: cli.max_takeovers.max(1),

@@ -28,13 +28,15 @@ enum Stopped {
 /// whenever the channel is lost.
 pub(super) async fn consume_until_stopped(
     inner: Arc<Inner>,
+    queue: ShortString,
     prefetch: u16,
     sender: mpsc::Sender<Delivery>,
 ) {
     let mut backoff = BACKOFF_MIN;
     let mut redeclare = false;
     loop {
-        match consume_channel(&inner, prefetch, &sender, redeclare, &mut backoff).await {
+        let consumed = consume_channel(&inner, &queue, prefetch, &sender, redeclare, &mut backoff);
+        match consumed.await {
             Stopped::Asked => return,
             Stopped::Lost(error) => {
                 warn!(%error, prefix = %inner.topology.prefix, ?backoff, "consumer lost its channel; reconnecting");
@@ -54,6 +56,7 @@ pub(super) async fn consume_until_stopped(
 
 async fn consume_channel(
     inner: &Arc<Inner>,
+    queue: &ShortString,
     prefetch: u16,
     sender: &mpsc::Sender<Delivery>,
     redeclare: bool,
@@ -66,7 +69,7 @@ async fn consume_channel(
     };
     let mut consumer = match channel
         .basic_consume(
-            inner.segments.clone(),
+            queue.clone(),
             // Empty: the broker picks a unique tag.
             ShortString::default(),
             BasicConsumeOptions::default(),
@@ -107,6 +110,7 @@ async fn consume_channel(
             acker: Some(delivery.acker),
             channel: Some(channel.clone()),
             inner: Arc::clone(inner),
+            queue: queue.clone(),
         };
         let delivery = Delivery::new(delivery.data, delivery.redelivered, Box::new(acker))
             .with_handed_back(handed_back);
@@ -147,6 +151,8 @@ struct RabbitAcker {
     channel: Option<Channel>,
     /// For hand-backs and dead letters, published with confirms.
     inner: Arc<Inner>,
+    /// The queue it came from, where a hand-back goes.
+    queue: ShortString,
 }
 
 /// The delivery count a header holds, whatever integer type carried it.
@@ -190,8 +196,8 @@ impl Acknowledge for RabbitAcker {
     }
 
     async fn hand_back(self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()> {
-        let segments = self.inner.segments.clone();
-        self.send_then_ack(segments, body, deliveries).await
+        let queue = self.queue.clone();
+        self.send_then_ack(queue, body, deliveries).await
     }
 
     async fn dead_letter(self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()> {

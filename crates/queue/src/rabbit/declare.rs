@@ -12,7 +12,8 @@ use super::{broker, short};
 use crate::ladder::{self, Target};
 use crate::{Result, Topology};
 
-/// Declares the segment queue and the whole delay ladder.
+/// Declares the segment, notifications and dead-letter queues and the
+/// whole delay ladder.
 pub(super) async fn declare(channel: &Channel, topology: &Topology) -> Result<()> {
     let plan = ladder::plan(topology);
     let exchange_options = ExchangeDeclareOptions {
@@ -37,7 +38,11 @@ pub(super) async fn declare(channel: &Channel, topology: &Topology) -> Result<()
             .await
             .map_err(|e| broker("declaring exchange", exchange, e))?;
     }
-    for queue in [topology.segments_queue(), topology.dead_queue()] {
+    for queue in [
+        topology.segments_queue(),
+        topology.notifications_queue(),
+        topology.dead_queue(),
+    ] {
         channel
             .queue_declare(
                 short(queue.as_str())?,
