@@ -325,3 +325,51 @@ url = "{}"
     }
     env.finish().await;
 }
+
+/// A worker that cannot build a run's version (here: a definition naming a
+/// provider this build does not have) does not run the step: it hands the
+/// segment back, counted, and gives the lease back without a takeover, so
+/// a worker that can serves the run at once.
+#[tokio::test]
+async fn a_worker_that_cannot_build_a_runs_version_hands_it_back_untouched() {
+    let v1 = mailer("send_email", "v1", "Done v1.", "http://127.0.0.1:9/");
+    let env = TestEnv::start(v1).await;
+    // No worker yet: the run waits queued; then pin it to a version no
+    // worker of this build can build.
+    let (_, run_id) = env.start_turn("mailer", "send it").await;
+    let definition =
+        json!({ "agents": { "mailer": { "model": { "provider": "from-the-future" } } } });
+    let hash = agentenkit_core::canonical::sha256_hex(
+        agentenkit_core::canonical::canonical(&definition).as_bytes(),
+    );
+    env.store
+        .record_agent_versions(&[(hash.as_str(), "mailer", &definition)])
+        .await
+        .unwrap();
+    env.sql(&format!(
+        "UPDATE runs SET agent_version = '{hash}' WHERE id = '{run_id}'"
+    ))
+    .await;
+    let worker = env.spawn_worker();
+    eventually("the segment handed back", || async {
+        env.metrics_text()
+            .await
+            .contains("agentenkit_unserved_versions_total")
+            .then_some(())
+    })
+    .await;
+    worker.stop().await.unwrap();
+    let rows: Vec<(String, i32, i32)> = env
+        .rows(
+            &format!("SELECT status, takeovers, attempts FROM runs WHERE id = '{run_id}'"),
+            |r| (r.get(0), r.get(1), r.get(2)),
+        )
+        .await;
+    assert_eq!(
+        rows,
+        [("queued".to_owned(), 0, 0)],
+        "untouched, no takeover"
+    );
+    assert!(env.journal_names(&run_id).await.is_empty(), "no step ran");
+    env.finish().await;
+}

@@ -398,6 +398,11 @@ impl Worker {
             Err(e) => {
                 tracing::warn!(error = %e, "this worker cannot serve the run's agent version; segment handed back");
                 ::metrics::counter!(metrics::UNSERVED_VERSIONS).increment(1);
+                // Free at once for a worker that can, and not counted as a
+                // worker that died in the step.
+                if let Err(e) = inner.store.let_go(&ctx.lease).await {
+                    tracing::warn!(error = %e, "could not give the lease back; it runs out");
+                }
                 return Disposition::Requeue;
             }
         };

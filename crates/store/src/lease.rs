@@ -260,6 +260,25 @@ impl Store {
         })))
     }
 
+    /// Gives `lease` back without a step: the run is queued again, its
+    /// lease free at once, and no takeover is counted against it (this
+    /// worker cannot serve it; another may). False when the lease was lost
+    /// already.
+    pub async fn let_go(&self, lease: &Lease) -> Result<bool> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL,
+                        updated_at = now()
+                 WHERE id = $1 AND lease_token = $2 AND status = 'running'",
+            )
+            .await?;
+        Ok(client
+            .execute(&stmt, &[&lease.run_id.0, &lease.token])
+            .await?
+            == 1)
+    }
+
     /// Extends `lease` (a heartbeat), in one round trip. The statement may
     /// run `within` at most on the server too: a renewal that waited on a
     /// stalled database must not land later, after its worker gave the run
