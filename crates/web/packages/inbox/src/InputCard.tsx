@@ -76,6 +76,11 @@ export function InputCard(props: {
         </h2>
         <span className="run">
           {shown(input.runName)} <span className="depth">depth {input.depth}</span>
+          {input.agentVersion && (
+            <span className="version" title={`agent version ${input.agentVersion}`}>
+              version {input.agentVersion.slice(0, 12)}
+            </span>
+          )}
         </span>
         {input.expiresAt && <TimeLeft expiresAt={input.expiresAt} />}
       </header>

@@ -162,9 +162,13 @@ describe("inbox", () => {
   });
 
   it("shows a right-to-left override in the arguments as its escape, not reversed text", async () => {
-    const { runId } = await parked("trickster");
+    const { threadId, runId } = await parked("trickster");
     await signIn(page);
     const card = page.getByRole("article");
+    // The card says which version of its agent will run the call.
+    const version = (await alice.getThread(threadId)).pendingInputs[0]?.agentVersion ?? "";
+    expect(version).toMatch(/^[0-9a-f]{64}$/);
+    await card.getByText(`version ${version.slice(0, 12)}`).waitFor();
     const shownArguments = (await card.getByLabel("Arguments").textContent()) ?? "";
     expect(shownArguments).toContain("invoice\\u{202e}gnp.exe");
     expect(shownArguments).not.toContain("\u202e");
