@@ -124,11 +124,29 @@ fn definition_of(file: &Value, agent: &str) -> Value {
 
 /// The agent file a pinned run is served from: its version's definition
 /// with the deployment's own settings (notification targets) of `current`.
+///
+/// A reminder to a target the deployment no longer has is left out: the
+/// run goes on without it rather than not at all.
 pub(crate) fn with_deployment(definition: &Value, current: &Value) -> Value {
     let mut file = definition.as_object().cloned().unwrap_or_default();
+    file.remove("notifications");
+    file.remove("ui_url");
     for key in DEPLOYMENT {
         if let Some(value) = current.get(key) {
             file.insert(key.into(), value.clone());
+        }
+    }
+    let targets = current.get("notifications").and_then(Value::as_object);
+    if let Some(Value::Object(tools)) = file.get_mut("tools") {
+        for tool in tools.values_mut().filter_map(Value::as_object_mut) {
+            let known = tool
+                .get("escalate_to")
+                .and_then(Value::as_str)
+                .is_none_or(|target| targets.is_some_and(|t| t.contains_key(target)));
+            if !known {
+                tool.remove("escalate_to");
+                tool.remove("remind_after");
+            }
         }
     }
     Value::Object(file)
@@ -345,6 +363,42 @@ mod tests {
         );
         assert_eq!(before["mailer"].hash.len(), 64);
         assert_eq!(AgentVersion::short(&before["mailer"].hash).len(), 12);
+    }
+
+    #[test]
+    fn a_pinned_files_reminder_to_a_target_gone_is_left_out() {
+        let mut old = file();
+        old["tools"]["send_email"]["remind_after"] = json!("30m");
+        old["tools"]["send_email"]["escalate_to"] = json!("ops");
+        old["tools"]["lookup"]["remind_after"] = json!("1h");
+        old["tools"]["lookup"]["escalate_to"] = json!("chat");
+        let version = &versions_of(&old)["mailer"];
+        let mut current = file();
+        current["notifications"] = json!({ "ops": { "url": "https://hook" } });
+        let served = with_deployment(&version.definition, &current);
+        assert_eq!(
+            served["tools"]["send_email"]["escalate_to"], "ops",
+            "still a target"
+        );
+        assert!(served["tools"]["lookup"].get("escalate_to").is_none());
+        assert!(served["tools"]["lookup"].get("remind_after").is_none());
+        // And the file builds.
+        let registry = crate::Registry::from_toml(
+            r#"
+[notifications.ops]
+url = "https://hook"
+secret_env = "X"
+[agents.a]
+model = { provider = "scripted", script = [] }
+"#,
+        )
+        .unwrap();
+        let mut gone = file();
+        gone["agents"]["mailer"]["tools"] = json!(["send_email"]);
+        gone["tools"]["send_email"]["remind_after"] = json!("30m");
+        gone["tools"]["send_email"]["escalate_to"] = json!("chat");
+        let pinned = registry.pinned(&versions_of(&gone)["mailer"].definition);
+        assert!(pinned.is_ok(), "{:?}", pinned.err());
     }
 
     #[test]
