@@ -155,6 +155,14 @@ impl NotifiedEvents {
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
+
+    /// The event types of the set, in [`EventType::ALL`]'s order.
+    pub fn iter(self) -> impl Iterator<Item = EventType> {
+        EventType::ALL
+            .iter()
+            .copied()
+            .filter(move |event| self.contains(*event))
+    }
 }
 
 impl FromIterator<EventType> for NotifiedEvents {
@@ -240,6 +248,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_set_lists_its_events_in_order() {
+        let set: NotifiedEvents = [EventType::RunFailed, EventType::InputRequired]
+            .into_iter()
+            .collect();
+        let listed: Vec<EventType> = set.iter().collect();
+        let mut expected = vec![EventType::InputRequired, EventType::RunFailed];
+        expected.sort_by_key(|e| EventType::ALL.iter().position(|a| a == e));
+        assert_eq!(listed, expected);
+        assert_eq!(NotifiedEvents::NONE.iter().count(), 0);
+    }
     use proptest::prelude::*;
 
     const SECRET: &[u8] = b"whsec_test";

@@ -347,6 +347,60 @@ impl Store {
             .transpose()
     }
 
+    /// Event `id`, whole, and in the same statement (one transaction) the
+    /// claim of its delivery to each target `wanted` names for its type
+    /// (`(target, event type)` pairs): what [`Store::claim_deliveries`]
+    /// claims, without reading the event first. `None` when the event is
+    /// gone (nothing is claimed).
+    pub async fn event_with_claim(
+        &self,
+        id: i64,
+        wanted: &[(String, String)],
+        claim: std::time::Duration,
+    ) -> Result<Option<(EventView, Vec<crate::DeliveryAttempt>)>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(concat!(
+                "WITH claimed AS (
+                    INSERT INTO notification_deliveries (delivery_id, target, next_at, attempts)
+                    SELECT $1::bigint::text, w.target, now() + $4 * interval '1 millisecond', 1
+                    FROM unnest($2::text[], $3::text[]) AS w(target, type)
+                    JOIN events ev ON ev.id = $1 AND ev.type = w.type
+                    ON CONFLICT (delivery_id, target) DO UPDATE
+                    SET next_at = excluded.next_at,
+                        attempts = notification_deliveries.attempts + 1
+                    WHERE notification_deliveries.delivered_at IS NULL
+                      AND notification_deliveries.dead_at IS NULL
+                      AND notification_deliveries.next_at <= now()
+                    RETURNING target, attempts
+                 ),
+                 event AS (",
+                event_select!(),
+                " WHERE e.id = $1)
+                 SELECT event.*, (SELECT coalesce(jsonb_agg(jsonb_build_array(target, attempts)), '[]')
+                                  FROM claimed)
+                 FROM event"
+            ))
+            .await?;
+        let targets: Vec<&str> = wanted.iter().map(|(target, _)| target.as_str()).collect();
+        let types: Vec<&str> = wanted.iter().map(|(_, kind)| kind.as_str()).collect();
+        let Some(row) = client
+            .query_opt(&stmt, &[&id, &targets, &types, &(claim.as_millis() as f64)])
+            .await?
+        else {
+            return Ok(None);
+        };
+        let claimed: Vec<(String, i32)> = serde_json::from_value(row.get(16))?;
+        let attempts = claimed
+            .into_iter()
+            .map(|(target, attempt)| crate::DeliveryAttempt {
+                target,
+                attempt: attempt.max(1) as u32,
+            })
+            .collect();
+        Ok(Some((event_view(&row)?, attempts)))
+    }
+
     async fn check_owner(
         &self,
         client: &deadpool_postgres::Object,

@@ -16,6 +16,9 @@ use crate::agent::Registry;
 use crate::agent_loop::CrashPoint;
 use crate::metrics;
 
+/// How much longer than its slowest attempt a claim holds.
+const CLAIM_MARGIN: Duration = Duration::from_secs(2);
+
 /// What became of a notification message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Handled {
@@ -82,12 +85,20 @@ impl Notifier {
             event_id,
         };
         let notifications = self.registry.notifications();
-        let event = self.store.event_by_id(event_id).await?;
-        let targets = event
+        // The event is read and its delivery claimed in one statement: the
+        // claim names each target with the types it wants, and only the
+        // event's own type claims.
+        let wanted = notifications.wanted();
+        let claim = notifications.longest_timeout() + CLAIM_MARGIN;
+        let read = self
+            .store
+            .event_with_claim(event_id, &wanted, claim)
+            .await?;
+        let targets = read
             .as_ref()
-            .map(|e| notifications.targets_for(e.event_type))
+            .map(|(event, _)| notifications.targets_for(event.event_type))
             .unwrap_or_default();
-        let Some(event) = event.filter(|_| !targets.is_empty()) else {
+        let Some((event, claimed)) = read.filter(|_| !targets.is_empty()) else {
             self.store.drop_notification(&message).await?;
             return Ok(Handled::Dropped);
         };
@@ -99,7 +110,8 @@ impl Notifier {
             created_at: event.created_at,
             data: event.data,
         };
-        self.deliver(&message, &delivery, &targets).await
+        self.send_claimed(&message, &delivery, &targets, claimed)
+            .await
     }
 
     /// Reminds the tool's escalation target of request `call` if it is
@@ -159,8 +171,21 @@ impl Notifier {
         let longest = targets.iter().map(|t| t.timeout).max().unwrap_or_default();
         let claimed = self
             .store
-            .claim_deliveries(&delivery.id, &names, longest + Duration::from_secs(2))
+            .claim_deliveries(&delivery.id, &names, longest + CLAIM_MARGIN)
             .await?;
+        self.send_claimed(message, delivery, targets, claimed).await
+    }
+
+    /// Sends `delivery` to each target `claimed` names (its attempt
+    /// counted), then records what each answered.
+    async fn send_claimed(
+        &self,
+        message: &QueueMessage,
+        delivery: &Delivery,
+        targets: &[&Target],
+        claimed: Vec<DeliveryAttempt>,
+    ) -> agentenkit_store::Result<Handled> {
+        let names: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
         let link = self.registry.notifications().inbox_link();
         let sends = claimed.into_iter().filter_map(|attempt| {
             let target = *targets.iter().find(|t| t.name == attempt.target)?;

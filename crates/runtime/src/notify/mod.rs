@@ -297,6 +297,29 @@ impl Notifications {
     }
 
     /// The targets told of events of this type.
+    /// Each target with each event type it wants, as `(target, type)`
+    /// pairs (what a claim made before the event is read names).
+    pub fn wanted(&self) -> Vec<(String, String)> {
+        self.targets
+            .values()
+            .flat_map(|target| {
+                target
+                    .events
+                    .iter()
+                    .map(|event| (target.name.clone(), event.as_str().to_owned()))
+            })
+            .collect()
+    }
+
+    /// The longest attempt any target may take.
+    pub fn longest_timeout(&self) -> Duration {
+        self.targets
+            .values()
+            .map(|t| t.timeout)
+            .max()
+            .unwrap_or_default()
+    }
+
     pub fn targets_for(&self, event: EventType) -> Vec<&Target> {
         self.targets
             .values()
