@@ -365,7 +365,9 @@ impl Store {
                     INSERT INTO notification_deliveries (delivery_id, target, next_at, attempts)
                     SELECT $1::bigint::text, w.target, now() + $4 * interval '1 millisecond', 1
                     FROM unnest($2::text[], $3::text[]) AS w(target, type)
-                    JOIN events ev ON ev.id = $1 AND ev.type = w.type
+                    -- one lookup by the key, never a join the planner may
+                    -- turn into a scan of every event
+                    WHERE w.type = (SELECT ev.type FROM events ev WHERE ev.id = $1)
                     ON CONFLICT (delivery_id, target) DO UPDATE
                     SET next_at = excluded.next_at,
                         attempts = notification_deliveries.attempts + 1
