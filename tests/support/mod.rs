@@ -2,7 +2,10 @@
 //! its own RabbitMQ names, an API on 127.0.0.1:0, workers it can start and
 //! kill, and HTTP tool endpoints that count their calls.
 
+mod answers;
 pub mod providers;
+mod registries;
+mod servers;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -21,6 +24,10 @@ use axum::http::StatusCode;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+pub use answers::*;
+pub use registries::*;
+pub use servers::*;
 
 pub const ALICE: &str = "alice-key";
 pub const BOB: &str = "bob-key";
@@ -550,158 +557,6 @@ where
     }
 }
 
-type Behavior = dyn Fn(usize, &Value) -> (StatusCode, Value) + Send + Sync;
-
-/// An HTTP tool endpoint on 127.0.0.1 that records every call.
-pub struct ToolServer {
-    pub url: String,
-    calls: Arc<AtomicUsize>,
-    bodies: Arc<Mutex<Vec<Value>>>,
-}
-
-impl ToolServer {
-    /// Answers every call with `{"ok": true, "n": <call number>}`.
-    pub async fn ok() -> ToolServer {
-        Self::start(|n, _| (StatusCode::OK, serde_json::json!({ "ok": true, "n": n }))).await
-    }
-
-    /// `behavior(n, body)` answers the n-th call (1-based).
-    pub async fn start(
-        behavior: impl Fn(usize, &Value) -> (StatusCode, Value) + Send + Sync + 'static,
-    ) -> ToolServer {
-        Self::start_with_delay(Duration::ZERO, behavior).await
-    }
-
-    /// Like `start`, answering each call only after `delay`.
-    pub async fn start_with_delay(
-        delay: Duration,
-        behavior: impl Fn(usize, &Value) -> (StatusCode, Value) + Send + Sync + 'static,
-    ) -> ToolServer {
-        let calls = Arc::new(AtomicUsize::new(0));
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let behavior: Arc<Behavior> = Arc::new(behavior);
-        let (c, b) = (calls.clone(), bodies.clone());
-        let app = axum::Router::new().route(
-            "/tool",
-            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
-                let (calls, bodies, behavior) = (c.clone(), b.clone(), behavior.clone());
-                async move {
-                    let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-                    bodies.lock().expect("bodies").push(body.clone());
-                    let (status, answer) = behavior(n, &body);
-                    tokio::time::sleep(delay).await;
-                    (status, axum::Json(answer))
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        ToolServer {
-            url: format!("http://{addr}/tool"),
-            calls,
-            bodies,
-        }
-    }
-
-    pub fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    pub fn bodies(&self) -> Vec<Value> {
-        self.bodies.lock().expect("bodies").clone()
-    }
-}
-
-/// An agent file with one agent `agent` whose scripted model plays
-/// `script` (TOML array items), and one http tool `tool` at `url`.
-pub fn registry(script: &str, url: &str) -> Registry {
-    registry_with(script, url, false)
-}
-
-/// Like `registry`, with `tool` marked as requiring confirmation.
-pub fn approval_registry(script: &str, url: &str) -> Registry {
-    registry_with(script, url, true)
-}
-
-fn registry_with(script: &str, url: &str, requires_confirmation: bool) -> Registry {
-    registry_with_ttl(script, url, requires_confirmation, 900_000)
-}
-
-/// An approval registry whose agent's requests expire after `ttl_ms`.
-pub fn approval_registry_ttl(script: &str, url: &str, ttl_ms: u64) -> Registry {
-    registry_with_ttl(script, url, true, ttl_ms)
-}
-
-fn registry_with_ttl(
-    script: &str,
-    url: &str,
-    requires_confirmation: bool,
-    ttl_ms: u64,
-) -> Registry {
-    Registry::from_toml(&format!(
-        r#"
-[agents.agent]
-system = "test agent"
-hitl_ttl_ms = {ttl_ms}
-tools = ["tool"]
-model = {{ provider = "scripted", script = [ {script} ] }}
-
-[tools.tool]
-type = "http"
-url = "{url}"
-requires_confirmation = {requires_confirmation}
-input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ type = "string" }} }} }}
-"#
-    ))
-    .expect("test registry")
-}
-
-/// An approval registry whose `tool` needs two approvals of the groups
-/// `ops` or `security` (multi-party approval).
-pub fn two_of_ops_or_security(url: &str) -> Registry {
-    Registry::from_toml(&two_of_ops_or_security_toml(url)).expect("test registry")
-}
-
-/// The agent file of [`two_of_ops_or_security`].
-pub fn two_of_ops_or_security_toml(url: &str) -> String {
-    format!(
-        r#"
-[agents.agent]
-system = "test agent"
-tools = ["tool"]
-model = {{ provider = "scripted", script = [ {CALL_THEN_DONE} ] }}
-
-[tools.tool]
-type = "http"
-url = "{url}"
-requires_confirmation = true
-approvals = {{ required = 2, from = ["ops", "security"] }}
-input_schema = {{ type = "object", properties = {{ to = {{ type = "string" }} }} }}
-"#
-    )
-}
-
-/// The usual script: call `tool` as c1, then answer "Done.".
-pub const CALL_THEN_DONE: &str = r#"
-  { tool_calls = [ { id = "c1", name = "tool", arguments = { to = "a@b.c" } } ] },
-  { text = "Done." },
-"#;
-
-/// Two calls of one step, made in one transaction (they share their
-/// `created_at`), each waiting for its own answer when `tool` needs one.
-pub const TWO_CALLS: &str = r#"
-  { tool_calls = [
-      { id = "c1", name = "tool", arguments = { to = "one@b.c" } },
-      { id = "c2", name = "tool", arguments = { to = "two@b.c" } },
-  ] },
-  { text = "Done." },
-"#;
-
 /// Resident memory of this process, in bytes (Linux).
 pub fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
@@ -728,83 +583,4 @@ fn pg_conninfo(url: &str) -> String {
         info.push_str(&format!(" password={password}"));
     }
     info
-}
-
-/// The first event of type `kind` in a `GET /threads/{id}/events` answer.
-pub fn first_event<'a>(events: &'a Value, kind: &str) -> &'a Value {
-    events
-        .as_array()
-        .expect("an array of events")
-        .iter()
-        .find(|e| e["type"] == kind)
-        .unwrap_or_else(|| panic!("no {kind} event in {events}"))
-}
-
-/// Makes a key of `owner` with `scopes` (its holder in the approver
-/// `groups`) as `agentenkit keys create` does; returns the key and its id.
-pub async fn make_key(
-    env: &TestEnv,
-    owner: &str,
-    scopes: &[agentenkit_core::KeyScope],
-    groups: &[&str],
-) -> (String, String) {
-    make_held_key(env, owner, scopes, groups, None).await
-}
-
-/// [`make_key`] held by `holder` (`keys create --holder`).
-pub async fn make_held_key(
-    env: &TestEnv,
-    owner: &str,
-    scopes: &[agentenkit_core::KeyScope],
-    groups: &[&str],
-    holder: Option<&str>,
-) -> (String, String) {
-    let (output, done) = agentenkit::keys::KeysCommand::Create {
-        owner: owner.into(),
-        name: "test".into(),
-        scopes: scopes.to_vec(),
-        groups: groups.iter().map(|g| g.to_string()).collect(),
-        holder: holder.map(str::to_owned),
-    }
-    .run(&env.store)
-    .await
-    .expect("keys create");
-    assert!(done, "{output}");
-    let mut lines = output.lines();
-    let key = lines.next().expect("the key").to_owned();
-    let id = lines
-        .next()
-        .and_then(|line| line.split_whitespace().nth(1))
-        .expect("the key's id")
-        .to_owned();
-    (key, id)
-}
-
-/// The value of the first entry of `journal` (a run's `GET …/journal`)
-/// whose name starts with `prefix`, e.g. `tool:` for a call's decision.
-pub fn journal_value<'a>(journal: &'a Value, prefix: &str) -> &'a Value {
-    &journal
-        .as_array()
-        .expect("a journal")
-        .iter()
-        .find(|entry| {
-            entry["name"]
-                .as_str()
-                .unwrap_or_default()
-                .starts_with(prefix)
-        })
-        .unwrap_or_else(|| panic!("no {prefix} entry in {journal}"))["value"]
-}
-
-/// The content of the tool message of call `c1` in `thread_id`: what the
-/// model read of its outcome.
-pub async fn tool_message(env: &TestEnv, thread_id: &str) -> Value {
-    let messages = env.get(&format!("/threads/{thread_id}/messages")).await;
-    messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool" && m["toolCallId"] == "c1")
-        .unwrap_or_else(|| panic!("no tool message in {messages}"))["content"]
-        .clone()
 }
