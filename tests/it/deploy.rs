@@ -68,11 +68,13 @@ fn the_reaper_cronjob_forbids_overlaps_and_keda_scales_on_the_segments_queue() {
     let cronjob = deploy_file("k8s/reaper-cronjob.yaml");
     assert!(cronjob.contains("concurrencyPolicy: Forbid"), "{cronjob}");
     let keda = deploy_file("k8s/keda.yaml");
-    let segments = agentenkit_queue::Topology::default().segments_queue();
-    assert!(
-        keda.contains(&format!("queueName: {segments}")),
-        "keda.yaml must scale on {segments}"
-    );
+    let topology = agentenkit_queue::Topology::default();
+    for queue in [topology.segments_queue(), topology.notifications_queue()] {
+        assert!(
+            keda.contains(&format!("queueName: {queue}")),
+            "keda.yaml must scale on {queue}"
+        );
+    }
     assert!(deploy_file("k8s/pdb.yaml").contains("kind: PodDisruptionBudget"));
     let worker = deploy_file("k8s/worker.yaml");
     assert!(worker.contains("AGENTENKIT_SHUTDOWN_GRACE"));
