@@ -256,25 +256,18 @@ async fn an_api_of_a_new_deploy_checks_answers_by_the_runs_version() {
 #[tokio::test]
 async fn a_rolling_deploy_serves_every_run_on_its_own_version() {
     let tool = ToolServer::ok().await;
-    let echo = |done: &str| {
-        Registry::from_toml(&format!(
-            r#"
-[agents.mailer]
-tools = ["send"]
-model = {{ provider = "scripted", script = [
-  {{ tool_calls = [ {{ id = "c1", name = "send", arguments = {{ to = "a@b.c" }} }} ] }},
-  {{ text = "{done}" }},
-] }}
-[tools.send]
-type = "http"
-url = "{}"
-"#,
-            tool.url
-        ))
-        .unwrap()
+    // The usual agent file, each deploy's script ending its own way.
+    let agent_file = |done: &str| {
+        registry(
+            &format!(
+                r#"{{ tool_calls = [ {{ id = "c1", name = "tool", arguments = {{ to = "a@b.c" }} }} ] }},
+                   {{ text = "{done}" }}"#
+            ),
+            &tool.url,
+        )
     };
-    let env = TestEnv::start(echo("Done v1.")).await;
-    let v2 = Arc::new(echo("Done v2."));
+    let env = TestEnv::start(agent_file("Done v1.")).await;
+    let v2 = Arc::new(agent_file("Done v2."));
     // Two fleets: each worker takes whatever segment comes next.
     let mut workers = Vec::new();
     for _ in 0..2 {
@@ -290,7 +283,7 @@ url = "{}"
             .http
             .post(format!("{base}/threads"))
             .bearer_auth(ALICE)
-            .json(&json!({ "agent": "mailer" }))
+            .json(&json!({ "agent": "agent" }))
             .send()
             .await
             .unwrap()

@@ -129,12 +129,11 @@ fn definition_of(file: &Value, agent: &str) -> Value {
 /// run goes on without it rather than not at all.
 pub(crate) fn with_deployment(definition: &Value, current: &Value) -> Value {
     let mut file = definition.as_object().cloned().unwrap_or_default();
-    file.remove("notifications");
-    file.remove("ui_url");
     for key in DEPLOYMENT {
-        if let Some(value) = current.get(key) {
-            file.insert(key.into(), value.clone());
-        }
+        match current.get(key) {
+            Some(value) => file.insert(key.into(), value.clone()),
+            None => file.remove(key),
+        };
     }
     let targets = current.get("notifications").and_then(Value::as_object);
     if let Some(Value::Object(tools)) = file.get_mut("tools") {

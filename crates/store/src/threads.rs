@@ -333,20 +333,6 @@ impl Store {
         .await
     }
 
-    /// One event by id, whole, whatever its thread (for its notification);
-    /// `None` when it is gone (its thread was deleted).
-    pub async fn event_by_id(&self, id: i64) -> Result<Option<EventView>> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(concat!(event_select!(), " WHERE e.id = $1"))
-            .await?;
-        client
-            .query_opt(&stmt, &[&id])
-            .await?
-            .map(|r| event_view(&r))
-            .transpose()
-    }
-
     /// Event `id`, whole, and in the same statement (one transaction) the
     /// claim of its delivery to each target `wanted` names for its type
     /// (`(target, event type)` pairs): what [`Store::claim_deliveries`]
