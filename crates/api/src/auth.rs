@@ -157,11 +157,27 @@ impl<S: RouteScope> FromRequestParts<AppState> for Scoped<S> {
     }
 }
 
+/// Answering approvals (or settling jobs): the scope a refused key is told
+/// it lacks on the approval routes.
+pub struct Approvals;
+
+impl RouteScope for Approvals {
+    const SCOPE: KeyScope = KeyScope::RespondApprovals;
+}
+
+/// Answering question sets.
+pub struct Questions;
+
+impl RouteScope for Questions {
+    const SCOPE: KeyScope = KeyScope::RespondQuestions;
+}
+
 /// A caller whose key may answer something (approvals, questions or jobs),
 /// checked from the headers alone: a key that can answer nothing is
-/// refused before its body is read. Which kind the request needs is
-/// checked under the run's lock, once the request is found.
-pub struct Responder(pub Caller);
+/// refused before its body is read, told it lacks `S`'s scope (the
+/// route's usual one). Which kind the request needs is checked under the
+/// run's lock, once the request is found.
+pub struct Responder<S>(pub Caller, pub PhantomData<S>);
 
 /// The scopes that answer some kind of open request.
 const RESPOND_SCOPES: [KeyScope; 3] = [
@@ -170,7 +186,7 @@ const RESPOND_SCOPES: [KeyScope; 3] = [
     KeyScope::SettleJobs,
 ];
 
-impl FromRequestParts<AppState> for Responder {
+impl<S: RouteScope> FromRequestParts<AppState> for Responder<S> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
@@ -179,17 +195,9 @@ impl FromRequestParts<AppState> for Responder {
             .iter()
             .any(|scope| caller.scopes.allow(*scope))
         {
-            Ok(Responder(caller))
+            Ok(Responder(caller, PhantomData))
         } else {
-            Err(ApiError::Forbidden {
-                missing: if parts.uri.path().ends_with("/answer")
-                    || parts.uri.path().ends_with("/skip")
-                {
-                    KeyScope::RespondQuestions
-                } else {
-                    KeyScope::RespondApprovals
-                },
-            })
+            Err(ApiError::Forbidden { missing: S::SCOPE })
         }
     }
 }

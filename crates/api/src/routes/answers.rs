@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::auth::{Caller, Responder};
+use crate::auth::{Approvals, Caller, Questions, Responder};
 use crate::extract::{parse_id, JsonBody};
 use crate::schemas::{checked_hash, ErrorBody};
 use crate::{ApiError, AppState};
@@ -139,7 +139,7 @@ pub struct Respond {
     ))]
 pub async fn approve(
     State(state): State<AppState>,
-    Responder(caller): Responder,
+    Responder(caller, _): Responder<Approvals>,
     JsonBody(body): JsonBody<Approve>,
 ) -> Result<Json<Delivery>, ApiError> {
     decide(&state, &caller, body.decision()?).await
@@ -161,7 +161,7 @@ pub async fn approve(
     ))]
 pub async fn reject(
     State(state): State<AppState>,
-    Responder(caller): Responder,
+    Responder(caller, _): Responder<Approvals>,
     JsonBody(body): JsonBody<Reject>,
 ) -> Result<Json<Delivery>, ApiError> {
     decide(&state, &caller, body.decision()?).await
@@ -185,7 +185,7 @@ pub async fn reject(
     ))]
 pub async fn answer(
     State(state): State<AppState>,
-    Responder(caller): Responder,
+    Responder(caller, _): Responder<Questions>,
     JsonBody(body): JsonBody<Answer>,
 ) -> Result<Json<Delivery>, ApiError> {
     decide(&state, &caller, body.decision()?).await
@@ -207,7 +207,7 @@ pub async fn answer(
     ))]
 pub async fn skip(
     State(state): State<AppState>,
-    Responder(caller): Responder,
+    Responder(caller, _): Responder<Questions>,
     JsonBody(body): JsonBody<Skip>,
 ) -> Result<Json<Delivery>, ApiError> {
     decide(&state, &caller, body.decision()?).await
@@ -230,7 +230,7 @@ pub async fn skip(
     ))]
 pub async fn respond(
     State(state): State<AppState>,
-    Responder(caller): Responder,
+    Responder(caller, _): Responder<Approvals>,
     JsonBody(body): JsonBody<Respond>,
 ) -> Result<Json<Delivery>, ApiError> {
     let thread: ThreadId = parse_id(&body.thread_id, "tool call")?;

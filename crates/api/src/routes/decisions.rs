@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use super::answers::{Answer, Approve, Decided, Delivery, Reject, Skip};
-use crate::auth::{Caller, Responder};
+use crate::auth::{Approvals, Caller, Responder};
 use crate::extract::JsonBody;
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
@@ -120,7 +120,7 @@ impl DecisionResults {
 // is read, so before it can hold an idempotency key.
 pub async fn decide(
     State(state): State<AppState>,
-    Responder(caller): Responder,
+    Responder(caller, _): Responder<Approvals>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
