@@ -74,6 +74,9 @@ pub struct AppState {
     /// The registries of the agent versions runs are pinned to, as the
     /// answers checked by them built them.
     pinned: Arc<agentenkit_runtime::versions::PinnedRegistries>,
+    /// Sends the events this process's answers and stops claimed for it
+    /// (when the deployment has notification targets).
+    pub sends_here: Option<agentenkit_runtime::notify::SendsHere>,
 }
 
 impl AppState {
@@ -87,7 +90,14 @@ impl AppState {
         // Answers and stops write events the notification targets want;
         // a turn's run is pinned to its agent's version.
         let store = registry.prepare(relay.attach(store));
+        // ... which this process sends itself, once committed.
+        let (store, sends_here) = agentenkit_runtime::notify::SendsHere::attach_new(
+            store,
+            registry.clone(),
+            agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
+        );
         Self {
+            sends_here,
             pinned: Arc::new(agentenkit_runtime::versions::PinnedRegistries::new(
                 registry.clone(),
             )),

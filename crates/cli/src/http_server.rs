@@ -104,6 +104,7 @@ pub async fn serve_api_with(
     // shutdown (which waits for open connections) does not wait for ever.
     let mut state = state;
     state.shutdown = shutdown.clone();
+    let sends_here = state.sends_here.clone();
     let app = agentenkit_api::router(state);
     let max = limits.max_connections.max(1);
     let open = Arc::new(Semaphore::new(max));
@@ -140,6 +141,9 @@ pub async fn serve_api_with(
         let drained = tokio::time::timeout(API_DRAIN, open.acquire_many(max as u32)).await;
         if drained.is_err() {
             tracing::warn!(after = ?API_DRAIN, "open connections did not close; API stopped");
+        }
+        if let Some(sends) = &sends_here {
+            sends.drain(API_DRAIN).await;
         }
     });
     Ok((addr, handle))

@@ -65,7 +65,13 @@ impl InlineRunner {
         });
         InlineRunner {
             // What its calls write to the outbox is published by the store.
-            store: registry.prepare(Relay::new(queue).attach(store)),
+            // and the events they claim for this process are sent by it.
+            store: crate::notify::SendsHere::attach_new(
+                registry.prepare(Relay::new(queue).attach(store)),
+                registry.clone(),
+                crate::notify::DEFAULT_CONCURRENCY,
+            )
+            .0,
             registry,
             owner,
             shutdown,

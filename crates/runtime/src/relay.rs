@@ -290,6 +290,7 @@ mod tests {
                 seq: 1,
             },
             delay_ms: 0,
+            claimed: None,
         }
     }
 

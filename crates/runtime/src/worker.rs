@@ -69,6 +69,8 @@ struct Inner {
     busy: Arc<std::sync::atomic::AtomicUsize>,
     /// Sends notifications and reminders (one HTTP client for all).
     notifier: crate::notify::Notifier,
+    /// Sends the events this worker's commits claimed for it.
+    sends_here: Option<crate::notify::SendsHere>,
     /// The registry of each agent version a run this worker took is
     /// pinned to.
     pinned: Arc<crate::versions::PinnedRegistries>,
@@ -86,9 +88,17 @@ impl Worker {
         let relay = Relay::new(queue.clone());
         // Its commits' events go to the deployment's notification targets.
         let store = registry.prepare(relay.attach(store));
+        // ... and this worker sends them itself, once committed.
+        let notifier = crate::notify::Notifier::new(store.clone(), registry.clone(), None);
+        let (store, sends_here) = crate::notify::SendsHere::attach(
+            store,
+            notifier.clone(),
+            usize::from(config.notify_prefetch),
+        );
         Self {
             inner: Arc::new(Inner {
-                notifier: crate::notify::Notifier::new(store.clone(), registry.clone(), None),
+                notifier,
+                sends_here,
                 pinned: Arc::new(crate::versions::PinnedRegistries::new(registry.clone())),
                 store,
                 queue,
@@ -105,17 +115,24 @@ impl Worker {
     /// of crash safety.
     pub fn with_crash_point(self, crash: CrashPoint) -> Self {
         let inner = &self.inner;
+        let notifier = crate::notify::Notifier::new(
+            inner.store.clone(),
+            inner.registry.clone(),
+            Some(crash.clone()),
+        );
+        let (store, sends_here) = crate::notify::SendsHere::attach(
+            inner.store.clone(),
+            notifier.clone(),
+            usize::from(inner.config.notify_prefetch),
+        );
         Self {
             inner: Arc::new(Inner {
-                store: inner.store.clone(),
+                store,
+                sends_here,
                 queue: inner.queue.clone(),
                 registry: inner.registry.clone(),
                 config: inner.config.clone(),
-                notifier: crate::notify::Notifier::new(
-                    inner.store.clone(),
-                    inner.registry.clone(),
-                    Some(crash.clone()),
-                ),
+                notifier,
                 crash: Some(crash),
                 busy: Arc::default(),
                 pinned: inner.pinned.clone(),
@@ -137,9 +154,19 @@ impl Worker {
             .consume_notifications(self.inner.config.notify_prefetch)
             .await?;
         let mut in_flight: JoinSet<Disposition> = JoinSet::new();
+        let sent_here_crashed = self
+            .inner
+            .sends_here
+            .as_ref()
+            .map(crate::notify::SendsHere::crashed)
+            .unwrap_or_default();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
+                _ = sent_here_crashed.cancelled() => {
+                    in_flight.abort_all();
+                    return Err(WorkerError::Crashed);
+                }
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
                     if matches!(done, Ok(Disposition::Crashed)) {
                         in_flight.abort_all();
@@ -174,6 +201,9 @@ impl Worker {
                 "shutdown grace ran out; segments left will be redelivered"
             );
             in_flight.abort_all();
+        }
+        if let Some(sends) = &self.inner.sends_here {
+            sends.drain(self.inner.config.shutdown_grace).await;
         }
         Ok(())
     }

@@ -8,7 +8,6 @@
 
 use agentenkit_core::approvals::{cast, ApprovalRule, Approver, Cast, Vote};
 use agentenkit_core::canonical::arguments_hash;
-use agentenkit_core::notify::NotifiedEvents;
 use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::{reduce, refusal, ReplyError, SettledReply, Verdict};
 use agentenkit_core::{
@@ -225,7 +224,8 @@ impl Store {
                     return Ok(Answered::refused("You have already approved this request"));
                 }
                 Cast::Counted { given, required } => {
-                    let mut ops = vote_ops(&row, call, &votes, (given, required), self.notified())?;
+                    let mut ops =
+                        vote_ops(&row, call, &votes, (given, required), self.notify_rule())?;
                     // A batch retried answers this item as it was answered.
                     let counted = json!({
                         "delivered": true,
@@ -245,7 +245,7 @@ impl Store {
             }
         }
         reply.answered_at = Some(answered_at);
-        let mut ops = settle_ops(&row, call, &reply, self.notified())?;
+        let mut ops = settle_ops(&row, call, &reply, self.notify_rule())?;
         ops.extend(checks.record.map(|item| item.op(owner)));
         // The resume segment, when this was the run's last open request,
         // and the event's notification.
@@ -350,7 +350,7 @@ fn vote_ops(
     call: &ToolCallId,
     votes: &[Vote],
     (given, required): (u32, u32),
-    notified: NotifiedEvents,
+    notified: crate::sent_here::NotifyRule<'_>,
 ) -> Result<Vec<Op>> {
     let last = votes.last();
     let mut ops = vec![Op::new(
@@ -392,7 +392,7 @@ fn settle_ops(
     row: &ReplyTarget,
     call: &ToolCallId,
     reply: &SettledReply,
-    notified: NotifiedEvents,
+    notified: crate::sent_here::NotifyRule<'_>,
 ) -> Result<Vec<Op>> {
     let run = row.run_id;
     // Questions keep their resolved answers in `payload`; a rejection
@@ -459,7 +459,7 @@ pub(crate) async fn settle(
     row: &ReplyTarget,
     call: &ToolCallId,
     reply: &SettledReply,
-    notified: NotifiedEvents,
+    notified: crate::sent_here::NotifyRule<'_>,
 ) -> Result<Vec<OutboxRow>> {
     let data = resolved_event(row, call, reply)?;
     let mut outbox = crate::resume::resume_if_settled(tx, row.run_id).await?;

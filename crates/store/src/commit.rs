@@ -8,7 +8,6 @@
 //! order the step made them, then the messages and events (in the order the
 //! step made them), after every row lock (see `INSERT_EVENT_SQL`).
 
-use agentenkit_core::notify::NotifiedEvents;
 use agentenkit_core::{QueueMessage, RunId};
 
 use crate::calls::{insert_tool_call, record_result_op, settle_op, NewCall};
@@ -37,7 +36,7 @@ impl Store {
     }
 
     async fn commit_once(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
-        let (ops, publishes) = Statements::of(lease, changes, self.notified())?.in_order();
+        let (ops, publishes) = Statements::of(lease, changes, self.notify_rule())?.in_order();
         let answers = pipeline::transact(self.client().await?, ops).await?;
         written_outbox(answers, publishes)
     }
@@ -56,7 +55,11 @@ struct Statements {
 }
 
 impl Statements {
-    fn of(lease: &Lease, changes: &[Change], notified: NotifiedEvents) -> Result<Statements> {
+    fn of(
+        lease: &Lease,
+        changes: &[Change],
+        notified: crate::sent_here::NotifyRule<'_>,
+    ) -> Result<Statements> {
         // A new journal entry is progress: the attempts of the step that
         // made it start over.
         let progress = changes.iter().any(|c| matches!(c, Change::Journal { .. }));
@@ -224,7 +227,7 @@ struct Commit<'a> {
     parked_at_once: ParkedAtOnce<'a>,
     message_with_event: MessageWithEvent<'a>,
     /// The events whose `Notify` outbox row goes with them.
-    notified: NotifiedEvents,
+    notified: crate::sent_here::NotifyRule<'a>,
 }
 
 /// The statement of a change that writes one row.
@@ -300,6 +303,7 @@ fn written_outbox(
                     id,
                     message: message.clone(),
                     delay_ms,
+                    claimed: None,
                 }))
             }
             // A parent resumed by its child's end, or an event's

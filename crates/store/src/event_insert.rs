@@ -2,7 +2,6 @@
 //! (so a thread's ids of each are handed out in commit order), an event's
 //! data as `format::event_item` stores it.
 
-use agentenkit_core::notify::NotifiedEvents;
 use agentenkit_core::{EventType, QueueMessage, RunId, ThreadId};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
@@ -11,6 +10,7 @@ use crate::format::event::{self as stored_event, RowFields};
 use crate::format::event_item::{event_item, EventItem};
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Expect, Op, Param};
+use crate::sent_here::NotifyRule;
 use crate::Result;
 
 /// Inserts one event of thread `$1`, its id taken only once this
@@ -119,9 +119,22 @@ const NOTIFY_SQL: &str = "
     SELECT 0, 'notify:' || $1::uuid::text || ':' || currval(pg_get_serial_sequence('events', 'id')), now()
     RETURNING id, key";
 
-/// [`NOTIFY_SQL`] as a pipelined statement, right after its event's insert.
-pub(crate) fn notify_op(run: RunId) -> Op {
-    Op::new(NOTIFY_SQL, vec![Box::new(run.0)]).expect(Expect::Rows)
+/// The `Notify` outbox row of an event of `event_type`, as a pipelined
+/// statement right after its event's insert: [`NOTIFY_SQL`], or when this
+/// process sends it itself, `NOTIFY_HERE_SQL` (see `sent_here`).
+pub(crate) fn notify_op(run: RunId, event_type: EventType, rule: NotifyRule<'_>) -> Op {
+    match rule.claimed_here(event_type) {
+        None => Op::new(NOTIFY_SQL, vec![Box::new(run.0)]).expect(Expect::Rows),
+        Some((targets, claim_ms)) => Op::new(
+            crate::threads::NOTIFY_HERE_SQL,
+            vec![
+                Box::new(run.0),
+                Box::new(targets.to_vec()),
+                Box::new(claim_ms as i64),
+            ],
+        )
+        .expect(Expect::Rows),
+    }
 }
 
 /// The statements that write an event, and its `Notify` outbox row when
@@ -130,11 +143,12 @@ pub(crate) fn item_ops(
     thread: ThreadId,
     run: Option<RunId>,
     item: EventItem,
-    notified: NotifiedEvents,
+    notified: NotifyRule<'_>,
 ) -> Vec<Op> {
-    let notify = run.filter(|_| notified.contains(item.event_type));
+    let event_type = item.event_type;
+    let notify = run.filter(|_| notified.contains(event_type));
     let mut ops = vec![item_op(thread, run, item)];
-    ops.extend(notify.map(notify_op));
+    ops.extend(notify.map(|run| notify_op(run, event_type, notified)));
     ops
 }
 
@@ -146,7 +160,7 @@ pub(crate) fn event_ops(
     event_type: EventType,
     data: Value,
     rows: &RowFields,
-    notified: NotifiedEvents,
+    notified: NotifyRule<'_>,
 ) -> Vec<Op> {
     item_ops(
         thread,
@@ -178,7 +192,7 @@ pub(crate) async fn insert_event(
     run: Option<RunId>,
     event_type: EventType,
     data: &Value,
-    notified: NotifiedEvents,
+    notified: NotifyRule<'_>,
 ) -> Result<Vec<OutboxRow>> {
     let stmt = tx.prepare_cached(INSERT_EVENT_RETURNING_SQL).await?;
     let stored = stored_event::pack(event_type, run, data.clone(), &RowFields::default());
@@ -197,6 +211,14 @@ pub(crate) async fn insert_event(
     let event_id: i64 = row.get(0);
     match run.filter(|_| notified.contains(event_type)) {
         None => Ok(Vec::new()),
+        Some(run) if notified.claimed_here(event_type).is_some() => {
+            let (targets, claim_ms) = notified.claimed_here(event_type).unwrap_or_default();
+            let stmt = tx.prepare_cached(crate::threads::NOTIFY_HERE_SQL).await?;
+            let rows = tx
+                .query(&stmt, &[&run.0, &targets, &(claim_ms as i64)])
+                .await?;
+            crate::resume::outbox_rows(&rows)
+        }
         Some(run) => {
             let message = QueueMessage::Notify {
                 run_id: run,

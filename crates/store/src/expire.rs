@@ -132,7 +132,7 @@ impl Store {
             run_name: String::new(),
             agent_version: None,
         };
-        let outbox = settle(&tx, &target, call, &reply, self.notified()).await?;
+        let outbox = settle(&tx, &target, call, &reply, self.notify_rule()).await?;
         tx.commit().await?;
         let late_ms = (now - expires_at).num_milliseconds().max(0) as u64;
         Ok(Expiry::Expired { outbox, late_ms })

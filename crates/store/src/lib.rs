@@ -33,6 +33,7 @@ mod pipeline;
 mod reclaim;
 mod resume;
 mod runs;
+mod sent_here;
 mod start;
 mod stop;
 #[cfg(test)]
@@ -58,6 +59,7 @@ pub use notifications::{
 pub use outbox::{OutboxRow, Publisher};
 pub use reclaim::Reclaimed;
 pub use runs::{CallRow, Delegation};
+pub use sent_here::{ClaimedEvent, LocalSender, SentHere};
 pub use threads::{StartedRun, THREAD_PENDING_INPUTS};
 pub use tls::SslMode;
 pub use versions::StoredVersion;
@@ -104,6 +106,8 @@ pub struct Store {
     /// The events whose commits also write a `Notify` outbox row (the
     /// deployment's notification targets want them).
     notified: agentenkit_core::notify::NotifiedEvents,
+    /// The notified events this process claims and sends itself, if any.
+    sent_here: Option<std::sync::Arc<sent_here::SentHere>>,
     /// The version of each agent this process loaded, by agent name: a
     /// turn's run is pinned to it when it starts.
     agent_versions: std::sync::Arc<std::collections::HashMap<String, String>>,
@@ -153,6 +157,7 @@ impl Store {
             schema: config.schema.clone(),
             publisher: None,
             notified: agentenkit_core::notify::NotifiedEvents::NONE,
+            sent_here: None,
             agent_versions: std::sync::Arc::default(),
         })
     }
@@ -175,6 +180,24 @@ impl Store {
         self
     }
 
+    /// The same store, claiming in the transaction of each notified event
+    /// the first attempt of its delivery to each target `sent_here` names
+    /// for its type, and handing the event, once committed, to its sender
+    /// (see `sent_here`). The `Notify` outbox row is still written, due
+    /// when the claim runs out, for the reaper.
+    pub fn with_sent_here(mut self, sent_here: sent_here::SentHere) -> Store {
+        self.sent_here = Some(std::sync::Arc::new(sent_here));
+        self
+    }
+
+    /// How this store's transactions notify.
+    pub(crate) fn notify_rule(&self) -> sent_here::NotifyRule<'_> {
+        sent_here::NotifyRule {
+            events: self.notified,
+            here: self.sent_here.as_deref(),
+        }
+    }
+
     /// The same store, pinning each turn's run it starts to the version
     /// `versions` names for its agent (agent name → version hash).
     pub fn with_agent_versions(
@@ -195,10 +218,30 @@ impl Store {
         self.notified
     }
 
-    /// Hands `rows`, committed, to the publisher.
+    /// Hands `rows`, committed, to the publisher; an event claimed to be
+    /// sent here goes to its sender instead, unless it is busy.
     pub(crate) async fn publish(&self, rows: &[OutboxRow]) {
-        if let (Some(publisher), false) = (&self.publisher, rows.is_empty()) {
-            publisher.publish(rows).await;
+        if rows.iter().all(|r| r.claimed.is_none()) {
+            if let (Some(publisher), false) = (&self.publisher, rows.is_empty()) {
+                publisher.publish(rows).await;
+            }
+            return;
+        }
+        let mut left = Vec::with_capacity(rows.len());
+        for row in rows {
+            let taken = match (&row.claimed, &self.sent_here) {
+                (Some(claimed), Some(here)) => here.sender().offer(claimed.clone()),
+                _ => false,
+            };
+            if !taken {
+                left.push(OutboxRow {
+                    claimed: None,
+                    ..row.clone()
+                });
+            }
+        }
+        if let (Some(publisher), false) = (&self.publisher, left.is_empty()) {
+            publisher.publish(&left).await;
         }
     }
 

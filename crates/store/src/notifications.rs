@@ -10,6 +10,10 @@
 //! sending and before recording leaves the claim to run out and the outbox
 //! row for the reaper: the target is sent the same delivery again, with
 //! the same id, which it uses to drop the copy.
+//!
+//! An event's first attempt is usually claimed by the transaction that
+//! writes it, and sent by the process that committed it (`sent_here`):
+//! then only the record is left, the same as here.
 
 use std::time::Duration;
 

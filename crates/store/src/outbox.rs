@@ -28,6 +28,9 @@ pub struct OutboxRow {
     pub message: QueueMessage,
     /// Publish so that it is delivered this many ms from now (0: at once).
     pub delay_ms: u64,
+    /// The event of a `Notify` message claimed for this process to send
+    /// itself (see `sent_here`); published only when it cannot.
+    pub claimed: Option<std::sync::Arc<crate::ClaimedEvent>>,
 }
 
 /// Inserts a row: `(delay_ms, key)`, returning its id. The key names the
@@ -57,6 +60,7 @@ pub(crate) async fn insert(
         id: row.get(0),
         message: message.clone(),
         delay_ms,
+        claimed: None,
     })
 }
 
@@ -143,6 +147,7 @@ impl Store {
                 Some(message) => out.push(OutboxRow {
                     id,
                     message,
+                    claimed: None,
                     delay_ms: 0,
                 }),
                 // A row no code version can publish: keep it out of the

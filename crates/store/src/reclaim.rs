@@ -161,7 +161,7 @@ impl Store {
                     Some(RunId(*child)),
                     agentenkit_core::EventType::RunCancelled,
                     &serde_json::json!({ "runId": child, "reason": "its parent run failed" }),
-                    self.notified(),
+                    self.notify_rule(),
                 )
                 .await?,
             );
@@ -173,7 +173,7 @@ impl Store {
                 Some(run),
                 agentenkit_core::EventType::RunFailed,
                 &serde_json::json!({ "runId": run, "error": error }),
-                self.notified(),
+                self.notify_rule(),
             )
             .await?,
         );

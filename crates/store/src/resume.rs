@@ -51,6 +51,10 @@ pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Resul
 pub(crate) fn outbox_rows(rows: &[Row]) -> Result<Vec<OutboxRow>> {
     rows.iter()
         .map(|row| {
+            // A notification claimed to be sent here returns its event too.
+            if row.len() > 2 {
+                return crate::threads::claimed_outbox_row(row);
+            }
             let key: &str = row.get(1);
             let message = QueueMessage::from_outbox_key(key)
                 .ok_or_else(|| Error::Corrupt(format!("a resume wrote the outbox key {key:?}")))?;
@@ -58,6 +62,7 @@ pub(crate) fn outbox_rows(rows: &[Row]) -> Result<Vec<OutboxRow>> {
                 id: row.get(0),
                 message,
                 delay_ms: 0,
+                claimed: None,
             })
         })
         .collect()

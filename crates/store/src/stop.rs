@@ -81,7 +81,7 @@ impl Store {
                     Some(RunId(*run)),
                     EventType::RunCancelled,
                     &json!({ "runId": run, "reason": "stopped" }),
-                    self.notified(),
+                    self.notify_rule(),
                 )
                 .await?,
             );

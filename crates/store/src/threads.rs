@@ -1,7 +1,7 @@
 //! Threads: creation, reads, and starting a turn.
 
 use agentenkit_core::canonical::{arguments_hash, json_len};
-use agentenkit_core::{EventType, Owner, RunId, RunStatus, ThreadId, ThreadStatus};
+use agentenkit_core::{EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ThreadStatus};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
@@ -262,6 +262,7 @@ impl Store {
             id,
             message: segment,
             delay_ms: 0,
+            claimed: None,
         }];
         self.publish(&outbox).await;
         Ok(StartedRun {
@@ -424,6 +425,53 @@ macro_rules! event_select {
     };
 }
 use event_select;
+
+/// The `Notify` outbox row of the event the statement just before it
+/// inserted (as `event_insert`'s plain one), due when the claim (`$3` ms)
+/// runs out; the claim of its first attempt for each target `$2` names;
+/// and the event read back whole, for this process to send (see
+/// `sent_here`). The event's columns come first ([`event_view`] reads
+/// them), then the outbox row's id and key, the targets, the delay.
+pub(crate) const NOTIFY_HERE_SQL: &str = concat!(
+    "WITH claimed AS (
+        INSERT INTO notification_deliveries (delivery_id, target, next_at, attempts)
+        SELECT currval(pg_get_serial_sequence('events', 'id'))::text, unnest($2::text[]),
+               now() + $3::bigint * interval '1 millisecond', 1
+     ),
+     notify AS (
+        INSERT INTO outbox (delay_ms, key, due_at)
+        SELECT $3::bigint,
+               'notify:' || $1::uuid::text || ':' || currval(pg_get_serial_sequence('events', 'id')),
+               now() + $3::bigint * interval '1 millisecond'
+        RETURNING id, key, delay_ms
+     )
+     SELECT event.*, notify.id, notify.key, $2::text[], notify.delay_ms
+     FROM (",
+    event_select!(),
+    " WHERE e.id = currval(pg_get_serial_sequence('events', 'id'))) event, notify"
+);
+
+/// An outbox row of [`NOTIFY_HERE_SQL`], with its claimed event.
+pub(crate) fn claimed_outbox_row(row: &Row) -> Result<OutboxRow> {
+    let key: &str = row.get(17);
+    let message = QueueMessage::from_outbox_key(key)
+        .ok_or_else(|| Error::Corrupt(format!("a notification wrote the outbox key {key:?}")))?;
+    let targets: Vec<String> = row.get(18);
+    let claimed = crate::ClaimedEvent {
+        event: event_view(row)?,
+        message: message.clone(),
+        attempts: targets
+            .into_iter()
+            .map(|target| crate::DeliveryAttempt { target, attempt: 1 })
+            .collect(),
+    };
+    Ok(OutboxRow {
+        id: row.get(16),
+        message,
+        delay_ms: row.get::<_, i64>(19).max(0) as u64,
+        claimed: Some(std::sync::Arc::new(claimed)),
+    })
+}
 
 /// An event row of [`event_select`], whole.
 fn event_view(r: &Row) -> Result<EventView> {

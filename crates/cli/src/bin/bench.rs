@@ -202,8 +202,14 @@ async fn bench(
     let prefetch = u16::try_from((max_c * 2).max(16)).unwrap_or(u16::MAX);
     let ctx = Arc::new(Ctx {
         hooked,
-        // Its answers write INPUT_RESOLVED, for the targets if any.
-        store: registry.prepare(Relay::new(queue.clone()).attach(store.clone())),
+        // Its answers write INPUT_RESOLVED, for the targets if any, and
+        // send it as an API process does.
+        store: agentenkit_runtime::notify::SendsHere::attach_new(
+            registry.prepare(Relay::new(queue.clone()).attach(store.clone())),
+            registry.clone(),
+            agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
+        )
+        .0,
         hub,
         owner: Owner("bench".into()),
         content: hub::body_text(),

@@ -17,7 +17,7 @@ use crate::agent_loop::CrashPoint;
 use crate::metrics;
 
 /// How much longer than its slowest attempt a claim holds.
-const CLAIM_MARGIN: Duration = Duration::from_secs(2);
+pub(super) const CLAIM_MARGIN: Duration = Duration::from_secs(2);
 
 /// What became of a notification message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +58,11 @@ impl Notifier {
             breakers: Arc::default(),
             crash,
         }
+    }
+
+    /// The deployment it sends for.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
     }
 
     fn client(&self) -> Result<&reqwest::Client, &str> {
@@ -102,16 +107,25 @@ impl Notifier {
             self.store.drop_notification(&message).await?;
             return Ok(Handled::Dropped);
         };
-        let delivery = Delivery {
-            id: event_id.to_string(),
-            event_type: event.event_type.as_str().to_owned(),
-            thread_id: event.thread_id,
-            run_id: event.run_id,
-            created_at: event.created_at,
-            data: event.data,
-        };
-        self.send_claimed(&message, &delivery, &targets, claimed)
+        self.send_claimed(&message, &Delivery::of(event), &targets, claimed)
             .await
+    }
+
+    /// Sends an event that the transaction writing it claimed for this
+    /// process (see `here`).
+    pub async fn send_here(
+        &self,
+        claimed: &agentenkit_store::ClaimedEvent,
+    ) -> agentenkit_store::Result<Handled> {
+        let notifications = self.registry.notifications();
+        let targets = notifications.targets_for(claimed.event.event_type);
+        self.send_claimed(
+            &claimed.message,
+            &Delivery::of(claimed.event.clone()),
+            &targets,
+            claimed.attempts.clone(),
+        )
+        .await
     }
 
     /// Reminds the tool's escalation target of request `call` if it is

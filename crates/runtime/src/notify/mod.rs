@@ -10,6 +10,7 @@
 
 pub mod breaker;
 mod deliver;
+mod here;
 mod payload;
 
 use std::collections::BTreeMap;
@@ -23,12 +24,15 @@ use crate::config::NotificationDef;
 pub use crate::config::NotificationFormat;
 use crate::error::{Error, Result};
 pub use deliver::{Handled, Notifier};
+pub use here::SendsHere;
 pub use payload::{body, summary, Delivery, REMINDER_EVENT};
 
 /// Attempts of a delivery before it is dead, unless the target says.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
 /// The wait after a first failure, unless the target says.
 pub const DEFAULT_FIRST_RETRY: Duration = Duration::from_secs(1);
+/// Deliveries a process makes at once (AGENTENKIT_NOTIFY_CONCURRENCY).
+pub const DEFAULT_CONCURRENCY: usize = 8;
 /// How long one attempt may take, unless the target says.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -290,6 +294,10 @@ impl Notifications {
         self.targets
             .values()
             .fold(NotifiedEvents::NONE, |all, t| all.union(t.events))
+    }
+
+    pub fn targets(&self) -> impl Iterator<Item = &Target> {
+        self.targets.values()
     }
 
     pub fn target(&self, name: &str) -> Option<&Target> {

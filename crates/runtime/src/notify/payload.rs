@@ -24,6 +24,20 @@ pub struct Delivery {
     pub data: Value,
 }
 
+impl Delivery {
+    /// An event, as the stream has it.
+    pub fn of(event: agentenkit_store::EventView) -> Delivery {
+        Delivery {
+            id: event.id.to_string(),
+            event_type: event.event_type.as_str().to_owned(),
+            thread_id: event.thread_id,
+            run_id: event.run_id,
+            created_at: event.created_at,
+            data: event.data,
+        }
+    }
+}
+
 /// The body sent: the same bytes in every attempt.
 pub fn body(delivery: &Delivery, format: NotificationFormat, link: Option<&str>) -> Vec<u8> {
     let value = match format {

@@ -47,7 +47,7 @@ impl Default for WorkerConfig {
             max_takeovers: 10,
             retry_backoff: Duration::from_millis(500),
             prefetch: 16,
-            notify_prefetch: 8,
+            notify_prefetch: crate::notify::DEFAULT_CONCURRENCY as u16,
             shutdown_grace: Duration::from_secs(30),
             max_deliveries: 10,
             hand_back_delay: Duration::from_millis(500),

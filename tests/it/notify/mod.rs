@@ -16,6 +16,8 @@ use agentenkit_tests::*;
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{json, Value};
 
+mod here;
+
 const SECRET: &[u8] = b"whsec_test_0123456789";
 
 /// One request the receiver got.
@@ -271,6 +273,7 @@ async fn an_approval_is_told_signed_once_per_event_with_the_stream_ids() {
             .expect("the delivery's id is a stream event's");
         assert_eq!(event["type"], received.event_type.as_str());
         assert_eq!(event["data"], body["data"]);
+        assert_eq!(event["createdAt"], body["createdAt"]);
         assert_eq!(
             deliveries(env, &received.event_id).await,
             [("ops".to_owned(), 1, true, false, Some(200))]
@@ -408,11 +411,14 @@ async fn crashed_at(point: &'static str) -> Setup {
     setup
 }
 
-/// Killed after sending and before recording: the next worker sends the
-/// same delivery again (the same id and body, for the receiver to drop),
-/// and it counts as an attempt.
+/// Killed after sending and before recording (the worker sent the event
+/// its own commit claimed): once the claim runs out the reaper publishes
+/// the event's outbox row, and a worker sends the same delivery again (the
+/// same id and body, for the receiver to drop), as the next attempt.
 #[tokio::test]
 async fn a_worker_killed_after_sending_leaves_the_event_to_be_sent_again_under_its_id() {
+    use agentenkit_runtime::reaper::{reap_once, ReaperConfig};
+
     let setup = crashed_at("notify:sent").await;
     let (receiver, env) = (&setup.receiver, &setup.env);
     let first = receiver.wait_for("RUN_COMPLETED", 1).await;
@@ -423,6 +429,22 @@ async fn a_worker_killed_after_sending_leaves_the_event_to_be_sent_again_under_i
         "sent, not recorded"
     );
     let worker = env.spawn_worker();
+    // Nothing was published: the message waits in the outbox, due when
+    // the claim (the 800 ms timeout and 2 s) runs out.
+    let reaper = ReaperConfig {
+        outbox_stale_after: Duration::ZERO,
+        ..ReaperConfig::default()
+    };
+    let early = reap_once(&env.store, &env.relay, &reaper).await.unwrap();
+    assert_eq!(early.outbox_published, 0, "not due while claimed");
+    eventually(
+        "the reaper published the row once the claim ran out",
+        || async {
+            let report = reap_once(&env.store, &env.relay, &reaper).await.unwrap();
+            (report.outbox_published == 1).then_some(())
+        },
+    )
+    .await;
     let got = receiver.wait_for("RUN_COMPLETED", 2).await;
     assert_eq!(got[1].event_id, id);
     assert_eq!(got[1].body, got[0].body);

@@ -1,0 +1,164 @@
+//! Sending the events this process's own transactions claimed, at once
+//! and from memory (see `agentenkit_store::SentHere`): one transaction per
+//! notified event (the record) instead of a read, a claim and a record
+//! through the notifications queue.
+//!
+//! A send never holds up the commit that offered it: it runs as a task of
+//! its own, at most `concurrency` at a time. Past `concurrency ×
+//! QUEUED_PER_SLOT` waiting, an event is given back and its `Notify`
+//! message published, delayed until its claim runs out, for a worker to
+//! send as the next attempt.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentenkit_store::{ClaimedEvent, LocalSender, SentHere, Store};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::{Handled, Notifier};
+use crate::metrics;
+
+/// Events waiting for a slot, per slot, before more are given back.
+const QUEUED_PER_SLOT: usize = 32;
+
+/// What sends the events a store claimed for this process.
+#[derive(Clone)]
+pub struct SendsHere {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    notifier: Notifier,
+    slots: Semaphore,
+    /// Sends offered and not finished (waiting or running).
+    open: AtomicUsize,
+    max_open: usize,
+    /// Told when `open` drops to zero.
+    idle: Notify,
+    /// Cancelled when a send stopped at a crash point (tests): the
+    /// process is to die there.
+    crashed: CancellationToken,
+}
+
+impl SendsHere {
+    /// `store` as this process writes with it: claiming, in each notified
+    /// event's transaction, the first attempt for every target that wants
+    /// it, to send here. `None` (the store as it was) when the deployment
+    /// has no targets.
+    ///
+    /// `notifier` sends them (its store is `store` as it was: a retry it
+    /// writes is published, never claimed here); a process shares one
+    /// notifier between this and its notifications queue, so a target's
+    /// circuit is one, whichever way a delivery goes.
+    pub fn attach(
+        store: Store,
+        notifier: Notifier,
+        concurrency: usize,
+    ) -> (Store, Option<SendsHere>) {
+        let notifications = notifier.registry().notifications();
+        if notifications.events().is_empty() {
+            return (store, None);
+        }
+        let targets: Vec<(String, Vec<agentenkit_core::EventType>)> = notifications
+            .targets()
+            .map(|t| (t.name.clone(), t.events.iter().collect()))
+            .collect();
+        let claim = notifications.longest_timeout() + super::deliver::CLAIM_MARGIN;
+        let slots = concurrency.max(1);
+        let sends = SendsHere {
+            inner: Arc::new(Inner {
+                notifier,
+                slots: Semaphore::new(slots),
+                open: AtomicUsize::new(0),
+                max_open: slots * QUEUED_PER_SLOT,
+                idle: Notify::new(),
+                crashed: CancellationToken::new(),
+            }),
+        };
+        let store = store.with_sent_here(SentHere::new(
+            targets,
+            claim,
+            Arc::new(sends.clone()) as Arc<dyn LocalSender>,
+        ));
+        (store, Some(sends))
+    }
+
+    /// [`SendsHere::attach`] with a notifier of its own (a process that
+    /// consumes no notifications queue: the API, inline mode).
+    pub fn attach_new(
+        store: Store,
+        registry: Arc<crate::agent::Registry>,
+        concurrency: usize,
+    ) -> (Store, Option<SendsHere>) {
+        let notifier = Notifier::new(store.clone(), registry, None);
+        SendsHere::attach(store, notifier, concurrency)
+    }
+
+    /// Cancelled when a send stopped at a crash point.
+    pub fn crashed(&self) -> CancellationToken {
+        self.inner.crashed.clone()
+    }
+
+    /// Waits up to `grace` for the sends under way. What is left is sent
+    /// again, as its next attempt, once its claim runs out (the reaper
+    /// publishes its outbox row).
+    pub async fn drain(&self, grace: Duration) {
+        let drained = tokio::time::timeout(grace, async {
+            loop {
+                let idle = self.inner.idle.notified();
+                if self.inner.open.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                left = self.inner.open.load(Ordering::SeqCst),
+                "notifications still being sent at shutdown are left to the reaper"
+            );
+        }
+    }
+}
+
+impl LocalSender for SendsHere {
+    fn offer(&self, event: Arc<ClaimedEvent>) -> bool {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let inner = self.inner.clone();
+        if inner.open.fetch_add(1, Ordering::SeqCst) >= inner.max_open {
+            inner.open.fetch_sub(1, Ordering::SeqCst);
+            ::metrics::counter!(metrics::NOTIFICATIONS_GIVEN_BACK).increment(1);
+            return false;
+        }
+        let span = tracing::info_span!(
+            "notify",
+            run_id = ?event.event.run_id,
+            thread_id = %event.event.thread_id,
+            event_id = event.event.id,
+            here = true
+        );
+        runtime.spawn(
+            async move {
+                if let Ok(_slot) = inner.slots.acquire().await {
+                    match inner.notifier.send_here(&event).await {
+                        Ok(Handled::Crashed) => inner.crashed.cancel(),
+                        Ok(_) => {}
+                        // Its outbox row stays, for the reaper.
+                        Err(e) => tracing::warn!(error = %e, "could not record a notification"),
+                    }
+                }
+                if inner.open.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    inner.idle.notify_waiters();
+                }
+            }
+            .instrument(span),
+        );
+        true
+    }
+}

@@ -1,0 +1,113 @@
+//! Notifications sent by the process that commits their event.
+//!
+//! Through the queue, each notified event cost two transactions of its
+//! own: the worker that took the `Notify` message read the event and
+//! claimed its delivery in one, and recorded what the targets answered in
+//! another. A process that knows the targets (it loaded the agent file)
+//! can do better: the transaction that writes the event also claims its
+//! first attempt for every target that wants it and reads the event back
+//! whole, so once committed the process sends at once, from memory, and
+//! only the record costs a transaction.
+//!
+//! Nothing is lost when it cannot: the event's `Notify` outbox row is
+//! written as always, due when the claim runs out. A process too busy to
+//! send publishes it delayed by the claim; one that dies leaves it to the
+//! reaper. Either way a worker then claims the next attempt and sends it
+//! through the notifications queue, under the same delivery id.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentenkit_core::{EventType, QueueMessage};
+
+use crate::notifications::DeliveryAttempt;
+use crate::views::EventView;
+
+/// An event committed with its first attempt claimed for `attempts`'
+/// targets, to send now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedEvent {
+    /// The event as readers see it.
+    pub event: EventView,
+    /// Its `Notify` message, whose outbox row the record consumes.
+    pub message: QueueMessage,
+    pub attempts: Vec<DeliveryAttempt>,
+}
+
+/// What sends the events a store's transactions claimed (the runtime's
+/// notifier).
+pub trait LocalSender: Send + Sync {
+    /// Takes `event` to send now (true), or leaves it (false) when it
+    /// cannot (it is busy): its message is then published, delayed by the
+    /// claim.
+    fn offer(&self, event: Arc<ClaimedEvent>) -> bool;
+}
+
+/// Which targets want each event type, how long a claim lasts, and who
+/// sends (see [`crate::Store::with_sent_here`]).
+#[derive(Clone)]
+pub struct SentHere {
+    targets: HashMap<EventType, Vec<String>>,
+    claim: Duration,
+    sender: Arc<dyn LocalSender>,
+}
+
+impl SentHere {
+    /// `targets`: each target with the event types it wants; `claim`: the
+    /// longest attempt's timeout and some.
+    pub fn new(
+        targets: impl IntoIterator<Item = (String, Vec<EventType>)>,
+        claim: Duration,
+        sender: Arc<dyn LocalSender>,
+    ) -> SentHere {
+        let mut by_type: HashMap<EventType, Vec<String>> = HashMap::new();
+        for (target, events) in targets {
+            for event in events {
+                by_type.entry(event).or_default().push(target.clone());
+            }
+        }
+        SentHere {
+            targets: by_type,
+            claim,
+            sender,
+        }
+    }
+
+    /// The targets an event of `event_type` is claimed for.
+    pub(crate) fn targets_of(&self, event_type: EventType) -> Option<&[String]> {
+        self.targets
+            .get(&event_type)
+            .map(Vec::as_slice)
+            .filter(|t| !t.is_empty())
+    }
+
+    pub(crate) fn claim_ms(&self) -> u64 {
+        self.claim.as_millis() as u64
+    }
+
+    pub(crate) fn sender(&self) -> &dyn LocalSender {
+        self.sender.as_ref()
+    }
+}
+
+/// How a store's transactions notify: which events get a `Notify` outbox
+/// row, and which of those it claims and sends itself.
+#[derive(Clone, Copy)]
+pub(crate) struct NotifyRule<'a> {
+    pub(crate) events: agentenkit_core::notify::NotifiedEvents,
+    pub(crate) here: Option<&'a SentHere>,
+}
+
+impl NotifyRule<'_> {
+    pub(crate) fn contains(&self, event_type: EventType) -> bool {
+        self.events.contains(event_type)
+    }
+
+    /// The targets this process claims an event of `event_type` for, and
+    /// the claim in ms, when it sends it itself.
+    pub(crate) fn claimed_here(&self, event_type: EventType) -> Option<(&[String], u64)> {
+        let here = self.here?;
+        Some((here.targets_of(event_type)?, here.claim_ms()))
+    }
+}
