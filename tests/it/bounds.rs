@@ -163,6 +163,57 @@ async fn edits_with_countless_issues_are_answered_with_the_first_twenty() {
     env.finish().await;
 }
 
+/// Edits that do not fit are refused before the run's lock is taken: a
+/// bad edit is answered while something else holds the run, and holds
+/// nothing itself. Edits that fit wait for the lock as any answer does.
+#[tokio::test]
+async fn misfitting_edits_are_refused_without_waiting_for_the_runs_lock() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(strict_registry(&tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+    let mut holder = env.pg_client().await;
+    let held = holder.transaction().await.unwrap();
+    held.execute(
+        "SELECT 1 FROM runs WHERE id = $1::text::uuid FOR UPDATE",
+        &[&run_id],
+    )
+    .await
+    .unwrap();
+    let misfit = json!({ "runId": run_id, "toolCallId": "c1",
+                         "arguments": { "to": 7, "cc": vec![0; 10_000] } });
+    let (status, answer) = tokio::time::timeout(
+        Duration::from_secs(10),
+        env.reply("/agent/tool-call/approve", ALICE, misfit),
+    )
+    .await
+    .expect("answered while the run is locked");
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer:.300}");
+    assert_eq!(answer["issues"].as_array().unwrap().len(), MAX_ISSUES);
+    // Edits that fit wait for the lock, then go through.
+    let fitting = json!({ "runId": run_id, "toolCallId": "c1",
+                          "arguments": { "to": "b@c.d", "cc": ["e@f.g"] } });
+    let (status, answer) = {
+        let waiting = env.reply("/agent/tool-call/approve", ALICE, fitting);
+        tokio::pin!(waiting);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(500), &mut waiting)
+                .await
+                .is_err(),
+            "an answer that fits waits for the run"
+        );
+        held.rollback().await.unwrap();
+        waiting.await
+    };
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["delivered"], true);
+    env.wait_run_finished(&run_id).await;
+    assert_eq!(tool.calls(), 1);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
 /// A note, a reason or edits past their bounds are a 400 that changes
 /// nothing; a webhook's long rejection payload reaches the model cut.
 #[tokio::test]

@@ -272,6 +272,16 @@ impl Replies {
             return Err(Error::InvalidInput(oversized));
         }
         let call = ToolCallId(call.to_owned());
+        // Edited arguments are checked before the run's lock is taken: a
+        // large or bad edit never holds the run.
+        let edit_checked = match &verdict {
+            Verdict::Approve {
+                arguments: Some(edited),
+                ..
+            } => Some(self.check_edit(owner, target, &call, edited).await?),
+            _ => None,
+        };
+        let edit_checked = edit_checked.as_ref().map(|(tool, by)| (tool.as_str(), &**by));
         // Checked by this deployment's agent file, or, for a run pinned to
         // another version of its agent, by that version's.
         let first = self
@@ -281,7 +291,7 @@ impl Replies {
                 target,
                 &call,
                 &verdict,
-                (arguments_hash, record),
+                (arguments_hash, record, edit_checked),
             )
             .await;
         let answered = match first {
@@ -297,7 +307,7 @@ impl Replies {
                     target,
                     &call,
                     &verdict,
-                    (arguments_hash, record),
+                    (arguments_hash, record, edit_checked),
                 )
                 .await?
             }
@@ -315,8 +325,45 @@ impl Replies {
         Ok(answered)
     }
 
+    /// Checks `edited` against the input schema of the tool of the request
+    /// addressed, by the version of its agent the run is pinned to, read
+    /// without the run's lock; returns the tool and the registry that
+    /// checked it. A misfit is refused here (`InvalidArguments`), as are a
+    /// request not found, not the key's to answer, or ambiguous.
+    async fn check_edit(
+        &self,
+        owner: &Owner,
+        target: AnswerTarget,
+        call: &ToolCallId,
+        edited: &Value,
+    ) -> Result<(String, Arc<Registry>)> {
+        let addressed = self
+            .store
+            .addressed_tool(owner, target, call, self.scopes)
+            .await?;
+        let ours = self
+            .registry
+            .agent_version(&addressed.agent)
+            .map(|v| v.hash.as_str());
+        let registry = match addressed.agent_version.as_deref() {
+            Some(pinned) if ours.is_some_and(|ours| ours != pinned) => self
+                .pinned
+                .for_run(&self.store, &addressed.agent, Some(pinned))
+                .await
+                .map_err(|e| Error::VersionUnavailable(e.to_string()))?,
+            _ => self.registry.clone(),
+        };
+        let issues = schema_issues(&registry, &addressed.tool_name, edited);
+        if !issues.is_empty() {
+            return Err(agentenkit_store::Error::InvalidArguments(issues).into());
+        }
+        Ok((addressed.tool_name, registry))
+    }
+
     /// The answer, checked by `registry`'s tools and rules (refused with
-    /// `PinnedToOtherVersion` for a run of another version).
+    /// `PinnedToOtherVersion` for a run of another version). Edits that
+    /// `edit_checked` says fit (that tool, by that registry) are not
+    /// checked again under the lock.
     async fn answer_by(
         &self,
         registry: &Registry,
@@ -324,9 +371,18 @@ impl Replies {
         target: AnswerTarget,
         call: &ToolCallId,
         verdict: &Verdict,
-        (arguments_hash, record): (Option<&str>, Option<RecordedItem<'_>>),
+        (arguments_hash, record, edit_checked): (
+            Option<&str>,
+            Option<RecordedItem<'_>>,
+            Option<(&str, &Registry)>,
+        ),
     ) -> Result<Answered> {
-        let edits = move |tool: &str, arguments: &Value| schema_issues(registry, tool, arguments);
+        let edits = move |tool: &str, arguments: &Value| match edit_checked {
+            // The run's lock holds its version to the registry's (else
+            // `PinnedToOtherVersion`), and a call's tool never changes.
+            Some((checked, by)) if checked == tool && std::ptr::eq(by, registry) => Vec::new(),
+            _ => schema_issues(registry, tool, arguments),
+        };
         let rule_of = move |tool: &str| registry.approval_rule(tool);
         let version_of = move |agent: &str| registry.agent_version(agent).map(|v| v.hash.clone());
         let checks = AnswerChecks {

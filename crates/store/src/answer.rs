@@ -24,6 +24,7 @@ use crate::{Error, Result, Store};
 
 mod locate;
 pub(crate) use locate::ReplyTarget;
+pub use locate::AddressedTool;
 use locate::{locate, lock_and_locate};
 
 /// How a reply names the request it answers.

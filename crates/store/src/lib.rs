@@ -44,7 +44,7 @@ mod versions;
 mod views;
 mod watch;
 
-pub use answer::{AnswerChecks, AnswerTarget, Answered, VersionOf};
+pub use answer::{AddressedTool, AnswerChecks, AnswerTarget, Answered, VersionOf};
 pub use bounded::{ReadBound, ReadPage};
 pub use change::Change;
 pub use error::{Error, Result};

@@ -172,3 +172,35 @@ fn reply_target(row: &tokio_postgres::Row) -> Result<ReplyTarget> {
         agent_version: row.get(10),
     })
 }
+
+/// Which tool, of which version of which agent, a request an answer is
+/// addressed to belongs to: what edited arguments are checked by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressedTool {
+    pub tool_name: String,
+    pub agent: String,
+    pub agent_version: Option<String>,
+}
+
+impl crate::Store {
+    /// The tool of the request `call` an answer by `owner` to `target`
+    /// addresses, read without the run's lock: edited arguments are
+    /// checked before the lock is taken, so a large or bad edit never
+    /// holds the run (the answer's own transaction checks the rest). The
+    /// errors are the answer's: not found, forbidden, ambiguous.
+    pub async fn addressed_tool(
+        &self,
+        owner: &Owner,
+        target: AnswerTarget,
+        call: &ToolCallId,
+        scopes: Option<KeyScopes>,
+    ) -> Result<AddressedTool> {
+        let client = self.client().await?;
+        let row = locate(&client, owner, target, call, scopes).await?;
+        Ok(AddressedTool {
+            tool_name: row.tool_name,
+            agent: row.run_name,
+            agent_version: row.agent_version,
+        })
+    }
+}
