@@ -432,23 +432,29 @@ use event_select;
 /// and the event read back whole, for this process to send (see
 /// `sent_here`). The event's columns come first ([`event_view`] reads
 /// them), then the outbox row's id and key, the targets, the delay.
+///
+/// `currval` is volatile: compared in a `WHERE` it would be called for
+/// every row of a sequential scan. Read once, as a scalar subquery, the
+/// event is found by its key.
 pub(crate) const NOTIFY_HERE_SQL: &str = concat!(
-    "WITH claimed AS (
+    "WITH inserted AS (SELECT currval(pg_get_serial_sequence('events', 'id')) AS id),
+     claimed AS (
         INSERT INTO notification_deliveries (delivery_id, target, next_at, attempts)
-        SELECT currval(pg_get_serial_sequence('events', 'id'))::text, unnest($2::text[]),
+        SELECT inserted.id::text, unnest($2::text[]),
                now() + $3::bigint * interval '1 millisecond', 1
+        FROM inserted
      ),
      notify AS (
         INSERT INTO outbox (delay_ms, key, due_at)
-        SELECT $3::bigint,
-               'notify:' || $1::uuid::text || ':' || currval(pg_get_serial_sequence('events', 'id')),
+        SELECT $3::bigint, 'notify:' || $1::uuid::text || ':' || inserted.id,
                now() + $3::bigint * interval '1 millisecond'
+        FROM inserted
         RETURNING id, key, delay_ms
      )
      SELECT event.*, notify.id, notify.key, $2::text[], notify.delay_ms
      FROM (",
     event_select!(),
-    " WHERE e.id = currval(pg_get_serial_sequence('events', 'id'))) event, notify"
+    " WHERE e.id = (SELECT id FROM inserted)) event, notify"
 );
 
 /// An outbox row of [`NOTIFY_HERE_SQL`], with its claimed event.
