@@ -36,4 +36,5 @@ mod subagents;
 mod tls;
 mod turn;
 mod ui;
+mod unserved;
 mod versions;

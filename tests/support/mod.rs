@@ -54,6 +54,7 @@ pub fn test_worker_config() -> WorkerConfig {
         shutdown_grace: Duration::from_secs(5),
         max_deliveries: 10,
         hand_back_delay: Duration::from_millis(50),
+        unserved_timeout: Duration::from_secs(600),
         settle_timeout: Duration::from_secs(10),
     }
 }

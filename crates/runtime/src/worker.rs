@@ -375,16 +375,7 @@ impl Worker {
             .await
         {
             Ok(registry) => registry,
-            Err(e) => {
-                tracing::warn!(error = %e, "this worker cannot serve the run's agent version; segment handed back");
-                ::metrics::counter!(metrics::UNSERVED_VERSIONS).increment(1);
-                // Free at once for a worker that can, and not counted as a
-                // worker that died in the step.
-                if let Err(e) = inner.store.let_go(&ctx.lease).await {
-                    tracing::warn!(error = %e, "could not give the lease back; it runs out");
-                }
-                return Disposition::Requeue;
-            }
+            Err(e) => return self.unserved(&ctx, e).await,
         };
         let advanced = tokio::select! {
             advanced = segment::advance(&registry, &retry, &ctx, &mut cp) => advanced,
@@ -451,6 +442,45 @@ impl Worker {
         {
             Ok(outbox) => {
                 ::metrics::counter!(metrics::SEGMENTS, "outcome" => "run_failed").increment(1);
+                if outbox.is_some() {
+                    ::metrics::counter!(metrics::RUNS_FINISHED, "status" => "failed").increment(1);
+                }
+                Disposition::Ack
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not fail the run; segment handed back");
+                Disposition::Requeue
+            }
+        }
+    }
+
+    /// This worker cannot serve the run's agent version: the segment goes
+    /// back for a worker that can, the lease free at once and no takeover
+    /// counted; once workers have handed the run back for
+    /// `unserved_timeout`, it fails with the reason.
+    async fn unserved(&self, ctx: &RunContext, why: crate::versions::Unserved) -> Disposition {
+        ::metrics::counter!(metrics::UNSERVED_VERSIONS).increment(1);
+        let inner = &self.inner;
+        let unserved_for = match inner.store.let_go(&ctx.lease).await {
+            Ok(Some(unserved_for)) => unserved_for,
+            // Taken over or stopped meanwhile: not this worker's to judge.
+            Ok(None) => return Disposition::Ack,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not give the lease back; it runs out");
+                return Disposition::Requeue;
+            }
+        };
+        if unserved_for < inner.config.unserved_timeout {
+            tracing::warn!(error = %why, "this worker cannot serve the run's agent version; segment handed back");
+            return Disposition::Requeue;
+        }
+        let error = format!(
+            "no worker served this run for {}s: {why}",
+            unserved_for.as_secs()
+        );
+        tracing::error!(error = %error, "failing a run no worker serves");
+        match inner.store.fail_run(ctx.lease.run_id, &error).await {
+            Ok(outbox) => {
                 if outbox.is_some() {
                     ::metrics::counter!(metrics::RUNS_FINISHED, "status" => "failed").increment(1);
                 }

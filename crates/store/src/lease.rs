@@ -262,21 +262,23 @@ impl Store {
 
     /// Gives `lease` back without a step: the run is queued again, its
     /// lease free at once, and no takeover is counted against it (this
-    /// worker cannot serve it; another may). False when the lease was lost
-    /// already.
-    pub async fn let_go(&self, lease: &Lease) -> Result<bool> {
+    /// worker cannot serve it; another may). Returns how long workers have
+    /// been handing the run back (since the first time after its last
+    /// committed step); `None` when the lease was lost already.
+    pub async fn let_go(&self, lease: &Lease) -> Result<Option<std::time::Duration>> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
                 "UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL,
-                        updated_at = now()
-                 WHERE id = $1 AND lease_token = $2 AND status = 'running'",
+                        updated_at = now(), unserved_since = coalesce(unserved_since, now())
+                 WHERE id = $1 AND lease_token = $2 AND status = 'running'
+                 RETURNING extract(epoch FROM now() - unserved_since)::float8",
             )
             .await?;
         Ok(client
-            .execute(&stmt, &[&lease.run_id.0, &lease.token])
+            .query_opt(&stmt, &[&lease.run_id.0, &lease.token])
             .await?
-            == 1)
+            .map(|row| std::time::Duration::from_secs_f64(row.get::<_, f64>(0).max(0.0))))
     }
 
     /// Extends `lease` (a heartbeat), in one round trip. The statement may
@@ -308,7 +310,7 @@ pub(crate) fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
     let sql = match end {
         Some(Change::WaitRun) => {
             "UPDATE runs SET status = 'waiting', updated_at = now(), lease_owner = NULL,
-                    lease_expires_at = NULL, attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
+                    lease_expires_at = NULL, unserved_since = NULL, attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
                     takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"
         }
@@ -322,7 +324,7 @@ pub(crate) fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
             params.push(Box::new(error.clone()));
             params.push(Box::new(RunStatus::sources_of(*status)));
             "UPDATE runs SET status = $4, output = $5, error = $6, finished_at = now(),
-                    updated_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+                    updated_at = now(), lease_owner = NULL, lease_expires_at = NULL, unserved_since = NULL,
                     attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
                     takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'
@@ -331,6 +333,7 @@ pub(crate) fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
         _ => {
             params.push(Box::new(lease.ttl_ms as f64));
             "UPDATE runs SET lease_expires_at = now() + $4 * interval '1 millisecond', updated_at = now(),
+                    unserved_since = NULL,
                     attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
                     takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"

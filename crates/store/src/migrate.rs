@@ -48,6 +48,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "agent_versions",
         include_str!("../../../migrations/0008_agent_versions.sql"),
     ),
+    (
+        9,
+        "unserved",
+        include_str!("../../../migrations/0009_unserved.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

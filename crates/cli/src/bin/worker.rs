@@ -39,6 +39,11 @@ struct Cli {
     /// memory or disk alarm) must not hold a worker's slots for ever.
     #[arg(long, env = "AGENTENKIT_SETTLE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     settle_timeout: Duration,
+    /// A run that workers have handed back this long because none could
+    /// serve its agent version (a tool in code this build lacks) fails,
+    /// naming the version and why.
+    #[arg(long, env = "AGENTENKIT_UNSERVED_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    unserved_timeout: Duration,
     /// Serve Prometheus metrics on this address at `/metrics` (e.g.
     /// `0.0.0.0:9090`); none when unset.
     #[arg(long, env = "AGENTENKIT_METRICS_LISTEN")]
@@ -71,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
         max_deliveries: cli.max_deliveries.max(1),
         shutdown_grace: cli.shutdown_grace,
         settle_timeout: cli.settle_timeout,
+        unserved_timeout: cli.unserved_timeout,
         ..WorkerConfig::default()
     };
     let shutdown = shutdown_on_signal();

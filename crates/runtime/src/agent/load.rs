@@ -43,6 +43,39 @@ impl Registry {
         Self::from_agent_file(file, tree, &HashMap::new())
     }
 
+    /// [`Registry::from_toml`], whose agents may also name `tools`,
+    /// registered in code (Rust tools), beside the file's `[tools.*]`. A
+    /// version of such an agent names them; a worker serving it must have
+    /// them registered too, or it hands the run on (README, "Deploying
+    /// changes").
+    pub fn from_toml_with_tools(
+        text: &str,
+        tools: Vec<Arc<dyn Tool>>,
+    ) -> Result<Registry> {
+        let file = AgentFile::parse(text).map_err(Error::Config)?;
+        let tree = toml::from_str::<toml::Value>(text)
+            .ok()
+            .and_then(|value| serde_json::to_value(value).ok())
+            .unwrap_or_default();
+        let mut code_tools = HashMap::new();
+        for tool in tools {
+            let registered = RegisteredTool::new(tool).map_err(Error::Config)?;
+            if registered.spec.name == super::ASK_TOOL {
+                return Err(Error::Config(
+                    "\"ask\" is the built-in question tool; enable it with ask = true".into(),
+                ));
+            }
+            if file.tools.contains_key(&registered.spec.name) {
+                return Err(Error::Config(format!(
+                    "tool {:?} is defined in the file and in code",
+                    registered.spec.name
+                )));
+            }
+            code_tools.insert(registered.spec.name.clone(), registered);
+        }
+        Self::from_agent_file(file, tree, &code_tools)
+    }
+
     /// The registry of `file` (whose JSON is `tree`), with `code_tools`
     /// (tools registered in code) for the names the file does not define.
     pub(crate) fn from_agent_file(

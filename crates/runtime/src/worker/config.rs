@@ -34,6 +34,10 @@ pub struct WorkerConfig {
     /// publishers (a memory or disk alarm) must not hold the delivery's
     /// prefetch slot, or the worker's shutdown, for ever.
     pub settle_timeout: Duration,
+    /// A run that workers have handed back this long because none could
+    /// serve its agent version (a tool in code this build lacks, a
+    /// provider it does not have) fails, with an error naming both.
+    pub unserved_timeout: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -52,6 +56,7 @@ impl Default for WorkerConfig {
             max_deliveries: 10,
             hand_back_delay: Duration::from_millis(500),
             settle_timeout: Duration::from_secs(10),
+            unserved_timeout: Duration::from_secs(600),
         }
     }
 }
