@@ -3,7 +3,7 @@
 // set.
 
 import { useMemo, useState } from "react";
-import type { Answers, Decision, PendingInput } from "use-agentenkit";
+import { parseJson, stringifyJson, type Answers, type Decision, type PendingInput } from "use-agentenkit";
 
 import { QuestionForm } from "./QuestionForm";
 import { shown } from "./shown";
@@ -99,7 +99,7 @@ export function InputCard(props: {
       ) : (
         <>
           <pre className="arguments" aria-label="Arguments">
-            {shown(JSON.stringify(input.arguments, null, 2), true)}
+            {shown(stringifyJson(input.arguments, 2), true)}
           </pre>
           {approval ? (
             <Decide input={input} actions={actions} idPrefix={titleId} />
@@ -125,8 +125,8 @@ function Decide(props: { input: PendingInput; actions: CardActions; idPrefix: st
     const decision: Decision = { message: said };
     if (draft !== null) {
       try {
-        const edited: unknown = JSON.parse(draft);
-        if (JSON.stringify(edited) !== JSON.stringify(input.arguments)) decision.arguments = edited;
+        const edited: unknown = parseJson(draft);
+        if (stringifyJson(edited) !== stringifyJson(input.arguments)) decision.arguments = edited;
       } catch (e) {
         setDraftError(`The edited arguments are not JSON: ${(e as Error).message}`);
         return;
@@ -179,7 +179,7 @@ function Decide(props: { input: PendingInput; actions: CardActions; idPrefix: st
             type="button"
             className="edit-toggle"
             onClick={() => {
-              setDraft(draft === null ? JSON.stringify(input.arguments, null, 2) : null);
+              setDraft(draft === null ? stringifyJson(input.arguments, 2) : null);
               setDraftError(null);
             }}
           >

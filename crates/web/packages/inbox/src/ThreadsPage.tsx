@@ -2,7 +2,7 @@
 // results, and the cards of its open requests, answered in place.
 
 import { useEffect, useState, type FormEvent, type KeyboardEvent } from "react";
-import { useAgentThread, inputKey, type AgentInfo, type Client, type Message } from "use-agentenkit";
+import { useAgentThread, inputKey, stringifyJson, type AgentInfo, type Client, type Message } from "use-agentenkit";
 
 import { InputCard, TooLate, useCardActions } from "./InputCard";
 import type { Route } from "./route";
@@ -179,7 +179,7 @@ function MessageView(props: { message: Message }) {
         {calls.map((call) => (
           <div key={call.id} className="tool-call">
             <span className="label">calls {shown(call.name)}</span>
-            <pre>{shown(JSON.stringify(call.arguments, null, 2), true)}</pre>
+            <pre>{shown(stringifyJson(call.arguments, 2), true)}</pre>
           </div>
         ))}
       </li>
@@ -189,13 +189,13 @@ function MessageView(props: { message: Message }) {
     return (
       <li className="message tool">
         <span className="who">Result of {String(m.toolCallId ?? "")}</span>
-        <pre>{JSON.stringify(m.content, null, 2)}</pre>
+        <pre>{stringifyJson(m.content, 2)}</pre>
       </li>
     );
   }
   return (
     <li className="message other">
-      <pre>{JSON.stringify(m, null, 2)}</pre>
+      <pre>{stringifyJson(m, 2)}</pre>
     </li>
   );
 }

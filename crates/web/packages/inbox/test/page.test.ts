@@ -74,6 +74,12 @@ async function sendBodies(): Promise<{ arguments?: unknown }[]> {
   return calls.filter((call) => call.path === "/send").map((call) => call.body);
 }
 
+/** The bodies of `/send` as the tool got them, unparsed. */
+async function sendTexts(): Promise<string[]> {
+  const calls = (await (await fetch(`${toolUrl}/calls`)).json()) as { path: string; text: string }[];
+  return calls.filter((call) => call.path === "/send").map((call) => call.text);
+}
+
 async function sends(): Promise<number> {
   return (await sendBodies()).length;
 }
@@ -175,6 +181,26 @@ describe("inbox", () => {
     await card.getByRole("button", { name: "Deny" }).click();
     await card.waitFor({ state: "detached" });
     expect(await finished(runId)).toBe("completed");
+  });
+
+  it("shows an integer past 2^53 exactly, and an edit elsewhere sends it to the tool unchanged", async () => {
+    const before = (await sendTexts()).length;
+    const { runId } = await parked("accountant");
+    await signIn(page);
+    const card = page.getByRole("article");
+    expect(await card.getByLabel("Arguments").textContent()).toContain("9007199254740993");
+    await card.getByRole("button", { name: "Edit" }).click();
+    const editor = card.getByLabel("Edited arguments");
+    const draft = await editor.inputValue();
+    expect(draft).toContain("9007199254740993");
+    await editor.fill(draft.replace("ada@example.com", "grace@example.com"));
+    await card.getByRole("button", { name: "Approve with edits" }).click();
+    await card.waitFor({ state: "detached" });
+    expect(await finished(runId)).toBe("completed");
+    const texts = await sendTexts();
+    expect(texts.length - before).toBe(1);
+    expect(texts.at(-1)).toContain('"account":9007199254740993');
+    expect(texts.at(-1)).toContain("grace@example.com");
   });
 
   it("Deny rejects the call and the tool never runs", async () => {

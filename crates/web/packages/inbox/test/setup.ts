@@ -66,6 +66,14 @@ url = "${toolUrl}/send"
 requires_confirmation = true
 input_schema = { type = "object", properties = { to = { type = "string" }, subject = { type = "string" }, body = { type = "string" } } }
 
+[agents.accountant]
+description = "Pays into an account whose number is past 2^53."
+tools = ["send"]
+model = { provider = "scripted", script = [
+  { tool_calls = [ { id = "a1", name = "send", arguments = { to = "ada@example.com", account = 9007199254740993 } } ] },
+  { text = "Paid." },
+] }
+
 [agents.treasurer]
 description = "Wires money once two people of finance approve."
 tools = ["wire"]
@@ -87,9 +95,9 @@ approvals = { required = 2, from = ["finance"] }
 }
 
 /** `POST /send` answers `{sent: true}`, `POST /job` parks the call as a
- * job; `GET /calls` lists every body received. */
+ * job; `GET /calls` lists every body received (parsed, and as it came). */
 function startTools(): Promise<Server> {
-  const calls: { path: string; body: unknown }[] = [];
+  const calls: { path: string; body: unknown; text: string }[] = [];
   const server = createServer((request, response) => {
     let text = "";
     request.on("data", (chunk: Buffer) => (text += chunk.toString()));
@@ -99,7 +107,7 @@ function startTools(): Promise<Server> {
         response.end(JSON.stringify(calls));
         return;
       }
-      calls.push({ path: request.url ?? "", body: text ? (JSON.parse(text) as unknown) : null });
+      calls.push({ path: request.url ?? "", body: text ? (JSON.parse(text) as unknown) : null, text });
       if (request.url === "/job") {
         response.end(JSON.stringify({ park: { reason: "job", payload: { ticket: "T-1" }, ttlMs: 600_000 } }));
       } else {

@@ -1,5 +1,6 @@
 // A typed client of the agentenkit HTTP API: one method per route of SPEC §9.
 
+import { parseJson, stringifyJson } from "./json";
 import { SseParser } from "./sse";
 import type {
   AgentInfo,
@@ -117,11 +118,11 @@ export function createClient(options: ClientOptions): Client {
     const response = await doFetch(`${base}${path}`, {
       method,
       headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
+      body: body === undefined ? undefined : stringifyJson(body),
       signal: AbortSignal.timeout(timeoutMs),
     });
     const text = await response.text();
-    const json: unknown = text ? JSON.parse(text) : null;
+    const json: unknown = text ? parseJson(text) : null;
     if (!response.ok) {
       const error = (json ?? {}) as { error?: string; message?: string };
       throw new ApiError(response.status, error.error ?? "Error", error.message ?? response.statusText);
@@ -239,7 +240,7 @@ export function createClient(options: ClientOptions): Client {
           const { done, value } = await reader.read();
           if (done) return;
           for (const sse of parser.push(decoder.decode(value, { stream: true }))) {
-            const event = JSON.parse(sse.data) as unknown;
+            const event = parseJson(sse.data);
             const eventId = sse.id === undefined ? NaN : Number(sse.id);
             if (Number.isFinite(eventId)) lastEventId = eventId;
             retry = firstRetry;

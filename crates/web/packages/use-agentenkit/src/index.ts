@@ -2,6 +2,7 @@ export { inputKey, newIdempotencyKey } from "./answers";
 export { ApiError, createClient } from "./client";
 export type { Client, ClientOptions, SubscribeOptions, Subscription } from "./client";
 export { useAgentThread } from "./hook";
+export { LargeInteger, parseJson, stringifyJson } from "./json";
 export type { AgentThread, InputRef } from "./hook";
 export { DEFAULT_INBOX_POLL_MS, useInbox } from "./inbox";
 export type { Inbox, InboxOptions } from "./inbox";
