@@ -40,6 +40,7 @@ mod stop;
 mod test_changes;
 mod threads;
 mod tls;
+mod upgrade;
 mod versions;
 mod views;
 mod watch;
@@ -54,7 +55,7 @@ pub use idempotency::{Claim, Hold, KeyTimes, RecordedItem};
 pub use keys::{is_key_form, KeyRecord, NewKey, KEY_PREFIX};
 pub use lease::{Lease, LeaseAttempt, RunContext};
 pub use notifications::{
-    Attempted, DeliveryAttempt, DeliveryResult, DeliveryRow, Recorded, RetryRule,
+    Attempted, DeliveryAttempt, DeliveryResult, DeliveryRow, RecordItem, Recorded, RetryRule,
 };
 pub use outbox::{OutboxRow, Publisher};
 pub use reclaim::Reclaimed;
@@ -62,6 +63,7 @@ pub use runs::{CallRow, Delegation};
 pub use sent_here::{ClaimedEvent, LocalSender, SentHere};
 pub use threads::{StartedRun, THREAD_PENDING_INPUTS};
 pub use tls::SslMode;
+pub use upgrade::{OpenCall, OpenRun, UpgradeOutcome};
 pub use versions::StoredVersion;
 pub use views::{
     EventView, InboxPosition, MessageView, PendingInput, RunView, ThreadView, UsageView,

@@ -21,6 +21,7 @@ use agentenkit_core::notify::retry_delay;
 use agentenkit_core::{QueueMessage, RunId, ToolCallId};
 
 use crate::outbox::{self, OutboxRow};
+use crate::pipeline::{Answer, Expect, Op};
 use crate::views::PendingInput;
 use crate::{Result, Store};
 
@@ -67,6 +68,68 @@ pub struct Recorded {
     /// The message again, due at the earliest retry, when a target is
     /// still owed the delivery (published once committed).
     pub retry: Option<OutboxRow>,
+}
+
+/// What one delivery's attempts got, to record with its message.
+#[derive(Debug, Clone)]
+pub struct RecordItem {
+    pub message: QueueMessage,
+    pub delivery_id: String,
+    /// The targets the message handles (those it claimed, or tried to).
+    pub targets: Vec<String>,
+    pub results: Vec<Attempted>,
+}
+
+/// The update of one attempt's row: delivered, failed (dead after its
+/// target's last attempt, else due again after its backoff), or given
+/// back uncounted (the circuit was open). Only the claim that counted
+/// `attempt` may record it.
+fn attempt_op(delivery_id: &str, attempted: &Attempted) -> Op {
+    let Attempted {
+        attempt,
+        result,
+        rule,
+    } = attempted;
+    let (delivered, status, error) = match result {
+        DeliveryResult::Delivered { status } => (true, Some(*status), None),
+        DeliveryResult::Failed { status, error } => (false, *status, Some(error.clone())),
+        DeliveryResult::Deferred { after, reason } => {
+            return Op::new(
+                "UPDATE notification_deliveries
+                 SET attempts = attempts - 1, last_error = $4,
+                     next_at = now() + $5 * interval '1 millisecond'
+                 WHERE delivery_id = $1 AND target = $2
+                   AND delivered_at IS NULL AND dead_at IS NULL AND attempts = $3",
+                vec![
+                    Box::new(delivery_id.to_owned()),
+                    Box::new(attempt.target.clone()),
+                    Box::new(attempt.attempt as i32),
+                    Box::new(reason.clone()),
+                    Box::new(after.as_millis() as f64),
+                ],
+            )
+        }
+    };
+    let wait = retry_delay(rule.first_retry, attempt.attempt);
+    Op::new(
+        "UPDATE notification_deliveries
+         SET last_status = $4, last_error = $5,
+             delivered_at = CASE WHEN $6 THEN now() END,
+             dead_at = CASE WHEN NOT $6 AND $3 >= $7 THEN now() END,
+             next_at = now() + $8 * interval '1 millisecond'
+         WHERE delivery_id = $1 AND target = $2
+           AND delivered_at IS NULL AND dead_at IS NULL AND attempts = $3",
+        vec![
+            Box::new(delivery_id.to_owned()),
+            Box::new(attempt.target.clone()),
+            Box::new(attempt.attempt as i32),
+            Box::new(status.map(i32::from)),
+            Box::new(error),
+            Box::new(delivered),
+            Box::new(rule.max_attempts as i32),
+            Box::new(wait.as_millis() as f64),
+        ],
+    )
 }
 
 /// A delivery's row as an operator reads it.
@@ -133,91 +196,87 @@ impl Store {
         targets: &[String],
         results: &[Attempted],
     ) -> Result<Recorded> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let update = tx
-            .prepare_cached(
-                "UPDATE notification_deliveries
-                 SET last_status = $4, last_error = $5,
-                     delivered_at = CASE WHEN $6 THEN now() END,
-                     dead_at = CASE WHEN NOT $6 AND $3 >= $7 THEN now() END,
-                     next_at = now() + $8 * interval '1 millisecond'
-                 WHERE delivery_id = $1 AND target = $2
-                   AND delivered_at IS NULL AND dead_at IS NULL AND attempts = $3",
+        let item = RecordItem {
+            message: message.clone(),
+            delivery_id: delivery_id.to_owned(),
+            targets: targets.to_vec(),
+            results: results.to_vec(),
+        };
+        let retries = self.record_many(std::slice::from_ref(&item)).await?;
+        Ok(Recorded {
+            retry: retries.into_iter().next(),
+        })
+    }
+
+    /// [`Store::record_deliveries`] for several deliveries at once: one
+    /// transaction, one round trip. Returns the retries it wrote (each
+    /// published once committed).
+    pub async fn record_many(&self, items: &[RecordItem]) -> Result<Vec<OutboxRow>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut ops = Vec::new();
+        for item in items {
+            for attempted in &item.results {
+                ops.push(attempt_op(&item.delivery_id, attempted));
+            }
+        }
+        // Whatever is still owed, the next message comes at the earliest of
+        // it: each message handled is done, and one owing a target is
+        // written again, due then (NULL min: nothing owed).
+        let mut ids = Vec::new();
+        let mut targets = Vec::new();
+        let mut keys = Vec::new();
+        for item in items {
+            for target in &item.targets {
+                ids.push(item.delivery_id.clone());
+                targets.push(target.clone());
+                keys.push(item.message.outbox_key());
+            }
+        }
+        let consumed: Vec<String> = items.iter().map(|i| i.message.outbox_key()).collect();
+        ops.push(Op::new(
+            "DELETE FROM outbox WHERE key = ANY($1)",
+            vec![Box::new(consumed)],
+        ));
+        ops.push(
+            Op::new(
+                "INSERT INTO outbox (delay_ms, key, due_at)
+                 SELECT owed.delay_ms, owed.key, now() + owed.delay_ms * interval '1 millisecond'
+                 FROM (SELECT m.key,
+                              greatest(0, ceil(extract(epoch FROM min(d.next_at) - now()) * 1000))::bigint
+                                AS delay_ms
+                       FROM unnest($1::text[], $2::text[], $3::text[]) AS m(delivery_id, target, key)
+                       JOIN notification_deliveries d
+                         ON d.delivery_id = m.delivery_id AND d.target = m.target
+                        AND d.delivered_at IS NULL AND d.dead_at IS NULL
+                       GROUP BY m.key) owed
+                 RETURNING id, key, delay_ms",
+                vec![Box::new(ids), Box::new(targets), Box::new(keys)],
             )
-            .await?;
-        let mut recorded = Recorded::default();
-        let defer = tx
-            .prepare_cached(
-                "UPDATE notification_deliveries
-                 SET attempts = attempts - 1, last_error = $4,
-                     next_at = now() + $5 * interval '1 millisecond'
-                 WHERE delivery_id = $1 AND target = $2
-                   AND delivered_at IS NULL AND dead_at IS NULL AND attempts = $3",
-            )
-            .await?;
-        for Attempted {
-            attempt,
-            result,
-            rule,
-        } in results
+            .expect(Expect::Rows),
+        );
+        let answers = crate::pipeline::transact(self.client().await?, ops).await?;
+        let mut retries = Vec::new();
+        for row in answers
+            .into_iter()
+            .last()
+            .map(Answer::rows)
+            .unwrap_or_default()
         {
-            let (delivered, status, error) = match result {
-                DeliveryResult::Delivered { status } => (true, Some(*status), None),
-                DeliveryResult::Failed { status, error } => (false, *status, Some(error.as_str())),
-                DeliveryResult::Deferred { after, reason } => {
-                    tx.execute(
-                        &defer,
-                        &[
-                            &delivery_id,
-                            &attempt.target,
-                            &(attempt.attempt as i32),
-                            &reason.as_str(),
-                            &(after.as_millis() as f64),
-                        ],
-                    )
-                    .await?;
-                    continue;
-                }
-            };
-            let wait = retry_delay(rule.first_retry, attempt.attempt);
-            tx.execute(
-                &update,
-                &[
-                    &delivery_id,
-                    &attempt.target,
-                    &(attempt.attempt as i32),
-                    &status.map(i32::from),
-                    &error,
-                    &delivered,
-                    &(rule.max_attempts as i32),
-                    &(wait.as_millis() as f64),
-                ],
-            )
-            .await?;
+            let key: &str = row.get(1);
+            let message = QueueMessage::from_outbox_key(key).ok_or_else(|| {
+                crate::Error::Corrupt(format!("a retry wrote the outbox key {key:?}"))
+            })?;
+            retries.push(OutboxRow {
+                id: row.get(0),
+                message,
+                delay_ms: row.get::<_, i64>(2).max(0) as u64,
+                claimed: None,
+            });
         }
-        // Whatever is still owed, the next message comes at the earliest
-        // of it: the message being handled is done.
-        outbox::consumed(&tx, message).await?;
-        let owed = tx
-            .prepare_cached(
-                // NULL when nothing is owed (not greatest(0, ...): it
-                // ignores NULLs).
-                "SELECT ceil(extract(epoch FROM min(next_at) - now()) * 1000)::bigint
-                 FROM notification_deliveries
-                 WHERE delivery_id = $1 AND target = ANY($2)
-                   AND delivered_at IS NULL AND dead_at IS NULL",
-            )
-            .await?;
-        let next: Option<i64> = tx.query_one(&owed, &[&delivery_id, &targets]).await?.get(0);
-        if let Some(delay_ms) = next {
-            recorded.retry = Some(outbox::insert(&tx, message, delay_ms.max(0) as u64).await?);
-        }
-        tx.commit().await?;
-        if let Some(retry) = &recorded.retry {
-            self.publish(std::slice::from_ref(retry)).await;
-        }
-        Ok(recorded)
+        self.publish(&retries).await;
+        Ok(retries)
     }
 
     /// Drops a notification message that has nothing to send (its event

@@ -112,20 +112,23 @@ impl Notifier {
     }
 
     /// Sends an event that the transaction writing it claimed for this
-    /// process (see `here`).
-    pub async fn send_here(
+    /// process (see `here`); what to record, not recorded yet.
+    pub(super) async fn send_here(
         &self,
         claimed: &agentenkit_store::ClaimedEvent,
-    ) -> agentenkit_store::Result<Handled> {
+    ) -> agentenkit_store::RecordItem {
         let notifications = self.registry.notifications();
         let targets = notifications.targets_for(claimed.event.event_type);
-        self.send_claimed(
-            &claimed.message,
-            &Delivery::of(claimed.event.clone()),
-            &targets,
-            claimed.attempts.clone(),
-        )
-        .await
+        let delivery = Delivery::of(claimed.event.clone());
+        let results = self
+            .attempt(&delivery, &targets, claimed.attempts.clone())
+            .await;
+        agentenkit_store::RecordItem {
+            message: claimed.message.clone(),
+            delivery_id: delivery.id,
+            targets: targets.iter().map(|t| t.name.clone()).collect(),
+            results,
+        }
     }
 
     /// Reminds the tool's escalation target of request `call` if it is
@@ -200,6 +203,27 @@ impl Notifier {
         claimed: Vec<DeliveryAttempt>,
     ) -> agentenkit_store::Result<Handled> {
         let names: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
+        let results = self.attempt(delivery, targets, claimed).await;
+        if self.crashed("notify:sent") {
+            return Ok(Handled::Crashed);
+        }
+        self.store
+            .record_deliveries(message, &delivery.id, &names, &results)
+            .await?;
+        if self.crashed("notify:recorded") {
+            return Ok(Handled::Crashed);
+        }
+        Ok(Handled::Done)
+    }
+
+    /// Sends `delivery` to each target `claimed` names, at once; what each
+    /// answered, counted and logged, not recorded yet.
+    pub(super) async fn attempt(
+        &self,
+        delivery: &Delivery,
+        targets: &[&Target],
+        claimed: Vec<DeliveryAttempt>,
+    ) -> Vec<Attempted> {
         let link = self.registry.notifications().inbox_link();
         let sends = claimed.into_iter().filter_map(|attempt| {
             let target = *targets.iter().find(|t| t.name == attempt.target)?;
@@ -243,9 +267,6 @@ impl Notifier {
             })
         });
         let results = futures::future::join_all(sends).await;
-        if self.crashed("notify:sent") {
-            return Ok(Handled::Crashed);
-        }
         for attempted in &results {
             let outcome = match &attempted.result {
                 DeliveryResult::Delivered { .. } => "delivered",
@@ -269,13 +290,15 @@ impl Notifier {
                 );
             }
         }
-        self.store
-            .record_deliveries(message, &delivery.id, &names, &results)
-            .await?;
-        if self.crashed("notify:recorded") {
-            return Ok(Handled::Crashed);
-        }
-        Ok(Handled::Done)
+        results
+    }
+
+    pub(super) fn crashed_at(&self, point: &str) -> bool {
+        self.crashed(point)
+    }
+
+    pub(super) fn store(&self) -> &Store {
+        &self.store
     }
 
     /// One attempt: a 2xx is delivered, anything else failed.

@@ -4,7 +4,10 @@
 //! through the notifications queue.
 //!
 //! A send never holds up the commit that offered it: it runs as a task of
-//! its own, at most `concurrency` at a time. Past `concurrency ×
+//! its own, at most `concurrency` at a time. What the sends got is recorded
+//! by one transaction at a time, each taking every send that finished
+//! while the one before committed: one commit per event when idle, fewer
+//! under load. Past `concurrency ×
 //! QUEUED_PER_SLOT` waiting, an event is given back and its `Notify`
 //! message published, delayed until its claim runs out, for a worker to
 //! send as the next attempt.
@@ -18,7 +21,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{Handled, Notifier};
+use super::Notifier;
 use crate::metrics;
 
 /// Events waiting for a slot, per slot, before more are given back.
@@ -33,6 +36,11 @@ pub struct SendsHere {
 struct Inner {
     notifier: Notifier,
     slots: Semaphore,
+    /// What sends got, waiting to be recorded, and whether a recorder is
+    /// at work: the sends that finish while one transaction records are
+    /// recorded together by the next (one commit for many events under
+    /// load, one each when idle).
+    records: std::sync::Mutex<(Vec<agentenkit_store::RecordItem>, bool)>,
     /// Sends offered and not finished (waiting or running).
     open: AtomicUsize,
     max_open: usize,
@@ -72,6 +80,7 @@ impl SendsHere {
             inner: Arc::new(Inner {
                 notifier,
                 slots: Semaphore::new(slots),
+                records: std::sync::Mutex::default(),
                 open: AtomicUsize::new(0),
                 max_open: slots * QUEUED_PER_SLOT,
                 idle: Notify::new(),
@@ -145,20 +154,70 @@ impl LocalSender for SendsHere {
         );
         runtime.spawn(
             async move {
-                if let Ok(_slot) = inner.slots.acquire().await {
-                    match inner.notifier.send_here(&event).await {
-                        Ok(Handled::Crashed) => inner.crashed.cancel(),
-                        Ok(_) => {}
-                        // Its outbox row stays, for the reaper.
-                        Err(e) => tracing::warn!(error = %e, "could not record a notification"),
+                let item = match inner.slots.acquire().await {
+                    Ok(_slot) => Some(inner.notifier.send_here(&event).await),
+                    Err(_) => None,
+                };
+                match item {
+                    Some(_) if inner.notifier.crashed_at("notify:sent") => {
+                        inner.crashed.cancel();
+                        inner.done(1);
                     }
-                }
-                if inner.open.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    inner.idle.notify_waiters();
+                    Some(item) => inner.record(item).await,
+                    None => inner.done(1),
                 }
             }
             .instrument(span),
         );
         true
     }
+}
+
+impl Inner {
+    /// `count` sends are over (recorded, or left to the reaper).
+    fn done(&self, count: usize) {
+        if self.open.fetch_sub(count, Ordering::SeqCst) == count {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Queues `item` for recording; records, with whatever else finished
+    /// meanwhile, unless a recorder is at work already (it takes this one
+    /// in its next round).
+    async fn record(&self, item: agentenkit_store::RecordItem) {
+        {
+            let mut records = lock(&self.records);
+            records.0.push(item);
+            if records.1 {
+                return;
+            }
+            records.1 = true;
+        }
+        loop {
+            let batch = {
+                let mut records = lock(&self.records);
+                if records.0.is_empty() {
+                    records.1 = false;
+                    return;
+                }
+                std::mem::take(&mut records.0)
+            };
+            if let Err(e) = self.notifier.store().record_many(&batch).await {
+                // Their outbox rows stay: the reaper publishes them once
+                // the claims run out, and a worker sends them again.
+                tracing::warn!(error = %e, events = batch.len(), "could not record notifications");
+            }
+            if self.notifier.crashed_at("notify:recorded") {
+                self.crashed.cancel();
+            }
+            self.done(batch.len());
+        }
+    }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain data: a panic elsewhere cannot leave it half updated.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
