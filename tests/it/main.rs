@@ -37,4 +37,5 @@ mod tls;
 mod turn;
 mod ui;
 mod unserved;
+mod upgrade;
 mod versions;

@@ -12,6 +12,7 @@ pub mod keys;
 pub mod ops;
 pub mod paging;
 pub mod shown;
+pub mod upgrade;
 
 pub use http_server::{serve_api, serve_api_with, ServerLimits, API_DRAIN};
 

@@ -149,6 +149,21 @@ pub enum RunsCommand {
         #[arg(long)]
         journal: bool,
     },
+    /// Moves the queued and parked runs of agent `--agent` to a newer
+    /// version of it (`--to`, a hash or 8+ characters of one; the newest
+    /// recorded by default) where that is safe, and lists the rest with
+    /// why. Works on the database (DATABASE_URL), journaled per run.
+    Upgrade {
+        #[command(flatten)]
+        connections: crate::Connections,
+        #[arg(long)]
+        agent: String,
+        #[arg(long)]
+        to: Option<String>,
+        /// Say what would move; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 fn parse_json(text: &str) -> Result<Value, String> {
@@ -284,6 +299,15 @@ impl OpsCommand {
                     )
                     .await
             }
+            OpsCommand::Runs {
+                command:
+                    RunsCommand::Upgrade {
+                        connections,
+                        agent,
+                        to,
+                        dry_run,
+                    },
+            } => crate::upgrade::run(&connections, &agent, to.as_deref(), dry_run).await,
             OpsCommand::Runs {
                 command: RunsCommand::Show { api, id, journal },
             } => {

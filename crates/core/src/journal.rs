@@ -39,6 +39,15 @@ pub mod names {
     pub fn exec(call: &ToolCallId) -> String {
         format!("exec:{call}")
     }
+    /// The run moved to agent version `hash` here (an upgrade, on
+    /// purpose): not a checkpoint of the loop, which steps over it.
+    pub fn version(hash: &str) -> String {
+        format!("version:{hash}")
+    }
+    /// The version of a `version:<hash>` name.
+    pub fn version_of(name: &str) -> Option<&str> {
+        name.strip_prefix("version:")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,18 +81,33 @@ impl Replay {
         Self { entries, cursor: 0 }
     }
 
+    /// Where the next checkpoint is read from: past the version switches
+    /// at the cursor, which are records of the run, not checkpoints.
+    fn next_index(&self) -> usize {
+        let mut index = self.cursor;
+        while self
+            .entries
+            .get(index)
+            .is_some_and(|e| names::version_of(&e.name).is_some())
+        {
+            index += 1;
+        }
+        index
+    }
+
     /// The position the next checkpoint occupies.
     pub fn position(&self) -> u32 {
-        self.cursor as u32
+        self.next_index() as u32
     }
 
     /// True while checkpoints are still being read back rather than run.
     pub fn is_replaying(&self) -> bool {
-        self.cursor < self.entries.len()
+        self.next_index() < self.entries.len()
     }
 
     /// Asks for the checkpoint `name` at the next position.
     pub fn next(&mut self, name: &str) -> Result<ReplayStep, Error> {
+        self.cursor = self.next_index();
         let position = self.position();
         match self.entries.get(self.cursor) {
             Some(entry) if entry.name == name => {
@@ -103,7 +127,7 @@ impl Replay {
     /// no next entry; a non-determinism error when the next entry is
     /// another checkpoint.
     pub fn is_next(&self, name: &str) -> Result<bool, Error> {
-        match self.entries.get(self.cursor) {
+        match self.entries.get(self.next_index()) {
             Some(entry) if entry.name == name => Ok(true),
             Some(entry) => Err(Error::NonDeterminism {
                 position: self.position(),
@@ -118,6 +142,7 @@ impl Replay {
     /// entry was committed), so the cursor moves past it.
     pub fn recorded(&mut self, entry: JournalEntry) {
         debug_assert_eq!(entry.position, self.position());
+        self.cursor = self.next_index();
         self.entries.push(entry);
         self.cursor += 1;
     }
@@ -193,6 +218,33 @@ mod tests {
     }
 
     #[test]
+    fn version_switches_are_stepped_over_wherever_they_are() {
+        let mut replay = Replay::new(vec![
+            entry(0, "model:0", json!(0)),
+            entry(1, &names::version("v2"), json!({ "from": "v1" })),
+            entry(2, "exec:c1", json!("ok")),
+            entry(3, &names::version("v3"), json!({ "from": "v2" })),
+        ]);
+        assert_eq!(replay.next("model:0"), Ok(ReplayStep::Replayed(json!(0))));
+        assert_eq!(replay.is_next("exec:c1"), Ok(true));
+        assert_eq!(
+            replay.next("exec:c1"),
+            Ok(ReplayStep::Replayed(json!("ok")))
+        );
+        // Only a switch is left: nothing more to read back, and the next
+        // checkpoint goes after it.
+        assert!(!replay.is_replaying());
+        assert_eq!(
+            replay.next("model:1"),
+            Ok(ReplayStep::Record { position: 4 })
+        );
+        replay.recorded(entry(4, "model:1", json!(1)));
+        assert_eq!(replay.position(), 5);
+        assert_eq!(names::version_of("version:v2"), Some("v2"));
+        assert_eq!(names::version_of("exec:c1"), None);
+    }
+
+    #[test]
     fn a_different_name_at_a_recorded_position_is_non_determinism() {
         let mut replay = Replay::new(vec![entry(0, "model:0", json!(1))]);
         assert_eq!(
@@ -223,6 +275,36 @@ mod tests {
                 prop_assert_eq!(reader.next(&names::model(i as u32)).unwrap(), ReplayStep::Replayed(json!(v)));
             }
             prop_assert_eq!(reader.next("model:x").unwrap(), ReplayStep::Record { position: values.len() as u32 });
+        }
+
+        /// Version switches inserted anywhere (an upgrade appends one at the
+        /// end of a parked run's journal) change no checkpoint's value:
+        /// the run replays the same, and records after the last entry.
+        #[test]
+        fn switches_anywhere_replay_the_same(
+            values in prop::collection::vec(any::<i64>(), 0..30),
+            switches in prop::collection::vec(0usize..31, 0..4),
+        ) {
+            let mut names_values: Vec<(String, Value)> = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (names::model(i as u32), json!(v)))
+                .collect();
+            for (n, at) in switches.iter().enumerate() {
+                let at = (*at).min(names_values.len());
+                names_values.insert(at, (names::version(&format!("v{n}")), json!(n)));
+            }
+            let journal: Vec<JournalEntry> = names_values
+                .iter()
+                .enumerate()
+                .map(|(position, (name, value))| entry(position as u32, name, value.clone()))
+                .collect();
+            let mut reader = Replay::new(journal.clone());
+            for (i, v) in values.iter().enumerate() {
+                prop_assert_eq!(reader.next(&names::model(i as u32)).unwrap(), ReplayStep::Replayed(json!(v)));
+            }
+            prop_assert!(!reader.is_replaying());
+            prop_assert_eq!(reader.next("model:x").unwrap(), ReplayStep::Record { position: journal.len() as u32 });
         }
     }
 }

@@ -35,6 +35,8 @@ pub struct Agent {
     pub ask: bool,
     /// Questions asked before the first model call of a turn.
     pub intake: Option<Intake>,
+    /// What a deploy means for its runs in flight.
+    pub on_deploy: crate::config::OnDeploy,
 }
 
 /// A configured intake: a validated question set and when to ask it.
@@ -74,6 +76,7 @@ impl Agent {
             hitl_ttl_ms: DEFAULT_HITL_TTL_MS,
             ask: false,
             intake: None,
+            on_deploy: crate::config::OnDeploy::Pin,
         }
     }
 

@@ -121,6 +121,23 @@ pub struct AgentDef {
     pub model: ModelDef,
     #[serde(default)]
     pub intake: Option<IntakeDef>,
+    /// What a deploy means for this agent's runs in flight.
+    #[serde(default)]
+    pub on_deploy: OnDeploy,
+}
+
+/// What a deploy means for an agent's runs in flight (README, "Deploying
+/// changes").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDeploy {
+    /// A run continues on the version it started on.
+    #[default]
+    Pin,
+    /// At each segment's start a run takes the serving worker's version
+    /// of its agent when that one is newer and can take the run's open
+    /// calls; the switch is journaled.
+    Upgrade,
 }
 
 /// `[agents.<name>.intake]`: questions asked before the first model call.

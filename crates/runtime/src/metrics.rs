@@ -37,8 +37,11 @@ pub const BROKER_UP: &str = "agentenkit_broker_up";
 /// Attempts to send a notification to a target (`outcome`: `delivered`,
 /// `failed`, `dead`: failed on its last attempt).
 pub const NOTIFICATIONS: &str = "agentenkit_notifications_total";
+/// Runs moved to a newer version of their agent at a segment's start
+/// (`on_deploy = "upgrade"`).
+pub const VERSION_SWITCHES: &str = "agentenkit_version_switches_total";
 /// Events claimed to be sent by the process that committed them that it
-/// was too busy to send: published for a worker, delayed by the claim.
+/// was too busy to send: published for a worker instead.
 pub const NOTIFICATIONS_GIVEN_BACK: &str = "agentenkit_notifications_given_back_total";
 /// Reminders of requests still open (`outcome`: `sent`, or `dropped` when
 /// the request was answered first).

@@ -281,7 +281,9 @@ impl Replies {
             } => Some(self.check_edit(owner, target, &call, edited).await?),
             _ => None,
         };
-        let edit_checked = edit_checked.as_ref().map(|(tool, by)| (tool.as_str(), &**by));
+        let edit_checked = edit_checked
+            .as_ref()
+            .map(|(tool, by)| (tool.as_str(), &**by));
         // Checked by this deployment's agent file, or, for a run pinned to
         // another version of its agent, by that version's.
         let first = self

@@ -192,6 +192,15 @@ impl crate::Registry {
         store.record_agent_versions(&versions).await
     }
 
+    /// A stored version's definition on its own (without a deployment's
+    /// settings or tools in code): what an operator's command checks runs
+    /// against.
+    pub fn from_definition(definition: &Value) -> crate::Result<crate::Registry> {
+        let file: crate::config::AgentFile = serde_json::from_value(definition.clone())
+            .map_err(|e| crate::Error::Config(format!("a stored agent version: {e}")))?;
+        crate::Registry::from_agent_file(file, definition.clone(), &HashMap::new())
+    }
+
     /// The registry a run pinned to `definition` is served from: that
     /// version's agents, tools and limits, with this deployment's
     /// notification targets and the tools this process registered in code.

@@ -337,7 +337,7 @@ impl Worker {
     /// Handles one segment; the only place a [`SegmentError`] becomes a
     /// [`Disposition`].
     async fn segment(&self, run_id: RunId, seq: i64) -> Disposition {
-        let ctx = match self.acquire(run_id, seq).await {
+        let mut ctx = match self.acquire(run_id, seq).await {
             Ok(Some(ctx)) => ctx,
             Ok(None) => {
                 ::metrics::counter!(metrics::SEGMENTS, "outcome" => "dropped").increment(1);
@@ -350,6 +350,21 @@ impl Worker {
         let given_up = CancellationToken::new();
         let _heartbeat = self.heartbeat(ctx.lease.clone(), lost.clone(), given_up.clone());
         let inner = &self.inner;
+        // The run continues on the version of its agent it started on (or
+        // was moved to), unless its agent takes newer ones.
+        let registry = match inner
+            .pinned
+            .for_run(
+                &inner.store,
+                &ctx.lease.run_name,
+                ctx.agent_version.as_deref(),
+            )
+            .await
+        {
+            Ok(registry) => registry,
+            Err(e) => return self.unserved(&ctx, e).await,
+        };
+        let registry = self.take_newer_version(registry, &mut ctx).await;
         let mut cp = Checkpointer::new(
             &inner.store,
             &ctx.lease,
@@ -363,19 +378,6 @@ impl Worker {
             max_attempts: inner.config.max_attempts,
             backoff: inner.config.retry_backoff,
             max_takeovers: inner.config.max_takeovers,
-        };
-        // The run continues on the version of its agent it started on.
-        let registry = match inner
-            .pinned
-            .for_run(
-                &inner.store,
-                &ctx.lease.run_name,
-                ctx.agent_version.as_deref(),
-            )
-            .await
-        {
-            Ok(registry) => registry,
-            Err(e) => return self.unserved(&ctx, e).await,
         };
         let advanced = tokio::select! {
             advanced = segment::advance(&registry, &retry, &ctx, &mut cp) => advanced,
@@ -450,6 +452,65 @@ impl Worker {
             Err(e) => {
                 tracing::warn!(error = %e, "could not fail the run; segment handed back");
                 Disposition::Requeue
+            }
+        }
+    }
+
+    /// `on_deploy = "upgrade"`: a run whose agent (as its version says)
+    /// takes newer versions moves to this worker's version of it when that
+    /// one was first seen later and can take the run's open calls. The
+    /// switch is journaled (and added to the segment's replay); a run that
+    /// cannot move stays on its version.
+    async fn take_newer_version(
+        &self,
+        pinned: Arc<Registry>,
+        ctx: &mut RunContext,
+    ) -> Arc<Registry> {
+        let inner = &self.inner;
+        let agent = ctx.lease.run_name.clone();
+        let (Some(from), Some(ours)) = (
+            ctx.agent_version.clone(),
+            inner.registry.agent_version(&agent),
+        ) else {
+            return pinned;
+        };
+        let upgrades = pinned
+            .agent(&agent)
+            .is_some_and(|a| a.on_deploy == crate::config::OnDeploy::Upgrade);
+        if !upgrades || ours.hash == from {
+            return pinned;
+        }
+        match inner.store.is_newer_version(&ours.hash, &from).await {
+            Ok(true) => {}
+            Ok(false) => return pinned,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not compare agent versions; the run stays on its own");
+                return pinned;
+            }
+        }
+        let current = inner.registry.clone();
+        let check = |calls: &[agentenkit_store::OpenCall]| {
+            crate::upgrade::compatible(&current, &agent, calls)
+        };
+        match inner
+            .store
+            .switch_version(&ctx.lease, &from, &ours.hash, &check)
+            .await
+        {
+            Ok(Ok(entry)) => {
+                tracing::info!(from = %from, to = %ours.hash, "the run moved to this worker's version of its agent");
+                ::metrics::counter!(metrics::VERSION_SWITCHES).increment(1);
+                ctx.journal.push(entry);
+                ctx.agent_version = Some(ours.hash.clone());
+                current
+            }
+            Ok(Err(reason)) => {
+                tracing::info!(to = %ours.hash, reason = %reason, "the run stays on its version");
+                pinned
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not move the run to this worker's version");
+                pinned
             }
         }
     }

@@ -23,8 +23,8 @@ use crate::pipeline::{Expect, Op, OpenTx};
 use crate::{Error, Result, Store};
 
 mod locate;
-pub(crate) use locate::ReplyTarget;
 pub use locate::AddressedTool;
+pub(crate) use locate::ReplyTarget;
 use locate::{locate, lock_and_locate};
 
 /// How a reply names the request it answers.

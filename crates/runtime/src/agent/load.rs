@@ -48,10 +48,7 @@ impl Registry {
     /// version of such an agent names them; a worker serving it must have
     /// them registered too, or it hands the run on (README, "Deploying
     /// changes").
-    pub fn from_toml_with_tools(
-        text: &str,
-        tools: Vec<Arc<dyn Tool>>,
-    ) -> Result<Registry> {
+    pub fn from_toml_with_tools(text: &str, tools: Vec<Arc<dyn Tool>>) -> Result<Registry> {
         let file = AgentFile::parse(text).map_err(Error::Config)?;
         let tree = toml::from_str::<toml::Value>(text)
             .ok()
@@ -212,6 +209,7 @@ impl Registry {
                 )));
             }
             agent.ask = def.ask;
+            agent.on_deploy = def.on_deploy;
             agent.description = def.description.filter(|d| !d.trim().is_empty());
             if let Some(intake) = def.intake {
                 let set = QuestionSet {
