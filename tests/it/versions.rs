@@ -366,3 +366,70 @@ async fn a_worker_that_cannot_build_a_runs_version_hands_it_back_untouched() {
     assert!(env.journal_names(&run_id).await.is_empty(), "no step ran");
     env.finish().await;
 }
+
+/// The reaper drops old versions nobody needs: not its agent's newest, no
+/// open run on it, no run started on it lately. One still in use is kept
+/// and looked at again a day later.
+#[tokio::test]
+async fn the_reaper_drops_old_versions_no_run_needs() {
+    use agentenkit_runtime::reaper::{reap_once, ReaperConfig};
+
+    let tool = ToolServer::ok().await;
+    let v1 = mailer("send_email", "v1", "Done v1.", &tool.url);
+    let v1_hash = v1.agent_version("mailer").unwrap().hash.clone();
+    let env = TestEnv::start(v1).await;
+    let v2 = mailer("send_email", "v2", "Done v2.", &tool.url);
+    v2.record_versions(&env.store).await.unwrap();
+    let v2_hash = v2.agent_version("mailer").unwrap().hash.clone();
+    let v3 = mailer("send_email", "v3", "Done v3.", &tool.url);
+    v3.record_versions(&env.store).await.unwrap();
+    let v3_hash = v3.agent_version("mailer").unwrap().hash.clone();
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("mailer", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+    worker.stop().await.unwrap();
+    env.sql(&format!(
+        "UPDATE agent_versions SET first_seen = first_seen - interval '40 days'
+         WHERE hash IN ('{v1_hash}', '{v2_hash}')"
+    ))
+    .await;
+    let kept = || async {
+        env.rows("SELECT hash FROM agent_versions ORDER BY first_seen", |r| {
+            r.get::<_, String>(0)
+        })
+        .await
+    };
+    let config = ReaperConfig::default();
+    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    assert_eq!(report.versions_dropped, 1);
+    assert_eq!(
+        kept().await,
+        [v1_hash.clone(), v3_hash.clone()],
+        "v2 dropped"
+    );
+    // v1 has an open run: kept, and not looked at again within a day.
+    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    assert_eq!(report.versions_dropped, 0);
+
+    // Once its run is done and was started long ago, v1 goes too; v3,
+    // the newest, stays however old.
+    let worker = env.spawn_worker();
+    env.reply(
+        "/agent/tool-call/approve",
+        ALICE,
+        json!({ "runId": run_id, "toolCallId": "c1" }),
+    )
+    .await;
+    env.wait_run_finished(&run_id).await;
+    worker.stop().await.unwrap();
+    env.sql(
+        "UPDATE runs SET created_at = created_at - interval '40 days';
+         UPDATE agent_versions SET checked_at = checked_at - interval '2 days',
+                                   first_seen = first_seen - interval '40 days'",
+    )
+    .await;
+    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    assert_eq!(report.versions_dropped, 1);
+    assert_eq!(kept().await, [v3_hash]);
+    env.finish().await;
+}

@@ -36,6 +36,12 @@ pub struct ReaperConfig {
     /// Settled notification deliveries (delivered or dead) are kept this
     /// long, then deleted.
     pub deliveries_keep_for: Duration,
+    /// Agent versions are kept this long after they were first seen, and
+    /// then while an open run, or a run started within it, refers to them
+    /// (an agent's newest is always kept).
+    pub versions_keep_for: Duration,
+    /// An old version found still in use is looked at again after this.
+    pub versions_recheck: Duration,
 }
 
 impl Default for ReaperConfig {
@@ -48,6 +54,8 @@ impl Default for ReaperConfig {
             default_ttl: Duration::from_millis(crate::config::DEFAULT_HITL_TTL_MS),
             idempotency_keep_for: agentenkit_store::KeyTimes::default().keep_for,
             deliveries_keep_for: Duration::from_secs(7 * 86_400),
+            versions_keep_for: Duration::from_secs(30 * 86_400),
+            versions_recheck: Duration::from_secs(86_400),
         }
     }
 }
@@ -62,6 +70,7 @@ pub struct ReapReport {
     pub outbox_published: usize,
     pub idempotency_keys_deleted: usize,
     pub deliveries_deleted: usize,
+    pub versions_dropped: usize,
 }
 
 /// `reclaimIfOrphaned` for the requests in `scope`: expires what is
@@ -146,6 +155,9 @@ pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> R
         store.delete_old_deliveries(config.deliveries_keep_for, config.batch)
     })
     .await?;
+    report.versions_dropped += store
+        .drop_unreferenced_versions(config.versions_keep_for, config.versions_recheck)
+        .await? as usize;
     Ok(report)
 }
 

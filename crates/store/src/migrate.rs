@@ -53,6 +53,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "unserved",
         include_str!("../../../migrations/0009_unserved.sql"),
     ),
+    (
+        10,
+        "version_checks",
+        include_str!("../../../migrations/0010_version_checks.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -84,4 +84,57 @@ impl Store {
                 first_seen: row.get(3),
             }))
     }
+
+    /// Deletes the agent versions nobody needs any more, and returns how
+    /// many: first seen more than `keep_for` ago, not the newest of their
+    /// agent, and referenced by no open run nor by any run started within
+    /// `keep_for` (a fleet still running a version starts runs on it).
+    /// A version found still referenced is looked at again after
+    /// `recheck`: the check reads the runs table whole, so it is rare.
+    pub async fn drop_unreferenced_versions(
+        &self,
+        keep_for: std::time::Duration,
+        recheck: std::time::Duration,
+    ) -> Result<u64> {
+        let client = self.client().await?;
+        // The candidates alone first: a small table, and usually none.
+        let candidates = client
+            .prepare_cached(
+                "SELECT v.hash FROM agent_versions v
+                 WHERE v.first_seen < now() - $1 * interval '1 millisecond'
+                   AND (v.checked_at IS NULL OR v.checked_at < now() - $2 * interval '1 millisecond')
+                   AND v.first_seen < (SELECT max(w.first_seen) FROM agent_versions w
+                                       WHERE w.agent = v.agent)",
+            )
+            .await?;
+        let keep_ms = keep_for.as_millis() as f64;
+        let hashes: Vec<String> = client
+            .query(&candidates, &[&keep_ms, &(recheck.as_millis() as f64)])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        if hashes.is_empty() {
+            return Ok(0);
+        }
+        let drop = client
+            .prepare_cached(
+                "WITH referenced AS (
+                    SELECT DISTINCT r.agent_version AS hash FROM runs r
+                    WHERE r.agent_version = ANY($1)
+                      AND (r.status IN ('queued', 'running', 'waiting')
+                           OR r.created_at > now() - $2 * interval '1 millisecond')),
+                 checked AS (
+                    UPDATE agent_versions SET checked_at = now()
+                    WHERE hash IN (SELECT hash FROM referenced)),
+                 dropped AS (
+                    DELETE FROM agent_versions
+                    WHERE hash = ANY($1) AND hash NOT IN (SELECT hash FROM referenced)
+                    RETURNING 1)
+                 SELECT count(*) FROM dropped",
+            )
+            .await?;
+        let dropped: i64 = client.query_one(&drop, &[&hashes, &keep_ms]).await?.get(0);
+        Ok(dropped.max(0) as u64)
+    }
 }
