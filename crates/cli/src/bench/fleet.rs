@@ -95,8 +95,9 @@ impl Fleet {
                 .context("connecting the fleet's clients to RabbitMQ")?,
         );
         // The clients' store publishes what they write through the fleet's
-        // own connection.
-        let store = Relay::new(queue.clone()).attach(store);
+        // own connection, and pins the runs it starts to the fleet's agent
+        // file (its workers' version), not to the in-process bench's.
+        let store = registry.prepare(Relay::new(queue.clone()).attach(store));
         Ok(Fleet {
             queue,
             store,

@@ -19,12 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use agentenkit_core::conversation::ToolCallRequest;
 use agentenkit_core::{QueueMessage, RunId};
 use agentenkit_queue::{Acknowledge, Deliveries, Delivery, QueueAdapter};
-use agentenkit_runtime::{
-    Agent, Registry, ScriptEntry, ScriptedModel, Tool, ToolContext, ToolError, ToolSpec,
-};
+use agentenkit_runtime::{Registry, Tool, ToolContext, ToolError, ToolSpec};
 use anyhow::Context;
 use async_trait::async_trait;
 use serde_json::{json, Value};
@@ -306,33 +303,25 @@ impl Tool for SendEmail {
     }
 }
 
-/// Agent `mailer`: calls `send_email` as `c1`, then says "Done.".
+/// Agent `mailer`: calls `send_email` as `c1`, then says "Done.". Defined
+/// by an agent file, as a deployment's agents are (so its runs are pinned
+/// to a version, as theirs are), with `send_email` in code.
 pub fn registry(hub: Arc<Hub>) -> anyhow::Result<Registry> {
-    let script = vec![
-        ScriptEntry {
-            text: None,
-            tool_calls: vec![ToolCallRequest {
-                id: "c1".into(),
-                name: "send_email".into(),
-                arguments: json!({
-                    "to": "ops@example.com",
-                    "subject": "Quarterly report",
-                    "body": body_text(),
-                }),
-            }],
-            error: None,
-        },
-        ScriptEntry {
-            text: Some("Done.".into()),
-            tool_calls: vec![],
-            error: None,
-        },
-    ];
-    Ok(Registry::new()
-        .with_tool(Arc::new(SendEmail { hub }))?
-        .with_agent(
-            Agent::new("mailer", Arc::new(ScriptedModel::new(script)))
-                .system("You send email.")
-                .tool("send_email"),
-        ))
+    // A JSON string is a TOML basic string: the same escapes.
+    let body = serde_json::to_string(&body_text())?;
+    let file = format!(
+        r#"
+[agents.mailer]
+system = "You send email."
+tools = ["send_email"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "send_email", arguments = {{ to = "ops@example.com", subject = "Quarterly report", body = {body} }} }} ] }},
+  {{ text = "Done." }},
+] }}
+"#
+    );
+    Ok(Registry::from_toml_with_tools(
+        &file,
+        vec![Arc::new(SendEmail { hub })],
+    )?)
 }
