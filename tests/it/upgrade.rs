@@ -13,30 +13,7 @@ use serde_json::json;
 
 /// `mailer`, whose approval tool `tool` posts to `url`.
 fn mailer(tool: &str, system: &str, done: &str, url: &str) -> Registry {
-    mailer_deployed(tool, system, done, url, "pin")
-}
-
-/// [`mailer`], saying what a deploy means for its runs (`on_deploy`).
-fn mailer_deployed(tool: &str, system: &str, done: &str, url: &str, on_deploy: &str) -> Registry {
-    Registry::from_toml(&format!(
-        r#"
-[agents.mailer]
-on_deploy = "{on_deploy}"
-system = "{system}"
-tools = ["{tool}"]
-model = {{ provider = "scripted", script = [
-  {{ tool_calls = [ {{ id = "c1", name = "{tool}", arguments = {{ to = "a@b.c" }} }} ] }},
-  {{ text = "{done}" }},
-] }}
-
-[tools.{tool}]
-type = "http"
-url = "{url}"
-requires_confirmation = true
-input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ type = "string" }} }} }}
-"#
-    ))
-    .expect("agent file")
+    mailer_deploy(tool, system, done, url, "pin")
 }
 
 /// `agentenkit runs upgrade --agent mailer [--to TO] [--dry-run]` on the
@@ -205,7 +182,7 @@ async fn a_parked_run_moves_to_a_compatible_version_and_replays_across_the_switc
 async fn an_agent_that_takes_newer_versions_moves_at_the_next_segment_where_it_can() {
     let v1_tool = ToolServer::ok().await;
     let v2_tool = ToolServer::ok().await;
-    let v1 = mailer_deployed("send_email", "v1", "Done v1.", &v1_tool.url, "upgrade");
+    let v1 = mailer_deploy("send_email", "v1", "Done v1.", &v1_tool.url, "upgrade");
     let v1_hash = v1.agent_version("mailer").unwrap().hash.clone();
     let env = TestEnv::start(v1).await;
     let old = env.spawn_worker();
@@ -217,7 +194,7 @@ async fn an_agent_that_takes_newer_versions_moves_at_the_next_segment_where_it_c
     assert_eq!(version_of(&env, &first).await, v1_hash);
 
     // The deploy: v2 keeps the tool; its workers serve both runs.
-    let v2 = Arc::new(mailer_deployed(
+    let v2 = Arc::new(mailer_deploy(
         "send_email",
         "v2",
         "Done v2.",
@@ -257,7 +234,7 @@ async fn an_agent_that_takes_newer_versions_moves_at_the_next_segment_where_it_c
         v2_hash,
         "moved at its first segment"
     );
-    let v3 = Arc::new(mailer_deployed(
+    let v3 = Arc::new(mailer_deploy(
         "send_mail",
         "v3",
         "Done v3.",

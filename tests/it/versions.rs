@@ -11,24 +11,7 @@ use serde_json::json;
 
 /// The agent file of the deploy: `mailer` with one approval tool.
 fn mailer(tool: &str, system: &str, done: &str, url: &str) -> Registry {
-    Registry::from_toml(&format!(
-        r#"
-[agents.mailer]
-system = "{system}"
-tools = ["{tool}"]
-model = {{ provider = "scripted", script = [
-  {{ tool_calls = [ {{ id = "c1", name = "{tool}", arguments = {{ to = "a@b.c" }} }} ] }},
-  {{ text = "{done}" }},
-] }}
-
-[tools.{tool}]
-type = "http"
-url = "{url}"
-requires_confirmation = true
-input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ type = "string" }} }} }}
-"#
-    ))
-    .expect("agent file")
+    mailer_deploy(tool, system, done, url, "pin")
 }
 
 /// A run parks on `send_email`; the agent file is redeployed with the tool

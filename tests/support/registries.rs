@@ -87,3 +87,28 @@ pub const TWO_CALLS: &str = r#"
   ] },
   { text = "Done." },
 "#;
+
+/// A deploy's agent file: `mailer` with one approval tool `tool` (posting
+/// to `url`), its prompt `system`, saying `done` once the tool ran, and
+/// what a deploy means for its runs (`on_deploy`: "pin" or "upgrade").
+pub fn mailer_deploy(tool: &str, system: &str, done: &str, url: &str, on_deploy: &str) -> Registry {
+    Registry::from_toml(&format!(
+        r#"
+[agents.mailer]
+on_deploy = "{on_deploy}"
+system = "{system}"
+tools = ["{tool}"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "{tool}", arguments = {{ to = "a@b.c" }} }} ] }},
+  {{ text = "{done}" }},
+] }}
+
+[tools.{tool}]
+type = "http"
+url = "{url}"
+requires_confirmation = true
+input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ type = "string" }} }} }}
+"#
+    ))
+    .expect("agent file")
+}

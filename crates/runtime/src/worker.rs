@@ -437,12 +437,14 @@ impl Worker {
             }
         };
         tracing::error!(error = %reason, "the run cannot be read or written; failing it");
-        match self
-            .inner
-            .store
-            .fail_run(run_id, &format!("the run could not be continued: {reason}"))
+        self.fail_run(run_id, &format!("the run could not be continued: {reason}"))
             .await
-        {
+    }
+
+    /// Fails `run_id` with `error` outside any step (it cannot be taken or
+    /// served): acked once failed, handed back when the store would not.
+    async fn fail_run(&self, run_id: RunId, error: &str) -> Disposition {
+        match self.inner.store.fail_run(run_id, error).await {
             Ok(outbox) => {
                 ::metrics::counter!(metrics::SEGMENTS, "outcome" => "run_failed").increment(1);
                 if outbox.is_some() {

@@ -99,17 +99,6 @@ impl Worker {
             unserved_for.as_secs()
         );
         tracing::error!(error = %error, "failing a run no worker serves");
-        match inner.store.fail_run(ctx.lease.run_id, &error).await {
-            Ok(outbox) => {
-                if outbox.is_some() {
-                    ::metrics::counter!(metrics::RUNS_FINISHED, "status" => "failed").increment(1);
-                }
-                Disposition::Ack
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "could not fail the run; segment handed back");
-                Disposition::Requeue
-            }
-        }
+        self.fail_run(ctx.lease.run_id, &error).await
     }
 }
