@@ -26,6 +26,7 @@ mod notify;
 mod openapi;
 mod ops;
 mod parked;
+mod plans;
 mod poison;
 mod providers;
 mod reads;

@@ -85,6 +85,14 @@ pub struct StoreConfig {
     /// The server's `statement_timeout` for this store's sessions
     /// (migrations lift it for their own transactions).
     pub statement_timeout: Duration,
+    /// Plan every statement as for tables that grow: the store's sessions
+    /// run with `enable_seqscan = off`. Each hot statement has an index;
+    /// planned while its table was empty (a fresh deployment, a truncate,
+    /// a new partition) and kept as a prepared statement's generic plan,
+    /// it would otherwise read the whole table every time until something
+    /// analyzes it, costing more with every thread stored (README,
+    /// "Performance"). A statement without an index still scans.
+    pub plan_for_growth: bool,
 }
 
 impl StoreConfig {
@@ -95,6 +103,7 @@ impl StoreConfig {
             max_connections: 16,
             pool_wait: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(30),
+            plan_for_growth: true,
         }
     }
 }
@@ -126,6 +135,9 @@ impl Store {
             "-c statement_timeout={}",
             config.statement_timeout.as_millis()
         );
+        if config.plan_for_growth {
+            options.push_str(" -c enable_seqscan=off");
+        }
         if let Some(schema) = &config.schema {
             if !is_plain_identifier(schema) {
                 return Err(Error::Config(format!("invalid schema name {schema:?}")));

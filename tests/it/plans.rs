@@ -1,0 +1,77 @@
+//! Fast from the first row: the statements of a cycle read the tables that
+//! grow with threads by their indexes even when they were planned while
+//! those tables were empty (a fresh deployment, a truncate), as prepared
+//! statements are. Checked on what Postgres did: the rows its sequential
+//! scans of those tables read.
+
+use std::time::Duration;
+
+use agentenkit_tests::*;
+use serde_json::json;
+
+/// The tables a deployment's use makes grow.
+const GROWING: &[&str] = &[
+    "threads",
+    "runs",
+    "tool_calls",
+    "events",
+    "messages",
+    "journal",
+    "outbox",
+    "notification_deliveries",
+    "idempotency_keys",
+];
+
+/// `(table, seq_scan, seq_tup_read)` of the growing tables.
+async fn seq_scans(env: &TestEnv) -> Vec<(String, i64, i64)> {
+    let schema = env.store.schema().expect("test schema").to_owned();
+    env.rows(
+        &format!(
+            "SELECT relname::text, seq_scan, seq_tup_read FROM pg_stat_user_tables
+             WHERE schemaname = '{schema}' AND relname = ANY('{{{}}}') ORDER BY relname",
+            GROWING.join(",")
+        ),
+        |r| (r.get(0), r.get(1), r.get(2)),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn cycles_from_fresh_tables_read_no_growing_table_whole() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
+    // Fresh and just vacuumed, as after a deploy or a truncate: every
+    // statement is planned against empty tables.
+    for table in GROWING {
+        env.sql(&format!("VACUUM {table}")).await;
+    }
+    let worker = env.spawn_worker();
+    for n in 0..12 {
+        let (thread_id, run_id) = env.start_turn("agent", &format!("cycle {n}")).await;
+        env.wait_pending(&thread_id, 1).await;
+        let (_, answer) = env
+            .reply(
+                "/agent/tool-call/approve",
+                ALICE,
+                json!({ "runId": run_id, "toolCallId": "c1" }),
+            )
+            .await;
+        assert_eq!(answer["delivered"], true, "{answer}");
+        env.wait_run_finished(&run_id).await;
+        // Reads of the thread a client makes too.
+        env.get(&format!("/threads/{thread_id}")).await;
+        env.get(&format!("/threads/{thread_id}/events")).await;
+        env.get(&format!("/runs/{run_id}/journal")).await;
+    }
+    worker.stop().await.unwrap();
+    // A backend reports its table counters within 10 s of going idle.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let scans = seq_scans(&env).await;
+    assert_eq!(scans.len(), GROWING.len(), "{scans:?}");
+    let read_whole: Vec<_> = scans.iter().filter(|(_, _, rows)| *rows > 0).collect();
+    assert!(
+        read_whole.is_empty(),
+        "sequential scans read rows of growing tables: {read_whole:?}"
+    );
+    env.finish().await;
+}
