@@ -75,3 +75,39 @@ async fn cycles_from_fresh_tables_read_no_growing_table_whole() {
     );
     env.finish().await;
 }
+
+/// A table that outgrew its statistics (analyzed while empty) is analyzed
+/// again, once: the next look finds nothing to do.
+#[tokio::test]
+async fn tables_that_outgrew_their_statistics_are_analyzed_once() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    for table in GROWING {
+        env.sql(&format!("VACUUM ANALYZE {table}")).await;
+    }
+    // 60 threads from a session of its own, which reports its counters
+    // when it ends.
+    env.sql(
+        "INSERT INTO threads (id, owner, agent, metadata)
+         SELECT gen_random_uuid(), 'alice', 'agent', '{}' FROM generate_series(1, 60)",
+    )
+    .await;
+    let analyzed = eventually("the threads counted", || async {
+        let analyzed = env.store.analyze_grown_tables().await.unwrap();
+        (!analyzed.is_empty()).then_some(analyzed)
+    })
+    .await;
+    assert_eq!(analyzed, ["threads"]);
+    let reltuples: Vec<f32> = env
+        .rows(
+            &format!(
+                "SELECT reltuples FROM pg_class WHERE relname = 'threads'
+                 AND relnamespace = '{}'::regnamespace",
+                env.store.schema().unwrap()
+            ),
+            |r| r.get(0),
+        )
+        .await;
+    assert_eq!(reltuples, [60.0]);
+    assert!(env.store.analyze_grown_tables().await.unwrap().is_empty());
+    env.finish().await;
+}

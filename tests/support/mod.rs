@@ -55,6 +55,7 @@ pub fn test_worker_config() -> WorkerConfig {
         max_deliveries: 10,
         hand_back_delay: Duration::from_millis(50),
         unserved_timeout: Duration::from_secs(600),
+        statistics_every: Some(Duration::from_secs(10)),
         settle_timeout: Duration::from_secs(10),
     }
 }

@@ -154,6 +154,7 @@ impl Worker {
             .queue
             .consume_notifications(self.inner.config.notify_prefetch)
             .await?;
+        let statistics = self.keep_statistics(shutdown.child_token());
         let mut in_flight: JoinSet<Disposition> = JoinSet::new();
         let sent_here_crashed = self
             .inner
@@ -192,6 +193,7 @@ impl Worker {
         }
         drop(deliveries);
         drop(notifications);
+        statistics.abort();
         let drained = tokio::time::timeout(self.inner.config.shutdown_grace, async {
             while in_flight.join_next().await.is_some() {}
         })
@@ -207,6 +209,32 @@ impl Worker {
             sends.drain(self.inner.config.shutdown_grace).await;
         }
         Ok(())
+    }
+
+    /// Analyzes the tables that grew past their statistics, every
+    /// `statistics_every`, until `stop` (see `agentenkit_store`'s
+    /// `statistics`): plans follow the tables from the first rows.
+    fn keep_statistics(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let store = self.inner.store.clone();
+        let every = self.inner.config.statistics_every;
+        tokio::spawn(async move {
+            let Some(every) = every else { return };
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                match store.analyze_grown_tables().await {
+                    Ok(tables) if !tables.is_empty() => {
+                        tracing::info!(?tables, "analyzed tables that outgrew their statistics")
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "could not check the tables' statistics"),
+                }
+            }
+        })
     }
 
     /// Segments this worker is handling now. A parked run is not one of

@@ -35,6 +35,7 @@ mod resume;
 mod runs;
 mod sent_here;
 mod start;
+mod statistics;
 mod stop;
 #[cfg(test)]
 mod test_changes;
@@ -61,6 +62,7 @@ pub use outbox::{OutboxRow, Publisher};
 pub use reclaim::Reclaimed;
 pub use runs::{CallRow, Delegation};
 pub use sent_here::{ClaimedEvent, LocalSender, SentHere};
+pub use statistics::GROWN_MARGIN_ROWS;
 pub use threads::{StartedRun, THREAD_PENDING_INPUTS};
 pub use tls::SslMode;
 pub use upgrade::{OpenCall, OpenRun, UpgradeOutcome};

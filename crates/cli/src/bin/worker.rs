@@ -44,6 +44,11 @@ struct Cli {
     /// naming the version and why.
     #[arg(long, env = "AGENTENKIT_UNSERVED_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     unserved_timeout: Duration,
+    /// How often the worker analyzes tables that outgrew their statistics
+    /// (twice the rows, and 50 more), so plans follow the tables from their
+    /// first rows; 0 turns it off (autovacuum alone).
+    #[arg(long, env = "AGENTENKIT_STATISTICS_EVERY", default_value = "10s", value_parser = parse_duration)]
+    statistics_every: Duration,
     /// Serve Prometheus metrics on this address at `/metrics` (e.g.
     /// `0.0.0.0:9090`); none when unset.
     #[arg(long, env = "AGENTENKIT_METRICS_LISTEN")]
@@ -77,6 +82,7 @@ async fn main() -> anyhow::Result<()> {
         shutdown_grace: cli.shutdown_grace,
         settle_timeout: cli.settle_timeout,
         unserved_timeout: cli.unserved_timeout,
+        statistics_every: Some(cli.statistics_every).filter(|every| !every.is_zero()),
         ..WorkerConfig::default()
     };
     let shutdown = shutdown_on_signal();

@@ -38,6 +38,10 @@ pub struct WorkerConfig {
     /// serve its agent version (a tool in code this build lacks, a
     /// provider it does not have) fails, with an error naming both.
     pub unserved_timeout: Duration,
+    /// How often the worker looks for tables that grew past their
+    /// statistics and analyzes them (`Store::analyze_grown_tables`);
+    /// `None`: never (autovacuum alone).
+    pub statistics_every: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
@@ -57,6 +61,7 @@ impl Default for WorkerConfig {
             hand_back_delay: Duration::from_millis(500),
             settle_timeout: Duration::from_secs(10),
             unserved_timeout: Duration::from_secs(600),
+            statistics_every: Some(Duration::from_secs(10)),
         }
     }
 }
