@@ -111,3 +111,33 @@ async fn tables_that_outgrew_their_statistics_are_analyzed_once() {
     assert!(env.store.analyze_grown_tables().await.unwrap().is_empty());
     env.finish().await;
 }
+
+/// A worker looks for such tables by itself, every `statistics_every`.
+#[tokio::test]
+async fn a_worker_keeps_the_statistics_of_growing_tables() {
+    let mut env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    env.worker_config.statistics_every = Some(Duration::from_millis(200));
+    env.sql("VACUUM ANALYZE threads").await;
+    env.sql(
+        "INSERT INTO threads (id, owner, agent, metadata)
+         SELECT gen_random_uuid(), 'alice', 'agent', '{}' FROM generate_series(1, 80)",
+    )
+    .await;
+    let worker = env.spawn_worker();
+    let schema = env.store.schema().unwrap().to_owned();
+    eventually("the worker analyzed threads", || async {
+        let reltuples: Vec<f32> = env
+            .rows(
+                &format!(
+                    "SELECT reltuples FROM pg_class WHERE relname = 'threads'
+                     AND relnamespace = '{schema}'::regnamespace"
+                ),
+                |r| r.get(0),
+            )
+            .await;
+        (reltuples == [80.0]).then_some(())
+    })
+    .await;
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
