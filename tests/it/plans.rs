@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use agentenkit_tests::*;
-use serde_json::json;
 
 /// The tables a deployment's use makes grow.
 const GROWING: &[&str] = &[
@@ -49,13 +48,7 @@ async fn cycles_from_fresh_tables_read_no_growing_table_whole() {
     for n in 0..12 {
         let (thread_id, run_id) = env.start_turn("agent", &format!("cycle {n}")).await;
         env.wait_pending(&thread_id, 1).await;
-        let (_, answer) = env
-            .reply(
-                "/agent/tool-call/approve",
-                ALICE,
-                json!({ "runId": run_id, "toolCallId": "c1" }),
-            )
-            .await;
+        let answer = approve(&env, &run_id, "c1").await;
         assert_eq!(answer["delivered"], true, "{answer}");
         env.wait_run_finished(&run_id).await;
         // Reads of the thread a client makes too.

@@ -9,7 +9,6 @@ use agentenkit::ops::{OpsCommand, RunsCommand};
 use agentenkit_runtime::worker::Worker;
 use agentenkit_runtime::Registry;
 use agentenkit_tests::*;
-use serde_json::json;
 
 /// `mailer`, whose approval tool `tool` posts to `url`.
 fn mailer(tool: &str, system: &str, done: &str, url: &str) -> Registry {
@@ -149,13 +148,7 @@ async fn a_parked_run_moves_to_a_compatible_version_and_replays_across_the_switc
         )
         .with_crash_point(Arc::new(|point: &str| point == "exec:c1")),
     );
-    let (_, answer) = env
-        .reply(
-            "/agent/tool-call/approve",
-            ALICE,
-            json!({ "runId": run_id, "toolCallId": "c1" }),
-        )
-        .await;
+    let answer = approve(&env, &run_id, "c1").await;
     assert_eq!(answer["delivered"], true, "{answer}");
     assert!(crashing.died().await.is_err(), "the crash point fired");
     let next = env.spawn_worker_of(v2.clone());
@@ -204,13 +197,7 @@ async fn an_agent_that_takes_newer_versions_moves_at_the_next_segment_where_it_c
     let v2_hash = v2.agent_version("mailer").unwrap().hash.clone();
     let new = env.spawn_worker_of(v2.clone());
     for run_id in [&first, &second] {
-        let (_, answer) = env
-            .reply(
-                "/agent/tool-call/approve",
-                ALICE,
-                json!({ "runId": run_id, "toolCallId": "c1" }),
-            )
-            .await;
+        let answer = approve(&env, run_id, "c1").await;
         assert_eq!(answer["delivered"], true, "{answer}");
         let run = env.wait_run_finished(run_id).await;
         assert_eq!(run["output"], "Done v2.", "{run}");
@@ -243,13 +230,7 @@ async fn an_agent_that_takes_newer_versions_moves_at_the_next_segment_where_it_c
     ));
     let v3_hash = v3.agent_version("mailer").unwrap().hash.clone();
     let newest = env.spawn_worker_of(v3);
-    let (_, answer) = env
-        .reply(
-            "/agent/tool-call/approve",
-            ALICE,
-            json!({ "runId": run_id, "toolCallId": "c1" }),
-        )
-        .await;
+    let answer = approve(&env, &run_id, "c1").await;
     assert_eq!(answer["delivered"], true, "{answer}");
     let run = env.wait_run_finished(&run_id).await;
     assert_eq!(run["status"], "completed", "{run}");

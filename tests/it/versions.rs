@@ -65,13 +65,7 @@ async fn a_parked_run_finishes_on_its_version_after_a_deploy_renames_its_tool() 
         lines[2].contains("0 open runs") && lines[2].contains("tools send_mail"),
         "{listed}"
     );
-    let (_, answer) = env
-        .reply(
-            "/agent/tool-call/approve",
-            ALICE,
-            json!({ "runId": run_id, "toolCallId": "c1" }),
-        )
-        .await;
+    let answer = approve(&env, &run_id, "c1").await;
     assert_eq!(answer["delivered"], true, "{answer}");
     let run = env.wait_run_finished(&run_id).await;
     assert_eq!(run["status"], "completed", "{run}");

@@ -81,3 +81,15 @@ pub async fn tool_message(env: &TestEnv, thread_id: &str) -> Value {
         .unwrap_or_else(|| panic!("no tool message in {messages}"))["content"]
         .clone()
 }
+
+/// Alice approves call `call` of run `run_id` as it was proposed; the
+/// API's answer.
+pub async fn approve(env: &TestEnv, run_id: &str, call: &str) -> Value {
+    env.reply(
+        "/agent/tool-call/approve",
+        ALICE,
+        serde_json::json!({ "runId": run_id, "toolCallId": call }),
+    )
+    .await
+    .1
+}

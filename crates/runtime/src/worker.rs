@@ -26,6 +26,8 @@ use crate::metrics;
 use crate::relay::Relay;
 
 mod config;
+mod notifications;
+mod statistics;
 mod versions;
 pub use config::WorkerConfig;
 
@@ -209,32 +211,6 @@ impl Worker {
             sends.drain(self.inner.config.shutdown_grace).await;
         }
         Ok(())
-    }
-
-    /// Analyzes the tables that grew past their statistics, every
-    /// `statistics_every`, until `stop` (see `agentenkit_store`'s
-    /// `statistics`): plans follow the tables from the first rows.
-    fn keep_statistics(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-        let store = self.inner.store.clone();
-        let every = self.inner.config.statistics_every;
-        tokio::spawn(async move {
-            let Some(every) = every else { return };
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                match store.analyze_grown_tables().await {
-                    Ok(tables) if !tables.is_empty() => {
-                        tracing::info!(?tables, "analyzed tables that outgrew their statistics")
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(error = %e, "could not check the tables' statistics"),
-                }
-            }
-        })
     }
 
     /// Segments this worker is handling now. A parked run is not one of
@@ -489,33 +465,6 @@ impl Worker {
 
     fn notifier(&self) -> &crate::notify::Notifier {
         &self.inner.notifier
-    }
-
-    /// What a notification's handling means for its message. A store that
-    /// failed hands it back; a target that failed does not (its retry is
-    /// in the outbox, see `notify`).
-    /// Sends `message` on to its own queue; handed back when the broker
-    /// does not take it (the copy sent and this one acked is at most a
-    /// duplicate, which its handler drops).
-    async fn forward(&self, message: &QueueMessage) -> Disposition {
-        match self.inner.queue.publish(message).await {
-            Ok(()) => Disposition::Ack,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not forward a notification to its queue; handed back");
-                Disposition::Requeue
-            }
-        }
-    }
-
-    fn notified(&self, handled: agentenkit_store::Result<crate::notify::Handled>) -> Disposition {
-        match handled {
-            Ok(crate::notify::Handled::Crashed) => Disposition::Crashed,
-            Ok(_) => Disposition::Ack,
-            Err(e) => {
-                tracing::warn!(error = %e, "notification failed in the store; handed back");
-                Disposition::Requeue
-            }
-        }
     }
 
     /// An expiry message: expires the request if it is still open and due;

@@ -18,10 +18,11 @@ use crate::format::event_rows::known_rows;
 use crate::format::journal_insert::StoredJournal;
 use crate::format::message_with_event::MessageWithEvent;
 use crate::lease::{fence, Lease};
+use crate::outbox::returned_rows;
 use crate::outbox::{self, OutboxRow};
 use crate::park::{park_op, record_park_request_op, ParkedAtOnce};
 use crate::pipeline::{self, Answer, Expect, Op};
-use crate::resume::{finish_delegation_ops, outbox_rows};
+use crate::resume::finish_delegation_ops;
 use crate::start::{start, NewRun};
 use crate::{Error, Result, Store};
 
@@ -308,7 +309,7 @@ fn written_outbox(
             }
             // A parent resumed by its child's end, or an event's
             // notification.
-            (Answer::Rows(rows), _) => outbox.extend(outbox_rows(&rows)?),
+            (Answer::Rows(rows), _) => outbox.extend(returned_rows(&rows)?),
             _ => {}
         }
     }

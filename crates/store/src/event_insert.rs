@@ -176,7 +176,7 @@ pub(crate) fn returned_outbox(answers: Vec<crate::pipeline::Answer>) -> Result<V
     let mut outbox = Vec::new();
     for answer in answers {
         if let crate::pipeline::Answer::Rows(rows) = answer {
-            outbox.extend(crate::resume::outbox_rows(&rows)?);
+            outbox.extend(crate::outbox::returned_rows(&rows)?);
         }
     }
     Ok(outbox)
@@ -209,22 +209,19 @@ pub(crate) async fn insert_event(
         )
         .await?;
     let event_id: i64 = row.get(0);
-    match run.filter(|_| notified.contains(event_type)) {
-        None => Ok(Vec::new()),
-        Some(run) if notified.claimed_here(event_type).is_some() => {
-            let (targets, claim_ms) = notified.claimed_here(event_type).unwrap_or_default();
-            let stmt = tx.prepare_cached(crate::threads::NOTIFY_HERE_SQL).await?;
-            let rows = tx
-                .query(&stmt, &[&run.0, &targets, &(claim_ms as i64)])
-                .await?;
-            crate::resume::outbox_rows(&rows)
-        }
-        Some(run) => {
-            let message = QueueMessage::Notify {
-                run_id: run,
-                event_id,
-            };
-            Ok(vec![crate::outbox::insert(tx, &message, 0).await?])
-        }
+    let Some(run) = run.filter(|_| notified.contains(event_type)) else {
+        return Ok(Vec::new());
+    };
+    if let Some((targets, claim_ms)) = notified.claimed_here(event_type) {
+        let stmt = tx.prepare_cached(crate::threads::NOTIFY_HERE_SQL).await?;
+        let rows = tx
+            .query(&stmt, &[&run.0, &targets, &(claim_ms as i64)])
+            .await?;
+        return crate::outbox::returned_rows(&rows);
     }
+    let message = QueueMessage::Notify {
+        run_id: run,
+        event_id,
+    };
+    Ok(vec![crate::outbox::insert(tx, &message, 0).await?])
 }

@@ -25,6 +25,22 @@ use crate::pipeline::{Answer, Expect, Op};
 use crate::views::PendingInput;
 use crate::{Result, Store};
 
+/// How a claim meets a delivery's row made before: it claims it (its next
+/// attempt counted) only when the delivery is owed and neither claimed nor
+/// waiting for a retry. Every claim of a delivery ends so.
+macro_rules! claim_on_conflict {
+    () => {
+        "ON CONFLICT (delivery_id, target) DO UPDATE
+         SET next_at = excluded.next_at,
+             attempts = notification_deliveries.attempts + 1
+         WHERE notification_deliveries.delivered_at IS NULL
+           AND notification_deliveries.dead_at IS NULL
+           AND notification_deliveries.next_at <= now()
+         RETURNING target, attempts"
+    };
+}
+pub(crate) use claim_on_conflict;
+
 /// One target to send a delivery to now, and which attempt this is
 /// (1-based).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,15 +177,11 @@ impl Store {
                 // when it is owed and neither claimed nor waiting. An
                 // attempt is counted when it is claimed, so one whose
                 // worker died after sending still counts.
-                "INSERT INTO notification_deliveries (delivery_id, target, next_at, attempts)
-                 SELECT $1, unnest($2::text[]), now() + $3 * interval '1 millisecond', 1
-                 ON CONFLICT (delivery_id, target) DO UPDATE
-                 SET next_at = excluded.next_at,
-                     attempts = notification_deliveries.attempts + 1
-                 WHERE notification_deliveries.delivered_at IS NULL
-                   AND notification_deliveries.dead_at IS NULL
-                   AND notification_deliveries.next_at <= now()
-                 RETURNING target, attempts",
+                concat!(
+                    "INSERT INTO notification_deliveries (delivery_id, target, next_at, attempts)
+                     SELECT $1, unnest($2::text[]), now() + $3 * interval '1 millisecond', 1 ",
+                    claim_on_conflict!()
+                ),
             )
             .await?;
         Ok(client
@@ -257,24 +269,8 @@ impl Store {
             .expect(Expect::Rows),
         );
         let answers = crate::pipeline::transact(self.client().await?, ops).await?;
-        let mut retries = Vec::new();
-        for row in answers
-            .into_iter()
-            .last()
-            .map(Answer::rows)
-            .unwrap_or_default()
-        {
-            let key: &str = row.get(1);
-            let message = QueueMessage::from_outbox_key(key).ok_or_else(|| {
-                crate::Error::Corrupt(format!("a retry wrote the outbox key {key:?}"))
-            })?;
-            retries.push(OutboxRow {
-                id: row.get(0),
-                message,
-                delay_ms: row.get::<_, i64>(2).max(0) as u64,
-                claimed: None,
-            });
-        }
+        let written = answers.into_iter().last().map(Answer::rows);
+        let retries = outbox::returned_rows(&written.unwrap_or_default())?;
         self.publish(&retries).await;
         Ok(retries)
     }

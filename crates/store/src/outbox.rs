@@ -64,6 +64,33 @@ pub(crate) async fn insert(
     })
 }
 
+/// The outbox rows a statement returned: `(id, key)`, with `delay_ms`
+/// when it returns one (a retry), or a claimed notification's row with its
+/// event (a row with `claimed_targets`, see `threads::NOTIFY_HERE_SQL`).
+pub(crate) fn returned_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<OutboxRow>> {
+    rows.iter()
+        .map(|row| {
+            if row.columns().iter().any(|c| c.name() == "claimed_targets") {
+                return crate::threads::claimed_outbox_row(row);
+            }
+            let key: &str = row.get("key");
+            let message = QueueMessage::from_outbox_key(key).ok_or_else(|| {
+                crate::Error::Corrupt(format!("a statement wrote the outbox key {key:?}"))
+            })?;
+            let delay_ms = match row.columns().iter().any(|c| c.name() == "delay_ms") {
+                true => row.get::<_, i64>("delay_ms").max(0) as u64,
+                false => 0,
+            };
+            Ok(OutboxRow {
+                id: row.get("id"),
+                message,
+                delay_ms,
+                claimed: None,
+            })
+        })
+        .collect()
+}
+
 /// Deletes the rows of a message that is being handled now.
 /// [`consumed`] as a pipelined statement.
 pub(crate) fn consumed_op(message: &QueueMessage) -> Op {

@@ -6,14 +6,13 @@
 //! row lock, so that of two settling at once exactly one sees nothing left
 //! open.
 
-use agentenkit_core::{QueueMessage, RunId, ToolCallId, ToolCallStatus};
+use agentenkit_core::{RunId, ToolCallId, ToolCallStatus};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
-use tokio_postgres::Row;
 
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Expect, Op};
-use crate::{Error, Result};
+use crate::Result;
 
 /// Queues run `$1` with its next segment if it waits on nothing more, and
 /// writes the segment's outbox row, returning `(id, key)`; no row when the
@@ -44,28 +43,7 @@ pub(crate) fn resume_op(run: RunId) -> Op {
 /// The resume of `run` in a transaction run statement by statement.
 pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Result<Vec<OutboxRow>> {
     let stmt = tx.prepare_cached(RESUME_IF_SETTLED_SQL).await?;
-    outbox_rows(&tx.query(&stmt, &[&run.0]).await?)
-}
-
-/// The outbox row a resume wrote, if it resumed the run.
-pub(crate) fn outbox_rows(rows: &[Row]) -> Result<Vec<OutboxRow>> {
-    rows.iter()
-        .map(|row| {
-            // A notification claimed to be sent here returns its event too.
-            if row.len() > 2 {
-                return crate::threads::claimed_outbox_row(row);
-            }
-            let key: &str = row.get(1);
-            let message = QueueMessage::from_outbox_key(key)
-                .ok_or_else(|| Error::Corrupt(format!("a resume wrote the outbox key {key:?}")))?;
-            Ok(OutboxRow {
-                id: row.get(0),
-                message,
-                delay_ms: 0,
-                claimed: None,
-            })
-        })
-        .collect()
+    crate::outbox::returned_rows(&tx.query(&stmt, &[&run.0]).await?)
 }
 
 /// A child run ended: its parent's delegation row settles, and the parent

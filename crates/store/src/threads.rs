@@ -354,15 +354,9 @@ impl Store {
                     FROM unnest($2::text[], $3::text[]) AS w(target, type)
                     -- one lookup by the key, never a join the planner may
                     -- turn into a scan of every event
-                    WHERE w.type = (SELECT ev.type FROM events ev WHERE ev.id = $1)
-                    ON CONFLICT (delivery_id, target) DO UPDATE
-                    SET next_at = excluded.next_at,
-                        attempts = notification_deliveries.attempts + 1
-                    WHERE notification_deliveries.delivered_at IS NULL
-                      AND notification_deliveries.dead_at IS NULL
-                      AND notification_deliveries.next_at <= now()
-                    RETURNING target, attempts
-                 ),
+                    WHERE w.type = (SELECT ev.type FROM events ev WHERE ev.id = $1) ",
+                crate::notifications::claim_on_conflict!(),
+                "),
                  event AS (",
                 event_select!(),
                 " WHERE e.id = $1)
@@ -431,7 +425,7 @@ use event_select;
 /// runs out; the claim of its first attempt for each target `$2` names;
 /// and the event read back whole, for this process to send (see
 /// `sent_here`). The event's columns come first ([`event_view`] reads
-/// them), then the outbox row's id and key, the targets, the delay.
+/// them by position), then the outbox row's, by name.
 ///
 /// `currval` is volatile: compared in a `WHERE` it would be called for
 /// every row of a sequential scan. Read once, as a scalar subquery, the
@@ -451,7 +445,8 @@ pub(crate) const NOTIFY_HERE_SQL: &str = concat!(
         FROM inserted
         RETURNING id, key, delay_ms
      )
-     SELECT event.*, notify.id, notify.key, $2::text[], notify.delay_ms
+     SELECT event.*, notify.id AS outbox_id, notify.key, $2::text[] AS claimed_targets,
+            notify.delay_ms
      FROM (",
     event_select!(),
     " WHERE e.id = (SELECT id FROM inserted)) event, notify"
@@ -459,10 +454,10 @@ pub(crate) const NOTIFY_HERE_SQL: &str = concat!(
 
 /// An outbox row of [`NOTIFY_HERE_SQL`], with its claimed event.
 pub(crate) fn claimed_outbox_row(row: &Row) -> Result<OutboxRow> {
-    let key: &str = row.get(17);
+    let key: &str = row.get("key");
     let message = QueueMessage::from_outbox_key(key)
         .ok_or_else(|| Error::Corrupt(format!("a notification wrote the outbox key {key:?}")))?;
-    let targets: Vec<String> = row.get(18);
+    let targets: Vec<String> = row.get("claimed_targets");
     let claimed = crate::ClaimedEvent {
         event: event_view(row)?,
         message: message.clone(),
@@ -472,9 +467,9 @@ pub(crate) fn claimed_outbox_row(row: &Row) -> Result<OutboxRow> {
             .collect(),
     };
     Ok(OutboxRow {
-        id: row.get(16),
+        id: row.get("outbox_id"),
         message,
-        delay_ms: row.get::<_, i64>(19).max(0) as u64,
+        delay_ms: row.get::<_, i64>("delay_ms").max(0) as u64,
         claimed: Some(std::sync::Arc::new(claimed)),
     })
 }

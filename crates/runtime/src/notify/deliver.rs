@@ -94,7 +94,7 @@ impl Notifier {
         // claim names each target with the types it wants, and only the
         // event's own type claims.
         let wanted = notifications.wanted();
-        let claim = notifications.longest_timeout() + CLAIM_MARGIN;
+        let claim = notifications.claim();
         let read = self
             .store
             .event_with_claim(event_id, &wanted, claim)

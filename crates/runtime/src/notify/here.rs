@@ -74,7 +74,7 @@ impl SendsHere {
             .targets()
             .map(|t| (t.name.clone(), t.events.iter().collect()))
             .collect();
-        let claim = notifications.longest_timeout() + super::deliver::CLAIM_MARGIN;
+        let claim = notifications.claim();
         let slots = concurrency.max(1);
         let sends = SendsHere {
             inner: Arc::new(Inner {
@@ -154,17 +154,15 @@ impl LocalSender for SendsHere {
         );
         runtime.spawn(
             async move {
-                let item = match inner.slots.acquire().await {
-                    Ok(_slot) => Some(inner.notifier.send_here(&event).await),
-                    Err(_) => None,
-                };
-                match item {
-                    Some(_) if inner.notifier.crashed_at("notify:sent") => {
-                        inner.crashed.cancel();
-                        inner.done(1);
-                    }
-                    Some(item) => inner.record(item).await,
-                    None => inner.done(1),
+                // The semaphore is never closed: a slot always comes.
+                let slot = inner.slots.acquire().await;
+                let item = inner.notifier.send_here(&event).await;
+                drop(slot);
+                if inner.notifier.crashed_at("notify:sent") {
+                    inner.crashed.cancel();
+                    inner.done(1);
+                } else {
+                    inner.record(item).await;
                 }
             }
             .instrument(span),

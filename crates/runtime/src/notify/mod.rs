@@ -328,6 +328,12 @@ impl Notifications {
             .unwrap_or_default()
     }
 
+    /// How long a claim of an event's delivery to every target holds: the
+    /// slowest attempt, and a margin.
+    pub fn claim(&self) -> Duration {
+        self.longest_timeout() + deliver::CLAIM_MARGIN
+    }
+
     pub fn targets_for(&self, event: EventType) -> Vec<&Target> {
         self.targets
             .values()

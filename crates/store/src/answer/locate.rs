@@ -75,26 +75,30 @@ pub(super) async fn lock_and_locate(
 /// thread's current run tree. Two statements rather than one with
 /// `run_id = $1 OR thread_id = $1`: a generic plan of the OR scans every call
 /// with this id (bench finding).
-const LOCATE_IN_RUN: &str = "
-    SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
-           (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
-           extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
-           tc.approvals, r.name, r.agent_version
-    FROM tool_calls_whole tc
-    JOIN runs r ON r.id = tc.run_id
-    JOIN threads t ON t.id = tc.thread_id
-    WHERE tc.run_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
-    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 1";
-const LOCATE_IN_THREAD: &str = "
-    SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
-           (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
-           extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
-           tc.approvals, r.name, r.agent_version
-    FROM tool_calls_whole tc
-    JOIN runs r ON r.id = tc.run_id
-    JOIN threads t ON t.id = tc.thread_id
-    WHERE tc.thread_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
-    ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 16";
+const LOCATE_IN_RUN: &str = concat!(
+    locate_select!(),
+    " WHERE tc.run_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
+      ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 1"
+);
+const LOCATE_IN_THREAD: &str = concat!(
+    locate_select!(),
+    " WHERE tc.thread_id = $1 AND tc.id = $2 AND t.owner = $3 AND tc.status <> 'proposed'
+      ORDER BY current DESC, (tc.status = 'pending_approval') DESC, tc.created_at DESC LIMIT 16"
+);
+
+/// The columns [`reply_target`] reads, of a call with its run and thread.
+macro_rules! locate_select {
+    () => {
+        "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
+                (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
+                extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
+                tc.approvals, r.name, r.agent_version
+         FROM tool_calls_whole tc
+         JOIN runs r ON r.id = tc.run_id
+         JOIN threads t ON t.id = tc.thread_id"
+    };
+}
+use locate_select;
 
 /// Finds the addressed row (see [`LOCATE_IN_RUN`]). By thread, a call id
 /// that names more than one open request of the current run tree (two
