@@ -12,7 +12,7 @@ use agentenkit_core::{QueueMessage, RunId};
 
 use crate::calls::{insert_tool_call, record_result_op, settle_op, NewCall};
 use crate::change::Change;
-use crate::event_insert::{item_ops, message_op};
+use crate::event_insert::{claimed_rows, item_ops, message_op};
 use crate::format::event_item::event_item;
 use crate::format::event_rows::known_rows;
 use crate::format::journal_insert::StoredJournal;
@@ -116,25 +116,22 @@ impl Statements {
             self.push(op);
             return Ok(());
         }
-        if let Some(item) = commit
-            .message_with_event
-            .event_item(run, change, &commit.journal)
-        {
-            self.ordered
-                .extend(item_ops(thread, Some(run), item, commit.notified));
-            return Ok(());
-        }
         match change {
             Change::Event { event_type, data } => {
-                let rows = known_rows(
-                    &commit.lease.run_name,
-                    commit.lease.depth,
-                    commit.changes,
-                    data,
-                );
-                let item = event_item(Some(run), *event_type, data.clone(), &rows);
+                let folded = commit
+                    .message_with_event
+                    .event_item(run, change, &commit.journal);
+                let item = folded.unwrap_or_else(|| {
+                    let rows = known_rows(
+                        &commit.lease.run_name,
+                        commit.lease.depth,
+                        commit.changes,
+                        data,
+                    );
+                    event_item(Some(run), *event_type, data.clone(), &rows)
+                });
                 self.ordered
-                    .extend(item_ops(thread, Some(run), item, commit.notified));
+                    .extend(item_ops(thread, Some(run), item, data, commit.notified));
             }
             Change::StartChild {
                 call_id,
@@ -310,6 +307,7 @@ fn written_outbox(
             // A parent resumed by its child's end, or an event's
             // notification.
             (Answer::Rows(rows), _) => outbox.extend(returned_rows(&rows)?),
+            (Answer::Claimed(rows, event), _) => outbox.extend(claimed_rows(&rows, &event)?),
             _ => {}
         }
     }

@@ -2,6 +2,8 @@
 //! (so a thread's ids of each are handed out in commit order), an event's
 //! data as `format::event_item` stores it.
 
+use std::sync::Arc;
+
 use agentenkit_core::{EventType, QueueMessage, RunId, ThreadId};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
@@ -9,8 +11,8 @@ use serde_json::Value;
 use crate::format::event::{self as stored_event, RowFields};
 use crate::format::event_item::{event_item, EventItem};
 use crate::outbox::OutboxRow;
-use crate::pipeline::{Expect, Op, Param};
-use crate::sent_here::NotifyRule;
+use crate::pipeline::{Answer, Expect, Op, Param};
+use crate::sent_here::{EventDraft, NotifyRule};
 use crate::Result;
 
 /// Inserts one event of thread `$1`, its id taken only once this
@@ -119,10 +121,17 @@ const NOTIFY_SQL: &str = "
     SELECT 0, 'notify:' || $1::uuid::text || ':' || currval(pg_get_serial_sequence('events', 'id')), now()
     RETURNING id, key";
 
-/// The `Notify` outbox row of an event of `event_type`, as a pipelined
-/// statement right after its event's insert: [`NOTIFY_SQL`], or when this
-/// process sends it itself, `NOTIFY_HERE_SQL` (see `sent_here`).
-pub(crate) fn notify_op(run: RunId, event_type: EventType, rule: NotifyRule<'_>) -> Op {
+/// The `Notify` outbox row of an event of `event_type` (`data`, whole), as
+/// a pipelined statement right after its event's insert: [`NOTIFY_SQL`],
+/// or when this process sends it itself, `NOTIFY_HERE_SQL`, whose answer
+/// carries the event (see `sent_here`).
+pub(crate) fn notify_op(
+    thread: ThreadId,
+    run: RunId,
+    event_type: EventType,
+    data: &Value,
+    rule: NotifyRule<'_>,
+) -> Op {
     match rule.claimed_here(event_type) {
         None => Op::new(NOTIFY_SQL, vec![Box::new(run.0)]).expect(Expect::Rows),
         Some((targets, claim_ms)) => Op::new(
@@ -133,22 +142,29 @@ pub(crate) fn notify_op(run: RunId, event_type: EventType, rule: NotifyRule<'_>)
                 Box::new(claim_ms as i64),
             ],
         )
-        .expect(Expect::Rows),
+        .expect(Expect::Claimed(Arc::new(EventDraft::new(
+            thread,
+            run,
+            event_type,
+            data.clone(),
+        )))),
     }
 }
 
-/// The statements that write an event, and its `Notify` outbox row when
-/// the deployment tells its targets of events of this type.
+/// The statements that write an event (`item`, stored from `data`), and
+/// its `Notify` outbox row when the deployment tells its targets of events
+/// of this type.
 pub(crate) fn item_ops(
     thread: ThreadId,
     run: Option<RunId>,
     item: EventItem,
+    data: &Value,
     notified: NotifyRule<'_>,
 ) -> Vec<Op> {
     let event_type = item.event_type;
     let notify = run.filter(|_| notified.contains(event_type));
     let mut ops = vec![item_op(thread, run, item)];
-    ops.extend(notify.map(|run| notify_op(run, event_type, notified)));
+    ops.extend(notify.map(|run| notify_op(thread, run, event_type, data, notified)));
     ops
 }
 
@@ -162,21 +178,19 @@ pub(crate) fn event_ops(
     rows: &RowFields,
     notified: NotifyRule<'_>,
 ) -> Vec<Op> {
-    item_ops(
-        thread,
-        run,
-        event_item(run, event_type, data, rows),
-        notified,
-    )
+    let item = event_item(run, event_type, data.clone(), rows);
+    item_ops(thread, run, item, &data, notified)
 }
 
 /// The outbox rows that [`notify_op`]s (and resumes, which answer alike)
 /// returned among a transaction's answers.
-pub(crate) fn returned_outbox(answers: Vec<crate::pipeline::Answer>) -> Result<Vec<OutboxRow>> {
+pub(crate) fn returned_outbox(answers: Vec<Answer>) -> Result<Vec<OutboxRow>> {
     let mut outbox = Vec::new();
     for answer in answers {
-        if let crate::pipeline::Answer::Rows(rows) = answer {
-            outbox.extend(crate::outbox::returned_rows(&rows)?);
+        match answer {
+            Answer::Rows(rows) => outbox.extend(crate::outbox::returned_rows(&rows)?),
+            Answer::Claimed(rows, event) => outbox.extend(claimed_rows(&rows, &event)?),
+            Answer::Done | Answer::Ids(_) => {}
         }
     }
     Ok(outbox)
@@ -217,11 +231,20 @@ pub(crate) async fn insert_event(
         let rows = tx
             .query(&stmt, &[&run.0, &targets, &(claim_ms as i64)])
             .await?;
-        return crate::outbox::returned_rows(&rows);
+        let event = EventDraft::new(thread, run, event_type, data.clone());
+        return claimed_rows(&rows, &event);
     }
     let message = QueueMessage::Notify {
         run_id: run,
         event_id,
     };
     Ok(vec![crate::outbox::insert(tx, &message, 0).await?])
+}
+
+/// The outbox rows of a claimed notification's statement, with its event.
+pub(crate) fn claimed_rows(
+    rows: &[tokio_postgres::Row],
+    event: &EventDraft,
+) -> Result<Vec<OutboxRow>> {
+    rows.iter().map(|row| event.claimed_row(row)).collect()
 }

@@ -65,14 +65,11 @@ pub(crate) async fn insert(
 }
 
 /// The outbox rows a statement returned: `(id, key)`, with `delay_ms`
-/// when it returns one (a retry), or a claimed notification's row with its
-/// event (a row with `claimed_targets`, see `threads::NOTIFY_HERE_SQL`).
+/// when it returns one (a retry). (A claimed notification's rows come
+/// with their event: `sent_here::EventDraft::claimed_row`.)
 pub(crate) fn returned_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<OutboxRow>> {
     rows.iter()
         .map(|row| {
-            if row.columns().iter().any(|c| c.name() == "claimed_targets") {
-                return crate::threads::claimed_outbox_row(row);
-            }
             let key: &str = row.get("key");
             let message = QueueMessage::from_outbox_key(key).ok_or_else(|| {
                 crate::Error::Corrupt(format!("a statement wrote the outbox key {key:?}"))

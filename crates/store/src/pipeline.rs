@@ -37,6 +37,9 @@ pub(crate) enum Expect {
     Ids,
     /// The rows it returns, whole.
     Rows,
+    /// The rows of a notified event's claim (`threads::NOTIFY_HERE_SQL`),
+    /// with the event as its transaction wrote it: the answer pairs them.
+    Claimed(std::sync::Arc<crate::sent_here::EventDraft>),
 }
 
 /// One statement of a pipelined batch.
@@ -82,6 +85,11 @@ pub(crate) enum Answer {
     Done,
     Ids(Vec<i64>),
     Rows(Vec<tokio_postgres::Row>),
+    /// The rows of an [`Expect::Claimed`] statement, with its event.
+    Claimed(
+        Vec<tokio_postgres::Row>,
+        std::sync::Arc<crate::sent_here::EventDraft>,
+    ),
 }
 
 impl Answer {
@@ -222,6 +230,10 @@ async fn send<C: tokio_postgres::GenericClient>(
             .await
             .map(|rows| Answer::Ids(rows.iter().map(|r| r.get(0)).collect())),
         Expect::Rows => client.query(statement, &params).await.map(Answer::Rows),
+        Expect::Claimed(ref draft) => client
+            .query(statement, &params)
+            .await
+            .map(|rows| Answer::Claimed(rows, draft.clone())),
         Expect::One(_) => client
             .query_one(statement, &params)
             .await

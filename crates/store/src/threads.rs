@@ -1,7 +1,7 @@
 //! Threads: creation, reads, and starting a turn.
 
 use agentenkit_core::canonical::{arguments_hash, json_len};
-use agentenkit_core::{EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ThreadStatus};
+use agentenkit_core::{EventType, Owner, RunId, RunStatus, ThreadId, ThreadStatus};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
@@ -423,14 +423,10 @@ use event_select;
 /// The `Notify` outbox row of the event the statement just before it
 /// inserted (as `event_insert`'s plain one), due when the claim (`$3` ms)
 /// runs out; the claim of its first attempt for each target `$2` names;
-/// and the event read back whole, for this process to send (see
-/// `sent_here`). The event's columns come first ([`event_view`] reads
-/// them by position), then the outbox row's, by name.
-///
-/// `currval` is volatile: compared in a `WHERE` it would be called for
-/// every row of a sequential scan. Read once, as a scalar subquery, the
-/// event is found by its key.
-pub(crate) const NOTIFY_HERE_SQL: &str = concat!(
+/// and what the database gave the event: its id, and its time (`now()`,
+/// the column's default, is the transaction's). The rest of the event the
+/// process has in memory (`sent_here::EventDraft`).
+pub(crate) const NOTIFY_HERE_SQL: &str =
     "WITH inserted AS (SELECT currval(pg_get_serial_sequence('events', 'id')) AS id),
      claimed AS (
         INSERT INTO notification_deliveries (delivery_id, target, next_at, attempts)
@@ -445,34 +441,9 @@ pub(crate) const NOTIFY_HERE_SQL: &str = concat!(
         FROM inserted
         RETURNING id, key, delay_ms
      )
-     SELECT event.*, notify.id AS outbox_id, notify.key, $2::text[] AS claimed_targets,
-            notify.delay_ms
-     FROM (",
-    event_select!(),
-    " WHERE e.id = (SELECT id FROM inserted)) event, notify"
-);
-
-/// An outbox row of [`NOTIFY_HERE_SQL`], with its claimed event.
-pub(crate) fn claimed_outbox_row(row: &Row) -> Result<OutboxRow> {
-    let key: &str = row.get("key");
-    let message = QueueMessage::from_outbox_key(key)
-        .ok_or_else(|| Error::Corrupt(format!("a notification wrote the outbox key {key:?}")))?;
-    let targets: Vec<String> = row.get("claimed_targets");
-    let claimed = crate::ClaimedEvent {
-        event: event_view(row)?,
-        message: message.clone(),
-        attempts: targets
-            .into_iter()
-            .map(|target| crate::DeliveryAttempt { target, attempt: 1 })
-            .collect(),
-    };
-    Ok(OutboxRow {
-        id: row.get("outbox_id"),
-        message,
-        delay_ms: row.get::<_, i64>("delay_ms").max(0) as u64,
-        claimed: Some(std::sync::Arc::new(claimed)),
-    })
-}
+     SELECT inserted.id AS event_id, now() AS created_at, notify.id AS outbox_id, notify.key,
+            $2::text[] AS claimed_targets, notify.delay_ms
+     FROM inserted, notify";
 
 /// An event row of [`event_select`], whole.
 fn event_view(r: &Row) -> Result<EventView> {
@@ -518,7 +489,7 @@ fn not_found(thread: ThreadId) -> Error {
 
 /// `INPUT_REQUIRED` names the `argumentsHash` of its arguments (computed on
 /// read: it is theirs, and storing it would repeat them).
-fn with_arguments_hash(event_type: EventType, mut data: Value) -> Value {
+pub(crate) fn with_arguments_hash(event_type: EventType, mut data: Value) -> Value {
     if event_type == EventType::InputRequired {
         if let Some(hash) = data.get("arguments").map(arguments_hash) {
             data["argumentsHash"] = Value::String(hash);
