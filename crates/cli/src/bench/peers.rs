@@ -150,6 +150,15 @@ impl Peers {
     pub fn figure(&self, config: &str, column: &str) -> Option<f64> {
         number(self.configs.get(config)?.get(column)?)
     }
+
+    /// A configuration's machine CPU per cycle (ms): its table has no split
+    /// by process, only the machine's busy share over its phases, of every
+    /// one of `cores` cores.
+    pub fn machine_cpu_ms(&self, config: &str, cores: usize) -> Option<f64> {
+        let busy = self.figure(config, "machine busy %")?;
+        let cycles = self.figure(config, "full cycles/s")?;
+        (cycles > 0.0).then(|| busy / 100.0 * cores as f64 * 1000.0 / cycles)
+    }
 }
 
 #[cfg(test)]
@@ -190,5 +199,19 @@ mod tests {
         // the listed one is the best: no row twice
         let p = peers(&[("LangGraph sync c=1", "58.6")]);
         assert_eq!(p.compared_at(1), ["LangGraph sync c=1", "DBOS sync c=1"]);
+    }
+
+    #[test]
+    fn a_peers_machine_cpu_per_cycle_is_its_busy_share_of_every_core() {
+        let mut p = peers(&[("LangGraph sync c=8 saver/worker", "81.2")]);
+        let label = "LangGraph sync c=8 saver/worker";
+        assert_eq!(p.machine_cpu_ms(label, 2), None, "no busy % column");
+        p.configs
+            .get_mut(label)
+            .unwrap()
+            .insert("machine busy %".into(), "68".into());
+        let ms = p.machine_cpu_ms(label, 2).unwrap();
+        assert!((ms - 0.68 * 2000.0 / 81.2).abs() < 1e-9, "{ms}");
+        assert_eq!(p.machine_cpu_ms("DBOS async c=8", 2), None);
     }
 }

@@ -66,6 +66,10 @@ impl ConfigResult {
     pub fn commits_per_s(&self) -> f64 {
         self.cycle_delta.commits * self.cycles_per_s()
     }
+    /// The machine's CPU per cycle, every process's (ms).
+    pub fn machine_cpu_ms_per_cycle(&self) -> f64 {
+        self.cpu_by_group.values().sum::<f64>() / self.n.max(1) as f64
+    }
 }
 
 /// The round-trip pass: the same cycle through a counting proxy.
@@ -306,15 +310,21 @@ pub fn print_markdown(
         peers.path.display(),
         peers.run.as_deref().unwrap_or("date unknown")
     );
-    println!("| c | agentenkit full cycles/s | peer config | peer full cycles/s | ratio agentenkit/peer | normalized ratio | peer commits/cycle | peer bytes/parked | peer resume p50 ms |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "Machine CPU per cycle: ours from /proc by process (the CPU table above); a peer's is its machine busy % \
+         times {cores} cores per cycle (its table has no split by process).\n"
+    );
+    println!("| c | agentenkit full cycles/s | peer config | peer full cycles/s | ratio agentenkit/peer | normalized ratio | agentenkit machine CPU ms/cycle | peer machine CPU ms/cycle | CPU ratio peer/agentenkit | peer commits/cycle | peer bytes/parked | peer resume p50 ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in results {
         for config in &peers.compared_at(r.concurrency) {
             let Some(theirs) = peers.figure(config, "full cycles/s") else {
                 println!(
-                    "| {} | {} | {config} | n/a | n/a | n/a | n/a | n/a | n/a |",
+                    "| {} | {} | {config} | n/a | n/a | n/a | {} | n/a | n/a | n/a | n/a | n/a |",
                     r.concurrency,
-                    fmt(r.cycles_per_s(), 1)
+                    fmt(r.cycles_per_s(), 1),
+                    fmt(r.machine_cpu_ms_per_cycle(), 2)
                 );
                 continue;
             };
@@ -333,12 +343,17 @@ pub fn print_markdown(
                     .figure(config, column)
                     .map_or("n/a".into(), |v| fmt(v, d))
             };
+            let ours_cpu = r.machine_cpu_ms_per_cycle();
+            let theirs_cpu = peers.machine_cpu_ms(config, cores);
             println!(
-                "| {} | {} | {config} | {} | {:.2} | {normalized} | {} | {} | {} |",
+                "| {} | {} | {config} | {} | {:.2} | {normalized} | {} | {} | {} | {} | {} | {} |",
                 r.concurrency,
                 fmt(r.cycles_per_s(), 1),
                 fmt(theirs, 1),
                 r.cycles_per_s() / theirs,
+                fmt(ours_cpu, 2),
+                theirs_cpu.map_or("n/a".into(), |ms| fmt(ms, 2)),
+                theirs_cpu.map_or("n/a".into(), |ms| format!("{:.2}", ms / ours_cpu)),
                 other("commits/cycle (park+resume)", 2),
                 other("bytes/parked", 0),
                 other("resume p50 / p99 ms", 2),
