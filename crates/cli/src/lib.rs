@@ -3,7 +3,6 @@
 
 pub mod agents;
 pub mod broker;
-pub mod chaos;
 pub mod chat;
 pub mod decide;
 pub mod demo;

@@ -373,7 +373,7 @@ fn root_end(record: &RunRecord, thread: &ThreadEvents) -> Option<DateTime<Utc>> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chaos::load::{Attempt, Sent};
+    use crate::load::{Attempt, Sent};
     use serde_json::json;
 
     const RUN: &str = "r1";

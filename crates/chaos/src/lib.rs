@@ -161,7 +161,7 @@ pub async fn run(config: &ChaosConfig) -> anyhow::Result<Report> {
         if let Err(e) = store.drop_schema().await {
             eprintln!("could not drop schema {schema}: {e}");
         }
-        if let Err(e) = crate::broker::delete_topology(&config.amqp_url, &topology).await {
+        if let Err(e) = agentenkit::broker::delete_topology(&config.amqp_url, &topology).await {
             eprintln!("could not delete the chaos topology: {e:#}");
         }
         let _ = std::fs::remove_dir_all(&dir);

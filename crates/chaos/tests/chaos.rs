@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use agentenkit::chaos::faults::local_postgres_restart;
+use agentenkit_chaos::faults::local_postgres_restart;
 
 #[test]
 #[ignore = "restarts RabbitMQ and Postgres: run alone by `make test`"]

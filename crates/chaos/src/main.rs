@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agentenkit::chaos::faults::{local_postgres_restart, FaultKind};
-use agentenkit::chaos::{self, ChaosConfig};
 use agentenkit::{parse_duration, DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL};
+use agentenkit_chaos::faults::{local_postgres_restart, FaultKind};
+use agentenkit_chaos::{self as chaos, ChaosConfig};
 use clap::{Parser, ValueEnum};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -7,13 +7,29 @@
 //! the end), RabbitMQ (a unique `bench.<uuid>` prefix, deleted at the end),
 //! one in-process worker. The approved tool is an in-process function.
 
-#[path = "../bench/mod.rs"]
-mod bench;
+mod against_peers;
+mod cpu;
+mod cycle;
+mod expiry;
+mod fleet;
+mod hub;
+mod meter;
+mod peers;
+mod report;
+mod webhook;
+mod wire;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cpu::CpuSample;
+use crate::cycle::{park_phase, resume_phase, start_worker, Ctx};
+use crate::fleet::{Fleet, FleetConfig};
+use crate::hub::{HookedQueue, Hub, Publishes};
+use crate::meter::{Meter, ProcSample};
+use crate::report::{ConfigResult, Params, Passes, RoundTrips};
+use crate::wire::Proxy;
 use agentenkit::{redact, QueueKind, DEFAULT_AMQP_URL, DEFAULT_DATABASE_URL};
 use agentenkit_core::Owner;
 use agentenkit_queue::memory::MemoryQueue;
@@ -22,13 +38,6 @@ use agentenkit_queue::{QueueAdapter, Topology};
 use agentenkit_runtime::Relay;
 use agentenkit_store::{Store, StoreConfig};
 use anyhow::{bail, Context};
-use bench::cpu::CpuSample;
-use bench::cycle::{park_phase, resume_phase, start_worker, Ctx};
-use bench::fleet::{Fleet, FleetConfig};
-use bench::hub::{self, HookedQueue, Hub, Publishes};
-use bench::meter::{self, Meter, ProcSample};
-use bench::report::{self, ConfigResult, Params, Passes, RoundTrips};
-use bench::wire::{self, Proxy};
 use clap::Parser;
 
 #[derive(Debug, Parser)]
@@ -148,7 +157,7 @@ async fn main() -> anyhow::Result<()> {
     }
     outcome?;
     if args.expiry_n > 0 && args.queue == QueueKind::Rabbitmq {
-        bench::expiry::run(&args.database_url, &args.amqp_url, args.expiry_n).await?;
+        expiry::run(&args.database_url, &args.amqp_url, args.expiry_n).await?;
     }
     Ok(())
 }
@@ -165,7 +174,7 @@ async fn bench(
 ) -> anyhow::Result<()> {
     let hub = Arc::new(Hub::default());
     let receiver = match args.notify {
-        true => Some(bench::webhook::Receiver::start().await?),
+        true => Some(webhook::Receiver::start().await?),
         false => None,
     };
     let mut registry = hub::registry(hub.clone())?;
@@ -320,7 +329,7 @@ struct Measured {
 
 impl Measured {
     fn report(&self, args: &Args, passes: &Passes, started: Instant) -> anyhow::Result<()> {
-        let peers = bench::peers::find(&args.peers_dir).and_then(|p| bench::peers::load(&p));
+        let peers = peers::find(&args.peers_dir).and_then(|p| peers::load(&p));
         report::print_markdown(
             &self.params,
             &self.results,
@@ -372,13 +381,13 @@ async fn fleet_passes(
         }
     };
     if args.scale_n > 0 {
-        passes.scaling = bench::fleet::scaling(&fleet, args.scale_n, c, &[1, 2])
+        passes.scaling = fleet::scaling(&fleet, args.scale_n, c, &[1, 2])
             .await
             .map_err(|e| eprintln!("scaling pass failed: {e:#}"))
             .ok();
     }
     if args.park_many > 0 {
-        passes.park_many = bench::fleet::park_many(&fleet, args.park_many, c)
+        passes.park_many = fleet::park_many(&fleet, args.park_many, c)
             .await
             .map_err(|e| eprintln!("park-many pass failed: {e:#}"))
             .ok();
