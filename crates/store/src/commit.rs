@@ -307,7 +307,7 @@ fn written_outbox(
             // A parent resumed by its child's end, or an event's
             // notification.
             (Answer::Rows(rows), _) => outbox.extend(returned_rows(&rows)?),
-            (Answer::Claimed(rows, event), _) => outbox.extend(claimed_rows(&rows, &event)?),
+            (Answer::Claimed(rows, event), _) => outbox.extend(claimed_rows(&rows, &event)),
             _ => {}
         }
     }

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use agentenkit_core::{EventType, QueueMessage, RunId, ThreadId};
+use agentenkit_core::{EventType, RunId, ThreadId};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
 
-use crate::format::event::{self as stored_event, RowFields};
+use crate::format::event::RowFields;
 use crate::format::event_item::{event_item, EventItem};
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, Param};
@@ -29,13 +29,6 @@ pub const INSERT_EVENT_SQL: &str = "
     WITH ordered AS (SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))
     INSERT INTO events (thread_id, run_id, type, data, packed)
     SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint FROM ordered";
-
-/// [`INSERT_EVENT_SQL`], returning the event's id.
-const INSERT_EVENT_RETURNING_SQL: &str = "
-    WITH ordered AS (SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text)))
-    INSERT INTO events (thread_id, run_id, type, data, packed)
-    SELECT $1::uuid, $2::uuid, $3::text, $4::jsonb, $5::smallint FROM ordered
-    RETURNING id";
 
 /// A `MESSAGE` event and its message in one statement: under the thread's
 /// event lock (as [`INSERT_EVENT_SQL`]) it inserts the message (`$6` body,
@@ -121,9 +114,33 @@ const NOTIFY_SQL: &str = "
     SELECT 0, 'notify:' || $1::uuid::text || ':' || currval(pg_get_serial_sequence('events', 'id')), now()
     RETURNING id, key";
 
+/// [`NOTIFY_SQL`] for an event this process sends itself (see
+/// `sent_here`): the row is due when the claim (`$3` ms) runs out, and the
+/// same statement claims the first attempt for each target `$2` names. It
+/// returns what the database gave the event, its id and its time (`now()`,
+/// the column's default, is the transaction's); the rest of the event the
+/// process has in memory (`sent_here::EventDraft`).
+const NOTIFY_HERE_SQL: &str = "
+    WITH inserted AS (SELECT currval(pg_get_serial_sequence('events', 'id')) AS id),
+    claimed AS (
+        INSERT INTO notification_deliveries (delivery_id, target, next_at, attempts)
+        SELECT inserted.id::text, unnest($2::text[]),
+               now() + $3::bigint * interval '1 millisecond', 1
+        FROM inserted
+    ),
+    notify AS (
+        INSERT INTO outbox (delay_ms, key, due_at)
+        SELECT $3::bigint, 'notify:' || $1::uuid::text || ':' || inserted.id,
+               now() + $3::bigint * interval '1 millisecond'
+        FROM inserted
+        RETURNING id
+    )
+    SELECT inserted.id AS event_id, now() AS created_at, notify.id AS outbox_id
+    FROM inserted, notify";
+
 /// The `Notify` outbox row of an event of `event_type` (`data`, whole), as
 /// a pipelined statement right after its event's insert: [`NOTIFY_SQL`],
-/// or when this process sends it itself, `NOTIFY_HERE_SQL`, whose answer
+/// or when this process sends it itself, [`NOTIFY_HERE_SQL`], whose answer
 /// carries the event (see `sent_here`).
 pub(crate) fn notify_op(
     thread: ThreadId,
@@ -134,20 +151,15 @@ pub(crate) fn notify_op(
 ) -> Op {
     match rule.claimed_here(event_type) {
         None => Op::new(NOTIFY_SQL, vec![Box::new(run.0)]).expect(Expect::Rows),
-        Some((targets, claim_ms)) => Op::new(
-            crate::threads::NOTIFY_HERE_SQL,
-            vec![
+        Some((targets, claim_ms)) => {
+            let params: Vec<Param> = vec![
                 Box::new(run.0),
                 Box::new(targets.to_vec()),
                 Box::new(claim_ms as i64),
-            ],
-        )
-        .expect(Expect::Claimed(Arc::new(EventDraft::new(
-            thread,
-            run,
-            event_type,
-            data.clone(),
-        )))),
+            ];
+            let event = EventDraft::new(thread, run, event_type, data.clone(), targets, claim_ms);
+            Op::new(NOTIFY_HERE_SQL, params).expect(Expect::Claimed(Arc::new(event)))
+        }
     }
 }
 
@@ -189,17 +201,16 @@ pub(crate) fn returned_outbox(answers: Vec<Answer>) -> Result<Vec<OutboxRow>> {
     for answer in answers {
         match answer {
             Answer::Rows(rows) => outbox.extend(crate::outbox::returned_rows(&rows)?),
-            Answer::Claimed(rows, event) => outbox.extend(claimed_rows(&rows, &event)?),
+            Answer::Claimed(rows, event) => outbox.extend(claimed_rows(&rows, &event)),
             Answer::Done | Answer::Ids(_) => {}
         }
     }
     Ok(outbox)
 }
 
-/// An event insert in a transaction that has taken every row lock it will
-/// take (see [`INSERT_EVENT_SQL`]), with its `Notify` outbox row when the
-/// deployment tells its targets of events of this type: the rows to
-/// publish once the transaction commits.
+/// [`event_ops`] in a transaction run statement by statement, which has
+/// taken every row lock it will take (see [`INSERT_EVENT_SQL`]): the rows
+/// to publish once it commits.
 pub(crate) async fn insert_event(
     tx: &Transaction<'_>,
     thread: ThreadId,
@@ -208,43 +219,22 @@ pub(crate) async fn insert_event(
     data: &Value,
     notified: NotifyRule<'_>,
 ) -> Result<Vec<OutboxRow>> {
-    let stmt = tx.prepare_cached(INSERT_EVENT_RETURNING_SQL).await?;
-    let stored = stored_event::pack(event_type, run, data.clone(), &RowFields::default());
-    let row = tx
-        .query_one(
-            &stmt,
-            &[
-                &thread.0,
-                &run.map(|r| r.0),
-                &event_type.as_str(),
-                &stored.data,
-                &stored.packed,
-            ],
-        )
-        .await?;
-    let event_id: i64 = row.get(0);
-    let Some(run) = run.filter(|_| notified.contains(event_type)) else {
-        return Ok(Vec::new());
-    };
-    if let Some((targets, claim_ms)) = notified.claimed_here(event_type) {
-        let stmt = tx.prepare_cached(crate::threads::NOTIFY_HERE_SQL).await?;
-        let rows = tx
-            .query(&stmt, &[&run.0, &targets, &(claim_ms as i64)])
-            .await?;
-        let event = EventDraft::new(thread, run, event_type, data.clone());
-        return claimed_rows(&rows, &event);
+    let mut answers = Vec::new();
+    let ops = event_ops(
+        thread,
+        run,
+        event_type,
+        data.clone(),
+        &RowFields::default(),
+        notified,
+    );
+    for op in ops {
+        answers.push(crate::pipeline::execute(tx, op).await?);
     }
-    let message = QueueMessage::Notify {
-        run_id: run,
-        event_id,
-    };
-    Ok(vec![crate::outbox::insert(tx, &message, 0).await?])
+    returned_outbox(answers)
 }
 
 /// The outbox rows of a claimed notification's statement, with its event.
-pub(crate) fn claimed_rows(
-    rows: &[tokio_postgres::Row],
-    event: &EventDraft,
-) -> Result<Vec<OutboxRow>> {
+pub(crate) fn claimed_rows(rows: &[tokio_postgres::Row], event: &EventDraft) -> Vec<OutboxRow> {
     rows.iter().map(|row| event.claimed_row(row)).collect()
 }

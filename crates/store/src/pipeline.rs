@@ -37,7 +37,7 @@ pub(crate) enum Expect {
     Ids,
     /// The rows it returns, whole.
     Rows,
-    /// The rows of a notified event's claim (`threads::NOTIFY_HERE_SQL`),
+    /// The rows of a notified event's claim (`event_insert::NOTIFY_HERE_SQL`),
     /// with the event as its transaction wrote it: the answer pairs them.
     Claimed(std::sync::Arc<crate::sent_here::EventDraft>),
 }
@@ -212,6 +212,14 @@ impl Drop for OpenTx {
             });
         }
     }
+}
+
+/// One statement in a transaction run statement by statement: its answer
+/// as [`transact`] gives it (a failed row check is the error it expects).
+pub(crate) async fn execute(tx: &deadpool_postgres::Transaction<'_>, op: Op) -> Result<Answer> {
+    let statement = tx.prepare_cached(&op.sql).await?;
+    let answer = send(&**tx, &op, &statement).await;
+    Ok(check(vec![answer], vec![op])?.remove(0))
 }
 
 async fn send<C: tokio_postgres::GenericClient>(

@@ -5,10 +5,10 @@
 //! claimed its delivery in one, and recorded what the targets answered in
 //! another. A process that knows the targets (it loaded the agent file)
 //! can do better: the transaction that writes the event also claims its
-//! first attempt for every target that wants it and reads the event back
-//! the event's id and time, so once committed the process sends at once,
-//! from memory (the event as the transaction wrote it), and only the
-//! record costs a transaction.
+//! first attempt for every target that wants it, and returns only the
+//! event's id and time: once committed the process sends at once, from
+//! memory (the event as the transaction wrote it), and only the record
+//! costs a transaction.
 //!
 //! Nothing is lost when it cannot: the event's `Notify` outbox row is
 //! written as always, due when the claim runs out. A process too busy to
@@ -26,7 +26,6 @@ use serde_json::Value;
 use crate::notifications::DeliveryAttempt;
 use crate::outbox::OutboxRow;
 use crate::views::EventView;
-use crate::{Error, Result};
 
 /// An event committed with its first attempt claimed for `attempts`'
 /// targets, to send now.
@@ -39,19 +38,22 @@ pub struct ClaimedEvent {
     pub attempts: Vec<DeliveryAttempt>,
 }
 
-/// A notified event as its transaction writes it, whole: what the
-/// database adds (its id and time) comes back from the claim's statement
-/// (`threads::NOTIFY_HERE_SQL`). Reading the event back instead cost a
-/// join of four relations per notified event, the most expensive
-/// statement of a notified cycle.
+/// A notified event as its transaction writes it, whole, with the targets
+/// its statement (`event_insert::NOTIFY_HERE_SQL`) claims it for: what
+/// the database adds, its id and time, comes back from that statement.
+/// Reading the event back instead cost a join of four relations per
+/// notified event, the most expensive statement of a notified cycle.
 #[derive(Debug)]
 pub(crate) struct EventDraft {
-    pub(crate) thread_id: ThreadId,
-    pub(crate) run_id: RunId,
-    pub(crate) event_type: EventType,
+    thread_id: ThreadId,
+    run_id: RunId,
+    event_type: EventType,
     /// As readers see it (`threads::event_view`): with what is computed
     /// on read.
-    pub(crate) data: Value,
+    data: Value,
+    targets: Vec<String>,
+    /// How long the claim holds, and so when the outbox row is due (ms).
+    claim_ms: u64,
 }
 
 impl EventDraft {
@@ -60,25 +62,29 @@ impl EventDraft {
         run_id: RunId,
         event_type: EventType,
         data: Value,
+        targets: &[String],
+        claim_ms: u64,
     ) -> Self {
         EventDraft {
             thread_id,
             run_id,
             event_type,
             data: crate::threads::with_arguments_hash(event_type, data),
+            targets: targets.to_vec(),
+            claim_ms,
         }
     }
 
-    /// The outbox row of a claim's statement, with this event.
-    pub(crate) fn claimed_row(&self, row: &tokio_postgres::Row) -> Result<OutboxRow> {
-        let key: &str = row.get("key");
-        let message = QueueMessage::from_outbox_key(key).ok_or_else(|| {
-            Error::Corrupt(format!("a notification wrote the outbox key {key:?}"))
-        })?;
-        let targets: Vec<String> = row.get("claimed_targets");
+    /// The outbox row its statement returned, with this event.
+    pub(crate) fn claimed_row(&self, row: &tokio_postgres::Row) -> OutboxRow {
+        let event_id: i64 = row.get("event_id");
+        let message = QueueMessage::Notify {
+            run_id: self.run_id,
+            event_id,
+        };
         let claimed = ClaimedEvent {
             event: EventView {
-                id: row.get("event_id"),
+                id: event_id,
                 thread_id: self.thread_id,
                 run_id: Some(self.run_id),
                 event_type: self.event_type,
@@ -86,17 +92,21 @@ impl EventDraft {
                 created_at: row.get("created_at"),
             },
             message: message.clone(),
-            attempts: targets
-                .into_iter()
-                .map(|target| DeliveryAttempt { target, attempt: 1 })
+            attempts: self
+                .targets
+                .iter()
+                .map(|target| DeliveryAttempt {
+                    target: target.clone(),
+                    attempt: 1,
+                })
                 .collect(),
         };
-        Ok(OutboxRow {
+        OutboxRow {
             id: row.get("outbox_id"),
             message,
-            delay_ms: row.get::<_, i64>("delay_ms").max(0) as u64,
+            delay_ms: self.claim_ms,
             claimed: Some(Arc::new(claimed)),
-        })
+        }
     }
 }
 

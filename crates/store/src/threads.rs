@@ -420,31 +420,6 @@ macro_rules! event_select {
 }
 use event_select;
 
-/// The `Notify` outbox row of the event the statement just before it
-/// inserted (as `event_insert`'s plain one), due when the claim (`$3` ms)
-/// runs out; the claim of its first attempt for each target `$2` names;
-/// and what the database gave the event: its id, and its time (`now()`,
-/// the column's default, is the transaction's). The rest of the event the
-/// process has in memory (`sent_here::EventDraft`).
-pub(crate) const NOTIFY_HERE_SQL: &str =
-    "WITH inserted AS (SELECT currval(pg_get_serial_sequence('events', 'id')) AS id),
-     claimed AS (
-        INSERT INTO notification_deliveries (delivery_id, target, next_at, attempts)
-        SELECT inserted.id::text, unnest($2::text[]),
-               now() + $3::bigint * interval '1 millisecond', 1
-        FROM inserted
-     ),
-     notify AS (
-        INSERT INTO outbox (delay_ms, key, due_at)
-        SELECT $3::bigint, 'notify:' || $1::uuid::text || ':' || inserted.id,
-               now() + $3::bigint * interval '1 millisecond'
-        FROM inserted
-        RETURNING id, key, delay_ms
-     )
-     SELECT inserted.id AS event_id, now() AS created_at, notify.id AS outbox_id, notify.key,
-            $2::text[] AS claimed_targets, notify.delay_ms
-     FROM inserted, notify";
-
 /// An event row of [`event_select`], whole.
 fn event_view(r: &Row) -> Result<EventView> {
     let id: i64 = r.get(0);

@@ -166,7 +166,7 @@ impl LocalSender for SendsHere {
                 let slot = inner.slots.acquire().await;
                 let item = inner.notifier.send_here(&event).await;
                 drop(slot);
-                if inner.notifier.crashed_at("notify:sent") {
+                if inner.notifier.crashed("notify:sent") {
                     inner.crashed.cancel();
                     inner.done(1);
                 } else {
@@ -214,7 +214,7 @@ impl Inner {
                 // the claims run out, and a worker sends them again.
                 tracing::warn!(error = %e, events = batch.len(), "could not record notifications");
             }
-            if self.notifier.crashed_at("notify:recorded") {
+            if self.notifier.crashed("notify:recorded") {
                 self.crashed.cancel();
             }
             self.done(batch.len());
