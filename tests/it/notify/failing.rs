@@ -1,0 +1,222 @@
+//! Targets that fail: retried with the same body, dead after their last
+//! attempt, held off by their circuit, or never answering; runs go on.
+
+use super::*;
+
+/// A receiver's answer that fails the first `failures` requests, then
+/// takes them.
+fn fails_first(failures: usize, failure: StatusCode) -> impl Fn(usize) -> StatusCode {
+    move |n| {
+        if n <= failures {
+            failure
+        } else {
+            StatusCode::NO_CONTENT
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failing_target_is_retried_with_the_same_body_until_it_takes_it() {
+    let setup = setup(
+        fails_first(2, StatusCode::SERVICE_UNAVAILABLE),
+        |tool, receiver| {
+            with_targets(
+                registry(CALL_THEN_DONE, tool),
+                vec![target("ops", &receiver.url).events([EventType::RunCompleted])],
+            )
+        },
+    )
+    .await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
+    let (_, run_id) = env.start_turn("agent", "send it").await;
+    env.wait_run_finished(&run_id).await;
+    let got = receiver.wait_for("RUN_COMPLETED", 3).await;
+    let attempts: Vec<&str> = got.iter().map(|r| r.attempt.as_str()).collect();
+    assert_eq!(attempts, ["1", "2", "3"]);
+    assert!(got
+        .iter()
+        .all(|r| r.body == got[0].body && r.event_id == got[0].event_id));
+    assert!(got.iter().all(|r| r.signed == Some(true)));
+    let id = got[0].event_id.clone();
+    eventually("the third attempt recorded", || async {
+        let rows = deliveries(env, &id).await;
+        (rows == [("ops".to_owned(), 3, true, false, Some(204))]).then_some(())
+    })
+    .await;
+    all_consumed(env).await;
+    assert_eq!(receiver.got().len(), 3, "nothing after the delivery");
+    setup.finish().await;
+}
+
+#[tokio::test]
+async fn a_target_that_never_answers_is_dead_after_its_last_attempt_and_runs_go_on() {
+    let setup = setup(
+        |_| StatusCode::INTERNAL_SERVER_ERROR,
+        |tool, receiver| {
+            with_targets(
+                registry(CALL_THEN_DONE, tool),
+                vec![target("ops", &receiver.url)
+                    .events([EventType::RunCompleted])
+                    .retry(RetryRule {
+                        max_attempts: 3,
+                        first_retry: Duration::from_millis(50),
+                    })],
+            )
+        },
+    )
+    .await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
+    let (thread_id, run_id) = env.start_turn("agent", "send it").await;
+    // The run does not wait for its notification.
+    env.wait_run_finished(&run_id).await;
+    env.wait_status(&thread_id, "IDLE").await;
+    let got = receiver.wait_for("RUN_COMPLETED", 3).await;
+    let id = got[0].event_id.clone();
+    eventually("the delivery dead", || async {
+        let rows = deliveries(env, &id).await;
+        (rows == [("ops".to_owned(), 3, false, true, Some(500))]).then_some(())
+    })
+    .await;
+    all_consumed(env).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.got().len(), 3, "no attempt after the last");
+    let dead = env.store.deliveries(&id).await.unwrap();
+    assert_eq!(
+        dead[0].last_error.as_deref(),
+        Some("the target answered 500 Internal Server Error")
+    );
+    assert!(env
+        .metrics_text()
+        .await
+        .contains("agentenkit_notifications_total{outcome=\"dead\"} 1"));
+    // The reaper deletes settled deliveries past their keeping.
+    let keep = agentenkit_runtime::reaper::ReaperConfig::default();
+    let report = agentenkit_runtime::reaper::reap_once(&env.store, &env.relay, &keep)
+        .await
+        .unwrap();
+    assert_eq!(report.deliveries_deleted, 0, "kept a week");
+    let report = agentenkit_runtime::reaper::reap_once(
+        &env.store,
+        &env.relay,
+        &agentenkit_runtime::reaper::ReaperConfig {
+            deliveries_keep_for: Duration::ZERO,
+            ..keep
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.deliveries_deleted, 1);
+    assert!(env.store.deliveries(&id).await.unwrap().is_empty());
+    setup.finish().await;
+}
+
+/// A target that fails `circuit_failures` times in a row is not tried
+/// while its circuit is open: its delivery waits without spending its
+/// attempts, and is made (here: delivered) once the circuit lets one
+/// through.
+#[tokio::test]
+async fn a_failing_targets_circuit_opens_and_its_deliveries_wait_without_spending_attempts() {
+    use agentenkit_runtime::notify::breaker::BreakerRule;
+
+    let setup = setup(
+        fails_first(2, StatusCode::INTERNAL_SERVER_ERROR),
+        |tool, receiver| {
+            with_targets(
+                registry(CALL_THEN_DONE, tool),
+                vec![target("ops", &receiver.url)
+                    .events([EventType::RunCompleted])
+                    .retry(RetryRule {
+                        max_attempts: 3,
+                        first_retry: Duration::from_millis(50),
+                    })
+                    .breaker(BreakerRule {
+                        failures: 2,
+                        open_for: Duration::from_millis(1_500),
+                    })],
+            )
+        },
+    )
+    .await;
+    let (receiver, env) = (&setup.receiver, &setup.env);
+    let (_, run_id) = env.start_turn("agent", "send it").await;
+    env.wait_run_finished(&run_id).await;
+    let got = receiver.wait_for("RUN_COMPLETED", 2).await;
+    let id = got[0].event_id.clone();
+    // The retry due 100 ms later finds the circuit open: given back.
+    let waiting = eventually("the delivery deferred", || async {
+        let rows = env.store.deliveries(&id).await.unwrap();
+        let deferred = rows.len() == 1
+            && rows[0].attempts == 2
+            && !rows[0].delivered
+            && !rows[0].dead
+            && rows[0]
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("circuit is open"));
+        deferred.then_some(rows)
+    })
+    .await;
+    assert_eq!(waiting[0].attempts, 2, "no attempt spent while open");
+    assert_eq!(receiver.got().len(), 2, "not tried while open");
+    // Once the circuit lets one through, the third (last) attempt is made.
+    eventually("delivered after the circuit closed", || async {
+        let rows = deliveries(env, &id).await;
+        (rows == [("ops".to_owned(), 3, true, false, Some(204))]).then_some(())
+    })
+    .await;
+    assert_eq!(receiver.got().len(), 3);
+    all_consumed(env).await;
+    assert!(env
+        .metrics_text()
+        .await
+        .contains("agentenkit_notifications_total{outcome=\"deferred\"}"));
+    setup.finish().await;
+}
+
+/// A receiver that takes connections and never answers holds only the
+/// notifications' own slots: runs go on, their segments never wait behind
+/// notifications (which a shared queue made them do once the hanging
+/// deliveries filled the worker's prefetch).
+#[tokio::test]
+async fn a_receiver_that_never_answers_does_not_hold_up_runs() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", silent.local_addr().unwrap());
+    let held: Arc<Mutex<Vec<tokio::net::TcpStream>>> = Arc::default();
+    let holding = held.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = silent.accept().await {
+            holding.lock().unwrap().push(socket);
+        }
+    });
+    let tool = ToolServer::ok().await;
+    let registry = with_targets(
+        approval_registry(CALL_THEN_DONE, &tool.url),
+        vec![target("silent", &url).timeout(Duration::from_secs(30))],
+    );
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    // More parks (each an INPUT_REQUIRED to send) than the worker's
+    // segment prefetch (8).
+    let mut runs = Vec::new();
+    for _ in 0..10 {
+        runs.push(env.start_turn("agent", "send it").await);
+    }
+    for (thread_id, run_id) in &runs {
+        env.wait_pending(thread_id, 1).await;
+        env.reply("/agent/tool-call/approve", ALICE, approve(run_id))
+            .await;
+    }
+    tokio::time::timeout(Duration::from_secs(15), async {
+        for (_, run_id) in &runs {
+            env.wait_run_finished(run_id).await;
+        }
+    })
+    .await
+    .expect("every run finished while its notifications hung");
+    assert!(
+        !held.lock().unwrap().is_empty(),
+        "the receiver was sent to (and never answered)"
+    );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
