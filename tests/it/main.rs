@@ -8,6 +8,7 @@ mod bounds;
 mod broker_away;
 mod crash;
 mod decisions;
+mod delegation_limits;
 mod deploy;
 mod disruptive;
 mod elicitation;
