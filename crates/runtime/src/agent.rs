@@ -225,12 +225,7 @@ impl Registry {
     }
 
     pub fn with_tool(mut self, tool: Arc<dyn Tool>) -> Result<Self> {
-        let registered = RegisteredTool::new(tool).map_err(Error::Config)?;
-        if registered.spec.name == ASK_TOOL {
-            return Err(Error::Config(
-                "\"ask\" is the built-in question tool; enable it with ask = true".into(),
-            ));
-        }
+        let registered = code_tool(tool)?;
         self.tools.insert(registered.spec.name.clone(), registered);
         Ok(self)
     }
@@ -451,6 +446,18 @@ pub fn delegation_schema() -> serde_json::Value {
         "properties": { "task": { "type": "string", "minLength": 1 } },
         "additionalProperties": false
     })
+}
+
+/// A tool registered in code, checked: its schema compiles, and it is not
+/// named as the built-in question tool.
+pub(crate) fn code_tool(tool: Arc<dyn Tool>) -> Result<RegisteredTool> {
+    let registered = RegisteredTool::new(tool).map_err(Error::Config)?;
+    if registered.spec.name == ASK_TOOL {
+        return Err(Error::Config(
+            "\"ask\" is the built-in question tool; enable it with ask = true".into(),
+        ));
+    }
+    Ok(registered)
 }
 
 #[cfg(test)]

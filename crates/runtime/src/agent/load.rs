@@ -33,14 +33,7 @@ impl Registry {
     }
 
     pub fn from_toml(text: &str) -> Result<Registry> {
-        let file = AgentFile::parse(text).map_err(Error::Config)?;
-        // What parsed as an agent file parses as TOML; as JSON it is what
-        // versions are made of.
-        let tree = toml::from_str::<toml::Value>(text)
-            .ok()
-            .and_then(|value| serde_json::to_value(value).ok())
-            .unwrap_or_default();
-        Self::from_agent_file(file, tree, &HashMap::new())
+        Self::from_toml_with_tools(text, Vec::new())
     }
 
     /// [`Registry::from_toml`], whose agents may also name `tools`,
@@ -50,18 +43,15 @@ impl Registry {
     /// changes").
     pub fn from_toml_with_tools(text: &str, tools: Vec<Arc<dyn Tool>>) -> Result<Registry> {
         let file = AgentFile::parse(text).map_err(Error::Config)?;
+        // What parsed as an agent file parses as TOML; as JSON it is what
+        // versions are made of.
         let tree = toml::from_str::<toml::Value>(text)
             .ok()
             .and_then(|value| serde_json::to_value(value).ok())
             .unwrap_or_default();
         let mut code_tools = HashMap::new();
         for tool in tools {
-            let registered = RegisteredTool::new(tool).map_err(Error::Config)?;
-            if registered.spec.name == super::ASK_TOOL {
-                return Err(Error::Config(
-                    "\"ask\" is the built-in question tool; enable it with ask = true".into(),
-                ));
-            }
+            let registered = super::code_tool(tool)?;
             if file.tools.contains_key(&registered.spec.name) {
                 return Err(Error::Config(format!(
                     "tool {:?} is defined in the file and in code",

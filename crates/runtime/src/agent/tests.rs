@@ -162,3 +162,41 @@ fn approvals_from_several_people_need_a_confirmed_tool_and_one_at_least() {
         .to_string();
     assert!(none.contains("at least 1"), "{none}");
 }
+
+fn echo(name: &str) -> Arc<dyn Tool> {
+    Arc::new(crate::tool::EchoTool::new(
+        crate::tool::ToolSpec {
+            name: name.into(),
+            description: "echoes".into(),
+            input_schema: serde_json::json!({ "type": "object" }),
+        },
+        false,
+    ))
+}
+
+#[test]
+fn a_tool_in_code_may_not_take_the_question_tools_name_or_a_file_tools() {
+    let file = "[tools.send]\ntype = \"http\"\nurl = \"http://127.0.0.1:1/send\"\n\
+                [agents.a]\ntools = [\"send\", \"lookup\"]\n\
+                model = { provider = \"scripted\", script = [] }\n";
+    let loaded = Registry::from_toml_with_tools(file, vec![echo("lookup")]).unwrap();
+    assert!(loaded.tool("lookup").is_some() && loaded.tool("send").is_some());
+    let ask = Registry::from_toml_with_tools(file, vec![echo("ask")])
+        .err()
+        .unwrap();
+    assert!(ask.to_string().contains("built-in question tool"), "{ask}");
+    let twice = Registry::from_toml_with_tools(file, vec![echo("send")])
+        .err()
+        .unwrap();
+    assert!(
+        twice
+            .to_string()
+            .contains("defined in the file and in code"),
+        "{twice}"
+    );
+    let built = Registry::default().with_tool(echo("ask")).err().unwrap();
+    assert!(
+        built.to_string().contains("built-in question tool"),
+        "{built}"
+    );
+}
