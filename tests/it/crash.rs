@@ -145,10 +145,12 @@ async fn a_commit_whose_row_check_fails_writes_nothing_and_the_next_one_lands() 
     };
     let broken = [
         entry.clone(),
-        Change::SettleToolCall {
+        Change::Call {
             id: "no-such-call".into(),
-            status: agentenkit_core::ToolCallStatus::Executed,
-            result: json!("x"),
+            event: agentenkit_core::CallEvent::Finish {
+                status: agentenkit_core::ToolCallStatus::Executed,
+                result: json!("x"),
+            },
         },
         Change::Event {
             event_type: agentenkit_core::EventType::RunFailed,

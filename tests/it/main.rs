@@ -6,6 +6,7 @@ mod bad_input;
 mod batch;
 mod bounds;
 mod broker_away;
+mod call_states;
 mod crash;
 mod decisions;
 mod delegation_limits;

@@ -7,6 +7,7 @@
 //! `runtime`, `api`) carry out what this crate decides.
 
 pub mod approvals;
+pub mod call;
 pub mod canonical;
 pub mod conversation;
 pub mod denials;
@@ -21,6 +22,7 @@ pub mod reply;
 pub mod scopes;
 pub mod status;
 
+pub use call::{CallEvent, CallState};
 pub use error::{Error, Result};
 pub use event::EventType;
 pub use ids::{Owner, RunId, ThreadId, ToolCallId};

@@ -11,7 +11,8 @@ use agentenkit_core::canonical::arguments_hash;
 use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::{reduce, refusal, ReplyError, SettledReply, Verdict};
 use agentenkit_core::{
-    EventType, KeyScope, KeyScopes, Owner, QueueMessage, RunId, ThreadId, ToolCallId, ToolKind,
+    CallEvent, EventType, KeyScope, KeyScopes, Owner, QueueMessage, RunId, ThreadId, ToolCallId,
+    ToolKind,
 };
 use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
@@ -19,7 +20,7 @@ use serde_json::{json, Value};
 use crate::event_insert::{event_ops, insert_event, returned_outbox};
 use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
-use crate::pipeline::{Expect, Op, OpenTx};
+use crate::pipeline::{Op, OpenTx};
 use crate::{Error, Result, Store};
 
 mod locate;
@@ -324,24 +325,12 @@ fn checked(
     Ok(reply)
 }
 
-/// What a decision said beyond its verdict, as the `decision` column keeps
-/// it: `{arguments?, message?, argumentsHash}`.
-fn decision_of(reply: &SettledReply) -> Option<Value> {
-    let hash = reply.arguments_hash.as_ref()?;
-    let mut decision = json!({ "argumentsHash": hash });
-    if let Some(arguments) = &reply.arguments {
-        decision["arguments"] = arguments.clone();
-    }
-    if let Some(message) = &reply.message {
-        decision["message"] = json!(message);
-    }
-    if let Some(key_id) = &reply.key_id {
-        decision["keyId"] = json!(key_id);
-    }
-    if let Some(approvals) = &reply.approvals {
-        decision["approvals"] = approvals.clone();
-    }
-    Some(decision)
+/// The statement that writes `event` on the waiting call `row`, once the
+/// call's state takes it: waiting, as read under the lock nobody else
+/// writes it without.
+fn changed(row: &ReplyTarget, call: &ToolCallId, event: CallEvent) -> Result<Op> {
+    row.waiting().apply(event.clone())?;
+    crate::calls::write_one(row.run_id, call, &event)
 }
 
 /// The statements that count one more approval of `row`, which needs
@@ -354,19 +343,10 @@ fn vote_ops(
     notified: crate::sent_here::NotifyRule<'_>,
 ) -> Result<Vec<Op>> {
     let last = votes.last();
-    let mut ops = vec![Op::new(
-        "UPDATE tool_calls SET approvals = $3
-             WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'",
-        vec![
-            Box::new(row.run_id.0),
-            Box::new(call.as_str().to_owned()),
-            Box::new(serde_json::to_value(votes)?),
-        ],
-    )
-    .expect(Expect::One(Error::Corrupt(format!(
-        "tool call {call} of run {} changed under its run's lock",
-        row.run_id
-    ))))];
+    let vote = CallEvent::Vote {
+        votes: votes.to_vec(),
+    };
+    let mut ops = vec![changed(row, call, vote)?];
     ops.extend(event_ops(
         row.thread_id,
         Some(row.run_id),
@@ -396,33 +376,11 @@ fn settle_ops(
     notified: crate::sent_here::NotifyRule<'_>,
 ) -> Result<Vec<Op>> {
     let run = row.run_id;
-    // Questions keep their resolved answers in `payload`; a rejection
-    // keeps the denial the model will see in `result`.
-    let (payload, result) = match (&reply.answers, reply.denial()) {
-        (Some(answers), _) => (Some(serde_json::to_value(answers)?), reply.answers_result()),
-        (None, denial) => (reply.payload.clone(), denial),
+    let answer = CallEvent::Answer {
+        reply: Box::new(reply.clone()),
     };
     let mut ops = vec![
-        // Pending, as read under the lock nobody else writes it without.
-        Op::new(
-            "UPDATE tool_calls SET status = $3, payload = $4, result = $5,
-                    answered_by = $6, answered_at = $7, defaulted = $8, decision = $9
-             WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'",
-            vec![
-                Box::new(run.0),
-                Box::new(call.as_str().to_owned()),
-                Box::new(reply.status.as_str()),
-                Box::new(payload),
-                Box::new(result),
-                Box::new(reply.answered_by.clone()),
-                Box::new(reply.answered_at),
-                Box::new(reply.defaulted.clone()),
-                Box::new(decision_of(reply)),
-            ],
-        )
-        .expect(Expect::One(Error::Corrupt(format!(
-            "tool call {call} of run {run} changed under its run's lock"
-        )))),
+        changed(row, call, answer)?,
         // The request's expiry has nothing left to do: its row goes (the
         // message itself, if already in the broker, is dropped on arrival).
         crate::outbox::consumed_op(&QueueMessage::Expiry {

@@ -1,14 +1,28 @@
-//! A step's tool-call rows: inserted as proposed (or proposed and parked
-//! in one commit, see `park.rs`), storing their arguments where the
-//! commit's journal holds them (`journal_insert.rs`); settled; and the
-//! result an answered call finally had.
+//! Every write of a tool-call row, and nothing else writes one.
+//!
+//! A row is inserted proposed (or proposed and parked in one commit, see
+//! `park.rs`), storing its arguments where the commit's journal holds them
+//! (`journal_insert.rs`). After that it changes only by a
+//! [`CallEvent`] of `agentenkit_core::call`, written by [`write`]: the
+//! statement is guarded by the event's source statuses
+//! ([`CallEvent::sources`]), so the database refuses what
+//! [`agentenkit_core::CallState::apply`] would, and sets the columns of the
+//! state the event leaves. The columns each state may hold are tied to its
+//! status by the CHECK of `migrations/0011_call_states.sql`.
+//!
+//! Three writes change many rows at once and are statements of their own
+//! here: the calls of ended runs are cancelled ([`cancel_open`]), waits
+//! without an expiry get one ([`SCHEDULE_MISSING_EXPIRIES_SQL`]), and a
+//! revoked key's votes leave the calls still waiting ([`DROP_VOTES_OF_KEY_SQL`]).
 
-use agentenkit_core::{RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind};
+use agentenkit_core::reply::SettledReply;
+use agentenkit_core::{CallEvent, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind};
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use serde_json::{json, Value};
+use uuid::Uuid;
 
-use crate::pipeline::{Expect, Op};
-use crate::Error;
+use crate::pipeline::{Op, Param};
+use crate::{Error, Result};
 
 /// A call row to insert: proposed, or (`parked`: reason and expiry)
 /// proposed and parked in one commit (see `park.rs`).
@@ -57,37 +71,194 @@ pub(crate) fn insert_tool_call(run: RunId, thread: ThreadId, call: NewCall<'_>) 
     )
 }
 
-/// A proposed call ran (or failed): its status and result.
-pub(crate) fn settle_op(run: RunId, id: &ToolCallId, status: ToolCallStatus, result: &Value) -> Op {
-    let sources: Vec<&'static str> = ToolCallStatus::ALL
-        .iter()
-        .filter(|from| from.can_become(status))
-        .map(|from| from.as_str())
-        .collect();
-    Op::new(
-        "UPDATE tool_calls SET status = $3, result = $4
-         WHERE run_id = $1 AND id = $2 AND status = ANY($5)",
-        vec![
-            Box::new(run.0),
-            Box::new(id.as_str().to_owned()),
-            Box::new(status.as_str()),
-            Box::new(result.clone()),
-            Box::new(sources),
-        ],
-    )
-    .expect(Expect::One(Error::Corrupt(format!(
-        "tool call {id} of run {run} cannot become {status}"
-    ))))
+// Each event's statement: `$1` run, `$2` call id, `$3` the source
+// statuses ([`CallEvent::sources`]), then the event's columns.
+const RECORD_PARK_REQUEST_SQL: &str = "UPDATE tool_calls SET park_request = $4
+     WHERE run_id = $1 AND id = $2 AND status = ANY($3)";
+const PARK_SQL: &str = "UPDATE tool_calls SET status = 'pending_approval', reason = $4,
+            expires_at = $5, kind = $6, tool_type = $7, arguments = COALESCE($8, arguments)
+     WHERE run_id = $1 AND id = $2 AND status = ANY($3)";
+const VOTE_SQL: &str = "UPDATE tool_calls SET approvals = $4
+     WHERE run_id = $1 AND id = $2 AND status = ANY($3)";
+const SCHEDULE_EXPIRY_SQL: &str = "UPDATE tool_calls SET expires_at = $4
+     WHERE run_id = $1 AND id = $2 AND status = ANY($3)";
+const ANSWER_SQL: &str = "UPDATE tool_calls SET status = $4, payload = $5, result = $6,
+            answered_by = $7, answered_at = $8, defaulted = $9, decision = $10
+     WHERE run_id = $1 AND id = $2 AND status = ANY($3)";
+const EXPIRE_SQL: &str = "UPDATE tool_calls SET status = 'expired', result = $4, answered_at = $5
+     WHERE run_id = $1 AND id = $2 AND status = ANY($3)";
+/// `finish` and `refuse`: a status and the result the model reads.
+const SETTLE_SQL: &str = "UPDATE tool_calls SET status = $4, result = $5
+     WHERE run_id = $1 AND id = $2 AND status = ANY($3)";
+/// Only an answered call's: a call that ran without a wait has its result.
+const RECORD_RESULT_SQL: &str = "UPDATE tool_calls SET result = $4
+     WHERE run_id = $1 AND id = $2 AND status = ANY($3) AND answered_at IS NOT NULL";
+const CANCEL_SQL: &str = "UPDATE tool_calls SET status = 'cancelled'
+     WHERE run_id = $1 AND id = $2 AND status = ANY($3)";
+
+/// The statement that writes `event` on call `id` of `run`: it changes
+/// nothing unless the row is in one of the event's source statuses (add
+/// [`crate::pipeline::Expect::One`] where that is a bug).
+pub(crate) fn write(run: RunId, id: &ToolCallId, event: &CallEvent) -> Result<Op> {
+    let sources: Vec<&'static str> = event.sources().iter().map(|s| s.as_str()).collect();
+    let mut params: Vec<Param> = vec![
+        Box::new(run.0),
+        Box::new(id.as_str().to_owned()),
+        Box::new(sources),
+    ];
+    let sql = match event {
+        CallEvent::RecordParkRequest { request } => {
+            params.push(Box::new(request.clone()));
+            RECORD_PARK_REQUEST_SQL
+        }
+        CallEvent::Park {
+            kind,
+            arguments,
+            reason,
+            expires_at,
+        } => {
+            params.push(Box::new(reason.clone()));
+            params.push(Box::new(*expires_at));
+            params.push(Box::new(kind.as_str()));
+            params.push(Box::new(kind.tool_type()));
+            params.push(Box::new(arguments.clone()));
+            PARK_SQL
+        }
+        CallEvent::Vote { votes } => {
+            params.push(Box::new(serde_json::to_value(votes)?));
+            VOTE_SQL
+        }
+        CallEvent::ScheduleExpiry { expires_at } => {
+            params.push(Box::new(*expires_at));
+            SCHEDULE_EXPIRY_SQL
+        }
+        CallEvent::Answer { reply } => {
+            let answered = answered_columns(reply)?;
+            params.push(Box::new(reply.status.as_str()));
+            params.push(Box::new(answered.payload));
+            params.push(Box::new(answered.result));
+            params.push(Box::new(reply.answered_by.clone()));
+            params.push(Box::new(reply.answered_at));
+            params.push(Box::new(reply.defaulted.clone()));
+            params.push(Box::new(answered.decision));
+            ANSWER_SQL
+        }
+        CallEvent::Expire { at } => {
+            params.push(Box::new(agentenkit_core::call::expired_result()));
+            params.push(Box::new(*at));
+            EXPIRE_SQL
+        }
+        CallEvent::Finish { status, result } => {
+            params.push(Box::new(status.as_str()));
+            params.push(Box::new(result.clone()));
+            SETTLE_SQL
+        }
+        CallEvent::Refuse { result } => {
+            params.push(Box::new(ToolCallStatus::Rejected.as_str()));
+            params.push(Box::new(result.clone()));
+            SETTLE_SQL
+        }
+        CallEvent::RecordResult { result } => {
+            params.push(Box::new(result.clone()));
+            RECORD_RESULT_SQL
+        }
+        CallEvent::Cancel => CANCEL_SQL,
+    };
+    Ok(Op::new(sql, params))
 }
 
-/// The result a settled (answered) call finally had, its status unchanged.
-pub(crate) fn record_result_op(run: RunId, id: &ToolCallId, result: &Value) -> Op {
-    Op::new(
-        "UPDATE tool_calls SET result = $3 WHERE run_id = $1 AND id = $2",
-        vec![
-            Box::new(run.0),
-            Box::new(id.as_str().to_owned()),
-            Box::new(result.clone()),
-        ],
+/// What an answer stores beside its status.
+struct AnsweredColumns {
+    /// A question set's resolved answers, or an approval's payload.
+    payload: Option<Value>,
+    /// What the model reads at once: the answers or the denial (an
+    /// approved call's comes when its tool ran).
+    result: Option<Value>,
+    /// What a person decided beyond yes or no (README, "Decisions"):
+    /// `{arguments?, message?, argumentsHash, keyId?, approvals?}`.
+    decision: Option<Value>,
+}
+
+fn answered_columns(reply: &SettledReply) -> Result<AnsweredColumns> {
+    let (payload, result) = match (&reply.answers, reply.denial()) {
+        (Some(answers), _) => (Some(serde_json::to_value(answers)?), reply.answers_result()),
+        (None, denial) => (reply.payload.clone(), denial),
+    };
+    Ok(AnsweredColumns {
+        payload,
+        result,
+        decision: decision_of(reply),
+    })
+}
+
+/// The `decision` column of an answer; none for a reply nobody gave.
+fn decision_of(reply: &SettledReply) -> Option<Value> {
+    let hash = reply.arguments_hash.as_ref()?;
+    let mut decision = json!({ "argumentsHash": hash });
+    if let Some(arguments) = &reply.arguments {
+        decision["arguments"] = arguments.clone();
+    }
+    if let Some(message) = &reply.message {
+        decision["message"] = json!(message);
+    }
+    if let Some(key_id) = &reply.key_id {
+        decision["keyId"] = json!(key_id);
+    }
+    if let Some(approvals) = &reply.approvals {
+        decision["approvals"] = approvals.clone();
+    }
+    Some(decision)
+}
+
+/// [`write`], for a change that must find its row in a source status:
+/// otherwise the transaction is aborted with `Corrupt`.
+pub(crate) fn write_one(run: RunId, id: &ToolCallId, event: &CallEvent) -> Result<Op> {
+    Ok(
+        write(run, id, event)?.expect(crate::pipeline::Expect::One(Error::Corrupt(format!(
+            "tool call {id} of run {run} cannot take {}",
+            event.name()
+        )))),
     )
 }
+
+/// Every call of `runs` not yet settled is cancelled (their runs ended):
+/// [`CallEvent::Cancel`] for each.
+pub(crate) fn cancel_open(runs: &[Uuid]) -> Op {
+    let sources: Vec<&'static str> = CallEvent::Cancel
+        .sources()
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    Op::new(
+        "UPDATE tool_calls SET status = 'cancelled'
+         WHERE run_id = ANY($1) AND status = ANY($2)",
+        vec![Box::new(runs.to_vec()), Box::new(sources)],
+    )
+}
+
+/// [`CallEvent::ScheduleExpiry`] for up to `$4` waits without an expiry in
+/// a scope (`$1` thread, `$2` owner, either null), `$3` ms from now.
+/// Questions never expire and are left alone. Returns the calls.
+pub(crate) const SCHEDULE_MISSING_EXPIRIES_SQL: &str = "
+    UPDATE tool_calls tc SET expires_at = now() + $3 * interval '1 millisecond'
+    FROM (SELECT run_id, id FROM tool_calls
+          WHERE status = 'pending_approval' AND expires_at IS NULL
+            AND kind IN ('approval', 'park')
+            AND ($1::uuid IS NULL OR thread_id = $1)
+            AND ($2::text IS NULL OR thread_id IN (SELECT id FROM threads WHERE owner = $2))
+          LIMIT $4 FOR UPDATE SKIP LOCKED) missing
+    WHERE tc.run_id = missing.run_id AND tc.id = missing.id
+    RETURNING tc.run_id, tc.id";
+
+/// [`CallEvent::Vote`] for every call still waiting with a vote of key
+/// `$1`: the votes without it (a vote names its key in `keyId`; one given
+/// before holders existed names it as its `principal`).
+pub(crate) const DROP_VOTES_OF_KEY_SQL: &str = "
+    UPDATE tool_calls SET approvals = COALESCE(
+        (SELECT jsonb_agg(v ORDER BY n)
+         FROM jsonb_array_elements(approvals) WITH ORDINALITY AS e(v, n)
+         WHERE v->>'keyId' IS DISTINCT FROM $1 AND v->>'principal' IS DISTINCT FROM $1),
+        '[]'::jsonb)
+    WHERE status = 'pending_approval' AND approvals IS NOT NULL
+      AND (approvals @> jsonb_build_array(jsonb_build_object('keyId', $1::text))
+        OR approvals @> jsonb_build_array(jsonb_build_object('principal', $1::text)))";

@@ -3,9 +3,8 @@
 
 use agentenkit_core::conversation::Message;
 use agentenkit_core::{
-    EventType, QueueMessage, RunId, RunStatus, ToolCallId, ToolCallStatus, ToolKind,
+    CallEvent, EventType, QueueMessage, RunId, RunStatus, ToolCallId, ToolCallStatus, ToolKind,
 };
-use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 /// One row-level change made by a worker on the run it holds.
@@ -28,28 +27,16 @@ pub enum Change {
         arguments: Value,
         kind: ToolKind,
     },
-    /// A proposed tool call ran (or failed).
-    SettleToolCall {
-        id: ToolCallId,
-        status: ToolCallStatus,
-        result: Value,
-    },
+    /// A change of one of the run's calls (`agentenkit_core::call`): it
+    /// parks, runs, fails, is refused, or an answered one's result is
+    /// recorded. A self-parking tool's request is kept on the row the
+    /// moment the tool returns it, so a retried step knows without calling
+    /// the tool again.
+    Call { id: ToolCallId, event: CallEvent },
     /// A message to publish once this commit is durable.
     Outbox {
         message: QueueMessage,
         delay_ms: u64,
-    },
-    /// A self-parking tool asked to wait: kept on the row at once, so a
-    /// retried step knows without calling the tool again.
-    RecordParkRequest { id: ToolCallId, request: Value },
-    /// A proposed call parks: it becomes an open request. A self-parking
-    /// tool's call becomes kind `park` with its payload as `arguments`.
-    ParkToolCall {
-        id: ToolCallId,
-        kind: ToolKind,
-        reason: String,
-        arguments: Option<Value>,
-        expires_at: Option<DateTime<Utc>>,
     },
     /// A delegation starts its child run: queued, with the task as its user
     /// message, `RUN_STARTED`, and its first segment in the outbox.
@@ -69,9 +56,6 @@ pub enum Change {
         status: ToolCallStatus,
         result: Value,
     },
-    /// The result a settled (answered) call finally had, without changing
-    /// its status.
-    RecordToolResult { id: ToolCallId, result: Value },
     /// The run waits for its open requests; the lease is released.
     WaitRun,
     /// The run ends; the lease is released.

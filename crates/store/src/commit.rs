@@ -8,9 +8,9 @@
 //! order the step made them, then the messages and events (in the order the
 //! step made them), after every row lock (see `INSERT_EVENT_SQL`).
 
-use agentenkit_core::{QueueMessage, RunId};
+use agentenkit_core::{CallEvent, QueueMessage, RunId};
 
-use crate::calls::{insert_tool_call, record_result_op, settle_op, NewCall};
+use crate::calls::{insert_tool_call, NewCall};
 use crate::change::Change;
 use crate::event_insert::{claimed_rows, item_ops, message_op};
 use crate::format::event_item::event_item;
@@ -20,7 +20,7 @@ use crate::format::message_with_event::MessageWithEvent;
 use crate::lease::{fence, Lease};
 use crate::outbox::returned_rows;
 use crate::outbox::{self, OutboxRow};
-use crate::park::{park_op, record_park_request_op, ParkedAtOnce};
+use crate::park::ParkedAtOnce;
 use crate::pipeline::{self, Answer, Expect, Op};
 use crate::resume::finish_delegation_ops;
 use crate::start::{start, NewRun};
@@ -165,7 +165,7 @@ impl Statements {
                 status,
                 result,
             } => {
-                for op in finish_delegation_ops(*parent_run_id, call_id, *status, result) {
+                for op in finish_delegation_ops(*parent_run_id, call_id, *status, result)? {
                     self.push(op);
                 }
             }
@@ -253,16 +253,14 @@ fn row_op(
                 parked: None,
             },
         ),
-        Change::SettleToolCall { id, status, result } => settle_op(run, id, *status, result),
-        Change::RecordToolResult { id, result } => record_result_op(run, id, result),
-        Change::ParkToolCall {
-            id,
-            kind,
-            reason,
-            arguments,
-            expires_at,
-        } => park_op(run, id, *kind, reason, arguments.as_ref(), *expires_at),
-        Change::RecordParkRequest { id, request } => record_park_request_op(run, id, request),
+        // A park or a settle that finds its row elsewhere is a bug; an
+        // answered call's result or a park request written twice is not.
+        Change::Call { id, event } => match event {
+            CallEvent::RecordParkRequest { .. } | CallEvent::RecordResult { .. } => {
+                crate::calls::write(run, id, event)?
+            }
+            _ => crate::calls::write_one(run, id, event)?,
+        },
         Change::RecordFailure { error } => Op::new(
             "UPDATE runs SET attempts = attempts + 1, error = $2 WHERE id = $1",
             vec![Box::new(run.0), Box::new(error.clone())],

@@ -3,7 +3,7 @@
 //! arrives, and by the reaper for what the queue lost.
 
 use agentenkit_core::reply::SettledReply;
-use agentenkit_core::{QueueMessage, RunId, ThreadId, ToolCallId, ToolCallStatus};
+use agentenkit_core::{CallEvent, QueueMessage, RunId, ThreadId, ToolCallId, ToolCallStatus};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -110,14 +110,11 @@ impl Store {
             key_id: None,
             approvals: None,
         };
-        let stmt = tx
-            .prepare_cached(
-                "UPDATE tool_calls SET status = 'expired', result = $3, answered_at = $4
-                 WHERE run_id = $1 AND id = $2 AND status = 'pending_approval'",
-            )
-            .await?;
-        tx.execute(&stmt, &[&run.0, &call.as_str(), &reply.denial(), &now])
-            .await?;
+        crate::pipeline::execute(
+            &tx,
+            crate::calls::write_one(run, call, &CallEvent::Expire { at: now })?,
+        )
+        .await?;
         let target = ReplyTarget {
             run_id: run,
             thread_id: ThreadId(row.get::<_, Uuid>(3)),
@@ -131,6 +128,8 @@ impl Store {
             // An expiry checks nothing against a version.
             run_name: String::new(),
             agent_version: None,
+            reason: None,
+            expires_at: Some(expires_at),
         };
         let outbox = settle(&tx, &target, call, &reply, self.notify_rule()).await?;
         tx.commit().await?;
@@ -195,17 +194,7 @@ impl Store {
         let tx = client.transaction().await?;
         let (thread, owner) = scope_params(scope);
         let stmt = tx
-            .prepare_cached(
-                "UPDATE tool_calls tc SET expires_at = now() + $3 * interval '1 millisecond'
-                 FROM (SELECT run_id, id FROM tool_calls
-                       WHERE status = 'pending_approval' AND expires_at IS NULL
-                         AND kind IN ('approval', 'park')
-                         AND ($1::uuid IS NULL OR thread_id = $1)
-                         AND ($2::text IS NULL OR thread_id IN (SELECT id FROM threads WHERE owner = $2))
-                       LIMIT $4 FOR UPDATE SKIP LOCKED) missing
-                 WHERE tc.run_id = missing.run_id AND tc.id = missing.id
-                 RETURNING tc.run_id, tc.id",
-            )
+            .prepare_cached(crate::calls::SCHEDULE_MISSING_EXPIRIES_SQL)
             .await?;
         let rows = tx
             .query(&stmt, &[&thread, &owner, &(ttl_ms as f64), &limit])

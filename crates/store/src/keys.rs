@@ -80,19 +80,6 @@ fn record(row: &tokio_postgres::Row) -> Result<KeyRecord> {
 
 const COLUMNS: &str = "id, owner, name, scopes, groups, holder, created_at, revoked_at";
 
-/// The votes of key `$1` leave the calls still waiting for more approvals
-/// (a vote names its key in `keyId`; one given before holders existed
-/// names it as its `principal`).
-const DROP_VOTES_OF_KEY: &str = "
-    UPDATE tool_calls SET approvals = COALESCE(
-        (SELECT jsonb_agg(v ORDER BY n)
-         FROM jsonb_array_elements(approvals) WITH ORDINALITY AS e(v, n)
-         WHERE v->>'keyId' IS DISTINCT FROM $1 AND v->>'principal' IS DISTINCT FROM $1),
-        '[]'::jsonb)
-    WHERE status = 'pending_approval' AND approvals IS NOT NULL
-      AND (approvals @> jsonb_build_array(jsonb_build_object('keyId', $1::text))
-        OR approvals @> jsonb_build_array(jsonb_build_object('principal', $1::text)))";
-
 impl Store {
     /// Makes a key for `owner` with `scopes`, held by `holder` (the key
     /// itself when `None`) in the approver `groups`.
@@ -173,7 +160,8 @@ impl Store {
             .await?
             == 1;
         if revoked {
-            tx.execute(DROP_VOTES_OF_KEY, &[&id.to_string()]).await?;
+            tx.execute(crate::calls::DROP_VOTES_OF_KEY_SQL, &[&id.to_string()])
+                .await?;
         }
         tx.commit().await?;
         Ok(revoked)

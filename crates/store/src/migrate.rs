@@ -58,6 +58,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "version_checks",
         include_str!("../../../migrations/0010_version_checks.sql"),
     ),
+    (
+        11,
+        "call_states",
+        include_str!("../../../migrations/0011_call_states.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -4,15 +4,12 @@
 //! see [`ParkedAtOnce`]. A self-parking tool's request is kept on its row
 //! first, the moment the tool returns it.
 
-use agentenkit_core::{RunId, ThreadId, ToolCallId, ToolKind};
-use chrono::{DateTime, Utc};
-use serde_json::Value;
+use agentenkit_core::{CallEvent, RunId, ThreadId};
 
 use crate::calls::{insert_tool_call, NewCall};
 use crate::change::Change;
 use crate::format::journal_insert::StoredJournal;
-use crate::pipeline::{Expect, Op};
-use crate::Error;
+use crate::pipeline::Op;
 
 /// Calls proposed and parked in the same commit (an approval proposed in
 /// the step that parks on it): each is inserted once, already open, instead
@@ -37,14 +34,14 @@ impl<'a> ParkedAtOnce<'a> {
             };
             for later in &changes[at + 1..] {
                 match later {
-                    Change::ParkToolCall { id: other, .. } if other == id => {
+                    Change::Call {
+                        id: other,
+                        event: CallEvent::Park { .. },
+                    } if other == id => {
                         calls.push((change, later));
                         break;
                     }
-                    Change::RecordParkRequest { id: other, .. }
-                    | Change::SettleToolCall { id: other, .. }
-                    | Change::RecordToolResult { id: other, .. }
-                    | Change::ProposeToolCall { id: other, .. }
+                    Change::Call { id: other, .. } | Change::ProposeToolCall { id: other, .. }
                         if other == id =>
                     {
                         break;
@@ -82,11 +79,14 @@ impl<'a> ParkedAtOnce<'a> {
                 arguments: proposed,
                 ..
             },
-            Change::ParkToolCall {
-                kind,
-                reason,
-                arguments,
-                expires_at,
+            Change::Call {
+                event:
+                    CallEvent::Park {
+                        kind,
+                        reason,
+                        arguments,
+                        expires_at,
+                    },
                 ..
             },
         ) = (propose, park)
@@ -110,50 +110,6 @@ impl<'a> ParkedAtOnce<'a> {
             },
         ))
     }
-}
-
-/// A proposed call parks: it becomes an open request, with the kind it
-/// parks as (a self-parking tool's call becomes `park`, its payload the
-/// `arguments`).
-pub(crate) fn park_op(
-    run: RunId,
-    id: &ToolCallId,
-    kind: ToolKind,
-    reason: &str,
-    arguments: Option<&Value>,
-    expires_at: Option<DateTime<Utc>>,
-) -> Op {
-    Op::new(
-        "UPDATE tool_calls SET status = 'pending_approval', reason = $3, expires_at = $4,
-                kind = $5, tool_type = $6, arguments = COALESCE($7, arguments)
-         WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
-        vec![
-            Box::new(run.0),
-            Box::new(id.as_str().to_owned()),
-            Box::new(reason.to_owned()),
-            Box::new(expires_at),
-            Box::new(kind.as_str()),
-            Box::new(kind.tool_type()),
-            Box::new(arguments.cloned()),
-        ],
-    )
-    .expect(Expect::One(Error::Corrupt(format!(
-        "tool call {id} of run {run} is not proposed and cannot park"
-    ))))
-}
-
-/// A self-parking tool asked to wait: its request is kept on the row at
-/// once, so a retried step knows without calling the tool again.
-pub(crate) fn record_park_request_op(run: RunId, id: &ToolCallId, request: &Value) -> Op {
-    Op::new(
-        "UPDATE tool_calls SET park_request = $3
-         WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
-        vec![
-            Box::new(run.0),
-            Box::new(id.as_str().to_owned()),
-            Box::new(request.clone()),
-        ],
-    )
 }
 
 #[cfg(test)]
@@ -190,9 +146,11 @@ mod tests {
 
     #[test]
     fn a_self_parking_tools_request_between_keeps_the_update() {
-        let request = Change::RecordParkRequest {
+        let request = Change::Call {
             id: ToolCallId("c1".into()),
-            request: json!({"reason": "job"}),
+            event: CallEvent::RecordParkRequest {
+                request: json!({"reason": "job"}),
+            },
         };
         let changes = [propose("c1"), request, park("c1")];
         let folded = ParkedAtOnce::find(&changes);
@@ -220,10 +178,12 @@ mod tests {
         // something else happened to the row in between
         let settled = [
             propose("c1"),
-            Change::SettleToolCall {
+            Change::Call {
                 id: ToolCallId("c1".into()),
-                status: ToolCallStatus::Executed,
-                result: json!(1),
+                event: CallEvent::Finish {
+                    status: ToolCallStatus::Executed,
+                    result: json!(1),
+                },
             },
             park("c1"),
         ];

@@ -140,16 +140,15 @@ impl Store {
         crate::stop::cancel_open_calls(&tx, &ended).await?;
         let mut outbox = Vec::new();
         if let (Some(parent), Some(call)) = (parent, parent_call) {
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE tool_calls SET status = 'failed', result = $3
-                     WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
-                )
+            let failed = agentenkit_core::CallEvent::Finish {
+                status: agentenkit_core::ToolCallStatus::Failed,
+                result: serde_json::json!({
+                    "error": format!("sub-agent {name} failed: {error}"),
+                }),
+            };
+            let call = agentenkit_core::ToolCallId(call);
+            crate::pipeline::execute(&tx, crate::calls::write(RunId(parent), &call, &failed)?)
                 .await?;
-            let result = serde_json::json!({
-                "error": format!("sub-agent {name} failed: {error}"),
-            });
-            tx.execute(&stmt, &[&parent, &call, &result]).await?;
             outbox = crate::resume::resume_if_settled(&tx, RunId(parent)).await?;
         }
         // Events last, after every row lock (see INSERT_EVENT_SQL).

@@ -6,7 +6,7 @@
 //! row lock, so that of two settling at once exactly one sees nothing left
 //! open.
 
-use agentenkit_core::{RunId, ToolCallId, ToolCallStatus};
+use agentenkit_core::{CallEvent, RunId, ToolCallId, ToolCallStatus};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
 
@@ -54,8 +54,8 @@ pub(crate) fn finish_delegation_ops(
     call_id: &ToolCallId,
     status: ToolCallStatus,
     result: &Value,
-) -> Vec<Op> {
-    vec![
+) -> Result<Vec<Op>> {
+    Ok(vec![
         // Lock the parent like an answer does, so that two children
         // finishing at once see each other and exactly one resumes it. NO
         // KEY UPDATE, not UPDATE: each sibling already holds a KEY SHARE
@@ -65,16 +65,14 @@ pub(crate) fn finish_delegation_ops(
             "SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE",
             vec![Box::new(parent.0)],
         ),
-        Op::new(
-            "UPDATE tool_calls SET status = $3, result = $4
-             WHERE run_id = $1 AND id = $2 AND status = 'proposed'",
-            vec![
-                Box::new(parent.0),
-                Box::new(call_id.as_str().to_owned()),
-                Box::new(status.as_str()),
-                Box::new(result.clone()),
-            ],
-        ),
+        crate::calls::write(
+            parent,
+            call_id,
+            &CallEvent::Finish {
+                status,
+                result: result.clone(),
+            },
+        )?,
         resume_op(parent),
-    ]
+    ])
 }

@@ -3,7 +3,8 @@
 use agentenkit_core::canonical::json_len;
 use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
-    JournalEntry, Owner, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
+    CallEvent, JournalEntry, Owner, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus,
+    ToolKind,
 };
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
@@ -49,6 +50,31 @@ impl CallRow {
             answered_at: None,
             decision: None,
             child: None,
+        }
+    }
+
+    /// Keeps this view in step with `event`, written in a commit not yet
+    /// read back: what a later step of the same segment sees of the call.
+    pub fn track(&mut self, event: &CallEvent) {
+        match event {
+            CallEvent::RecordParkRequest { request } => self.park_request = Some(request.clone()),
+            CallEvent::Finish { status, result } => {
+                self.status = *status;
+                self.result = Some(result.clone());
+            }
+            CallEvent::Refuse { result } => {
+                self.status = ToolCallStatus::Rejected;
+                self.result = Some(result.clone());
+            }
+            CallEvent::RecordResult { result } => self.result = Some(result.clone()),
+            // A step parks last: nothing later in its segment reads the
+            // row. The others are written by answers, expiries and stops.
+            CallEvent::Park { .. }
+            | CallEvent::Vote { .. }
+            | CallEvent::ScheduleExpiry { .. }
+            | CallEvent::Answer { .. }
+            | CallEvent::Expire { .. }
+            | CallEvent::Cancel => {}
         }
     }
 

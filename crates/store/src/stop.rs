@@ -93,12 +93,6 @@ impl Store {
 
 /// Cancels every call of `runs` not yet settled (their runs ended).
 pub(crate) async fn cancel_open_calls(tx: &Transaction<'_>, runs: &[Uuid]) -> Result<()> {
-    let stmt = tx
-        .prepare_cached(
-            "UPDATE tool_calls SET status = 'cancelled'
-             WHERE run_id = ANY($1) AND status IN ('proposed', 'pending_approval')",
-        )
-        .await?;
-    tx.execute(&stmt, &[&runs]).await?;
+    crate::pipeline::execute(tx, crate::calls::cancel_open(runs)).await?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Changes the unit tests of the commit path build commits from.
 
-use agentenkit_core::{ToolCallId, ToolKind};
+use agentenkit_core::{CallEvent, ToolCallId, ToolKind};
 use serde_json::json;
 
 use crate::change::Change;
@@ -17,11 +17,13 @@ pub(crate) fn propose(id: &str) -> Change {
 
 /// Call `id` parked for approval, with its proposed arguments and an expiry.
 pub(crate) fn park(id: &str) -> Change {
-    Change::ParkToolCall {
+    Change::Call {
         id: ToolCallId(id.into()),
-        kind: ToolKind::Approval,
-        reason: "approval".into(),
-        arguments: None,
-        expires_at: Some("2026-12-02T13:34:37.934023Z".parse().expect("a timestamp")),
+        event: CallEvent::Park {
+            kind: ToolKind::Approval,
+            reason: "approval".into(),
+            arguments: None,
+            expires_at: Some("2026-12-02T13:34:37.934023Z".parse().expect("a timestamp")),
+        },
     }
 }

@@ -4,7 +4,7 @@
 use agentenkit_core::conversation::ToolCallRequest;
 use agentenkit_core::journal::names;
 use agentenkit_core::reply::{approved_result, SettledReply};
-use agentenkit_core::{EventType, RunId, ToolCallStatus, ToolKind};
+use agentenkit_core::{CallEvent, EventType, RunId, ToolCallStatus, ToolKind};
 use agentenkit_store::{Change, RunContext};
 use serde_json::{json, Value};
 use tracing::Instrument;
@@ -54,9 +54,9 @@ pub(super) async fn run_function(
                 .map_err(|e| SegmentError::Permanent(e.to_string()))?;
             // The tool ran its first half: its decision to park is
             // committed at once, like any effect's outcome.
-            cp.buffer(vec![Change::RecordParkRequest {
+            cp.buffer(vec![Change::Call {
                 id: call.id.clone(),
-                request: recorded,
+                event: CallEvent::RecordParkRequest { request: recorded },
             }]);
             cp.flush(None).await?;
             Ok(Ran::Parked(Some(Wait::Job(request))))
@@ -165,19 +165,20 @@ pub(super) async fn execute(
             let result = approved_result(result, edited, message);
             // An answered row is already settled by its answer; only the
             // result is added.
-            let settle = if answered {
-                Change::RecordToolResult {
-                    id: call.id.clone(),
+            let event = if answered {
+                CallEvent::RecordResult {
                     result: result.clone(),
                 }
             } else {
-                Change::SettleToolCall {
-                    id: call.id.clone(),
+                CallEvent::Finish {
                     status,
                     result: result.clone(),
                 }
             };
-            let mut changes = vec![settle];
+            let mut changes = vec![Change::Call {
+                id: call.id.clone(),
+                event,
+            }];
             changes.extend(result_changes(run_id, call, status, &result));
             Ok((result, changes))
         }

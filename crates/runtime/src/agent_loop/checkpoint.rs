@@ -190,20 +190,9 @@ impl<'a> Checkpointer<'a> {
                 self.calls
                     .insert(id.clone(), CallRow::proposed(id.clone(), *kind));
             }
-            Change::RecordParkRequest { id, request } => {
+            Change::Call { id, event } => {
                 if let Some(row) = self.calls.get_mut(id) {
-                    row.park_request = Some(request.clone());
-                }
-            }
-            Change::SettleToolCall { id, status, result } => {
-                if let Some(row) = self.calls.get_mut(id) {
-                    row.status = *status;
-                    row.result = Some(result.clone());
-                }
-            }
-            Change::RecordToolResult { id, result } => {
-                if let Some(row) = self.calls.get_mut(id) {
-                    row.result = Some(result.clone());
+                    row.track(event);
                 }
             }
             _ => {}

@@ -1,7 +1,7 @@
 //! The park of a finished step: one transaction for every request it opens
 //! and every child run it starts.
 
-use agentenkit_core::{EventType, QueueMessage, RunId, ToolKind};
+use agentenkit_core::{CallEvent, EventType, QueueMessage, RunId, ToolKind};
 use agentenkit_store::{Change, RunContext};
 use chrono::SubsecRound;
 use serde_json::json;
@@ -49,12 +49,14 @@ pub(super) async fn park(
                 requests += 1;
                 // The row holds the validated set the frame carries, so
                 // the inbox, the frame and answer resolution agree.
-                changes.push(Change::ParkToolCall {
+                changes.push(Change::Call {
                     id: call.id.clone(),
-                    kind: ToolKind::Ask,
-                    reason: reason.clone(),
-                    arguments: Some(frame["request"].clone()),
-                    expires_at: None,
+                    event: CallEvent::Park {
+                        kind: ToolKind::Ask,
+                        reason: reason.clone(),
+                        arguments: Some(frame["request"].clone()),
+                        expires_at: None,
+                    },
                 });
                 changes.push(Change::Event {
                     event_type: EventType::Elicitation,
@@ -76,12 +78,14 @@ pub(super) async fn park(
         // Postgres keeps microseconds: the event must say what the row says.
         let expires_at =
             (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64)).trunc_subsecs(6);
-        changes.push(Change::ParkToolCall {
+        changes.push(Change::Call {
             id: call.id.clone(),
-            kind,
-            reason: reason.to_owned(),
-            arguments: arguments.clone(),
-            expires_at: Some(expires_at),
+            event: CallEvent::Park {
+                kind,
+                reason: reason.to_owned(),
+                arguments: arguments.clone(),
+                expires_at: Some(expires_at),
+            },
         });
         changes.push(Change::Event {
             event_type: EventType::InputRequired,

@@ -5,7 +5,7 @@
 use agentenkit_core::conversation::Message;
 use agentenkit_core::journal::names;
 use agentenkit_core::reply::SettledReply;
-use agentenkit_core::{EventType, RunId, ToolCallStatus, ToolKind};
+use agentenkit_core::{CallEvent, EventType, RunId, ToolCallStatus, ToolKind};
 use agentenkit_store::Change;
 use serde_json::{json, Value};
 
@@ -83,10 +83,18 @@ pub(super) async fn record_unrun(
     result: Value,
 ) -> Result<Value, SegmentError> {
     cp.checkpoint(names::exec(&call.id), Durability::Derived, || async {
-        let changes = std::iter::once(Change::SettleToolCall {
+        let event = match status {
+            ToolCallStatus::Rejected => CallEvent::Refuse {
+                result: result.clone(),
+            },
+            status => CallEvent::Finish {
+                status,
+                result: result.clone(),
+            },
+        };
+        let changes = std::iter::once(Change::Call {
             id: call.id.clone(),
-            status,
-            result: result.clone(),
+            event,
         })
         .chain(result_changes(run_id, call, status, &result))
         .collect();

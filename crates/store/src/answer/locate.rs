@@ -1,6 +1,7 @@
 //! Finding the request an answer is addressed to, under its run's lock.
 
 use agentenkit_core::approvals::Vote;
+use agentenkit_core::call::{CallState, Waiting};
 use agentenkit_core::{
     KeyScope, KeyScopes, Owner, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
@@ -29,6 +30,22 @@ pub(crate) struct ReplyTarget {
     /// The run's agent and the version of it the run is pinned to.
     pub run_name: String,
     pub agent_version: Option<String>,
+    /// Why the call waits, and until when (when it waits).
+    pub reason: Option<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl ReplyTarget {
+    /// The call's state, as a waiting call: what an answer or a vote is
+    /// applied to once [`agentenkit_core::reply::refusal`] found it open.
+    pub fn waiting(&self) -> CallState {
+        CallState::Waiting(Waiting {
+            kind: self.kind,
+            reason: self.reason.clone().unwrap_or_default(),
+            expires_at: self.expires_at,
+            votes: self.approvals.clone(),
+        })
+    }
 }
 
 /// Opens the answer's transaction in one round trip: the run's row lock
@@ -92,7 +109,7 @@ macro_rules! locate_select {
         "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
                 (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
                 extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
-                tc.approvals, r.name, r.agent_version
+                tc.approvals, r.name, r.agent_version, tc.reason, tc.expires_at
          FROM tool_calls_whole tc
          JOIN runs r ON r.id = tc.run_id
          JOIN threads t ON t.id = tc.thread_id"
@@ -174,6 +191,8 @@ fn reply_target(row: &tokio_postgres::Row) -> Result<ReplyTarget> {
             .unwrap_or_default(),
         run_name: row.get(9),
         agent_version: row.get(10),
+        reason: row.get(11),
+        expires_at: row.get(12),
     })
 }
 

@@ -6,6 +6,7 @@ use crate::format::event::{self as stored_event, RowFields};
 use serde_json::{Map, Value};
 
 use crate::change::Change;
+use agentenkit_core::CallEvent;
 
 /// What the rows of an event of a run named `run_name` at `depth` hold: the
 /// run row's name and depth, and the call-row fields of the call `data` names (`toolCallId`)
@@ -32,12 +33,15 @@ pub(crate) fn known_rows(
         _ => None,
     });
     let parked = changes.iter().find_map(|c| match c {
-        Change::ParkToolCall {
+        Change::Call {
             id,
-            kind,
-            reason,
-            expires_at,
-            ..
+            event:
+                CallEvent::Park {
+                    kind,
+                    reason,
+                    expires_at,
+                    ..
+                },
         } if id.as_str() == call_id => Some((kind, reason, expires_at)),
         _ => None,
     });
