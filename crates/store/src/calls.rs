@@ -133,7 +133,7 @@ pub(crate) fn write(run: RunId, id: &ToolCallId, event: &CallEvent) -> Result<Op
             SCHEDULE_EXPIRY_SQL
         }
         CallEvent::Answer { reply } => {
-            let answered = answered_columns(reply)?;
+            let answered = answered_columns(reply);
             params.push(Box::new(reply.status.as_str()));
             params.push(Box::new(answered.payload));
             params.push(Box::new(answered.result));
@@ -168,27 +168,29 @@ pub(crate) fn write(run: RunId, id: &ToolCallId, event: &CallEvent) -> Result<Op
 }
 
 /// What an answer stores beside its status.
-struct AnsweredColumns {
+pub(crate) struct AnsweredColumns {
     /// A question set's resolved answers, or an approval's payload.
-    payload: Option<Value>,
+    pub(crate) payload: Option<Value>,
     /// What the model reads at once: the answers or the denial (an
     /// approved call's comes when its tool ran).
-    result: Option<Value>,
+    pub(crate) result: Option<Value>,
     /// What a person decided beyond yes or no (README, "Decisions"):
     /// `{arguments?, message?, argumentsHash, keyId?, approvals?}`.
-    decision: Option<Value>,
+    pub(crate) decision: Option<Value>,
 }
 
-fn answered_columns(reply: &SettledReply) -> Result<AnsweredColumns> {
+/// Questions keep their resolved answers in `payload`; a rejection keeps
+/// the denial the model will see in `result`.
+pub(crate) fn answered_columns(reply: &SettledReply) -> AnsweredColumns {
     let (payload, result) = match (&reply.answers, reply.denial()) {
-        (Some(answers), _) => (Some(serde_json::to_value(answers)?), reply.answers_result()),
+        (Some(answers), _) => (Some(json!(answers)), reply.answers_result()),
         (None, denial) => (reply.payload.clone(), denial),
     };
-    Ok(AnsweredColumns {
+    AnsweredColumns {
         payload,
         result,
         decision: decision_of(reply),
-    })
+    }
 }
 
 /// The `decision` column of an answer; none for a reply nobody gave.

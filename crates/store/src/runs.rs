@@ -3,8 +3,8 @@
 use agentenkit_core::canonical::json_len;
 use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
-    CallEvent, JournalEntry, Owner, RunId, RunStatus, ThreadId, ToolCallId, ToolCallStatus,
-    ToolKind,
+    CallEvent, CallState, JournalEntry, Owner, RunId, RunStatus, ThreadId, ToolCallId,
+    ToolCallStatus, ToolKind,
 };
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
@@ -51,6 +51,36 @@ impl CallRow {
             decision: None,
             child: None,
         }
+    }
+
+    /// The row of a call in `state`, as the Postgres engine stores it
+    /// (`calls::write`): what the in-memory engine hands a worker.
+    pub fn of(id: ToolCallId, kind: ToolKind, state: &CallState, child: Option<RunId>) -> Self {
+        let mut row = CallRow {
+            child,
+            ..CallRow::proposed(id, kind)
+        };
+        row.status = state.status();
+        row.result = state.result().cloned();
+        match state {
+            CallState::Proposed { park_request } => row.park_request = park_request.clone(),
+            CallState::Decided(decided) => {
+                let reply = &decided.reply;
+                let answered = crate::calls::answered_columns(reply);
+                row.payload = answered.payload;
+                row.decision = answered.decision;
+                row.defaulted = reply.defaulted.clone();
+                row.answered_by = reply.answered_by.clone();
+                row.answered_at = reply.answered_at;
+            }
+            CallState::Expired { at, .. } => row.answered_at = Some(*at),
+            CallState::Waiting(_)
+            | CallState::Ran { .. }
+            | CallState::Failed { .. }
+            | CallState::Refused { .. }
+            | CallState::Cancelled { .. } => {}
+        }
+        row
     }
 
     /// Keeps this view in step with `event`, written in a commit not yet

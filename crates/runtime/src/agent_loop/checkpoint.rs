@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use agentenkit_core::{JournalEntry, Replay, ReplayStep, ToolCallId, ToolCallStatus};
-use agentenkit_store::{CallRow, Change, Lease, Store};
+use agentenkit_store::{CallRow, Change, Lease, RunEngine};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -49,7 +49,8 @@ pub enum Durability {
 
 /// Journal access for one segment of one run, fenced by its lease.
 pub struct Checkpointer<'a> {
-    pub(super) store: &'a Store,
+    /// The store, as the port a segment holds its run through.
+    pub(super) engine: &'a dyn RunEngine,
     lease: &'a Lease,
     replay: Replay,
     crash: Option<&'a CrashPoint>,
@@ -65,14 +66,14 @@ pub struct Checkpointer<'a> {
 
 impl<'a> Checkpointer<'a> {
     pub fn new(
-        store: &'a Store,
+        engine: &'a dyn RunEngine,
         lease: &'a Lease,
         journal: Vec<JournalEntry>,
         calls: Vec<CallRow>,
         crash: Option<&'a CrashPoint>,
     ) -> Self {
         Self {
-            store,
+            engine,
             lease,
             replay: Replay::new(journal),
             crash,
@@ -144,7 +145,9 @@ impl<'a> Checkpointer<'a> {
         if let Some(label) = label {
             self.crash_point(&format!("before:{label}"))?;
         }
-        self.store.commit(self.lease, &self.pending).await?;
+        self.engine
+            .commit_changes(self.lease, &self.pending)
+            .await?;
         self.pending.clear();
         self.pending_decided = false;
         let names = std::mem::take(&mut self.pending_names);

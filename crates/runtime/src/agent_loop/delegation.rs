@@ -108,7 +108,7 @@ async fn past_fan_out(
     let tree_runs = match step.tree_runs {
         Some(runs) => runs,
         None => {
-            let runs = cp.store.runs_in_tree(lease.root_run_id).await?;
+            let runs = cp.engine.runs_in_tree(lease.root_run_id).await?;
             *step.tree_runs.insert(runs)
         }
     };

@@ -127,7 +127,7 @@ pub async fn intake(
         return Ok(None);
     }
     let run_id = ctx.lease.run_id;
-    let store = cp.store.clone();
+    let engine = cp.engine;
     let verdict: IntakeAsk = cp
         .checkpoint(
             names::INTAKE_ASK.to_owned(),
@@ -141,7 +141,7 @@ pub async fn intake(
                     // Asked before = answered or skipped on an earlier turn;
                     // an asking stopped before anyone answered asks again.
                     IntakeWhen::ThreadStart => {
-                        !store
+                        !engine
                             .intake_asked_before(ctx.lease.thread_id, run_id, &ctx.lease.run_name)
                             .await?
                     }

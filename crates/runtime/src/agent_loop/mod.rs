@@ -35,3 +35,6 @@ pub use checkpoint::{Checkpointer, Durability};
 pub use error::{CrashPoint, SegmentError};
 pub use outcome::{Outcome, ParkItem, PersistedToolCall, Wait};
 pub use step::{run_turn, MAX_MODEL_CALLS};
+
+#[cfg(test)]
+mod tests;
