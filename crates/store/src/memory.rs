@@ -372,20 +372,7 @@ impl Memory {
                 position,
                 name,
                 value,
-            } => {
-                let entries = self.journal.entry(run).or_default();
-                if *position as usize != entries.len() {
-                    return Err(Error::Corrupt(format!(
-                        "journal position {position} of run {run} is not the next one ({})",
-                        entries.len()
-                    )));
-                }
-                entries.push(JournalEntry {
-                    position: *position,
-                    name: name.clone(),
-                    value: value.clone(),
-                });
-            }
+            } => self.append_journal(run, *position, name, value)?,
             Change::Message(message) => self.messages.push((lease.thread_id, run, message.clone())),
             Change::Event { event_type, data } => self.events.push(MemoryEvent {
                 thread: lease.thread_id,
@@ -398,42 +385,8 @@ impl Memory {
                 name,
                 arguments,
                 kind,
-            } => {
-                if self.call(run, id.as_str()).is_some() {
-                    return Err(Error::Corrupt(format!(
-                        "tool call {id} of run {run} exists"
-                    )));
-                }
-                self.calls.push(MemoryCall {
-                    run,
-                    id: id.clone(),
-                    name: name.clone(),
-                    kind: *kind,
-                    arguments: arguments.clone(),
-                    state: CallState::proposed(),
-                });
-            }
-            Change::Call { id, event } => {
-                let written = self.change_call(run, id, event.clone());
-                if let CallEvent::Park {
-                    kind,
-                    arguments: Some(arguments),
-                    ..
-                } = event
-                {
-                    let call = self.call_mut(run, id)?;
-                    call.kind = *kind;
-                    call.arguments = arguments.clone();
-                } else if let CallEvent::Park { kind, .. } = event {
-                    self.call_mut(run, id)?.kind = *kind;
-                }
-                // What `store::calls::write` writes without a row check:
-                // a request recorded again, a result of a call not answered.
-                match event {
-                    CallEvent::RecordParkRequest { .. } | CallEvent::RecordResult { .. } => {}
-                    _ => written?,
-                }
-            }
+            } => self.propose(run, id, name, *kind, arguments)?,
+            Change::Call { id, event } => self.write_call(run, id, event)?,
             Change::Outbox { message, .. } => self.outbox.push(message.clone()),
             Change::StartChild {
                 call_id,
@@ -469,6 +422,7 @@ impl Memory {
                 let finished = self.runs.get_mut(&run).expect("fenced");
                 finished.output = output.clone();
                 finished.error = error.clone();
+                // A child's end may be what its parent waited on last.
                 if let Some((parent, _)) = finished.parent.clone() {
                     self.resume_if_settled(parent);
                 }
@@ -480,6 +434,77 @@ impl Memory {
             }
         }
         Ok(())
+    }
+
+    /// A call as the model proposed it; inserted once (the primary key).
+    fn propose(
+        &mut self,
+        run: RunId,
+        id: &ToolCallId,
+        name: &str,
+        kind: ToolKind,
+        arguments: &Value,
+    ) -> Result<()> {
+        if self.call(run, id.as_str()).is_some() {
+            return Err(Error::Corrupt(format!(
+                "tool call {id} of run {run} exists"
+            )));
+        }
+        self.calls.push(MemoryCall {
+            run,
+            id: id.clone(),
+            name: name.to_owned(),
+            kind,
+            arguments: arguments.clone(),
+            state: CallState::proposed(),
+        });
+        Ok(())
+    }
+
+    /// The next journal entry of `run`: positions are consecutive and each
+    /// is written once (the journal's primary key).
+    fn append_journal(
+        &mut self,
+        run: RunId,
+        position: u32,
+        name: &str,
+        value: &Value,
+    ) -> Result<()> {
+        let entries = self.journal.entry(run).or_default();
+        if position as usize != entries.len() {
+            return Err(Error::Corrupt(format!(
+                "journal position {position} of run {run} is not the next one ({})",
+                entries.len()
+            )));
+        }
+        entries.push(JournalEntry {
+            position,
+            name: name.to_owned(),
+            value: value.clone(),
+        });
+        Ok(())
+    }
+
+    /// A commit's change of one of its run's calls. A park may change the
+    /// call's kind, and a self-parking tool's park its arguments.
+    fn write_call(&mut self, run: RunId, id: &ToolCallId, event: &CallEvent) -> Result<()> {
+        let written = self.change_call(run, id, event.clone());
+        if let CallEvent::Park {
+            kind, arguments, ..
+        } = event
+        {
+            let call = self.call_mut(run, id)?;
+            call.kind = *kind;
+            if let Some(arguments) = arguments {
+                call.arguments = arguments.clone();
+            }
+        }
+        // What `store::calls::write` writes without a row check: a request
+        // recorded again, a result of a call nobody answered.
+        match event {
+            CallEvent::RecordParkRequest { .. } | CallEvent::RecordResult { .. } => Ok(()),
+            _ => written,
+        }
     }
 
     fn end_segment(&mut self, run: RunId, status: RunStatus) -> Result<()> {
