@@ -6,6 +6,7 @@
 //! messages. No IO, no async runtime: the IO crates (`store`, `queue`,
 //! `runtime`, `api`) carry out what this crate decides.
 
+pub mod answer_rules;
 pub mod approvals;
 pub mod call;
 pub mod canonical;

@@ -6,11 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentenkit_core::answer_rules::{rule, Policy};
 use agentenkit_core::reply::Verdict;
 use agentenkit_core::{Owner, RunId, ThreadId, ThreadStatus, ToolCallId, ToolKind};
 use agentenkit_queue::memory::MemoryQueue;
 use agentenkit_queue::QueueAdapter;
-use agentenkit_store::{AnswerChecks, AnswerTarget, PendingInput, RunView, Store};
+use agentenkit_store::{retry_conflicts, AnswerTarget, PendingInput, RunView, Store};
+
+use crate::replies::edit_issues;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -137,18 +140,29 @@ impl InlineRunner {
     async fn answer(&self, input: &PendingInput, verdict: Verdict) -> Result<()> {
         let call = ToolCallId(input.tool_call_id.clone());
         let run: RunId = input.run_id;
-        let registry = &self.registry;
-        let edits = move |tool: &str, arguments: &serde_json::Value| {
-            crate::replies::schema_issues(registry, tool, arguments)
+        let nobody = agentenkit_core::approvals::Approver::default();
+        let caller = agentenkit_core::answer_rules::Caller {
+            owner: self.owner.as_str(),
+            scopes: None,
+            approver: &nobody,
+            shown_hash: None,
         };
-        let checks = AnswerChecks {
-            edits: Some(&edits),
-            ..AnswerChecks::default()
-        };
-        let answered = self
-            .store
-            .answer(&self.owner, AnswerTarget::Run(run), &call, &verdict, checks)
-            .await?;
+        // The person at this terminal answers alone, by this process's
+        // agent file: edits are checked by its tools' schemas.
+        let answered = retry_conflicts(|| async {
+            let locked = self
+                .store
+                .lock_answer(&self.owner, AnswerTarget::Run(run), &call, None)
+                .await?;
+            let addressed = locked.addressed();
+            let policy = Policy {
+                edit_issues: Some(edit_issues(&self.registry, &addressed, &verdict, None)),
+                ..Policy::default()
+            };
+            let ruling = rule(&addressed, &verdict, &caller, &policy);
+            locked.write(ruling, None).await
+        })
+        .await?;
         if let Some(error) = answered.error {
             tracing::info!(tool_call_id = %call, %error, "reply not delivered");
         }

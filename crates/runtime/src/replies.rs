@@ -20,11 +20,12 @@
 
 use std::sync::Arc;
 
+use agentenkit_core::answer_rules::{rule, Addressed, Caller, Policy};
 use agentenkit_core::approvals::Approver;
 use agentenkit_core::questions::Issue;
 use agentenkit_core::reply::Verdict;
 use agentenkit_core::{KeyScopes, Owner, RunId, ThreadId, ToolCallId};
-use agentenkit_store::{AnswerChecks, AnswerTarget, Answered, RecordedItem, Scope, Store};
+use agentenkit_store::{retry_conflicts, AnswerTarget, Answered, RecordedItem, Scope, Store};
 use serde_json::Value;
 
 use crate::reaper::{reclaim_requests, ReapReport, ReaperConfig};
@@ -379,27 +380,98 @@ impl Replies {
             Option<(&str, &Registry)>,
         ),
     ) -> Result<Answered> {
-        let edits = move |tool: &str, arguments: &Value| match edit_checked {
+        let nobody = Approver::default();
+        let caller = Caller {
+            owner: owner.as_str(),
+            scopes: self.scopes,
+            approver: self.approver.as_ref().unwrap_or(&nobody),
+            shown_hash: arguments_hash,
+        };
+        let asked = Asked {
+            target,
+            call,
+            verdict,
+        };
+        answer_checked(&self.store, registry, asked, &caller, record, edit_checked).await
+    }
+}
+
+/// What an answer addresses and says.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    pub target: AnswerTarget,
+    pub call: &'a ToolCallId,
+    pub verdict: &'a Verdict,
+}
+
+/// The answer, decided by the rules of `agentenkit_core::answer_rules` on
+/// the call as read under its run's lock, with `registry`'s version of the
+/// run's agent as the policy; then written (or rolled back). Edits that
+/// `edit_checked` says fit (that tool, by that registry) are not checked
+/// again.
+async fn answer_checked(
+    store: &Store,
+    registry: &Registry,
+    asked: Asked<'_>,
+    caller: &Caller<'_>,
+    record: Option<RecordedItem<'_>>,
+    edit_checked: Option<(&str, &Registry)>,
+) -> Result<Answered> {
+    let owner = Owner(caller.owner.to_owned());
+    let answered = retry_conflicts(|| async {
+        let locked = store
+            .lock_answer(&owner, asked.target, asked.call, caller.scopes)
+            .await?;
+        let addressed = locked.addressed();
+        let policy = policy_of(registry, &addressed, asked.verdict, edit_checked);
+        let ruling = rule(&addressed, asked.verdict, caller, &policy);
+        locked.write(ruling, record).await
+    })
+    .await?;
+    Ok(answered)
+}
+
+/// What `registry`'s version of the run's agent says of the addressed
+/// call: whether it is the run's version, the tool's approval rule, and
+/// the issues of edited arguments against the tool's input schema.
+fn policy_of(
+    registry: &Registry,
+    addressed: &Addressed<'_>,
+    verdict: &Verdict,
+    edit_checked: Option<(&str, &Registry)>,
+) -> Policy {
+    let ours = registry
+        .agent_version(addressed.agent)
+        .map(|v| v.hash.as_str());
+    Policy {
+        other_version: addressed
+            .agent_version
+            .is_some_and(|pinned| ours != Some(pinned)),
+        rule: registry.approval_rule(addressed.tool_name),
+        edit_issues: Some(edit_issues(registry, addressed, verdict, edit_checked)),
+    }
+}
+
+/// The issues of the arguments `verdict` edits (none when it edits none)
+/// against the input schema of the addressed call's tool in `registry`.
+pub(crate) fn edit_issues(
+    registry: &Registry,
+    addressed: &Addressed<'_>,
+    verdict: &Verdict,
+    edit_checked: Option<(&str, &Registry)>,
+) -> Vec<Issue> {
+    let tool = addressed.tool_name;
+    match verdict {
+        Verdict::Approve {
+            arguments: Some(edited),
+            ..
+        } => match edit_checked {
             // The run's lock holds its version to the registry's (else
             // `PinnedToOtherVersion`), and a call's tool never changes.
             Some((checked, by)) if checked == tool && std::ptr::eq(by, registry) => Vec::new(),
-            _ => schema_issues(registry, tool, arguments),
-        };
-        let rule_of = move |tool: &str| registry.approval_rule(tool);
-        let version_of = move |agent: &str| registry.agent_version(agent).map(|v| v.hash.clone());
-        let checks = AnswerChecks {
-            arguments_hash,
-            edits: Some(&edits),
-            record,
-            scopes: self.scopes,
-            approver: self.approver.as_ref(),
-            approval_rule: Some(&rule_of),
-            version_of: Some(&version_of),
-        };
-        Ok(self
-            .store
-            .answer(owner, target, call, verdict, checks)
-            .await?)
+            _ => schema_issues(registry, tool, edited),
+        },
+        _ => Vec::new(),
     }
 }
 

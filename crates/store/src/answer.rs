@@ -6,17 +6,16 @@
 //! (first answer wins), `INPUT_RESOLVED` is written, and when no request of
 //! the run is left open the resume segment goes into the outbox.
 
-use agentenkit_core::approvals::{cast, ApprovalRule, Approver, Cast, Vote};
-use agentenkit_core::canonical::arguments_hash;
-use agentenkit_core::questions::Issue;
-use agentenkit_core::reply::{reduce, refusal, ReplyError, SettledReply, Verdict};
+use agentenkit_core::answer_rules::{rule, Addressed, AnswerError, Caller, Policy, Ruling};
+use agentenkit_core::approvals::{Approver, Vote};
+use agentenkit_core::reply::{SettledReply, Verdict};
 use agentenkit_core::{
-    CallEvent, EventType, KeyScope, KeyScopes, Owner, QueueMessage, RunId, ThreadId, ToolCallId,
-    ToolKind,
+    CallEvent, EventType, KeyScopes, Owner, QueueMessage, RunId, ThreadId, ToolCallId,
 };
 use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
 
+use crate::error::retry_conflicts;
 use crate::event_insert::{event_ops, insert_event, returned_outbox};
 use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
@@ -64,52 +63,139 @@ impl Answered {
     }
 }
 
-/// The issues of edited arguments against the input schema of the named
-/// tool (none when they fit).
-pub type EditCheck<'a> = dyn Fn(&str, &Value) -> Vec<Issue> + Send + Sync + 'a;
-
-/// What an answer is checked against, under its run's lock, before it
-/// settles anything.
+/// What an answer is checked against besides its call's own rules, for a
+/// caller that brings no agent version's policy (a Rust caller that knows
+/// its agents): one person approves, edits are refused.
 #[derive(Default, Clone, Copy)]
 pub struct AnswerChecks<'a> {
     /// The `argumentsHash` the person was shown: when the call's arguments
     /// hash otherwise, the answer is refused ([`Error::ArgumentsHashMismatch`]).
     pub arguments_hash: Option<&'a str>,
-    /// The issues of edited arguments against the input schema of the
-    /// named tool (none when they fit). Without it, edits are refused.
-    pub edits: Option<&'a EditCheck<'a>>,
     /// A batch item's result, recorded under its idempotency key in the
     /// transaction that delivers the answer (nothing is recorded when the
     /// answer is refused).
     pub record: Option<crate::idempotency::RecordedItem<'a>>,
     /// The scopes of the caller's key: an answer to a request whose kind
     /// needs another scope is refused ([`Error::Forbidden`]). `None`
-    /// allows every answer (a Rust caller).
+    /// allows every answer.
     pub scopes: Option<KeyScopes>,
     /// Who the caller's key speaks for: its id (recorded with the
     /// decision), its holder and groups (multi-party approvals). `None`:
     /// the owner, as a key of `AGENTENKIT_API_KEYS`.
     pub approver: Option<&'a Approver>,
-    /// Who must approve a call of the named tool (one person when absent).
-    pub approval_rule: Option<&'a RuleOf<'a>>,
-    /// The version of the named agent whose tools and rules `edits` and
-    /// `approval_rule` check by. A request of a run pinned to another
-    /// version is refused ([`Error::PinnedToOtherVersion`]) before anything
-    /// is checked, for the caller to check by that version. `None`: no
-    /// such check (a Rust caller that knows its agents).
-    pub version_of: Option<&'a VersionOf<'a>>,
 }
 
-/// The version of the named agent a caller's checks implement.
-pub type VersionOf<'a> = dyn Fn(&str) -> Option<String> + Send + Sync + 'a;
+/// An open transaction holding the run's lock, with the call an answer
+/// addresses as read under it ([`LockedCall::addressed`]). The caller
+/// decides the answer by the rules of `agentenkit_core::answer_rules` on
+/// what it read, then [`LockedCall::write`]s the ruling; dropped, it rolls
+/// back.
+pub struct LockedCall<'s> {
+    store: &'s Store,
+    tx: OpenTx,
+    call: ToolCallId,
+    owner: Owner,
+    row: ReplyTarget,
+    answered_at: chrono::DateTime<chrono::Utc>,
+}
 
-/// The approval rule of the named tool.
-pub type RuleOf<'a> = dyn Fn(&str) -> ApprovalRule + Send + Sync + 'a;
+impl LockedCall<'_> {
+    /// The call as read under the lock.
+    pub fn addressed(&self) -> Addressed<'_> {
+        Addressed {
+            kind: self.row.kind,
+            status: self.row.status,
+            current: self.row.current,
+            tool_name: &self.row.tool_name,
+            arguments: &self.row.arguments,
+            votes: &self.row.approvals,
+            agent: &self.row.run_name,
+            agent_version: self.row.agent_version.as_deref(),
+            answered_at: self.answered_at,
+        }
+    }
+
+    /// Writes `ruling` and commits (a refusal writes nothing), recording a
+    /// batch item's result with it; then publishes what the commit put in
+    /// the outbox (the resume segment, when the answer closed the run's
+    /// last request).
+    pub async fn write(
+        self,
+        ruling: Result<Ruling, AnswerError>,
+        record: Option<crate::idempotency::RecordedItem<'_>>,
+    ) -> Result<Answered> {
+        let ruling = match ruling {
+            Ok(ruling) => ruling,
+            Err(refused) => {
+                self.tx.rollback().await?;
+                return Err(refused.into());
+            }
+        };
+        let notify = self.store.notify_rule();
+        let (ops, approvals, waited) = match &ruling {
+            Ruling::Refused(reason) => {
+                self.tx.rollback().await?;
+                return Ok(Answered::refused(reason));
+            }
+            Ruling::Vote {
+                votes,
+                given,
+                required,
+            } => {
+                let mut ops = vote_ops(&self.row, &self.call, votes, (*given, *required), notify)?;
+                // A batch retried answers this item as it was answered.
+                let counted = json!({
+                    "delivered": true,
+                    "approvals": { "given": given, "required": required },
+                });
+                ops.extend(record.map(|item| item.op_with(&self.owner, counted)));
+                (ops, Some((*given, *required)), None)
+            }
+            Ruling::Settle(reply) => {
+                let mut ops = settle_ops(&self.row, &self.call, reply, notify)?;
+                ops.extend(record.map(|item| item.op(&self.owner)));
+                let waited = std::time::Duration::from_secs_f64(self.row.waited_secs.max(0.0));
+                (ops, None, Some(waited))
+            }
+        };
+        let outbox = returned_outbox(self.tx.commit_with(ops).await?)?;
+        self.store.publish(&outbox).await;
+        Ok(Answered {
+            delivered: true,
+            error: None,
+            waited,
+            outbox,
+            approvals,
+        })
+    }
+}
+
+impl From<AnswerError> for Error {
+    fn from(refused: AnswerError) -> Self {
+        match refused {
+            AnswerError::Forbidden { missing } => Error::Forbidden { missing },
+            AnswerError::PinnedToOtherVersion { agent, version } => {
+                Error::PinnedToOtherVersion { agent, version }
+            }
+            AnswerError::Mismatch { kind } => Error::ReplyMismatch {
+                kind: kind.to_string(),
+            },
+            AnswerError::InvalidAnswers(issues) => Error::InvalidAnswers(issues),
+            AnswerError::CannotEdit { kind } => Error::CannotEdit { kind },
+            AnswerError::ArgumentsHashMismatch { expected, actual } => {
+                Error::ArgumentsHashMismatch { expected, actual }
+            }
+            AnswerError::InvalidArguments(issues) => Error::InvalidArguments(issues),
+            AnswerError::NotAnApprover { groups } => Error::NotAnApprover { groups },
+        }
+    }
+}
 
 impl Store {
-    /// Settles an open request with `verdict` on behalf of `owner`.
-    /// `NotFound` when the owner has no such call, or it has not parked yet
-    /// (an answer can never arrive for a call the history does not have).
+    /// Settles an open request with `verdict` on behalf of `owner`, by the
+    /// call's own rules and `checks` (see [`AnswerChecks`]). `NotFound`
+    /// when the owner has no such call, or it has not parked yet (an
+    /// answer can never arrive for a call the history does not have).
     pub async fn answer(
         &self,
         owner: &Owner,
@@ -118,23 +204,35 @@ impl Store {
         verdict: &Verdict,
         checks: AnswerChecks<'_>,
     ) -> Result<Answered> {
-        let answered = crate::error::retry_conflicts(|| {
-            self.answer_once(owner, target, call, verdict, checks)
+        let nobody = Approver::default();
+        let caller = Caller {
+            owner: owner.as_str(),
+            scopes: checks.scopes,
+            approver: checks.approver.unwrap_or(&nobody),
+            shown_hash: checks.arguments_hash,
+        };
+        retry_conflicts(|| async {
+            let locked = self.lock_answer(owner, target, call, checks.scopes).await?;
+            let ruling = rule(&locked.addressed(), verdict, &caller, &Policy::default());
+            locked.write(ruling, checks.record).await
         })
-        .await?;
-        self.publish(&answered.outbox).await;
-        Ok(answered)
+        .await
     }
 
-    async fn answer_once(
+    /// Opens the answer's transaction: the run's row lock (which
+    /// serializes replies to its requests, expiries, and the worker's
+    /// fence), and the addressed call read after it. `NotFound` when the
+    /// owner has no such call, or it has not parked yet. A caller that
+    /// may meet a conflict runs this and what follows in
+    /// [`retry_conflicts`].
+    pub async fn lock_answer(
         &self,
         owner: &Owner,
         target: AnswerTarget,
         call: &ToolCallId,
-        verdict: &Verdict,
-        checks: AnswerChecks<'_>,
-    ) -> Result<Answered> {
-        let run = self.run_to_lock(owner, target, call, checks.scopes).await?;
+        scopes: Option<KeyScopes>,
+    ) -> Result<LockedCall<'_>> {
+        let run = self.run_to_lock(owner, target, call, scopes).await?;
         let tx = OpenTx::new(self.client().await?);
         let Some((answered_at, row)) = lock_and_locate(&tx, run, call, owner).await? else {
             tx.rollback().await?;
@@ -143,121 +241,13 @@ impl Store {
                 id: call.to_string(),
             });
         };
-        // A key that may not answer this kind of request learns nothing of
-        // it, not even whether it is still open.
-        if let Some(needed) = checks
-            .scopes
-            .zip(KeyScope::to_answer(row.kind))
-            .and_then(|(scopes, needed)| (!scopes.allow(needed)).then_some(needed))
-        {
-            tx.rollback().await?;
-            return Err(Error::Forbidden { missing: needed });
-        }
-        // A request no longer open refuses every reply, whatever its shape.
-        if let Some(reason) = refusal(row.status, row.current) {
-            tx.rollback().await?;
-            return Ok(Answered::refused(reason));
-        }
-        // Checked by the tools and rules of the run's own version.
-        if let (Some(version_of), Some(pinned)) = (checks.version_of, &row.agent_version) {
-            if version_of(&row.run_name).as_ref() != Some(pinned) {
-                tx.rollback().await?;
-                return Err(Error::PinnedToOtherVersion {
-                    agent: row.run_name.clone(),
-                    version: pinned.clone(),
-                });
-            }
-        }
-        let mut reply =
-            match reduce_reply(&row, verdict).and_then(|reply| checked(&row, reply, checks)) {
-                Ok(reply) => reply,
-                Err(e) => {
-                    tx.rollback().await?;
-                    return Err(e);
-                }
-            };
-        let approver = checks.approver.cloned().unwrap_or_default();
-        reply.answered_by = Some(owner.to_string());
-        reply.key_id = approver.key_id.clone();
-        let rule = match (row.kind, checks.approval_rule) {
-            (ToolKind::Approval, Some(rule_of)) => rule_of(&row.tool_name),
-            _ => ApprovalRule::default(),
-        };
-        // Only an approver may deny a call several people approve: one
-        // deny settles it.
-        if !rule.is_single()
-            && !reply.approved
-            && !rule.from.is_empty()
-            && !approver.groups.iter().any(|g| rule.from.contains(g))
-        {
-            tx.rollback().await?;
-            return Err(Error::NotAnApprover { groups: rule.from });
-        }
-        if !rule.is_single() && reply.approved {
-            let vote = Vote {
-                principal: approver.principal(owner.as_str()),
-                key_id: approver.key_id.clone(),
-                answered_by: owner.to_string(),
-                answered_at,
-                message: reply.message.clone(),
-            };
-            let mut votes = row.approvals.clone();
-            let counted = cast(&rule, &votes, &vote.principal, &approver.groups);
-            // What the tool gets is what was proposed: no approver edits
-            // it, nor hands it a payload, alone.
-            if counted != Cast::NotAnApprover
-                && (reply.arguments.is_some() || reply.payload.is_some())
-            {
-                tx.rollback().await?;
-                return Err(Error::CannotEdit {
-                    kind: "multi-party approval".into(),
-                });
-            }
-            if !votes.iter().any(|v| v.principal == vote.principal) {
-                votes.push(vote);
-            }
-            match counted {
-                Cast::NotAnApprover => {
-                    tx.rollback().await?;
-                    return Err(Error::NotAnApprover { groups: rule.from });
-                }
-                Cast::AlreadyGiven => {
-                    tx.rollback().await?;
-                    return Ok(Answered::refused("You have already approved this request"));
-                }
-                Cast::Counted { given, required } => {
-                    let mut ops =
-                        vote_ops(&row, call, &votes, (given, required), self.notify_rule())?;
-                    // A batch retried answers this item as it was answered.
-                    let counted = json!({
-                        "delivered": true,
-                        "approvals": { "given": given, "required": required },
-                    });
-                    ops.extend(checks.record.map(|item| item.op_with(owner, counted)));
-                    let answers = tx.commit_with(ops).await?;
-                    return Ok(Answered {
-                        delivered: true,
-                        error: None,
-                        waited: None,
-                        outbox: returned_outbox(answers)?,
-                        approvals: Some((given, required)),
-                    });
-                }
-                Cast::Complete => reply.approvals = Some(serde_json::to_value(&votes)?),
-            }
-        }
-        reply.answered_at = Some(answered_at);
-        let mut ops = settle_ops(&row, call, &reply, self.notify_rule())?;
-        ops.extend(checks.record.map(|item| item.op(owner)));
-        // The resume segment, when this was the run's last open request,
-        // and the event's notification.
-        let outbox = returned_outbox(tx.commit_with(ops).await?)?;
-        Ok(Answered {
-            delivered: true,
-            error: None,
-            waited: Some(std::time::Duration::from_secs_f64(row.waited_secs.max(0.0))),
-            outbox,
-            approvals: None,
+        Ok(LockedCall {
+            store: self,
+            tx,
+            call: call.clone(),
+            owner: owner.clone(),
+            row,
+            answered_at,
         })
     }
 
@@ -278,51 +268,6 @@ impl Store {
             }
         })
     }
-}
-
-/// What `verdict` means for the request `row` is: the kind of wait decides;
-/// a reply of the wrong shape, or answers that do not fit, record nothing.
-fn reduce_reply(row: &ReplyTarget, verdict: &Verdict) -> Result<SettledReply> {
-    reduce(row.kind, verdict, &row.arguments).map_err(|e| match e {
-        ReplyError::Mismatch => Error::ReplyMismatch {
-            kind: row.kind.to_string(),
-        },
-        ReplyError::InvalidAnswers(issues) => Error::InvalidAnswers(issues),
-        ReplyError::CannotEdit => Error::CannotEdit {
-            kind: row.kind.to_string(),
-        },
-    })
-}
-
-/// `reply` once `checks` pass, with the hash of the arguments it decided on.
-fn checked(
-    row: &ReplyTarget,
-    mut reply: SettledReply,
-    checks: AnswerChecks<'_>,
-) -> Result<SettledReply> {
-    let hash = arguments_hash(&row.arguments);
-    if let Some(expected) = checks.arguments_hash {
-        if expected != hash {
-            return Err(Error::ArgumentsHashMismatch {
-                expected: expected.to_owned(),
-                actual: hash,
-            });
-        }
-    }
-    if let Some(edited) = &reply.arguments {
-        let issues = match checks.edits {
-            Some(check) => check(&row.tool_name, edited),
-            None => vec![Issue {
-                path: String::new(),
-                message: "edited arguments cannot be checked here (no tool schemas)".into(),
-            }],
-        };
-        if !issues.is_empty() {
-            return Err(Error::InvalidArguments(issues));
-        }
-    }
-    reply.arguments_hash = Some(hash);
-    Ok(reply)
 }
 
 /// The statement that writes `event` on the waiting call `row`, once the

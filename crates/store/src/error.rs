@@ -125,7 +125,7 @@ const CONFLICT_RETRIES: u32 = 6;
 /// serialization failure, runs it again at once after a short random pause
 /// (so two conflicting transactions do not meet again in step), rather than
 /// handing the work back for a lease's time.
-pub(crate) async fn retry_conflicts<T, F, Fut>(mut attempt: F) -> Result<T>
+pub async fn retry_conflicts<T, F, Fut>(mut attempt: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,

@@ -48,11 +48,11 @@ mod versions;
 mod views;
 mod watch;
 
-pub use answer::{AddressedTool, AnswerChecks, AnswerTarget, Answered, VersionOf};
+pub use answer::{AddressedTool, AnswerChecks, AnswerTarget, Answered, LockedCall};
 pub use bounded::{ReadBound, ReadPage};
 pub use change::Change;
 pub use engine::RunEngine;
-pub use error::{Error, Result};
+pub use error::{retry_conflicts, Error, Result};
 pub use event_insert::{INSERT_EVENT_SQL, INSERT_MESSAGE_SQL};
 pub use expire::{Expiry, Scope};
 pub use idempotency::{Claim, Hold, KeyTimes, RecordedItem};
