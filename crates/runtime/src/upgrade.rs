@@ -8,7 +8,7 @@
 //! was. The move is journaled (`version:<hash>`), so a replay agrees.
 
 use agentenkit_core::ToolKind;
-use agentenkit_store::{OpenCall, OpenRun, Store, UpgradeOutcome};
+use agentenkit_store::{OpenCall, OpenRun, Store};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -122,7 +122,6 @@ pub async fn upgrade_runs(
             AgentVersion::short(&hash)
         ))
     })?;
-    let check = |calls: &[OpenCall]| compatible(&registry, agent, calls);
     let mut report = UpgradeReport {
         to: hash.clone(),
         ..UpgradeReport::default()
@@ -131,7 +130,7 @@ pub async fn upgrade_runs(
         .open_runs_of_agent(agent, &hash, MAX_RUNS_PER_UPGRADE)
         .await?
     {
-        match store.upgrade_run(&run, &hash, &check, dry_run).await? {
+        match upgrade_run(store, &run, (&registry, agent), &hash, dry_run).await? {
             UpgradeOutcome::Moved => report.moved.push(run),
             UpgradeOutcome::Incompatible(reason) => report.left.push((run, reason)),
             UpgradeOutcome::Changed => report.left.push((
@@ -142,6 +141,40 @@ pub async fn upgrade_runs(
         }
     }
     Ok(report)
+}
+
+/// What became of one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpgradeOutcome {
+    /// Moved (or, in a dry run, would be).
+    Moved,
+    /// Left as it was: why.
+    Incompatible(String),
+    /// No longer queued or waiting on the version it was read on (it ran,
+    /// finished, or was moved meanwhile).
+    Changed,
+}
+
+/// Moves `run` to version `to` of `agent` (built as `registry`) if it is
+/// still queued or waiting on the version it was read on and its open
+/// calls, read under its lock, are compatible with `to`.
+async fn upgrade_run(
+    store: &Store,
+    run: &OpenRun,
+    (registry, agent): (&Registry, &str),
+    to: &str,
+    dry_run: bool,
+) -> Result<UpgradeOutcome> {
+    let Some(locked) = store.lock_for_upgrade(run).await? else {
+        return Ok(UpgradeOutcome::Changed);
+    };
+    if let Err(reason) = compatible(registry, agent, locked.open_calls()) {
+        return Ok(UpgradeOutcome::Incompatible(reason));
+    }
+    if !dry_run {
+        locked.move_to(to, "upgrade").await?;
+    }
+    Ok(UpgradeOutcome::Moved)
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ pub use sent_here::{ClaimedEvent, LocalSender, SentHere};
 pub use statistics::GROWN_MARGIN_ROWS;
 pub use threads::{StartedRun, THREAD_PENDING_INPUTS};
 pub use tls::SslMode;
-pub use upgrade::{OpenCall, OpenRun, UpgradeOutcome};
+pub use upgrade::{LockedRun, OpenCall, OpenRun};
 pub use versions::StoredVersion;
 pub use views::{
     EventView, InboxPosition, MessageView, PendingInput, RunView, ThreadView, UsageView,

@@ -3,16 +3,17 @@
 //!
 //! The move is one transaction under the run's lock: the run must still be
 //! queued or waiting on the version it was read on; its open calls are
-//! read under the lock and judged by the caller (does each call's tool
-//! exist in the new version, do its arguments fit); then the run row names
-//! the new version and a `version:<hash>` entry is appended to its journal,
-//! which a replay steps over. `RUN_STARTED` keeps saying the version the
-//! run started on.
+//! read under the lock and handed back to the caller, which judges them
+//! (does each call's tool exist in the new version, do its arguments fit);
+//! then the run row names the new version and a `version:<hash>` entry is
+//! appended to its journal, which a replay steps over. `RUN_STARTED` keeps
+//! saying the version the run started on.
 
 use agentenkit_core::journal::names;
 use agentenkit_core::{JournalEntry, RunId, ThreadId, ToolKind};
 use serde_json::{json, Value};
 
+use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::{Lease, Result, Store};
 
 /// An open run of an agent, as an upgrade lists it.
@@ -32,18 +33,6 @@ pub struct OpenCall {
     pub name: String,
     pub kind: ToolKind,
     pub arguments: Value,
-}
-
-/// What became of one run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpgradeOutcome {
-    /// Moved (or, in a dry run, would be).
-    Moved,
-    /// Left as it was: the check's reason.
-    Incompatible(String),
-    /// No longer queued or waiting on the version it was read on (it ran,
-    /// finished, or was moved meanwhile).
-    Changed,
 }
 
 impl Store {
@@ -76,75 +65,82 @@ impl Store {
             .collect())
     }
 
-    /// Moves `run` from version `from` to `to` if it is still queued or
-    /// waiting on `from` and `check` passes its open calls (read under
-    /// the run's lock). `dry_run` checks and changes nothing.
-    pub async fn upgrade_run(
-        &self,
-        run: &OpenRun,
-        to: &str,
-        check: &Check<'_>,
-        dry_run: bool,
-    ) -> Result<UpgradeOutcome> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let locked = tx
-            .query_opt(
-                "SELECT 1 FROM runs WHERE id = $1 AND status IN ('queued', 'waiting')
-                   AND agent_version IS NOT DISTINCT FROM $2
-                 FOR NO KEY UPDATE",
-                &[&run.id.0, &run.agent_version],
-            )
-            .await?;
-        if locked.is_none() {
-            return Ok(UpgradeOutcome::Changed);
-        }
-        let outcome = move_run(&tx, run, to, check, dry_run, "upgrade").await?;
-        if outcome.0 == UpgradeOutcome::Moved && !dry_run {
-            tx.commit().await?;
-        }
-        Ok(outcome.0)
+    /// Locks `run` for an upgrade if it is still queued or waiting on the
+    /// version it was read on, and reads its open calls under the lock:
+    /// `None` when it changed meanwhile (it ran, finished, or was moved).
+    /// The caller judges the calls and moves the run ([`LockedRun::move_to`]),
+    /// or drops the lock, which rolls back.
+    pub async fn lock_for_upgrade(&self, run: &OpenRun) -> Result<Option<LockedRun>> {
+        let lock = Op::new(
+            "SELECT 1 FROM runs WHERE id = $1 AND status IN ('queued', 'waiting')
+               AND agent_version IS NOT DISTINCT FROM $2
+             FOR NO KEY UPDATE",
+            vec![Box::new(run.id.0), Box::new(run.agent_version.clone())],
+        );
+        self.lock_run(run.clone(), lock).await
     }
 
-    /// The switch of `on_deploy = "upgrade"`: the run `lease` holds moves
-    /// from `from` to `to` at the start of a segment if `check` passes its
-    /// open calls, in one transaction fenced by the lease. Returns the
-    /// journal entry it appended (for the segment's replay), or `None`
-    /// when the run stays (the check's reason) or the lease was lost.
-    pub async fn switch_version(
-        &self,
-        lease: &Lease,
-        from: &str,
-        to: &str,
-        check: &Check<'_>,
-    ) -> Result<std::result::Result<JournalEntry, String>> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let locked = tx
-            .query_opt(
-                "SELECT 1 FROM runs WHERE id = $1 AND lease_token = $2 AND status = 'running'
-                   AND lease_expires_at > now() AND agent_version = $3
-                 FOR NO KEY UPDATE",
-                &[&lease.run_id.0, &lease.token, &from],
-            )
-            .await?;
-        if locked.is_none() {
-            return Ok(Err("the lease was lost".into()));
-        }
+    /// The switch of `on_deploy = "upgrade"`: locks the run `lease` holds,
+    /// on version `from`, fenced by the lease, at the start of a segment;
+    /// `None` when the lease was lost. As [`Store::lock_for_upgrade`].
+    pub async fn lock_for_switch(&self, lease: &Lease, from: &str) -> Result<Option<LockedRun>> {
+        let lock = Op::new(
+            "SELECT 1 FROM runs WHERE id = $1 AND lease_token = $2 AND status = 'running'
+               AND lease_expires_at > now() AND agent_version = $3
+             FOR NO KEY UPDATE",
+            vec![
+                Box::new(lease.run_id.0),
+                Box::new(lease.token),
+                Box::new(from.to_owned()),
+            ],
+        );
         let run = OpenRun {
             id: lease.run_id,
             thread_id: lease.thread_id,
             status: "running".into(),
             agent_version: Some(from.to_owned()),
         };
-        match move_run(&tx, &run, to, check, false, "on_deploy").await? {
-            (UpgradeOutcome::Moved, Some(entry)) => {
-                tx.commit().await?;
-                Ok(Ok(entry))
-            }
-            (UpgradeOutcome::Incompatible(reason), _) => Ok(Err(reason)),
-            _ => Ok(Err("the run changed".into())),
+        self.lock_run(run, lock).await
+    }
+
+    /// `lock`, then the run's open calls read after it, in one round trip.
+    async fn lock_run(&self, run: OpenRun, lock: Op) -> Result<Option<LockedRun>> {
+        let tx = OpenTx::new(self.client().await?);
+        // Calls whose tool has not run: parked, or answered and not run yet
+        // (an approval's tool runs when the run resumes).
+        let open_calls = Op::new(
+            "SELECT id, name, kind, arguments_whole FROM tool_calls_whole
+             WHERE run_id = $1 AND result IS NULL
+               AND status IN ('proposed', 'pending_approval', 'executed')
+             ORDER BY created_at, id",
+            vec![Box::new(run.id.0)],
+        );
+        let mut answers = tx
+            .begin_with(vec![
+                lock.expect(Expect::Rows),
+                open_calls.expect(Expect::Rows),
+            ])
+            .await?
+            .into_iter()
+            .map(Answer::rows);
+        let (locked, calls) = (answers.next().unwrap_or_default(), answers.next());
+        if locked.is_empty() {
+            tx.rollback().await?;
+            return Ok(None);
         }
+        let calls = calls
+            .unwrap_or_default()
+            .iter()
+            .map(|row| {
+                Ok(OpenCall {
+                    id: row.get(0),
+                    name: row.get(1),
+                    kind: row.get::<_, &str>(2).parse()?,
+                    arguments: row.get(3),
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Some(LockedRun { tx, run, calls }))
     }
 
     /// Whether version `candidate` was first seen after version `than`
@@ -161,78 +157,67 @@ impl Store {
     }
 }
 
-/// Judges a run's open calls: `Err` says why it cannot move.
-pub type Check<'a> = dyn Fn(&[OpenCall]) -> std::result::Result<(), String> + Send + Sync + 'a;
+/// A run locked for a move to another version of its agent, with its open
+/// calls as read under the lock: the caller judges them (does each call's
+/// tool exist in the new version, do its arguments fit) and moves the run,
+/// or drops this, which rolls back.
+pub struct LockedRun {
+    tx: OpenTx,
+    run: OpenRun,
+    calls: Vec<OpenCall>,
+}
 
-/// Moves `run`, locked by the caller's transaction `tx`, to `to` if `check`
-/// passes its open calls: the journal entry, the run row, `RUN_STARTED`.
-/// Commits nothing.
-async fn move_run(
-    tx: &deadpool_postgres::Transaction<'_>,
-    run: &OpenRun,
-    to: &str,
-    check: &Check<'_>,
-    dry_run: bool,
-    by: &str,
-) -> Result<(UpgradeOutcome, Option<JournalEntry>)> {
-    // Calls whose tool has not run: parked, or answered and not run yet
-    // (an approval's tool runs when the run resumes).
-    let calls: Vec<OpenCall> = tx
-        .query(
-            "SELECT id, name, kind, arguments_whole FROM tool_calls_whole
-                 WHERE run_id = $1 AND result IS NULL
-                   AND status IN ('proposed', 'pending_approval', 'executed')
-                 ORDER BY created_at, id",
-            &[&run.id.0],
-        )
-        .await?
-        .iter()
-        .map(|row| {
-            Ok(OpenCall {
-                id: row.get(0),
-                name: row.get(1),
-                kind: row.get::<_, &str>(2).parse()?,
-                arguments: row.get(3),
-            })
-        })
-        .collect::<Result<_>>()?;
-    if let Err(reason) = check(&calls) {
-        return Ok((UpgradeOutcome::Incompatible(reason), None));
+impl LockedRun {
+    /// Calls whose tool has not run yet: what the new version must still
+    /// be able to do.
+    pub fn open_calls(&self) -> &[OpenCall] {
+        &self.calls
     }
-    if dry_run {
-        return Ok((UpgradeOutcome::Moved, None));
-    }
-    let name = names::version(to);
-    let value = json!({ "from": run.agent_version, "to": to, "by": by });
-    let position: i32 = tx
-        .query_one(
-            "INSERT INTO journal (run_id, position, name, value)
+
+    /// Moves the run to version `to` (`by` says who moved it, in the
+    /// journal entry) and commits: the `version:<hash>` entry a replay
+    /// steps over, the run row, and `RUN_STARTED`, which keeps saying the
+    /// version the run started on. Returns the entry, for a segment that
+    /// replays on.
+    pub async fn move_to(self, to: &str, by: &str) -> Result<JournalEntry> {
+        let run = &self.run;
+        let name = names::version(to);
+        let value = json!({ "from": run.agent_version, "to": to, "by": by });
+        let ops = vec![
+            Op::new(
+                "INSERT INTO journal (run_id, position, name, value)
                  SELECT $1, coalesce(max(position) + 1, 0), $2, $3 FROM journal WHERE run_id = $1
                  RETURNING position",
-            &[&run.id.0, &name, &value],
-        )
-        .await?
-        .get(0);
-    tx.execute(
-        "UPDATE runs SET agent_version = $2, updated_at = now() WHERE id = $1",
-        &[&run.id.0, &to],
-    )
-    .await?;
-    // RUN_STARTED left its version to the run row (packed bit 64): it
-    // keeps the one the run started on.
-    tx.execute(
-        "UPDATE events SET data = data || jsonb_build_object('agentVersion', $3::text),
-                    packed = packed & ~64::smallint
-             WHERE thread_id = $1 AND run_id = $2 AND type = 'RUN_STARTED' AND packed & 64 <> 0",
-        &[&run.thread_id.0, &run.id.0, &run.agent_version],
-    )
-    .await?;
-    Ok((
-        UpgradeOutcome::Moved,
-        Some(JournalEntry {
+                vec![Box::new(run.id.0), Box::new(name.clone()), Box::new(value.clone())],
+            )
+            .expect(Expect::Rows),
+            Op::new(
+                "UPDATE runs SET agent_version = $2, updated_at = now() WHERE id = $1",
+                vec![Box::new(run.id.0), Box::new(to.to_owned())],
+            ),
+            // RUN_STARTED left its version to the run row (packed bit 64):
+            // it keeps the one the run started on.
+            Op::new(
+                "UPDATE events SET data = data || jsonb_build_object('agentVersion', $3::text),
+                        packed = packed & ~64::smallint
+                 WHERE thread_id = $1 AND run_id = $2 AND type = 'RUN_STARTED' AND packed & 64 <> 0",
+                vec![
+                    Box::new(run.thread_id.0),
+                    Box::new(run.id.0),
+                    Box::new(run.agent_version.clone()),
+                ],
+            ),
+        ];
+        let answers = self.tx.commit_with(ops).await?;
+        let position: i32 = answers
+            .into_iter()
+            .next()
+            .and_then(|answer| answer.rows().first().map(|row| row.get(0)))
+            .ok_or_else(|| crate::Error::Corrupt(format!("run {}: no journal position", run.id)))?;
+        Ok(JournalEntry {
             position: position.max(0) as u32,
             name,
             value,
-        }),
-    ))
+        })
+    }
 }

@@ -44,14 +44,17 @@ impl Worker {
             }
         }
         let current = inner.registry.clone();
-        let check = |calls: &[agentenkit_store::OpenCall]| {
-            crate::upgrade::compatible(&current, &agent, calls)
+        let switched = async {
+            let Some(locked) = inner.store.lock_for_switch(&ctx.lease, &from).await? else {
+                return Ok(Err("the lease was lost".to_owned()));
+            };
+            // Judged here, on the calls read under the run's lock.
+            if let Err(reason) = crate::upgrade::compatible(&current, &agent, locked.open_calls()) {
+                return Ok(Err(reason));
+            }
+            locked.move_to(&ours.hash, "on_deploy").await.map(Ok)
         };
-        match inner
-            .store
-            .switch_version(&ctx.lease, &from, &ours.hash, &check)
-            .await
-        {
+        match switched.await {
             Ok(Ok(entry)) => {
                 tracing::info!(from = %from, to = %ours.hash, "the run moved to this worker's version of its agent");
                 ::metrics::counter!(metrics::VERSION_SWITCHES).increment(1);
