@@ -48,7 +48,13 @@ async fn a_thousand_parked_threads_hold_no_worker() {
     // messages, the ack) just after the park commits: then nothing is held.
     let wait_idle = || async {
         eventually("the worker is idle with every thread parked", || async {
-            (worker.busy() == 0 && env.store.leases_held().await.unwrap() == 0).then_some(())
+            let held = env
+                .rows(
+                    "SELECT count(*) FROM runs WHERE lease_expires_at > now() AND status = 'running'",
+                    |r| r.get::<_, i64>(0),
+                )
+                .await;
+            (worker.busy() == 0 && held == [0]).then_some(())
         })
         .await
     };

@@ -106,21 +106,6 @@ pub(crate) async fn consumed(tx: &Transaction<'_>, message: &QueueMessage) -> Re
 }
 
 impl Store {
-    /// Deletes the rows of messages known to be handled, by their keys
-    /// (as their consumers do).
-    pub async fn delete_outbox(&self, rows: &[OutboxRow]) -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let keys: Vec<String> = rows.iter().map(|r| r.message.outbox_key()).collect();
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached("DELETE FROM outbox WHERE key = ANY($1)")
-            .await?;
-        client.execute(&stmt, &[&keys]).await?;
-        Ok(())
-    }
-
     /// Claims up to `limit` rows whose messages should have been handled
     /// more than `older_than_ms` ago and were not (the committing process
     /// died before it published, the publish failed, or the broker lost the

@@ -211,18 +211,6 @@ impl Store {
         Ok(client.query_one(&stmt, &[&root.0]).await?.get(0))
     }
 
-    /// How many runs a worker holds a live lease on right now.
-    pub async fn leases_held(&self) -> Result<i64> {
-        let client = self.client().await?;
-        let row = client
-            .query_one(
-                "SELECT count(*) FROM runs WHERE lease_expires_at > now() AND status = 'running'",
-                &[],
-            )
-            .await?;
-        Ok(row.get(0))
-    }
-
     /// How many runs have the status, across owners (operators and the
     /// bench; the reaper's statuses are indexed, the others are a scan).
     pub async fn count_runs(&self, status: RunStatus) -> Result<i64> {
