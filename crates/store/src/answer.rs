@@ -12,11 +12,10 @@ use agentenkit_core::reply::{SettledReply, Verdict};
 use agentenkit_core::{
     CallEvent, EventType, KeyScopes, Owner, QueueMessage, RunId, ThreadId, ToolCallId,
 };
-use deadpool_postgres::Transaction;
 use serde_json::{json, Value};
 
 use crate::error::retry_conflicts;
-use crate::event_insert::{event_ops, insert_event, returned_outbox};
+use crate::event_insert::{event_ops, returned_outbox};
 use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Op, OpenTx};
@@ -312,8 +311,8 @@ fn vote_ops(
 }
 
 /// The statements that record `reply` to the open request `row`: the row
-/// settles, its expiry's outbox row goes, the run resumes if that was all
-/// it waited on, and `INPUT_RESOLVED` last (after every row lock).
+/// settles, its expiry's outbox row goes, then what every settled request
+/// ends with ([`resolved_ops`]).
 fn settle_ops(
     row: &ReplyTarget,
     call: &ToolCallId,
@@ -332,53 +331,49 @@ fn settle_ops(
             run_id: run,
             tool_call_id: call.clone(),
         }),
-        crate::resume::resume_op(run),
     ];
+    let settled = Settled {
+        thread: row.thread_id,
+        run,
+        call,
+        tool_name: &row.tool_name,
+    };
+    ops.extend(resolved_ops(settled, reply, notified)?);
+    Ok(ops)
+}
+
+/// A request that just settled: which call, of which run and thread.
+#[derive(Clone, Copy)]
+pub(crate) struct Settled<'a> {
+    pub thread: ThreadId,
+    pub run: RunId,
+    pub call: &'a ToolCallId,
+    pub tool_name: &'a str,
+}
+
+/// What every settled request (answered or expired) ends its transaction
+/// with: the run resumes if that was all it waited on, and
+/// `INPUT_RESOLVED`, carrying the reply and the call it settled, last
+/// (after every row lock, see `INSERT_EVENT_SQL`).
+pub(crate) fn resolved_ops(
+    settled: Settled<'_>,
+    reply: &SettledReply,
+    notified: crate::sent_here::NotifyRule<'_>,
+) -> Result<Vec<Op>> {
+    let mut data = serde_json::to_value(reply)?;
+    if let Value::Object(map) = &mut data {
+        map.insert("runId".into(), json!(settled.run));
+        map.insert("toolCallId".into(), json!(settled.call));
+        map.insert("toolName".into(), json!(settled.tool_name));
+    }
+    let mut ops = vec![crate::resume::resume_op(settled.run)];
     ops.extend(event_ops(
-        row.thread_id,
-        Some(run),
+        settled.thread,
+        Some(settled.run),
         EventType::InputResolved,
-        resolved_event(row, call, reply)?,
+        data,
         &RowFields::default(),
         notified,
     ));
     Ok(ops)
-}
-
-/// The data of `INPUT_RESOLVED`: the reply, and which call it settled.
-fn resolved_event(row: &ReplyTarget, call: &ToolCallId, reply: &SettledReply) -> Result<Value> {
-    let mut data = serde_json::to_value(reply)?;
-    if let Value::Object(map) = &mut data {
-        map.insert("runId".into(), json!(row.run_id));
-        map.insert("toolCallId".into(), json!(call));
-        map.insert("toolName".into(), json!(row.tool_name));
-    }
-    Ok(data)
-}
-
-/// After a row settled: `INPUT_RESOLVED`, and the resume segment when it was
-/// the run's last open request. Shared by answers and expiry.
-pub(crate) async fn settle(
-    tx: &Transaction<'_>,
-    row: &ReplyTarget,
-    call: &ToolCallId,
-    reply: &SettledReply,
-    notified: crate::sent_here::NotifyRule<'_>,
-) -> Result<Vec<OutboxRow>> {
-    let data = resolved_event(row, call, reply)?;
-    let mut outbox = crate::resume::resume_if_settled(tx, row.run_id).await?;
-    // The event last, after every row lock (see INSERT_EVENT_SQL); the
-    // caller commits right after.
-    outbox.extend(
-        insert_event(
-            tx,
-            row.thread_id,
-            Some(row.run_id),
-            EventType::InputResolved,
-            &data,
-            notified,
-        )
-        .await?,
-    );
-    Ok(outbox)
 }

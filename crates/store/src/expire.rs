@@ -7,9 +7,31 @@ use agentenkit_core::{CallEvent, QueueMessage, RunId, ThreadId, ToolCallId, Tool
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::answer::{settle, ReplyTarget};
+use crate::answer::{resolved_ops, Settled};
+use crate::event_insert::returned_outbox;
 use crate::outbox::{self, OutboxRow};
+use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::{Result, Store};
+
+/// The reply an expiry settles a request with: nobody's, the timeout
+/// denial.
+fn expired_reply(at: DateTime<Utc>) -> SettledReply {
+    SettledReply {
+        status: ToolCallStatus::Expired,
+        approved: false,
+        payload: None,
+        reason: None,
+        answers: None,
+        defaulted: None,
+        answered_by: None,
+        answered_at: Some(at),
+        arguments: None,
+        message: None,
+        arguments_hash: None,
+        key_id: None,
+        approvals: None,
+    }
+}
 
 /// What an expiry attempt found.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,90 +71,91 @@ impl Store {
         Ok(expiry)
     }
 
+    /// One round trip reads under the run's lock, the next writes what
+    /// it found: nothing, the expiry again for the remainder, or the
+    /// expiry's plan.
     async fn expire_once(&self, run: RunId, call: &ToolCallId) -> Result<Expiry> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
         let message = QueueMessage::Expiry {
             run_id: run,
             tool_call_id: call.clone(),
         };
+        let tx = OpenTx::new(self.client().await?);
         // Same lock order as an answer (run, then its rows, then the
-        // outbox row both delete): the two serialize instead of deadlocking.
-        let stmt = tx
-            .prepare_cached("SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE")
-            .await?;
-        let locked = tx.query_opt(&stmt, &[&run.0]).await?.is_some();
-        // Whatever this finds, the message has been handled.
-        outbox::consumed(&tx, &message).await?;
-        if !locked {
-            tx.commit().await?;
-            return Ok(Expiry::Gone);
-        }
-        let stmt = tx
-            .prepare_cached(
-                "SELECT tc.status, tc.expires_at, now(), tc.thread_id, tc.kind, tc.name,
-                        tc.arguments_whole
-                 FROM tool_calls_whole tc WHERE tc.run_id = $1 AND tc.id = $2",
-            )
-            .await?;
-        let Some(row) = tx.query_opt(&stmt, &[&run.0, &call.as_str()]).await? else {
-            tx.commit().await?;
-            return Ok(Expiry::Gone);
+        // outbox row both delete): the two serialize instead of
+        // deadlocking. Whatever this finds, the message has been handled.
+        let mut answers = tx
+            .begin_with(vec![
+                Op::new(
+                    "SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+                    vec![Box::new(run.0)],
+                )
+                .expect(Expect::Rows),
+                outbox::consumed_op(&message),
+                Op::new(
+                    "SELECT tc.status, tc.expires_at, now(), tc.thread_id, tc.name
+                     FROM tool_calls tc WHERE tc.run_id = $1 AND tc.id = $2",
+                    vec![Box::new(run.0), Box::new(call.as_str().to_owned())],
+                )
+                .expect(Expect::Rows),
+            ])
+            .await?
+            .into_iter()
+            .map(Answer::rows);
+        let locked = answers.next().is_some_and(|rows| !rows.is_empty());
+        let found = answers.nth(1).unwrap_or_default();
+        let row = match found.first() {
+            Some(row) if locked => row,
+            _ => {
+                tx.commit_with(Vec::new()).await?;
+                return Ok(Expiry::Gone);
+            }
         };
         let status: ToolCallStatus = row.get::<_, &str>(0).parse()?;
         let expires_at: Option<DateTime<Utc>> = row.get(1);
         let now: DateTime<Utc> = row.get(2);
         let (ToolCallStatus::PendingApproval, Some(expires_at)) = (status, expires_at) else {
-            tx.commit().await?;
+            tx.commit_with(Vec::new()).await?;
             return Ok(Expiry::Gone);
         };
         if now < expires_at {
             let remaining_ms = (expires_at - now).num_milliseconds().max(1) as u64;
-            let row = outbox::insert(&tx, &message, remaining_ms).await?;
-            tx.commit().await?;
+            let answers = tx
+                .commit_with(vec![outbox::insert_op(&message, remaining_ms)])
+                .await?;
+            let outbox = match answers.into_iter().next() {
+                Some(Answer::Ids(ids)) => ids
+                    .into_iter()
+                    .map(|id| OutboxRow {
+                        id,
+                        message: message.clone(),
+                        delay_ms: remaining_ms,
+                        claimed: None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
             return Ok(Expiry::NotDue {
                 remaining_ms,
-                outbox: vec![row],
+                outbox,
             });
         }
-        let reply = SettledReply {
-            status: ToolCallStatus::Expired,
-            approved: false,
-            payload: None,
-            reason: None,
-            answers: None,
-            defaulted: None,
-            answered_by: None,
-            answered_at: Some(now),
-            arguments: None,
-            message: None,
-            arguments_hash: None,
-            key_id: None,
-            approvals: None,
+        let settled = Settled {
+            thread: ThreadId(row.get::<_, Uuid>(3)),
+            run,
+            call,
+            tool_name: row.get(4),
         };
-        crate::pipeline::execute(
-            &tx,
-            crate::calls::write_one(run, call, &CallEvent::Expire { at: now })?,
-        )
-        .await?;
-        let target = ReplyTarget {
-            run_id: run,
-            thread_id: ThreadId(row.get::<_, Uuid>(3)),
-            status,
-            kind: row.get::<_, &str>(4).parse()?,
-            tool_name: row.get(5),
-            current: true,
-            arguments: row.get(6),
-            waited_secs: 0.0,
-            approvals: Vec::new(),
-            // An expiry checks nothing against a version.
-            run_name: String::new(),
-            agent_version: None,
-            reason: None,
-            expires_at: Some(expires_at),
-        };
-        let outbox = settle(&tx, &target, call, &reply, self.notify_rule()).await?;
-        tx.commit().await?;
+        let mut ops = vec![crate::calls::write_one(
+            run,
+            call,
+            &CallEvent::Expire { at: now },
+        )?];
+        ops.extend(resolved_ops(
+            settled,
+            &expired_reply(now),
+            self.notify_rule(),
+        )?);
+        let outbox = returned_outbox(tx.commit_with(ops).await?)?;
         let late_ms = (now - expires_at).num_milliseconds().max(0) as u64;
         Ok(Expiry::Expired { outbox, late_ms })
     }
