@@ -5,9 +5,9 @@
 //! delegations, reclaims) are each exercised by their own tests, which run
 //! against the same constraint.
 
-use agentenkit_store::{Store, StoreConfig};
-use agentenkit_tests::database_url;
 use tokio_postgres::error::SqlState;
+
+use crate::migrations::{fresh_store, raw_client};
 
 /// Each row: its status, the columns set beside it, and whether some state
 /// of a call has exactly that.
@@ -46,16 +46,10 @@ const ROWS: &[(&str, &str, bool)] = &[
 
 #[tokio::test]
 async fn a_row_cannot_hold_what_no_call_state_has() {
-    let mut config = StoreConfig::new(database_url());
-    config.schema = Some(format!("t_{}", uuid::Uuid::now_v7().simple()));
-    config.max_connections = 2;
-    let store = Store::connect(&config).expect("store config");
+    let store = fresh_store();
     store.migrate().await.expect("migrate");
     let schema = store.schema().expect("a schema").to_owned();
-    let (client, connection) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
+    let client = raw_client().await;
     client
         .batch_execute(&format!("SET search_path TO {schema}"))
         .await

@@ -5,11 +5,21 @@
 use agentenkit_store::{Error, Store, StoreConfig};
 use agentenkit_tests::database_url;
 
-fn fresh_store() -> Store {
+/// A store of a schema of its own, not made yet.
+pub(crate) fn fresh_store() -> Store {
     let mut config = StoreConfig::new(database_url());
     config.schema = Some(format!("t_{}", uuid::Uuid::now_v7().simple()));
     config.max_connections = 2;
     Store::connect(&config).expect("store config")
+}
+
+/// A connection of its own, outside the store's pool.
+pub(crate) async fn raw_client() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
 }
 
 #[tokio::test]
@@ -31,10 +41,7 @@ async fn a_database_from_a_pre_release_build_is_refused_untouched() {
     let store = fresh_store();
     let schema = store.schema().expect("a schema").to_owned();
     // What a pre-release build left: its own first migrations, recorded.
-    let (client, connection) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
+    let client = raw_client().await;
     client
         .batch_execute(&format!(
             "CREATE SCHEMA {schema};

@@ -83,18 +83,7 @@ async fn a_failed_child_is_a_failed_call_the_parents_model_reads() {
     assert_eq!(status(&memory, child), RunStatus::Failed);
     let memory = h.drive(parent).await;
     assert_eq!(status(&memory, parent), RunStatus::Completed);
-    let call = memory.call(parent, "d1").unwrap();
-    assert!(
-        matches!(call.state, CallState::Failed { .. }),
-        "{:?}",
-        call.state
-    );
-    assert!(call
-        .state
-        .result()
-        .unwrap()
-        .to_string()
-        .contains("the helper broke"));
+    assert!(failure_of(&memory, parent, "d1").contains("the helper broke"));
 }
 
 #[tokio::test]
@@ -116,9 +105,6 @@ model = { provider = "scripted", script = [ { text = "x" } ] }
     );
     let (parent, memory) = h.turn("go").await;
     assert_eq!(status(&memory, parent), RunStatus::Completed);
-    assert!(matches!(
-        memory.call(parent, "d1").unwrap().state,
-        CallState::Failed { .. }
-    ));
+    failure_of(&memory, parent, "d1");
     assert_eq!(memory.runs.len(), 1, "no child started");
 }

@@ -256,3 +256,13 @@ fn tool_results(memory: &Memory, run: RunId) -> Vec<Value> {
 fn kind_of(memory: &Memory, run: RunId, call: &str) -> ToolKind {
     memory.call(run, call).expect("the call").kind
 }
+
+/// What the model read of `call`, which must have failed.
+fn failure_of(memory: &Memory, run: RunId, call: &str) -> String {
+    let state = &memory.call(run, call).expect("the call").state;
+    assert!(
+        matches!(state, agentenkit_core::CallState::Failed { .. }),
+        "{state:?}"
+    );
+    state.result().map(Value::to_string).unwrap_or_default()
+}

@@ -50,13 +50,7 @@ async fn a_failing_tool_is_a_failure_the_model_sees_and_the_run_goes_on() {
     let h = harness(Does::Fail, false, SEND_THEN_DONE, "", "");
     let (run, memory) = h.turn("send it").await;
     assert_eq!(status(&memory, run), RunStatus::Completed);
-    let call = memory.call(run, "c1").unwrap();
-    assert!(
-        matches!(call.state, CallState::Failed { .. }),
-        "{:?}",
-        call.state
-    );
-    let result = call.state.result().unwrap().to_string();
+    let result = failure_of(&memory, run, "c1");
     assert!(result.contains("the mail server said no"), "{result}");
 }
 
@@ -69,12 +63,7 @@ async fn an_unknown_tool_is_a_failure_the_model_sees() {
     let h = harness(Does::Answer, false, script, "", "");
     let (run, memory) = h.turn("go").await;
     assert_eq!(status(&memory, run), RunStatus::Completed);
-    let call = memory.call(run, "c1").unwrap();
-    assert!(
-        matches!(call.state, CallState::Failed { .. }),
-        "{:?}",
-        call.state
-    );
+    failure_of(&memory, run, "c1");
     assert_eq!(h.tool.runs(), 0);
 }
 
@@ -87,10 +76,7 @@ async fn arguments_that_fail_the_schema_are_a_failure_and_the_tool_never_runs() 
     let h = harness(Does::Answer, false, script, "", "");
     let (run, memory) = h.turn("go").await;
     assert_eq!(status(&memory, run), RunStatus::Completed);
-    assert!(matches!(
-        memory.call(run, "c1").unwrap().state,
-        CallState::Failed { .. }
-    ));
+    failure_of(&memory, run, "c1");
     assert_eq!(h.tool.runs(), 0);
 }
 
