@@ -8,6 +8,9 @@
 # Needs valgrind (Debian: apt-get install valgrind) and the services
 # (`make services`). Postgres's and RabbitMQ's own CPU is not in it: the
 # bench's CPU table (make bench) has them per process.
+# It also names the project's source files a cycle runs code of (those
+# whose instructions grow from the N1 run to the N2 one), by crate: what one
+# approval cycle crosses. CALLGRIND_FILES=1 lists them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 n1=${1:-200}
@@ -16,7 +19,9 @@ if ! command -v valgrind >/dev/null 2>&1; then
   echo "bench-callgrind: valgrind is not installed (Debian: apt-get install valgrind)" >&2
   exit 1
 fi
-${CARGO:-cargo} build --release -q --bin agentenkit-bench
+# Line tables only: callgrind needs them to name files, and they change no
+# instruction.
+CARGO_PROFILE_RELEASE_DEBUG=line-tables-only ${CARGO:-cargo} build --release -q --bin agentenkit-bench
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 count() {
@@ -31,3 +36,20 @@ ir2=$(count "$n2")
 echo "callgrind, bench process (clients + in-process worker), c=1:"
 echo "  N=$n1: $ir1 instructions; N=$n2: $ir2 instructions"
 echo "  per cycle (marginal, (Ir($n2) - Ir($n1)) / $((n2 - n1))): $(( (ir2 - ir1) / (n2 - n1) )) instructions"
+
+# Instructions by project source file in each run, from callgrind's own
+# annotation; a file counts when a cycle runs code of it.
+files() {
+  callgrind_annotate --inclusive=no --threshold=100 "$out/cg.$1" 2>/dev/null |
+    sed -n 's|^ *\([0-9,]*\) .* [^ ]*/\(crates/[a-z]*/src/[^:]*\.rs\):.*|\2 \1|p' | tr -d ',' |
+    grep -v '^crates/bench/' | awk '{ ir[$1] += $2 } END { for (f in ir) print f, ir[f] }' | sort
+}
+files "$n1" >"$out/files.$n1"
+files "$n2" >"$out/files.$n2"
+crossed=$(join -a 2 -e 0 -o 0,1.2,2.2 "$out/files.$n1" "$out/files.$n2" |
+  awk -v n="$((n2 - n1))" '($3 - $2) >= n { print $1 }')
+echo "  project source files a cycle runs code of: $(echo "$crossed" | grep -c . || true)"
+echo "$crossed" | sed 's|^crates/\([a-z]*\)/.*|\1|' | sort | uniq -c | awk '{ printf "    %s %s\n", $2, $1 }'
+if [ -n "${CALLGRIND_FILES:-}" ]; then
+  echo "$crossed" | sed 's/^/      /'
+fi
