@@ -13,6 +13,29 @@ use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::{Result, Store};
 
+/// An early delivery: the expiry again, for the rest of the wait.
+async fn reschedule(
+    tx: OpenTx,
+    message: QueueMessage,
+    remaining_ms: u64,
+) -> Result<Vec<OutboxRow>> {
+    let answers = tx
+        .commit_with(vec![outbox::insert_op(&message, remaining_ms)])
+        .await?;
+    Ok(match answers.into_iter().next() {
+        Some(Answer::Ids(ids)) => ids
+            .into_iter()
+            .map(|id| OutboxRow {
+                id,
+                message: message.clone(),
+                delay_ms: remaining_ms,
+                claimed: None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    })
+}
+
 /// The reply an expiry settles a request with: nobody's, the timeout
 /// denial.
 fn expired_reply(at: DateTime<Utc>) -> SettledReply {
@@ -119,21 +142,7 @@ impl Store {
         };
         if now < expires_at {
             let remaining_ms = (expires_at - now).num_milliseconds().max(1) as u64;
-            let answers = tx
-                .commit_with(vec![outbox::insert_op(&message, remaining_ms)])
-                .await?;
-            let outbox = match answers.into_iter().next() {
-                Some(Answer::Ids(ids)) => ids
-                    .into_iter()
-                    .map(|id| OutboxRow {
-                        id,
-                        message: message.clone(),
-                        delay_ms: remaining_ms,
-                        claimed: None,
-                    })
-                    .collect(),
-                _ => Vec::new(),
-            };
+            let outbox = reschedule(tx, message, remaining_ms).await?;
             return Ok(Expiry::NotDue {
                 remaining_ms,
                 outbox,

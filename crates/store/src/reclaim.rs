@@ -1,8 +1,12 @@
 //! Reclaim queries: runs that should be moving and are not.
 
-use agentenkit_core::{QueueMessage, RunId};
+use agentenkit_core::{CallEvent, EventType, QueueMessage, RunId, ToolCallId, ToolCallStatus};
+use serde_json::json;
 
+use crate::event_insert::{event_ops, returned_outbox};
+use crate::format::event::RowFields;
 use crate::outbox::{self, OutboxRow};
+use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::{Result, Store};
 
 /// What one reclaim pass found and fixed.
@@ -87,96 +91,123 @@ impl Store {
         Ok(failed)
     }
 
+    /// One round trip fails the run and cancels its sub-agents under the
+    /// locks, the next writes the rest as one plan.
     async fn fail_run_once(&self, run: RunId, error: &str) -> Result<Option<Vec<OutboxRow>>> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
+        let tx = OpenTx::new(self.client().await?);
         // The parent first, then the run, then its descendants. A child
         // finishing locks itself before its parent, so this order can meet
         // one in a deadlock; Postgres then aborts one side and
         // `retry_conflicts` runs it again.
-        let stmt = tx
-            .prepare_cached(
-                "SELECT p.id FROM runs c JOIN runs p ON p.id = c.parent_run_id
-                 WHERE c.id = $1 FOR NO KEY UPDATE OF p",
-            )
-            .await?;
-        let parent: Option<uuid::Uuid> = tx.query_opt(&stmt, &[&run.0]).await?.map(|r| r.get(0));
-        let stmt = tx
-            .prepare_cached(
-                "UPDATE runs SET status = 'failed', error = $2, finished_at = now(), updated_at = now(),
-                        lease_owner = NULL, lease_expires_at = NULL
-                 WHERE id = $1 AND status IN ('queued', 'running', 'waiting')
-                 RETURNING thread_id, name, parent_tool_call_id",
-            )
-            .await?;
-        let Some(row) = tx.query_opt(&stmt, &[&run.0, &error]).await? else {
+        let mut answers = tx
+            .begin_with(vec![
+                Op::new(
+                    "SELECT p.id FROM runs c JOIN runs p ON p.id = c.parent_run_id
+                     WHERE c.id = $1 FOR NO KEY UPDATE OF p",
+                    vec![Box::new(run.0)],
+                )
+                .expect(Expect::Rows),
+                Op::new(
+                    "UPDATE runs SET status = 'failed', error = $2, finished_at = now(),
+                            updated_at = now(), lease_owner = NULL, lease_expires_at = NULL
+                     WHERE id = $1 AND status IN ('queued', 'running', 'waiting')
+                     RETURNING thread_id, name, parent_tool_call_id",
+                    vec![Box::new(run.0), Box::new(error.to_owned())],
+                )
+                .expect(Expect::Rows),
+                // Its sub-agents go with it.
+                Op::new(
+                    "WITH RECURSIVE tree AS (
+                         SELECT id FROM runs WHERE parent_run_id = $1
+                         UNION ALL
+                         SELECT r.id FROM runs r JOIN tree t ON r.parent_run_id = t.id)
+                     UPDATE runs SET status = 'cancelled', finished_at = now(), updated_at = now(),
+                            lease_owner = NULL, lease_expires_at = NULL,
+                            error = 'its parent run failed'
+                     WHERE id IN (SELECT id FROM tree) AND status IN ('queued', 'running', 'waiting')
+                     RETURNING id",
+                    vec![Box::new(run.0)],
+                )
+                .expect(Expect::Rows),
+            ])
+            .await?
+            .into_iter()
+            .map(Answer::rows);
+        let parent = answers.next().unwrap_or_default();
+        let (failed, cancelled) = (answers.next().unwrap_or_default(), answers.next());
+        let Some(row) = failed.first() else {
+            // It had already ended: nothing it did changes anything.
             tx.rollback().await?;
             return Ok(None);
         };
-        let thread = agentenkit_core::ThreadId(row.get(0));
-        let name: String = row.get(1);
-        let parent_call: Option<String> = row.get(2);
-        // Its sub-agents go with it, and every open request of them all.
-        let stmt = tx
-            .prepare_cached(
-                "WITH RECURSIVE tree AS (
-                     SELECT id FROM runs WHERE parent_run_id = $1
-                     UNION ALL
-                     SELECT r.id FROM runs r JOIN tree t ON r.parent_run_id = t.id)
-                 UPDATE runs SET status = 'cancelled', finished_at = now(), updated_at = now(),
-                        lease_owner = NULL, lease_expires_at = NULL, error = 'its parent run failed'
-                 WHERE id IN (SELECT id FROM tree) AND status IN ('queued', 'running', 'waiting')
-                 RETURNING id",
-            )
-            .await?;
-        let cancelled: Vec<uuid::Uuid> = tx
-            .query(&stmt, &[&run.0])
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let mut ended = cancelled.clone();
-        ended.push(run.0);
-        crate::stop::cancel_open_calls(&tx, &ended).await?;
-        let mut outbox = Vec::new();
-        if let (Some(parent), Some(call)) = (parent, parent_call) {
-            let failed = agentenkit_core::CallEvent::Finish {
-                status: agentenkit_core::ToolCallStatus::Failed,
-                result: serde_json::json!({
-                    "error": format!("sub-agent {name} failed: {error}"),
+        let failed = FailedRun {
+            run,
+            thread: agentenkit_core::ThreadId(row.get(0)),
+            name: row.get(1),
+            error,
+            parent: parent
+                .first()
+                .map(|r| RunId(r.get(0)))
+                .zip(row.get::<_, Option<String>>(2).map(ToolCallId)),
+            cancelled: cancelled
+                .unwrap_or_default()
+                .iter()
+                .map(|r| r.get(0))
+                .collect(),
+        };
+        let ops = failed.plan(self.notify_rule())?;
+        Ok(Some(returned_outbox(tx.commit_with(ops).await?)?))
+    }
+}
+
+/// A run just failed, with the sub-agents cancelled with it.
+struct FailedRun<'a> {
+    run: RunId,
+    thread: agentenkit_core::ThreadId,
+    name: String,
+    error: &'a str,
+    /// The parent run and its delegation call, for a child run.
+    parent: Option<(RunId, ToolCallId)>,
+    cancelled: Vec<uuid::Uuid>,
+}
+
+impl FailedRun<'_> {
+    /// The rest of the failure: every open request of the runs that ended
+    /// is cancelled; a parent's delegation fails and the parent resumes if
+    /// that was all it waited on; then the events, last (after every row
+    /// lock, see `INSERT_EVENT_SQL`).
+    fn plan(&self, notified: crate::sent_here::NotifyRule<'_>) -> Result<Vec<Op>> {
+        let mut ended = self.cancelled.clone();
+        ended.push(self.run.0);
+        let mut ops = vec![crate::calls::cancel_open(&ended)];
+        if let Some((parent, call)) = &self.parent {
+            let failed = CallEvent::Finish {
+                status: ToolCallStatus::Failed,
+                result: json!({
+                    "error": format!("sub-agent {} failed: {}", self.name, self.error),
                 }),
             };
-            let call = agentenkit_core::ToolCallId(call);
-            crate::pipeline::execute(&tx, crate::calls::write(RunId(parent), &call, &failed)?)
-                .await?;
-            outbox = crate::resume::resume_if_settled(&tx, RunId(parent)).await?;
+            ops.push(crate::calls::write(*parent, call, &failed)?);
+            ops.push(crate::resume::resume_op(*parent));
         }
-        // Events last, after every row lock (see INSERT_EVENT_SQL).
-        for child in &cancelled {
-            outbox.extend(
-                crate::event_insert::insert_event(
-                    &tx,
-                    thread,
-                    Some(RunId(*child)),
-                    agentenkit_core::EventType::RunCancelled,
-                    &serde_json::json!({ "runId": child, "reason": "its parent run failed" }),
-                    self.notify_rule(),
-                )
-                .await?,
-            );
+        for child in &self.cancelled {
+            ops.extend(event_ops(
+                self.thread,
+                Some(RunId(*child)),
+                EventType::RunCancelled,
+                json!({ "runId": child, "reason": "its parent run failed" }),
+                &RowFields::default(),
+                notified,
+            ));
         }
-        outbox.extend(
-            crate::event_insert::insert_event(
-                &tx,
-                thread,
-                Some(run),
-                agentenkit_core::EventType::RunFailed,
-                &serde_json::json!({ "runId": run, "error": error }),
-                self.notify_rule(),
-            )
-            .await?,
-        );
-        tx.commit().await?;
-        Ok(Some(outbox))
+        ops.extend(event_ops(
+            self.thread,
+            Some(self.run),
+            EventType::RunFailed,
+            json!({ "runId": self.run, "error": self.error }),
+            &RowFields::default(),
+            notified,
+        ));
+        Ok(ops)
     }
 }

@@ -7,17 +7,15 @@
 //! open.
 
 use agentenkit_core::{CallEvent, RunId, ToolCallId, ToolCallStatus};
-use deadpool_postgres::Transaction;
 use serde_json::Value;
 
-use crate::outbox::OutboxRow;
 use crate::pipeline::{Expect, Op};
 use crate::Result;
 
 /// Queues run `$1` with its next segment if it waits on nothing more, and
 /// writes the segment's outbox row, returning `(id, key)`; no row when the
 /// run still waits (or is not waiting). The key is
-/// `QueueMessage::outbox_key`'s, which [`outbox_rows`] reads back (and a
+/// `QueueMessage::outbox_key`'s, which `outbox::returned_rows` reads back (and a
 /// test holds to).
 const RESUME_IF_SETTLED_SQL: &str = "
     WITH resumed AS (
@@ -35,15 +33,9 @@ const RESUME_IF_SETTLED_SQL: &str = "
 
 /// The resume of `run` as a pipelined statement, after the changes of its
 /// transaction that may have settled the run's last wait; its answer's
-/// rows go to [`outbox_rows`].
+/// rows go to `outbox::returned_rows`.
 pub(crate) fn resume_op(run: RunId) -> Op {
     Op::new(RESUME_IF_SETTLED_SQL, vec![Box::new(run.0)]).expect(Expect::Rows)
-}
-
-/// The resume of `run` in a transaction run statement by statement.
-pub(crate) async fn resume_if_settled(tx: &Transaction<'_>, run: RunId) -> Result<Vec<OutboxRow>> {
-    let stmt = tx.prepare_cached(RESUME_IF_SETTLED_SQL).await?;
-    crate::outbox::returned_rows(&tx.query(&stmt, &[&run.0]).await?)
 }
 
 /// A child run ended: its parent's delegation row settles, and the parent
