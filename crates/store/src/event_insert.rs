@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use agentenkit_core::{EventType, RunId, ThreadId};
-use deadpool_postgres::Transaction;
 use serde_json::Value;
 
 use crate::format::event::RowFields;
@@ -206,32 +205,6 @@ pub(crate) fn returned_outbox(answers: Vec<Answer>) -> Result<Vec<OutboxRow>> {
         }
     }
     Ok(outbox)
-}
-
-/// [`event_ops`] in a transaction run statement by statement, which has
-/// taken every row lock it will take (see [`INSERT_EVENT_SQL`]): the rows
-/// to publish once it commits.
-pub(crate) async fn insert_event(
-    tx: &Transaction<'_>,
-    thread: ThreadId,
-    run: Option<RunId>,
-    event_type: EventType,
-    data: &Value,
-    notified: NotifyRule<'_>,
-) -> Result<Vec<OutboxRow>> {
-    let mut answers = Vec::new();
-    let ops = event_ops(
-        thread,
-        run,
-        event_type,
-        data.clone(),
-        &RowFields::default(),
-        notified,
-    );
-    for op in ops {
-        answers.push(crate::pipeline::execute(tx, op).await?);
-    }
-    returned_outbox(answers)
 }
 
 /// The outbox rows of a claimed notification's statement, with its event.

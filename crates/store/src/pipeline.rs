@@ -141,6 +141,18 @@ impl OpenTx {
         self.exchange(false, ops, Some("COMMIT")).await
     }
 
+    /// One statement in the open transaction, its rows once answered: for
+    /// a step whose next depends on what this one found.
+    pub async fn exchange_one(&self, op: Op) -> Result<Vec<tokio_postgres::Row>> {
+        Ok(self
+            .exchange(false, vec![op], None)
+            .await?
+            .into_iter()
+            .next()
+            .map(Answer::rows)
+            .unwrap_or_default())
+    }
+
     pub async fn rollback(&self) -> Result<()> {
         self.exchange(false, Vec::new(), Some("ROLLBACK")).await?;
         Ok(())
@@ -212,14 +224,6 @@ impl Drop for OpenTx {
             });
         }
     }
-}
-
-/// One statement in a transaction run statement by statement: its answer
-/// as [`transact`] gives it (a failed row check is the error it expects).
-pub(crate) async fn execute(tx: &deadpool_postgres::Transaction<'_>, op: Op) -> Result<Answer> {
-    let statement = tx.prepare_cached(&op.sql).await?;
-    let answer = send(&**tx, &op, &statement).await;
-    Ok(check(vec![answer], vec![op])?.remove(0))
 }
 
 async fn send<C: tokio_postgres::GenericClient>(

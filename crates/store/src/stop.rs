@@ -2,12 +2,13 @@
 //! request of it with it, in one transaction.
 
 use agentenkit_core::{EventType, Owner, RunId, ThreadId};
-use deadpool_postgres::Transaction;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::event_insert::insert_event;
+use crate::event_insert::{event_ops, returned_outbox};
+use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
+use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::{Error, Result, Store};
 
 impl Store {
@@ -28,71 +29,64 @@ impl Store {
         thread: ThreadId,
         owner: &Owner,
     ) -> Result<(Vec<RunId>, Vec<OutboxRow>)> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let stmt = tx
-            .prepare_cached(
-                "SELECT current_run_id FROM threads WHERE id = $1 AND owner = $2 FOR NO KEY UPDATE",
+        let tx = OpenTx::new(self.client().await?);
+        let locked = tx
+            .begin_with(vec![Op::new(
+                "SELECT current_run_id FROM threads WHERE id = $1 AND owner = $2
+                 FOR NO KEY UPDATE",
+                vec![Box::new(thread.0), Box::new(owner.to_string())],
             )
-            .await?;
-        let current: Option<Uuid> = tx
-            .query_opt(&stmt, &[&thread.0, &owner.as_str()])
+            .expect(Expect::Rows)])
             .await?
-            .ok_or_else(|| Error::NotFound {
+            .into_iter()
+            .next()
+            .map(Answer::rows)
+            .unwrap_or_default();
+        let Some(row) = locked.first() else {
+            tx.rollback().await?;
+            return Err(Error::NotFound {
                 what: "thread",
                 id: thread.to_string(),
-            })?
-            .get(0);
-        let Some(current) = current else {
+            });
+        };
+        let Some(current) = row.get::<_, Option<Uuid>>(0) else {
+            tx.commit_with(Vec::new()).await?;
             return Ok((vec![], vec![]));
         };
-        let stmt = tx
-            .prepare_cached(
-                "UPDATE runs SET status = 'cancelled', finished_at = now(), updated_at = now(),
-                        lease_owner = NULL, lease_expires_at = NULL, error = 'stopped'
-                 WHERE (id = $1 OR (root_run_id = $1 AND parent_run_id IS NOT NULL))
-                   AND status IN ('queued', 'running', 'waiting')
-                 RETURNING id",
-            )
-            .await?;
         // Each statement sees what committed before it: repeat until a
         // pass finds nothing, so a child started by a park that committed
         // while this waited is stopped too.
         let mut stopped: Vec<Uuid> = Vec::new();
         for _ in 0..16 {
-            let more: Vec<Uuid> = tx
-                .query(&stmt, &[&current])
-                .await?
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
+            let pass = Op::new(CANCEL_TREE_SQL, vec![Box::new(current)]).expect(Expect::Rows);
+            let more = tx.exchange_one(pass).await?;
             if more.is_empty() {
                 break;
             }
-            stopped.extend(more);
+            stopped.extend(more.iter().map(|r| r.get::<_, Uuid>(0)));
         }
-        cancel_open_calls(&tx, &stopped).await?;
-        let mut outbox = Vec::new();
+        // Every open request of them, then the events, last (after every
+        // row lock, see `INSERT_EVENT_SQL`).
+        let mut ops = vec![crate::calls::cancel_open(&stopped)];
         for run in &stopped {
-            outbox.extend(
-                insert_event(
-                    &tx,
-                    thread,
-                    Some(RunId(*run)),
-                    EventType::RunCancelled,
-                    &json!({ "runId": run, "reason": "stopped" }),
-                    self.notify_rule(),
-                )
-                .await?,
-            );
+            ops.extend(event_ops(
+                thread,
+                Some(RunId(*run)),
+                EventType::RunCancelled,
+                json!({ "runId": run, "reason": "stopped" }),
+                &RowFields::default(),
+                self.notify_rule(),
+            ));
         }
-        tx.commit().await?;
+        let outbox = returned_outbox(tx.commit_with(ops).await?)?;
         Ok((stopped.into_iter().map(RunId).collect(), outbox))
     }
 }
 
-/// Cancels every call of `runs` not yet settled (their runs ended).
-pub(crate) async fn cancel_open_calls(tx: &Transaction<'_>, runs: &[Uuid]) -> Result<()> {
-    crate::pipeline::execute(tx, crate::calls::cancel_open(runs)).await?;
-    Ok(())
-}
+/// Cancels the active runs of the tree rooted at `$1`, returning them.
+const CANCEL_TREE_SQL: &str = "
+    UPDATE runs SET status = 'cancelled', finished_at = now(), updated_at = now(),
+           lease_owner = NULL, lease_expires_at = NULL, error = 'stopped'
+    WHERE (id = $1 OR (root_run_id = $1 AND parent_run_id IS NOT NULL))
+      AND status IN ('queued', 'running', 'waiting')
+    RETURNING id";
