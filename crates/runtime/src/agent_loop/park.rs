@@ -4,11 +4,11 @@
 use agentenkit_core::{CallEvent, EventType, QueueMessage, RunId, ToolKind};
 use agentenkit_store::{Change, RunContext};
 use chrono::SubsecRound;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::checkpoint::Checkpointer;
 use super::error::SegmentError;
-use super::outcome::{ParkItem, Wait};
+use super::outcome::{ParkItem, PersistedToolCall, Wait};
 use crate::agent::Registry;
 use crate::metrics;
 
@@ -26,102 +26,12 @@ pub(super) async fn park(
     let agent_ttl_ms = registry
         .agent(&ctx.lease.run_name)
         .map_or(crate::config::DEFAULT_HITL_TTL_MS, |a| a.hitl_ttl_ms);
-    let run_id = ctx.lease.run_id;
     let mut changes = Vec::with_capacity(to_park.len() * 3 + 1);
     let mut requests = 0u64;
-    for ParkItem { call, wait } in &to_park {
-        let (kind, reason, arguments, ttl_ms) = match wait {
-            Wait::Delegate { task } => {
-                // The child runs on its agent's version as this run's
-                // registry has it (its own, pinned apart from this run's).
-                changes.push(Change::StartChild {
-                    call_id: call.id.clone(),
-                    child_run_id: RunId::new(),
-                    name: call.name.clone(),
-                    version: registry.agent_version(&call.name).map(|v| v.hash.clone()),
-                    task: task.clone(),
-                });
-                continue;
-            }
-            Wait::Ask { frame, reason } => {
-                // Questions never expire: a timer that applied the
-                // defaults would manufacture consent from silence.
-                requests += 1;
-                // The row holds the validated set the frame carries, so
-                // the inbox, the frame and answer resolution agree.
-                changes.push(Change::Call {
-                    id: call.id.clone(),
-                    event: CallEvent::Park {
-                        kind: ToolKind::Ask,
-                        reason: reason.clone(),
-                        arguments: Some(frame["request"].clone()),
-                        expires_at: None,
-                    },
-                });
-                changes.push(Change::Event {
-                    event_type: EventType::Elicitation,
-                    data: frame.clone(),
-                });
-                continue;
-            }
-            Wait::Approval => (ToolKind::Approval, "approval", None, agent_ttl_ms),
-            Wait::Job(request) => (
-                ToolKind::Park,
-                request.reason.as_str(),
-                Some(request.payload.clone()),
-                request.ttl_ms.unwrap_or(agent_ttl_ms),
-            ),
-        };
-        requests += 1;
-        // A Rust tool may ask for anything; the ladder reaches 49 days.
-        let ttl_ms = ttl_ms.clamp(1, crate::tool::MAX_TTL_MS);
-        // Postgres keeps microseconds: the event must say what the row says.
-        let expires_at =
-            (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64)).trunc_subsecs(6);
-        changes.push(Change::Call {
-            id: call.id.clone(),
-            event: CallEvent::Park {
-                kind,
-                reason: reason.to_owned(),
-                arguments: arguments.clone(),
-                expires_at: Some(expires_at),
-            },
-        });
-        changes.push(Change::Event {
-            event_type: EventType::InputRequired,
-            data: json!({
-                "toolCallId": call.id,
-                "runId": run_id,
-                "toolName": call.name,
-                "arguments": arguments.as_ref().unwrap_or(&call.arguments),
-                "kind": kind,
-                "reason": reason,
-                "runName": ctx.lease.run_name,
-                "depth": ctx.lease.depth,
-                "expiresAt": expires_at,
-            }),
-        });
-        changes.push(Change::Outbox {
-            message: QueueMessage::Expiry {
-                run_id,
-                tool_call_id: call.id.clone(),
-            },
-            delay_ms: ttl_ms,
-        });
-        // A reminder due before the expiry goes with it, on the delay
-        // ladder; it finds the request answered, or reminds.
-        if let Some(escalation) = registry.escalation(&call.name) {
-            let remind_ms = escalation.remind_after.as_millis() as u64;
-            if remind_ms < ttl_ms {
-                changes.push(Change::Outbox {
-                    message: QueueMessage::Remind {
-                        run_id,
-                        tool_call_id: call.id.clone(),
-                    },
-                    delay_ms: remind_ms,
-                });
-            }
-        }
+    for item in &to_park {
+        let (item_changes, opens_request) = park_item(registry, ctx, item, agent_ttl_ms);
+        requests += u64::from(opens_request);
+        changes.extend(item_changes);
     }
     changes.push(Change::WaitRun);
     cp.commit_end(changes, "park").await?;
@@ -132,4 +42,128 @@ pub(super) async fn park(
         "run waits"
     );
     Ok(())
+}
+
+/// The changes that park one call, and whether it opens a request (a
+/// delegation starts a child run instead).
+fn park_item(
+    registry: &Registry,
+    ctx: &RunContext,
+    ParkItem { call, wait }: &ParkItem,
+    agent_ttl_ms: u64,
+) -> (Vec<Change>, bool) {
+    match wait {
+        // The child runs on its agent's version as this run's registry has
+        // it (its own, pinned apart from this run's).
+        Wait::Delegate { task } => (
+            vec![Change::StartChild {
+                call_id: call.id.clone(),
+                child_run_id: RunId::new(),
+                name: call.name.clone(),
+                version: registry.agent_version(&call.name).map(|v| v.hash.clone()),
+                task: task.clone(),
+            }],
+            false,
+        ),
+        // Questions never expire: a timer that applied the defaults would
+        // manufacture consent from silence. The row holds the validated
+        // set the frame carries, so the inbox, the frame and answer
+        // resolution agree.
+        Wait::Ask { frame, reason } => (
+            vec![
+                Change::Call {
+                    id: call.id.clone(),
+                    event: CallEvent::Park {
+                        kind: ToolKind::Ask,
+                        reason: reason.clone(),
+                        arguments: Some(frame["request"].clone()),
+                        expires_at: None,
+                    },
+                },
+                Change::Event {
+                    event_type: EventType::Elicitation,
+                    data: frame.clone(),
+                },
+            ],
+            true,
+        ),
+        Wait::Approval => {
+            let wait = (ToolKind::Approval, "approval", None);
+            (timed_request(registry, ctx, call, wait, agent_ttl_ms), true)
+        }
+        Wait::Job(request) => {
+            let wait = (
+                ToolKind::Park,
+                request.reason.as_str(),
+                Some(request.payload.clone()),
+            );
+            let ttl_ms = request.ttl_ms.unwrap_or(agent_ttl_ms);
+            (timed_request(registry, ctx, call, wait, ttl_ms), true)
+        }
+    }
+}
+
+/// An approval's or a job's request: open until it expires, with one
+/// `INPUT_REQUIRED`, its expiry, and a reminder when its tool escalates.
+fn timed_request(
+    registry: &Registry,
+    ctx: &RunContext,
+    call: &PersistedToolCall,
+    (kind, reason, arguments): (ToolKind, &str, Option<Value>),
+    ttl_ms: u64,
+) -> Vec<Change> {
+    let run_id = ctx.lease.run_id;
+    // A Rust tool may ask for anything; the ladder reaches 49 days.
+    let ttl_ms = ttl_ms.clamp(1, crate::tool::MAX_TTL_MS);
+    // Postgres keeps microseconds: the event must say what the row says.
+    let expires_at =
+        (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64)).trunc_subsecs(6);
+    let event = json!({
+        "toolCallId": call.id,
+        "runId": run_id,
+        "toolName": call.name,
+        "arguments": arguments.as_ref().unwrap_or(&call.arguments),
+        "kind": kind,
+        "reason": reason,
+        "runName": ctx.lease.run_name,
+        "depth": ctx.lease.depth,
+        "expiresAt": expires_at,
+    });
+    let mut changes = vec![
+        Change::Call {
+            id: call.id.clone(),
+            event: CallEvent::Park {
+                kind,
+                reason: reason.to_owned(),
+                arguments,
+                expires_at: Some(expires_at),
+            },
+        },
+        Change::Event {
+            event_type: EventType::InputRequired,
+            data: event,
+        },
+        Change::Outbox {
+            message: QueueMessage::Expiry {
+                run_id,
+                tool_call_id: call.id.clone(),
+            },
+            delay_ms: ttl_ms,
+        },
+    ];
+    // A reminder due before the expiry goes with it, on the delay ladder;
+    // it finds the request answered, or reminds.
+    if let Some(escalation) = registry.escalation(&call.name) {
+        let remind_ms = escalation.remind_after.as_millis() as u64;
+        if remind_ms < ttl_ms {
+            changes.push(Change::Outbox {
+                message: QueueMessage::Remind {
+                    run_id,
+                    tool_call_id: call.id.clone(),
+                },
+                delay_ms: remind_ms,
+            });
+        }
+    }
+    changes
 }
