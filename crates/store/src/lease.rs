@@ -191,75 +191,12 @@ impl Store {
         let acquired = acquired?;
         committed?;
         let Some(row) = acquired else {
-            let stmt = client
-                .prepare_cached(
-                    "SELECT segment_seq, status, lease_expires_at,
-                            extract(epoch FROM greatest(lease_expires_at - now(), interval '0'))::float8
-                     FROM runs WHERE id = $1",
-                )
-                .await?;
-            return Ok(match client.query_opt(&stmt, &[&run.0]).await? {
-                Some(row) => {
-                    let current: i64 = row.get(0);
-                    let status: RunStatus = row.get::<_, &str>(1).parse()?;
-                    let until: Option<DateTime<Utc>> = row.get(2);
-                    let left: Option<f64> = row.get(3);
-                    match until {
-                        Some(until) if current == seq && status == RunStatus::Running => {
-                            LeaseAttempt::Held {
-                                until,
-                                left: std::time::Duration::from_secs_f64(
-                                    left.unwrap_or(0.0).max(0.0),
-                                ),
-                            }
-                        }
-                        _ => LeaseAttempt::Stale,
-                    }
-                }
-                None => LeaseAttempt::Stale,
-            });
+            return not_acquired(&client, run, seq).await;
         };
-        let thread_id = ThreadId(row.get(0));
-        let lease = Lease {
-            run_id: run,
-            thread_id,
-            token: row.get(1),
-            ttl_ms,
-            run_name: row.get(2),
-            depth: row.get(3),
-            root_run_id: RunId(row.get(11)),
-        };
-        let journal: Vec<(i32, String, serde_json::Value, i16)> =
-            serde_json::from_value(row.get(7))?;
-        let journal = unpack_journal(
-            journal
-                .into_iter()
-                .map(|(position, name, value, packed)| StoredEntry {
-                    position: position as u32,
-                    name,
-                    value,
-                    packed,
-                })
-                .collect(),
-        )?;
-        let history: Vec<Message> = serde_json::from_value(row.get(8))?;
-        let calls: Vec<CallSnapshot> = serde_json::from_value(row.get(9))?;
-        Ok(LeaseAttempt::Acquired(Box::new(RunContext {
-            lease,
-            parent_tool_call_id: row.get(6),
-            parent_run_id: row.get::<_, Option<Uuid>>(4).map(RunId),
-            attempts: row.get(5),
-            takeovers: row.get(10),
-            agent_version: row.get(12),
-            journal,
-            history,
-            calls: calls
-                .into_iter()
-                .map(CallSnapshot::into_row)
-                .collect::<Result<_>>()?,
-        })))
+        Ok(LeaseAttempt::Acquired(Box::new(context_of(
+            run, ttl_ms, &row,
+        )?)))
     }
-
     /// Gives `lease` back without a step: the run is queued again, its
     /// lease free at once, and no takeover is counted against it (this
     /// worker cannot serve it; another may). Returns how long workers have
@@ -342,4 +279,77 @@ pub(crate) fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
     Op::new(sql, params).expect(Expect::One(Error::LeaseLost {
         run_id: lease.run_id.to_string(),
     }))
+}
+
+/// Why the lease was not taken: another worker holds the run (for how
+/// long), or the segment is stale.
+async fn not_acquired(
+    client: &deadpool_postgres::Object,
+    run: RunId,
+    seq: i64,
+) -> Result<LeaseAttempt> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT segment_seq, status, lease_expires_at,
+                    extract(epoch FROM greatest(lease_expires_at - now(), interval '0'))::float8
+             FROM runs WHERE id = $1",
+        )
+        .await?;
+    let Some(row) = client.query_opt(&stmt, &[&run.0]).await? else {
+        return Ok(LeaseAttempt::Stale);
+    };
+    let current: i64 = row.get(0);
+    let status: RunStatus = row.get::<_, &str>(1).parse()?;
+    let until: Option<DateTime<Utc>> = row.get(2);
+    let left: Option<f64> = row.get(3);
+    Ok(match until {
+        Some(until) if current == seq && status == RunStatus::Running => LeaseAttempt::Held {
+            until,
+            left: std::time::Duration::from_secs_f64(left.unwrap_or(0.0).max(0.0)),
+        },
+        _ => LeaseAttempt::Stale,
+    })
+}
+
+/// What the acquire statement's row says: the lease, the journal, the
+/// conversation before the run and its call rows.
+fn context_of(run: RunId, ttl_ms: u64, row: &tokio_postgres::Row) -> Result<RunContext> {
+    let thread_id = ThreadId(row.get(0));
+    let lease = Lease {
+        run_id: run,
+        thread_id,
+        token: row.get(1),
+        ttl_ms,
+        run_name: row.get(2),
+        depth: row.get(3),
+        root_run_id: RunId(row.get(11)),
+    };
+    let journal: Vec<(i32, String, serde_json::Value, i16)> = serde_json::from_value(row.get(7))?;
+    let journal = unpack_journal(
+        journal
+            .into_iter()
+            .map(|(position, name, value, packed)| StoredEntry {
+                position: position as u32,
+                name,
+                value,
+                packed,
+            })
+            .collect(),
+    )?;
+    let history: Vec<Message> = serde_json::from_value(row.get(8))?;
+    let calls: Vec<CallSnapshot> = serde_json::from_value(row.get(9))?;
+    Ok(RunContext {
+        lease,
+        parent_tool_call_id: row.get(6),
+        parent_run_id: row.get::<_, Option<Uuid>>(4).map(RunId),
+        attempts: row.get(5),
+        takeovers: row.get(10),
+        agent_version: row.get(12),
+        journal,
+        history,
+        calls: calls
+            .into_iter()
+            .map(CallSnapshot::into_row)
+            .collect::<Result<_>>()?,
+    })
 }
