@@ -1,7 +1,7 @@
 //! Threads: creation, reads, and starting a turn.
 
 use agentenkit_core::canonical::{arguments_hash, json_len};
-use agentenkit_core::{EventType, Owner, RunId, RunStatus, ThreadId, ThreadStatus};
+use agentenkit_core::{EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ThreadStatus};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
@@ -211,19 +211,13 @@ impl Store {
             .into_iter();
         let locked = answers.next().map(Answer::rows).unwrap_or_default();
         let current = answers.next().map(Answer::rows).unwrap_or_default();
-        let Some(agent) = locked.first().map(|row| row.get::<_, String>(0)) else {
-            tx.rollback().await?;
-            return Err(not_found(thread));
-        };
-        if let Some(row) = current.first() {
-            if row.get::<_, &str>(1).parse::<RunStatus>()?.is_active() {
+        let agent = match startable(thread, &locked, &current) {
+            Ok(agent) => agent,
+            Err(e) => {
                 tx.rollback().await?;
-                return Err(Error::RunActive {
-                    thread_id: thread.to_string(),
-                    run_id: row.get::<_, Uuid>(0).to_string(),
-                });
+                return Err(e);
             }
-        }
+        };
         let run = RunId::new();
         let started = start(&NewRun {
             id: run,
@@ -251,19 +245,7 @@ impl Store {
         ops.push(started.message);
         ops.push(started.event);
         let answers = tx.commit_with(ops).await?;
-        let id = answers
-            .into_iter()
-            .find_map(|answer| match answer {
-                Answer::Ids(ids) => ids.first().copied(),
-                _ => None,
-            })
-            .ok_or_else(|| Error::Corrupt("the outbox insert returned no id".into()))?;
-        let outbox = vec![OutboxRow {
-            id,
-            message: segment,
-            delay_ms: 0,
-            claimed: None,
-        }];
+        let outbox = vec![segment_row(answers, segment)?];
         self.publish(&outbox).await;
         Ok(StartedRun {
             run_id: run,
@@ -502,5 +484,40 @@ pub(crate) fn pending_input(row: &Row) -> Result<PendingInput> {
         approvals_given: row.get::<_, Option<i32>>(11).map(|n| n as u32),
         approvals_required: None,
         agent_version: row.get(12),
+    })
+}
+
+/// The thread's agent, when a turn may start on it: the thread is the
+/// owner's (`locked`, its row) and its current run, if any, has ended.
+fn startable(thread: ThreadId, locked: &[Row], current: &[Row]) -> Result<String> {
+    let agent = locked
+        .first()
+        .map(|row| row.get::<_, String>(0))
+        .ok_or_else(|| not_found(thread))?;
+    if let Some(row) = current.first() {
+        if row.get::<_, &str>(1).parse::<RunStatus>()?.is_active() {
+            return Err(Error::RunActive {
+                thread_id: thread.to_string(),
+                run_id: row.get::<_, Uuid>(0).to_string(),
+            });
+        }
+    }
+    Ok(agent)
+}
+
+/// The outbox row of a new run's first segment, from its commit's answers.
+fn segment_row(answers: Vec<Answer>, segment: QueueMessage) -> Result<OutboxRow> {
+    let id = answers
+        .into_iter()
+        .find_map(|answer| match answer {
+            Answer::Ids(ids) => ids.first().copied(),
+            _ => None,
+        })
+        .ok_or_else(|| Error::Corrupt("the outbox insert returned no id".into()))?;
+    Ok(OutboxRow {
+        id,
+        message: segment,
+        delay_ms: 0,
+        claimed: None,
     })
 }
