@@ -268,16 +268,7 @@ impl Worker {
         // A handler that panicked is a failed delivery like any other: handed
         // back, counted, and dead-lettered after its last delivery (dropped
         // unsettled, it stayed with the channel, uncounted).
-        let disposition = handled.unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".to_owned());
-            tracing::error!(panic = %what, deliveries = delivery.deliveries, "the handler panicked; handed back");
-            ::metrics::counter!(metrics::SEGMENTS, "outcome" => "panicked").increment(1);
-            Disposition::Requeue
-        });
+        let disposition = handled.unwrap_or_else(|panic| panicked(&*panic, delivery.deliveries));
         ::metrics::histogram!(metrics::SEGMENT_SECONDS).record(started.elapsed().as_secs_f64());
         // A hand-back past the last delivery is a dead letter like any other.
         let disposition = match disposition {
@@ -290,6 +281,12 @@ impl Worker {
             }
             other => other,
         };
+        self.dispose(delivery, disposition).await;
+        disposition
+    }
+
+    /// Settles `delivery` as `disposition` says.
+    async fn dispose(&self, delivery: Delivery, disposition: Disposition) {
         let settled = match disposition {
             Disposition::Ack => self.settle("ack", delivery.ack()).await,
             Disposition::Requeue => {
@@ -314,7 +311,6 @@ impl Worker {
         if let Err(e) = settled {
             tracing::warn!(error = %e, "could not settle a delivery; it will be redelivered");
         }
-        disposition
     }
 
     /// `settle`, given up after `settle_timeout`. The delivery it drops
@@ -339,8 +335,7 @@ impl Worker {
         }
     }
 
-    /// Handles one segment; the only place a [`SegmentError`] becomes a
-    /// [`Disposition`].
+    /// Handles one segment.
     async fn segment(&self, run_id: RunId, seq: i64) -> Disposition {
         let mut ctx = match self.acquire(run_id, seq).await {
             Ok(Some(ctx)) => ctx,
@@ -389,34 +384,7 @@ impl Worker {
             () = lost.cancelled() => Err(SegmentError::LeaseLost),
         };
         let outcome = segment::end(&registry, &ctx, &mut cp, advanced).await;
-        let disposition = match outcome {
-            Ok(()) => Disposition::Ack,
-            // This worker let go of a lease it could not renew: the run is
-            // nobody's yet, so its segment goes back for the next worker
-            // (which takes the run once the lease has run out).
-            Err(SegmentError::LeaseLost) if given_up.is_cancelled() => {
-                tracing::warn!("the lease could not be renewed; segment handed back");
-                Disposition::Requeue
-            }
-            Err(SegmentError::LeaseLost) => {
-                tracing::info!("lease lost; another worker carries on");
-                Disposition::Ack
-            }
-            Err(SegmentError::Store(e)) => {
-                tracing::warn!(error = %e, "store failed; segment handed back");
-                Disposition::Requeue
-            }
-            Err(SegmentError::Crashed) => Disposition::Crashed,
-            Err(
-                e @ (SegmentError::Permanent(_)
-                | SegmentError::Retry(_)
-                | SegmentError::ModelRefused { .. }),
-            ) => {
-                tracing::error!(error = %e, "could not record the run's end");
-                Disposition::Requeue
-            }
-            Err(SegmentError::Parked(_)) => Disposition::Requeue,
-        };
+        let disposition = disposition_of(outcome, given_up.is_cancelled());
         let label = match disposition {
             Disposition::Ack => "done",
             Disposition::Requeue => "requeued",
@@ -582,4 +550,50 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// What becomes of a segment's message once the segment ended as
+/// `outcome` (`given_up`: this worker let go of a lease it could not
+/// renew): the only place a [`SegmentError`] becomes a [`Disposition`].
+fn disposition_of(outcome: Result<(), SegmentError>, given_up: bool) -> Disposition {
+    match outcome {
+        Ok(()) => Disposition::Ack,
+        // This worker let go of a lease it could not renew: the run is
+        // nobody's yet, so its segment goes back for the next worker
+        // (which takes the run once the lease has run out).
+        Err(SegmentError::LeaseLost) if given_up => {
+            tracing::warn!("the lease could not be renewed; segment handed back");
+            Disposition::Requeue
+        }
+        Err(SegmentError::LeaseLost) => {
+            tracing::info!("lease lost; another worker carries on");
+            Disposition::Ack
+        }
+        Err(SegmentError::Store(e)) => {
+            tracing::warn!(error = %e, "store failed; segment handed back");
+            Disposition::Requeue
+        }
+        Err(SegmentError::Crashed) => Disposition::Crashed,
+        Err(
+            e @ (SegmentError::Permanent(_)
+            | SegmentError::Retry(_)
+            | SegmentError::ModelRefused { .. }),
+        ) => {
+            tracing::error!(error = %e, "could not record the run's end");
+            Disposition::Requeue
+        }
+        Err(SegmentError::Parked(_)) => Disposition::Requeue,
+    }
+}
+
+/// A handler that panicked: its delivery is handed back.
+fn panicked(panic: &(dyn std::any::Any + Send), deliveries: u32) -> Disposition {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned());
+    tracing::error!(panic = %what, deliveries, "the handler panicked; handed back");
+    ::metrics::counter!(metrics::SEGMENTS, "outcome" => "panicked").increment(1);
+    Disposition::Requeue
 }
