@@ -146,28 +146,11 @@ pub async fn intake(
                             .await?
                     }
                 };
-                let mut changes = Vec::new();
-                if asks {
-                    let call = intake_call(&intake.set);
-                    let message = intake_message(&call, &intake.set);
-                    changes.push(Change::Event {
-                        event_type: EventType::Message,
-                        data: json!({ "runId": run_id, "message": message }),
-                    });
-                    changes.push(Change::Message(message));
-                    changes.push(Change::ProposeToolCall {
-                        id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                        kind: ToolKind::Ask,
-                    });
+                if !asks {
+                    return Ok((IntakeAsk::Skips, Vec::new()));
                 }
-                let verdict = if asks {
-                    IntakeAsk::Asks(intake.set.clone())
-                } else {
-                    IntakeAsk::Skips
-                };
-                Ok((verdict, changes))
+                let changes = intake_asked(run_id, &intake.set);
+                Ok((IntakeAsk::Asks(intake.set.clone()), changes))
             },
         )
         .await?;
@@ -198,6 +181,26 @@ pub async fn intake(
             Ok(Some(to_park))
         }
     }
+}
+
+/// What asking the intake `set` writes: the message that asks it, its
+/// event, and the `ask` call it is.
+fn intake_asked(run_id: RunId, set: &QuestionSet) -> Vec<Change> {
+    let call = intake_call(set);
+    let message = intake_message(&call, set);
+    vec![
+        Change::Event {
+            event_type: EventType::Message,
+            data: json!({ "runId": run_id, "message": message }),
+        },
+        Change::Message(message),
+        Change::ProposeToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+            kind: ToolKind::Ask,
+        },
+    ]
 }
 
 /// A model's `ask` call: an invalid question set is an ordinary tool
