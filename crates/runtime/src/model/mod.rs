@@ -111,60 +111,76 @@ fn provider_key(
     }
 }
 
+/// A provider's connection settings from an agent file's model: its base
+/// URL (http or https), key, limits and extra CA; the error names what is
+/// wrong.
+fn provider_settings(
+    base_url: String,
+    key: Option<ApiKey>,
+    limits: Limits,
+    ca_file: Option<String>,
+) -> Result<ProviderSettings, String> {
+    let url = reqwest::Url::parse(&base_url).map_err(|e| format!("base_url {base_url:?}: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("base_url {base_url:?} is not http(s)"));
+    }
+    let Limits {
+        timeout_ms,
+        max_retries,
+        max_response_bytes,
+    } = limits;
+    let mut settings = ProviderSettings::new(base_url, key);
+    if let Some(bytes) = max_response_bytes {
+        if !(1024..=MAX_MODEL_RESPONSE_BYTES).contains(&bytes) {
+            return Err(format!(
+                "max_response_bytes must be from 1024 to {MAX_MODEL_RESPONSE_BYTES}"
+            ));
+        }
+        settings.max_response_bytes = bytes;
+    }
+    if let Some(ms) = timeout_ms {
+        if !(1..=MAX_MODEL_TIMEOUT_MS).contains(&ms) {
+            return Err(format!(
+                "timeout_ms must be from 1 to {MAX_MODEL_TIMEOUT_MS}"
+            ));
+        }
+        settings.timeout = Duration::from_millis(ms);
+    }
+    if let Some(n) = max_retries {
+        if n > MAX_MODEL_RETRIES {
+            return Err(format!("max_retries must be at most {MAX_MODEL_RETRIES}"));
+        }
+        settings.max_retries = n;
+    }
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(&path).map_err(|e| format!("ca_file {path:?}: {e}"))?;
+        settings.extra_roots_pem.push(pem);
+    }
+    Ok(settings)
+}
+
+/// An OpenAI-compatible provider's base URL: the agent file's, else
+/// `OPENAI_BASE_URL`, else OpenAI's.
+fn openai_base_url(configured: Option<String>) -> String {
+    configured
+        .or_else(|| {
+            std::env::var("OPENAI_BASE_URL")
+                .ok()
+                .filter(|u| !u.is_empty())
+        })
+        .unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_owned())
+}
+
 /// The model an agent file describes. Keys are read from the environment
 /// here, once, when the agents are loaded.
 pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
     let invalid = |what: String| crate::Error::Config(format!("agent {agent:?}: model: {what}"));
-    let settings = |base_url: String,
-                    key: Option<ApiKey>,
-                    limits: Limits,
-                    ca_file: Option<String>|
-     -> crate::Result<ProviderSettings> {
-        let url = reqwest::Url::parse(&base_url)
-            .map_err(|e| invalid(format!("base_url {base_url:?}: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(invalid(format!("base_url {base_url:?} is not http(s)")));
-        }
-        let Limits {
-            timeout_ms,
-            max_retries,
-            max_response_bytes,
-        } = limits;
-        let mut settings = ProviderSettings::new(base_url, key);
-        if let Some(bytes) = max_response_bytes {
-            if !(1024..=MAX_MODEL_RESPONSE_BYTES).contains(&bytes) {
-                return Err(invalid(format!(
-                    "max_response_bytes must be from 1024 to {MAX_MODEL_RESPONSE_BYTES}"
-                )));
-            }
-            settings.max_response_bytes = bytes;
-        }
-        if let Some(ms) = timeout_ms {
-            if !(1..=MAX_MODEL_TIMEOUT_MS).contains(&ms) {
-                return Err(invalid(format!(
-                    "timeout_ms must be from 1 to {MAX_MODEL_TIMEOUT_MS}"
-                )));
-            }
-            settings.timeout = Duration::from_millis(ms);
-        }
-        if let Some(n) = max_retries {
-            if n > MAX_MODEL_RETRIES {
-                return Err(invalid(format!(
-                    "max_retries must be at most {MAX_MODEL_RETRIES}"
-                )));
-            }
-            settings.max_retries = n;
-        }
-        if let Some(path) = ca_file {
-            let pem =
-                std::fs::read(&path).map_err(|e| invalid(format!("ca_file {path:?}: {e}")))?;
-            settings.extra_roots_pem.push(pem);
-        }
-        Ok(settings)
-    };
     let positive = |n: Option<u32>| match n {
         Some(0) => Err(invalid("max_tokens must be at least 1".into())),
         other => Ok(other),
+    };
+    let settings = |base_url, key, limits, ca_file| {
+        provider_settings(base_url, key, limits, ca_file).map_err(invalid)
     };
     Ok(match def {
         ModelDef::Scripted { script } => Arc::new(ScriptedModel::new(script)),
@@ -189,13 +205,7 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
                 base_url.as_deref(),
                 "api.openai.com",
             );
-            let base_url = base_url
-                .or_else(|| {
-                    std::env::var("OPENAI_BASE_URL")
-                        .ok()
-                        .filter(|u| !u.is_empty())
-                })
-                .unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_owned());
+            let base_url = openai_base_url(base_url);
             let limits = Limits {
                 timeout_ms,
                 max_retries,
