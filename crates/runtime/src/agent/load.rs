@@ -102,82 +102,7 @@ impl Registry {
             {
                 escalations.push((name.clone(), escalation));
             }
-            let (tool, refuse_repeated_denials): (Arc<dyn Tool>, bool) = match def {
-                ToolDef::Http {
-                    url,
-                    description,
-                    requires_confirmation,
-                    refuse_repeated_denials,
-                    approvals: _,
-                    remind_after: _,
-                    escalate_to: _,
-                    input_schema,
-                    timeout_ms,
-                    max_response_bytes,
-                } => {
-                    if let Err(e) = reqwest::Url::parse(&url) {
-                        return Err(Error::Config(format!(
-                            "tool {name}: invalid url {}: {e}",
-                            crate::tool::redact_url(&url)
-                        )));
-                    }
-                    let mut tool = HttpTool::new(
-                        ToolSpec {
-                            name: name.clone(),
-                            description,
-                            input_schema,
-                        },
-                        url,
-                        requires_confirmation,
-                    )?;
-                    match timeout_ms {
-                        Some(ms) if (1..=MAX_HTTP_TOOL_TIMEOUT_MS).contains(&ms) => {
-                            tool = tool.with_timeout(Duration::from_millis(ms))?;
-                        }
-                        Some(ms) => {
-                            return Err(Error::Config(format!(
-                                "tool {name}: timeout_ms {ms} is not from 1 to {MAX_HTTP_TOOL_TIMEOUT_MS}"
-                            )))
-                        }
-                        None => {}
-                    }
-                    match max_response_bytes {
-                        Some(0) => {
-                            return Err(Error::Config(format!(
-                                "tool {name}: max_response_bytes must be at least 1"
-                            )))
-                        }
-                        Some(bytes) => tool = tool.with_max_response_bytes(bytes),
-                        None => {}
-                    }
-                    (Arc::new(tool), refuse_repeated_denials)
-                }
-                ToolDef::Echo {
-                    description,
-                    requires_confirmation,
-                    refuse_repeated_denials,
-                    approvals: _,
-                    remind_after: _,
-                    escalate_to: _,
-                    input_schema,
-                } => (
-                    Arc::new(EchoTool::new(
-                        ToolSpec {
-                            name: name.clone(),
-                            description,
-                            input_schema,
-                        },
-                        requires_confirmation,
-                    )),
-                    refuse_repeated_denials,
-                ),
-            };
-            let tool = if refuse_repeated_denials {
-                tool
-            } else {
-                crate::tool::ask_after_every_denial(tool)
-            };
-            registry = registry.with_tool(tool)?;
+            registry = registry.with_tool(file_tool(&name, def)?)?;
         }
         for (tool, rule) in rules {
             registry = registry.with_approval_rule(&tool, rule)?;
@@ -186,32 +111,7 @@ impl Registry {
             registry = registry.with_escalation(&tool, escalation)?;
         }
         for (name, def) in file.agents {
-            let model = crate::model::from_def(&name, def.model)?;
-            let mut agent = Agent::new(name, model).system(def.system);
-            agent.tools = def.tools;
-            agent.subagents = def.subagents;
-            agent.hitl_ttl_ms = def.hitl_ttl_ms.unwrap_or(DEFAULT_HITL_TTL_MS);
-            if !(1..=crate::tool::MAX_TTL_MS).contains(&agent.hitl_ttl_ms) {
-                return Err(Error::Config(format!(
-                    "agent {:?}: hitl_ttl_ms must be from 1 to {} (49 days)",
-                    agent.name,
-                    crate::tool::MAX_TTL_MS
-                )));
-            }
-            agent.ask = def.ask;
-            agent.on_deploy = def.on_deploy;
-            agent.description = def.description.filter(|d| !d.trim().is_empty());
-            if let Some(intake) = def.intake {
-                let set = QuestionSet {
-                    preamble: intake.preamble,
-                    questions: intake.questions,
-                };
-                agent.intake = Some(
-                    Intake::new(set, intake.when)
-                        .map_err(|e| Error::Config(format!("agent {:?}: {e}", agent.name)))?,
-                );
-            }
-            registry = registry.with_agent(agent);
+            registry = registry.with_agent(file_agent(name, def)?);
         }
         for (name, tool) in code_tools {
             registry
@@ -224,4 +124,113 @@ impl Registry {
         registry.check()?;
         Ok(registry)
     }
+}
+
+/// The tool a `[tools.<name>]` table of an agent file defines.
+fn file_tool(name: &str, def: ToolDef) -> Result<Arc<dyn Tool>> {
+    let (tool, refuse_repeated_denials): (Arc<dyn Tool>, bool) = match def {
+        ToolDef::Http {
+            url,
+            description,
+            requires_confirmation,
+            refuse_repeated_denials,
+            approvals: _,
+            remind_after: _,
+            escalate_to: _,
+            input_schema,
+            timeout_ms,
+            max_response_bytes,
+        } => {
+            if let Err(e) = reqwest::Url::parse(&url) {
+                return Err(Error::Config(format!(
+                    "tool {name}: invalid url {}: {e}",
+                    crate::tool::redact_url(&url)
+                )));
+            }
+            let mut tool = HttpTool::new(
+                ToolSpec {
+                    name: name.to_owned(),
+                    description,
+                    input_schema,
+                },
+                url,
+                requires_confirmation,
+            )?;
+            match timeout_ms {
+                Some(ms) if (1..=MAX_HTTP_TOOL_TIMEOUT_MS).contains(&ms) => {
+                    tool = tool.with_timeout(Duration::from_millis(ms))?;
+                }
+                Some(ms) => {
+                    return Err(Error::Config(format!(
+                        "tool {name}: timeout_ms {ms} is not from 1 to {MAX_HTTP_TOOL_TIMEOUT_MS}"
+                    )))
+                }
+                None => {}
+            }
+            match max_response_bytes {
+                Some(0) => {
+                    return Err(Error::Config(format!(
+                        "tool {name}: max_response_bytes must be at least 1"
+                    )))
+                }
+                Some(bytes) => tool = tool.with_max_response_bytes(bytes),
+                None => {}
+            }
+            (Arc::new(tool), refuse_repeated_denials)
+        }
+        ToolDef::Echo {
+            description,
+            requires_confirmation,
+            refuse_repeated_denials,
+            approvals: _,
+            remind_after: _,
+            escalate_to: _,
+            input_schema,
+        } => (
+            Arc::new(EchoTool::new(
+                ToolSpec {
+                    name: name.to_owned(),
+                    description,
+                    input_schema,
+                },
+                requires_confirmation,
+            )),
+            refuse_repeated_denials,
+        ),
+    };
+    Ok(if refuse_repeated_denials {
+        tool
+    } else {
+        crate::tool::ask_after_every_denial(tool)
+    })
+}
+
+/// The agent an `[agents.<name>]` table of an agent file defines.
+fn file_agent(name: String, def: crate::config::AgentDef) -> Result<Agent> {
+    let model = crate::model::from_def(&name, def.model)?;
+    let mut agent = Agent::new(name, model).system(def.system);
+    agent.tools = def.tools;
+    agent.subagents = def.subagents;
+    agent.hitl_ttl_ms = def.hitl_ttl_ms.unwrap_or(DEFAULT_HITL_TTL_MS);
+    if !(1..=crate::tool::MAX_TTL_MS).contains(&agent.hitl_ttl_ms) {
+        return Err(Error::Config(format!(
+            "agent {:?}: hitl_ttl_ms must be from 1 to {} (49 days)",
+            agent.name,
+            crate::tool::MAX_TTL_MS
+        )));
+    }
+    agent.ask = def.ask;
+    agent.on_deploy = def.on_deploy;
+    agent.description = def.description.filter(|d| !d.trim().is_empty());
+    if let Some(intake) = def.intake {
+        let set = QuestionSet {
+            preamble: intake.preamble,
+            questions: intake.questions,
+        };
+        agent.intake = Some(
+            Intake::new(set, intake.when)
+                .map_err(|e| Error::Config(format!("agent {:?}: {e}", agent.name)))?,
+        );
+    }
+    Ok(agent)
 }
