@@ -158,28 +158,7 @@ pub async fn decide(
         .await?;
     let (recorded, hold) = match claim {
         Claim::Process { recorded, hold } => (recorded, hold),
-        Claim::Completed { status, response } => {
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-            let mut response = (status, Json(response)).into_response();
-            response
-                .headers_mut()
-                .insert("idempotent-replayed", HeaderValue::from_static("true"));
-            return Ok(response);
-        }
-        Claim::InProgress => {
-            return Err(ApiError::Conflict {
-                code: "IdempotencyKeyInUse",
-                message: "a request with this Idempotency-Key is being processed; retry shortly"
-                    .into(),
-            })
-        }
-        Claim::Mismatch => {
-            return Err(ApiError::Unprocessable {
-                code: "IdempotencyKeyReused",
-                message: "this Idempotency-Key was used with another request body; use a new key"
-                    .into(),
-            })
-        }
+        other => return not_processed(other),
     };
     match settle_all(&state, &caller, decisions, Some((&key, hold)), recorded).await {
         Ok(results) => {
@@ -211,6 +190,33 @@ pub async fn decide(
             }
             Err(failed)
         }
+    }
+}
+
+/// The answer to a batch whose idempotency key says not to process it:
+/// the response kept for it, or why it must wait or use another key.
+fn not_processed(claim: Claim) -> Result<Response, ApiError> {
+    match claim {
+        Claim::Completed { status, response } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            let mut response = (status, Json(response)).into_response();
+            response
+                .headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            Ok(response)
+        }
+        Claim::InProgress => Err(ApiError::Conflict {
+            code: "IdempotencyKeyInUse",
+            message: "a request with this Idempotency-Key is being processed; retry shortly".into(),
+        }),
+        Claim::Mismatch => Err(ApiError::Unprocessable {
+            code: "IdempotencyKeyReused",
+            message: "this Idempotency-Key was used with another request body; use a new key"
+                .into(),
+        }),
+        Claim::Process { .. } => Err(ApiError::Internal(
+            "a batch claimed for processing was answered as not processed".into(),
+        )),
     }
 }
 
