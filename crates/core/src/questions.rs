@@ -168,23 +168,7 @@ impl QuestionSet {
                     format!("at most {MAX_OPTIONS} options"),
                 ));
             }
-            let mut values = HashSet::new();
-            for (j, o) in q.options.iter().enumerate() {
-                if !values.insert(o.value.as_str()) {
-                    issues.push(issue(
-                        at(&format!("/options/{j}/value")),
-                        format!("duplicate option value {:?}", o.value),
-                    ));
-                }
-                for (field, text) in [("value", &o.value), ("label", &o.label)] {
-                    if long(text) {
-                        issues.push(issue(
-                            at(&format!("/options/{j}/{field}")),
-                            format!("longer than {MAX_STRING_BYTES} bytes"),
-                        ));
-                    }
-                }
-            }
+            let values = option_issues(q, &at, &mut issues);
             if q.defaults.is_empty() {
                 issues.push(issue(
                     at("/defaults"),
@@ -334,6 +318,34 @@ pub fn ask_tool_schema() -> Value {
             }
         }
     })
+}
+
+/// The issues of `q`'s options (duplicate values, long texts); returns its
+/// option values, which its defaults must be among.
+fn option_issues<'q>(
+    q: &'q Question,
+    at: &dyn Fn(&str) -> String,
+    issues: &mut Vec<Issue>,
+) -> HashSet<&'q str> {
+    let long = |s: &str| s.len() > MAX_STRING_BYTES;
+    let mut values = HashSet::new();
+    for (j, o) in q.options.iter().enumerate() {
+        if !values.insert(o.value.as_str()) {
+            issues.push(issue(
+                at(&format!("/options/{j}/value")),
+                format!("duplicate option value {:?}", o.value),
+            ));
+        }
+        for (field, text) in [("value", &o.value), ("label", &o.label)] {
+            if long(text) {
+                issues.push(issue(
+                    at(&format!("/options/{j}/{field}")),
+                    format!("longer than {MAX_STRING_BYTES} bytes"),
+                ));
+            }
+        }
+    }
+    values
 }
 
 #[cfg(test)]
