@@ -53,65 +53,80 @@ pub(super) async fn declare(channel: &Channel, topology: &Topology) -> Result<()
             .map_err(|e| broker("declaring queue", &queue, e))?;
     }
     for queue in &plan.delay_queues {
-        let mut arguments = queue_arguments(topology);
-        arguments.insert("x-message-ttl".into(), amqp_int(queue.ttl_ms));
-        arguments.insert(
-            "x-dead-letter-exchange".into(),
-            AMQPValue::LongString(queue.dead_letter_exchange.clone().into()),
-        );
-        if let Some(key) = &queue.dead_letter_routing_key {
-            arguments.insert(
-                "x-dead-letter-routing-key".into(),
-                AMQPValue::LongString(key.clone().into()),
-            );
-        }
-        if topology.queue_type == crate::QueueType::Quorum {
-            // A message leaves a delay queue only once the next hop has it:
-            // at-least-once dead-lettering (which needs reject-publish).
-            arguments.insert(
-                "x-dead-letter-strategy".into(),
-                AMQPValue::LongString("at-least-once".into()),
-            );
-            arguments.insert(
-                "x-overflow".into(),
-                AMQPValue::LongString("reject-publish".into()),
-            );
-        }
         channel
-            .queue_declare(short(queue.name.as_str())?, queue_options, arguments)
+            .queue_declare(
+                short(queue.name.as_str())?,
+                queue_options,
+                delay_queue_arguments(topology, queue),
+            )
             .await
             .map_err(|e| broker("declaring queue", &queue.name, e))?;
     }
     for binding in &plan.bindings {
-        let source = short(binding.source.as_str())?;
-        let pattern = short(binding.pattern.as_str())?;
-        let bound = match &binding.target {
-            Target::Queue(queue) => {
-                channel
-                    .queue_bind(
-                        short(queue.as_str())?,
-                        source,
-                        pattern,
-                        QueueBindOptions::default(),
-                        FieldTable::default(),
-                    )
-                    .await
-            }
-            Target::Exchange(exchange) => {
-                channel
-                    .exchange_bind(
-                        short(exchange.as_str())?,
-                        source,
-                        pattern,
-                        ExchangeBindOptions::default(),
-                        FieldTable::default(),
-                    )
-                    .await
-            }
-        };
-        bound.map_err(|e| broker("binding", &binding.source, e))?;
+        bind(channel, binding).await?;
     }
     Ok(())
+}
+
+/// A delay queue's arguments: its TTL, and where a message goes when it
+/// runs out.
+fn delay_queue_arguments(topology: &Topology, queue: &ladder::DelayQueue) -> FieldTable {
+    let mut arguments = queue_arguments(topology);
+    arguments.insert("x-message-ttl".into(), amqp_int(queue.ttl_ms));
+    arguments.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString(queue.dead_letter_exchange.clone().into()),
+    );
+    if let Some(key) = &queue.dead_letter_routing_key {
+        arguments.insert(
+            "x-dead-letter-routing-key".into(),
+            AMQPValue::LongString(key.clone().into()),
+        );
+    }
+    if topology.queue_type == crate::QueueType::Quorum {
+        // A message leaves a delay queue only once the next hop has it:
+        // at-least-once dead-lettering (which needs reject-publish).
+        arguments.insert(
+            "x-dead-letter-strategy".into(),
+            AMQPValue::LongString("at-least-once".into()),
+        );
+        arguments.insert(
+            "x-overflow".into(),
+            AMQPValue::LongString("reject-publish".into()),
+        );
+    }
+    arguments
+}
+
+/// One binding of the ladder: an exchange to a queue or to an exchange.
+async fn bind(channel: &Channel, binding: &ladder::Binding) -> Result<()> {
+    let source = short(binding.source.as_str())?;
+    let pattern = short(binding.pattern.as_str())?;
+    let bound = match &binding.target {
+        Target::Queue(queue) => {
+            channel
+                .queue_bind(
+                    short(queue.as_str())?,
+                    source,
+                    pattern,
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+        }
+        Target::Exchange(exchange) => {
+            channel
+                .exchange_bind(
+                    short(exchange.as_str())?,
+                    source,
+                    pattern,
+                    ExchangeBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+        }
+    };
+    bound.map_err(|e| broker("binding", &binding.source, e))
 }
 
 fn queue_arguments(topology: &Topology) -> FieldTable {
