@@ -203,67 +203,6 @@ impl OpsCommand {
                     Err(refused) => Ok(refused),
                 }
             }
-            OpsCommand::Approve {
-                api,
-                run,
-                call,
-                payload,
-                arguments,
-                message,
-                arguments_hash,
-            } => {
-                let mut body = json!({ "runId": run, "toolCallId": call });
-                if let Some(payload) = payload {
-                    body["payload"] = payload;
-                }
-                if let Some(arguments) = arguments {
-                    body["arguments"] = arguments;
-                }
-                if let Some(message) = message {
-                    body["message"] = json!(message);
-                }
-                if let Some(hash) = arguments_hash {
-                    body["argumentsHash"] = json!(hash);
-                }
-                Client::new(&api)?
-                    .reply("/agent/tool-call/approve", body)
-                    .await
-            }
-            OpsCommand::Reject {
-                api,
-                run,
-                call,
-                reason,
-                arguments_hash,
-            } => {
-                let mut body = json!({ "runId": run, "toolCallId": call });
-                if let Some(reason) = reason {
-                    body["reason"] = json!(reason);
-                }
-                if let Some(hash) = arguments_hash {
-                    body["argumentsHash"] = json!(hash);
-                }
-                Client::new(&api)?
-                    .reply("/agent/tool-call/reject", body)
-                    .await
-            }
-            OpsCommand::Answer {
-                api,
-                run,
-                call,
-                answers,
-            } => {
-                let body = json!({ "runId": run, "toolCallId": call, "answers": answers });
-                Client::new(&api)?
-                    .reply("/agent/tool-call/answer", body)
-                    .await
-            }
-            OpsCommand::Skip { api, run, call } => {
-                let body = json!({ "runId": run, "toolCallId": call });
-                Client::new(&api)?
-                    .reply("/agent/tool-call/skip", body)
-                    .await
-            }
             OpsCommand::Decide {
                 api,
                 file,
@@ -273,20 +212,6 @@ impl OpsCommand {
                 Client::new(&api)?
                     .decide(body, idempotency_key.as_deref())
                     .await
-            }
-            OpsCommand::Respond {
-                api,
-                thread,
-                call,
-                approved,
-                payload,
-            } => {
-                let mut body =
-                    json!({ "threadId": thread, "toolCallId": call, "approved": approved });
-                if let Some(payload) = payload {
-                    body["payload"] = payload;
-                }
-                Client::new(&api)?.reply("/agent/hitl/respond", body).await
             }
             OpsCommand::Threads {
                 command: ThreadsCommand::Show { api, id },
@@ -310,32 +235,118 @@ impl OpsCommand {
             } => crate::upgrade::run(&connections, &agent, to.as_deref(), dry_run).await,
             OpsCommand::Runs {
                 command: RunsCommand::Show { api, id, journal },
-            } => {
-                let client = Client::new(&api)?;
-                let path = format!("/runs/{}", id_segment(&id, "run")?);
-                let run = match client.fetch(&path).await? {
-                    Ok(run) => run,
-                    Err(refused) => return Ok(refused),
-                };
-                let journal = if journal {
-                    match client.fetch_all(&format!("{path}/journal")).await? {
-                        Ok(entries) => Some(entries),
-                        Err(refused) => return Ok(refused),
-                    }
-                } else {
-                    None
-                };
-                if api.json {
-                    let mut value = run;
-                    if let Some(entries) = journal {
-                        value["journal"] = entries;
-                    }
-                    return Ok(Outcome::ok(pretty(&value)));
-                }
-                Ok(Outcome::ok(render_run(&run, journal.as_ref())))
+            } => show_run(&api, &id, journal).await,
+            reply => {
+                let (api, path, body) = reply.reply()?;
+                Client::new(&api)?.reply(path, body).await
             }
         }
     }
+
+    /// A reply command's request: the API, the route and the body.
+    fn reply(self) -> anyhow::Result<(ApiTarget, &'static str, Value)> {
+        Ok(match self {
+            OpsCommand::Approve {
+                api,
+                run,
+                call,
+                payload,
+                arguments,
+                message,
+                arguments_hash,
+            } => {
+                let body = with_fields(
+                    json!({ "runId": run, "toolCallId": call }),
+                    [
+                        ("payload", payload),
+                        ("arguments", arguments),
+                        ("message", message.map(Value::from)),
+                        ("argumentsHash", arguments_hash.map(Value::from)),
+                    ],
+                );
+                (api, "/agent/tool-call/approve", body)
+            }
+            OpsCommand::Reject {
+                api,
+                run,
+                call,
+                reason,
+                arguments_hash,
+            } => {
+                let body = with_fields(
+                    json!({ "runId": run, "toolCallId": call }),
+                    [
+                        ("reason", reason.map(Value::from)),
+                        ("argumentsHash", arguments_hash.map(Value::from)),
+                    ],
+                );
+                (api, "/agent/tool-call/reject", body)
+            }
+            OpsCommand::Answer {
+                api,
+                run,
+                call,
+                answers,
+            } => {
+                let body = json!({ "runId": run, "toolCallId": call, "answers": answers });
+                (api, "/agent/tool-call/answer", body)
+            }
+            OpsCommand::Skip { api, run, call } => {
+                let body = json!({ "runId": run, "toolCallId": call });
+                (api, "/agent/tool-call/skip", body)
+            }
+            OpsCommand::Respond {
+                api,
+                thread,
+                call,
+                approved,
+                payload,
+            } => {
+                let body = with_fields(
+                    json!({ "threadId": thread, "toolCallId": call, "approved": approved }),
+                    [("payload", payload)],
+                );
+                (api, "/agent/hitl/respond", body)
+            }
+            _ => anyhow::bail!("the command is not a reply"),
+        })
+    }
+}
+
+/// `body` with each field that is present.
+fn with_fields<const N: usize>(mut body: Value, fields: [(&str, Option<Value>); N]) -> Value {
+    for (name, value) in fields {
+        if let Some(value) = value {
+            body[name] = value;
+        }
+    }
+    body
+}
+
+/// `runs show`: the run, and its journal when asked for.
+async fn show_run(api: &ApiTarget, id: &str, journal: bool) -> anyhow::Result<Outcome> {
+    let client = Client::new(api)?;
+    let path = format!("/runs/{}", id_segment(id, "run")?);
+    let run = match client.fetch(&path).await? {
+        Ok(run) => run,
+        Err(refused) => return Ok(refused),
+    };
+    let journal = if journal {
+        match client.fetch_all(&format!("{path}/journal")).await? {
+            Ok(entries) => Some(entries),
+            Err(refused) => return Ok(refused),
+        }
+    } else {
+        None
+    };
+    if api.json {
+        let mut value = run;
+        if let Some(entries) = journal {
+            value["journal"] = entries;
+        }
+        return Ok(Outcome::ok(pretty(&value)));
+    }
+    Ok(Outcome::ok(render_run(&run, journal.as_ref())))
 }
 
 /// An id for a path: ids are UUIDs, and anything else is refused here
