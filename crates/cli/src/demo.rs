@@ -150,29 +150,11 @@ async fn converse(addr: SocketAddr) -> anyhow::Result<()> {
     println!("GET  /threads/{{id}}            -> IDLE");
     println!("\nTranscript:");
     let messages = call(http.get(format!("{base}/threads/{thread_id}/messages"))).await?;
-    for m in messages.as_array().into_iter().flatten() {
-        match m["role"].as_str() {
-            Some("user") => println!("  user:      {}", m["content"].as_str().unwrap_or_default()),
-            Some("assistant") => {
-                if let Some(text) = m["content"].as_str() {
-                    println!("  assistant: {text}");
-                }
-                for c in m["toolCalls"].as_array().into_iter().flatten() {
-                    println!(
-                        "  assistant: calls {}({})",
-                        c["name"].as_str().unwrap_or_default(),
-                        c["arguments"]
-                    );
-                }
-            }
-            Some("tool") => println!(
-                "  tool:      {} -> {}",
-                m["name"].as_str().unwrap_or_default(),
-                m["content"]
-            ),
-            _ => {}
-        }
-    }
+    messages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .for_each(print_message);
     let run = call(http.get(format!("{base}/runs/{run_id}"))).await?;
     println!("\nRun {run_id}: {}", run["status"]);
     let journal = call(http.get(format!("{base}/runs/{run_id}/journal"))).await?;
@@ -184,6 +166,31 @@ async fn converse(addr: SocketAddr) -> anyhow::Result<()> {
         .collect();
     println!("Journal: {}", names.join(", "));
     Ok(())
+}
+
+/// One message of the transcript, as a line per text or call.
+fn print_message(m: &Value) {
+    match m["role"].as_str() {
+        Some("user") => println!("  user:      {}", m["content"].as_str().unwrap_or_default()),
+        Some("assistant") => {
+            if let Some(text) = m["content"].as_str() {
+                println!("  assistant: {text}");
+            }
+            for c in m["toolCalls"].as_array().into_iter().flatten() {
+                println!(
+                    "  assistant: calls {}({})",
+                    c["name"].as_str().unwrap_or_default(),
+                    c["arguments"]
+                );
+            }
+        }
+        Some("tool") => println!(
+            "  tool:      {} -> {}",
+            m["name"].as_str().unwrap_or_default(),
+            m["content"]
+        ),
+        _ => {}
+    }
 }
 
 async fn wait_for_status(

@@ -112,40 +112,7 @@ async fn main() -> anyhow::Result<()> {
             keys,
             listen,
             reap_every: every,
-        } => {
-            let store = connections.store()?;
-            store.migrate().await?;
-            let registry = agents.load_for_sending()?;
-            // The reaper loop below writes events too.
-            let store = registry.prepare(store);
-            let queue = connections.queue(&registry.delay_lanes()).await?;
-            let shutdown = shutdown_on_signal();
-            let worker = Worker::new(
-                store.clone(),
-                queue.clone(),
-                registry.clone(),
-                WorkerConfig::default(),
-            );
-            let worker_shutdown = shutdown.clone();
-            let worker_task = tokio::spawn(async move { worker.run(worker_shutdown).await });
-            let reaper = tokio::spawn(reap_every(
-                store.clone(),
-                Relay::new(queue.clone()),
-                ReaperConfig::default(),
-                every,
-                shutdown.clone(),
-            ));
-            let state = AppState::new(store, queue, registry, keys.load()?)
-                .with_max_streams(keys.max_streams);
-            let (addr, served) = serve_api(state, listen, shutdown).await?;
-            tracing::info!(%addr, queue = ?connections.queue, "agentenkit dev: API, worker and reaper running");
-            println!(
-                "agentenkit dev: the inbox page is at http://{addr}/ui/ (sign in with an API key)"
-            );
-            served.await?;
-            worker_task.await??;
-            reaper.await?;
-        }
+        } => dev(connections, agents, keys, listen, every).await?,
         Command::Chat {
             connections,
             agents,
@@ -190,5 +157,46 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// `agentenkit dev`: the API, a worker and the reaper in one process.
+async fn dev(
+    connections: Connections,
+    agents: AgentConfig,
+    keys: KeyConfig,
+    listen: SocketAddr,
+    every: Duration,
+) -> anyhow::Result<()> {
+    let store = connections.store()?;
+    store.migrate().await?;
+    let registry = agents.load_for_sending()?;
+    // The reaper loop below writes events too.
+    let store = registry.prepare(store);
+    let queue = connections.queue(&registry.delay_lanes()).await?;
+    let shutdown = shutdown_on_signal();
+    let worker = Worker::new(
+        store.clone(),
+        queue.clone(),
+        registry.clone(),
+        WorkerConfig::default(),
+    );
+    let worker_shutdown = shutdown.clone();
+    let worker_task = tokio::spawn(async move { worker.run(worker_shutdown).await });
+    let reaper = tokio::spawn(reap_every(
+        store.clone(),
+        Relay::new(queue.clone()),
+        ReaperConfig::default(),
+        every,
+        shutdown.clone(),
+    ));
+    let state =
+        AppState::new(store, queue, registry, keys.load()?).with_max_streams(keys.max_streams);
+    let (addr, served) = serve_api(state, listen, shutdown).await?;
+    tracing::info!(%addr, queue = ?connections.queue, "agentenkit dev: API, worker and reaper running");
+    println!("agentenkit dev: the inbox page is at http://{addr}/ui/ (sign in with an API key)");
+    served.await?;
+    worker_task.await??;
+    reaper.await?;
     Ok(())
 }
