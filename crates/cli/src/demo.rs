@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentenkit_api::{ApiKeys, AppState};
-use agentenkit_runtime::{
-    Agent, HttpTool, Registry, ScriptEntry, ScriptedModel, ToolSpec, Worker, WorkerConfig,
-};
+use agentenkit_runtime::{Agent, HttpTool, Registry, ScriptEntry, ScriptedModel, ToolSpec};
 use anyhow::{bail, Context};
 use axum::routing::post;
 use axum::Json;
@@ -70,14 +68,12 @@ pub async fn run(mut connections: Connections) -> anyhow::Result<()> {
                 .tool("send_email"),
         );
     let registry = Arc::new(registry);
-    let worker = Worker::new(
+    let worker_task = crate::spawn_worker(
         store.clone(),
         queue.clone(),
         registry.clone(),
-        WorkerConfig::default(),
+        shutdown.clone(),
     );
-    let worker_shutdown = shutdown.clone();
-    let worker_task = tokio::spawn(async move { worker.run(worker_shutdown).await });
     let state = AppState::new(
         store.clone(),
         queue.clone(),

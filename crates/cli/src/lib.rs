@@ -332,6 +332,23 @@ pub fn init_tracing_at(default: &str, format: LogFormat) {
     }
 }
 
+/// A worker with the default settings, running until `shutdown`: what
+/// `agentenkit dev` and the demo run beside their API.
+pub fn spawn_worker(
+    store: Store,
+    queue: Arc<dyn QueueAdapter>,
+    registry: Arc<Registry>,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<Result<(), agentenkit_runtime::worker::WorkerError>> {
+    let worker = agentenkit_runtime::Worker::new(
+        store,
+        queue,
+        registry,
+        agentenkit_runtime::WorkerConfig::default(),
+    );
+    tokio::spawn(async move { worker.run(shutdown).await })
+}
+
 /// A token cancelled on Ctrl-C or SIGTERM.
 pub fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();

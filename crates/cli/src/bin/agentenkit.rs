@@ -11,7 +11,7 @@ use agentenkit::{
 };
 use agentenkit_api::AppState;
 use agentenkit_runtime::reaper::{reap_every, ReaperConfig};
-use agentenkit_runtime::{Relay, Worker, WorkerConfig};
+use agentenkit_runtime::Relay;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -175,14 +175,12 @@ async fn dev(
     let store = registry.prepare(store);
     let queue = connections.queue(&registry.delay_lanes()).await?;
     let shutdown = shutdown_on_signal();
-    let worker = Worker::new(
+    let worker_task = agentenkit::spawn_worker(
         store.clone(),
         queue.clone(),
         registry.clone(),
-        WorkerConfig::default(),
+        shutdown.clone(),
     );
-    let worker_shutdown = shutdown.clone();
-    let worker_task = tokio::spawn(async move { worker.run(worker_shutdown).await });
     let reaper = tokio::spawn(reap_every(
         store.clone(),
         Relay::new(queue.clone()),

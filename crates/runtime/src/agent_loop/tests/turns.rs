@@ -54,30 +54,21 @@ async fn a_failing_tool_is_a_failure_the_model_sees_and_the_run_goes_on() {
     assert!(result.contains("the mail server said no"), "{result}");
 }
 
+/// A call the model got wrong: a tool nobody has, arguments that do not
+/// fit the tool's schema.
 #[tokio::test]
-async fn an_unknown_tool_is_a_failure_the_model_sees() {
-    let script = r#"
-      { tool_calls = [ { id = "c1", name = "nope", arguments = {} } ] },
-      { text = "Done." },
-    "#;
-    let h = harness(Does::Answer, false, script, "", "");
-    let (run, memory) = h.turn("go").await;
-    assert_eq!(status(&memory, run), RunStatus::Completed);
-    failure_of(&memory, run, "c1");
-    assert_eq!(h.tool.runs(), 0);
-}
-
-#[tokio::test]
-async fn arguments_that_fail_the_schema_are_a_failure_and_the_tool_never_runs() {
-    let script = r#"
-      { tool_calls = [ { id = "c1", name = "send", arguments = { to = 5 } } ] },
-      { text = "Done." },
-    "#;
-    let h = harness(Does::Answer, false, script, "", "");
-    let (run, memory) = h.turn("go").await;
-    assert_eq!(status(&memory, run), RunStatus::Completed);
-    failure_of(&memory, run, "c1");
-    assert_eq!(h.tool.runs(), 0);
+async fn a_call_the_model_got_wrong_is_a_failure_it_sees_and_nothing_runs() {
+    for call in [
+        r#"{ id = "c1", name = "nope", arguments = {} }"#,
+        r#"{ id = "c1", name = "send", arguments = { to = 5 } }"#,
+    ] {
+        let script = format!(r#"{{ tool_calls = [ {call} ] }}, {{ text = "Done." }},"#);
+        let h = harness(Does::Answer, false, &script, "", "");
+        let (run, memory) = h.turn("go").await;
+        assert_eq!(status(&memory, run), RunStatus::Completed, "{call}");
+        failure_of(&memory, run, "c1");
+        assert_eq!(h.tool.runs(), 0, "{call}");
+    }
 }
 
 #[tokio::test]
