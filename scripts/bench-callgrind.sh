@@ -10,7 +10,10 @@
 # bench's CPU table (make bench) has them per process.
 # It also names the project's source files a cycle runs code of (those
 # whose instructions grow from the N1 run to the N2 one), by crate: what one
-# approval cycle crosses. CALLGRIND_FILES=1 lists them.
+# approval cycle crosses. CALLGRIND_FILES=1 lists them. Count files with
+# CALLGRIND_PROFILE=dev: callgrind names a function's own file, so in a
+# release build a function inlined into another file's is not seen (the
+# instruction count is the release build's figure).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 n1=${1:-200}
@@ -21,19 +24,21 @@ if ! command -v valgrind >/dev/null 2>&1; then
 fi
 # Line tables only: callgrind needs them to name files, and they change no
 # instruction.
-CARGO_PROFILE_RELEASE_DEBUG=line-tables-only ${CARGO:-cargo} build --release -q --bin agentenkit-bench
+profile=${CALLGRIND_PROFILE:-release}
+CARGO_PROFILE_RELEASE_DEBUG=line-tables-only ${CARGO:-cargo} build --profile "$profile" -q --bin agentenkit-bench
+bin=target/$([ "$profile" = dev ] && echo debug || echo "$profile")/agentenkit-bench
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 count() {
   valgrind --tool=callgrind --callgrind-out-file="$out/cg.$1" \
-    target/release/agentenkit-bench --n "$1" --warmup 5 --concurrency 1 \
+    "$bin" --n "$1" --warmup 5 --concurrency 1 \
       --expiry-n 0 --round-trip-n 0 --scale-n 0 --baseline-secs 0 --stats-flush-secs 0 \
     >"$out/log.$1" 2>&1 || { tail -20 "$out/log.$1" >&2; exit 1; }
   sed -n 's/^totals: //p' "$out/cg.$1"
 }
 ir1=$(count "$n1")
 ir2=$(count "$n2")
-echo "callgrind, bench process (clients + in-process worker), c=1:"
+echo "callgrind, bench process (clients + in-process worker), c=1, $profile build:"
 echo "  N=$n1: $ir1 instructions; N=$n2: $ir2 instructions"
 echo "  per cycle (marginal, (Ir($n2) - Ir($n1)) / $((n2 - n1))): $(( (ir2 - ir1) / (n2 - n1) )) instructions"
 
