@@ -145,6 +145,20 @@ impl CallEvent {
         }
     }
 
+    /// Whether the event's own data is one a call can take: a finish is a
+    /// run (`executed`) or a failure, a park waits for someone. With
+    /// [`CallEvent::sources`], what a writer checks without the call's
+    /// state at hand.
+    pub fn is_well_formed(&self) -> bool {
+        match self {
+            CallEvent::Finish { status, .. } => {
+                matches!(status, ToolCallStatus::Executed | ToolCallStatus::Failed)
+            }
+            CallEvent::Park { kind, .. } => kind.tool_type() == "action",
+            _ => true,
+        }
+    }
+
     /// The event's name, for errors.
     pub fn name(&self) -> &'static str {
         match self {

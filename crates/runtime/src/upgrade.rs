@@ -169,9 +169,12 @@ async fn upgrade_run(
         return Ok(UpgradeOutcome::Changed);
     };
     if let Err(reason) = compatible(registry, agent, locked.open_calls()) {
+        locked.release().await?;
         return Ok(UpgradeOutcome::Incompatible(reason));
     }
-    if !dry_run {
+    if dry_run {
+        locked.release().await?;
+    } else {
         locked.move_to(to, "upgrade").await?;
     }
     Ok(UpgradeOutcome::Moved)

@@ -100,6 +100,11 @@ const CANCEL_SQL: &str = "UPDATE tool_calls SET status = 'cancelled'
 /// nothing unless the row is in one of the event's source statuses (add
 /// [`crate::pipeline::Expect::One`] where that is a bug).
 pub(crate) fn write(run: RunId, id: &ToolCallId, event: &CallEvent) -> Result<Op> {
+    if !event.is_well_formed() {
+        return Err(Error::Corrupt(format!(
+            "tool call {id} of run {run}: no call takes {event:?}"
+        )));
+    }
     let sources: Vec<&'static str> = event.sources().iter().map(|s| s.as_str()).collect();
     let mut params: Vec<Param> = vec![
         Box::new(run.0),
@@ -264,3 +269,37 @@ pub(crate) const DROP_VOTES_OF_KEY_SQL: &str = "
     WHERE status = 'pending_approval' AND approvals IS NOT NULL
       AND (approvals @> jsonb_build_array(jsonb_build_object('keyId', $1::text))
         OR approvals @> jsonb_build_array(jsonb_build_object('principal', $1::text)))";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_no_call_takes_is_refused_before_it_is_written() {
+        let (run, id) = (RunId::new(), ToolCallId("c1".into()));
+        let cancelled_finish = CallEvent::Finish {
+            status: ToolCallStatus::Cancelled,
+            result: json!(1),
+        };
+        let park_as_function = CallEvent::Park {
+            kind: ToolKind::Function,
+            arguments: None,
+            reason: "r".into(),
+            expires_at: None,
+        };
+        for event in [cancelled_finish, park_as_function] {
+            assert!(
+                matches!(write(run, &id, &event), Err(Error::Corrupt(_))),
+                "{event:?}"
+            );
+        }
+        let ran = CallEvent::Finish {
+            status: ToolCallStatus::Executed,
+            result: json!(1),
+        };
+        assert!(write(run, &id, &ran)
+            .unwrap()
+            .sql()
+            .contains("status = ANY($3)"));
+    }
+}

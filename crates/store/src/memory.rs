@@ -540,6 +540,14 @@ impl RunEngine for MemoryEngine {
                 return Err(e);
             }
         }
+        // A new journal entry is progress: the failed attempts and the
+        // takeovers of the step before it no longer count (the fence's
+        // rule in `lease::fence`).
+        if changes.iter().any(|c| matches!(c, Change::Journal { .. })) {
+            let run = next.runs.get_mut(&lease.run_id).expect("fenced");
+            run.attempts = 0;
+            run.takeovers = 0;
+        }
         next.commits += 1;
         *memory = next;
         Ok(())

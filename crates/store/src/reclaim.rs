@@ -91,8 +91,8 @@ impl Store {
         Ok(failed)
     }
 
-    /// One round trip fails the run and cancels its sub-agents under the
-    /// locks, the next writes the rest as one plan.
+    /// One round trip fails the run under the locks, the next cancels its
+    /// sub-agents, the last writes the rest as one plan.
     async fn fail_run_once(&self, run: RunId, error: &str) -> Result<Option<Vec<OutboxRow>>> {
         let tx = OpenTx::new(self.client().await?);
         // The parent first, then the run, then its descendants. A child
@@ -115,31 +115,21 @@ impl Store {
                     vec![Box::new(run.0), Box::new(error.to_owned())],
                 )
                 .expect(Expect::Rows),
-                // Its sub-agents go with it.
-                Op::new(
-                    "WITH RECURSIVE tree AS (
-                         SELECT id FROM runs WHERE parent_run_id = $1
-                         UNION ALL
-                         SELECT r.id FROM runs r JOIN tree t ON r.parent_run_id = t.id)
-                     UPDATE runs SET status = 'cancelled', finished_at = now(), updated_at = now(),
-                            lease_owner = NULL, lease_expires_at = NULL,
-                            error = 'its parent run failed'
-                     WHERE id IN (SELECT id FROM tree) AND status IN ('queued', 'running', 'waiting')
-                     RETURNING id",
-                    vec![Box::new(run.0)],
-                )
-                .expect(Expect::Rows),
             ])
             .await?
             .into_iter()
             .map(Answer::rows);
         let parent = answers.next().unwrap_or_default();
-        let (failed, cancelled) = (answers.next().unwrap_or_default(), answers.next());
+        let failed = answers.next().unwrap_or_default();
         let Some(row) = failed.first() else {
             // It had already ended: nothing it did changes anything.
             tx.rollback().await?;
             return Ok(None);
         };
+        // Its sub-agents go with it (only once it failed here: an ended
+        // run's tree is left as it is).
+        let cancel = Op::new(CANCEL_SUB_AGENTS_SQL, vec![Box::new(run.0)]).expect(Expect::Rows);
+        let cancelled = tx.exchange_one(cancel).await?;
         let failed = FailedRun {
             run,
             thread: agentenkit_core::ThreadId(row.get(0)),
@@ -149,16 +139,23 @@ impl Store {
                 .first()
                 .map(|r| RunId(r.get(0)))
                 .zip(row.get::<_, Option<String>>(2).map(ToolCallId)),
-            cancelled: cancelled
-                .unwrap_or_default()
-                .iter()
-                .map(|r| r.get(0))
-                .collect(),
+            cancelled: cancelled.iter().map(|r| r.get(0)).collect(),
         };
         let ops = failed.plan(self.notify_rule())?;
         Ok(Some(returned_outbox(tx.commit_with(ops).await?)?))
     }
 }
+
+/// Cancels the active runs below run `$1`, returning them.
+const CANCEL_SUB_AGENTS_SQL: &str = "
+    WITH RECURSIVE tree AS (
+        SELECT id FROM runs WHERE parent_run_id = $1
+        UNION ALL
+        SELECT r.id FROM runs r JOIN tree t ON r.parent_run_id = t.id)
+    UPDATE runs SET status = 'cancelled', finished_at = now(), updated_at = now(),
+           lease_owner = NULL, lease_expires_at = NULL, error = 'its parent run failed'
+    WHERE id IN (SELECT id FROM tree) AND status IN ('queued', 'running', 'waiting')
+    RETURNING id";
 
 /// A run just failed, with the sub-agents cancelled with it.
 struct FailedRun<'a> {

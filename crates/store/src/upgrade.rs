@@ -174,6 +174,11 @@ impl LockedRun {
         &self.calls
     }
 
+    /// Leaves the run as it was and lets go of its lock at once.
+    pub async fn release(self) -> Result<()> {
+        self.tx.rollback().await
+    }
+
     /// Moves the run to version `to` (`by` says who moved it, in the
     /// journal entry) and commits: the `version:<hash>` entry a replay
     /// steps over, the run row, and `RUN_STARTED`, which keeps saying the

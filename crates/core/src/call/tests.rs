@@ -153,6 +153,16 @@ proptest! {
                 // data is not one it can settle with (a finish that is
                 // neither run nor failed), or the result of a call that
                 // was not approved.
+                if from_source && event.is_well_formed() {
+                    prop_assert!(
+                        matches!(
+                            (&state, &event),
+                            (CallState::Ran { .. } | CallState::Decided(_), CallEvent::RecordResult { .. })
+                        ),
+                        "{} from {from}",
+                        event.name()
+                    );
+                }
                 if from_source {
                     let bad_finish = matches!(
                         &event,

@@ -50,6 +50,7 @@ impl Worker {
             };
             // Judged here, on the calls read under the run's lock.
             if let Err(reason) = crate::upgrade::compatible(&current, &agent, locked.open_calls()) {
+                locked.release().await?;
                 return Ok(Err(reason));
             }
             locked.move_to(&ours.hash, "on_deploy").await.map(Ok)

@@ -34,7 +34,43 @@ async fn a_crash_before_the_tool_runs_runs_it_once_on_the_next_lease() {
     let (h, memory) = recover(h, run).await;
     assert_eq!(status(&memory, run), RunStatus::Completed);
     assert_eq!(h.tool.runs(), 1);
-    assert_eq!(memory.run(run).unwrap().takeovers, 1);
+    assert_eq!(
+        memory.run(run).unwrap().takeovers,
+        0,
+        "the taken-over step's progress cleared its count"
+    );
+}
+
+#[tokio::test]
+async fn workers_dying_at_different_steps_with_progress_between_do_not_fail_the_run() {
+    let script = r#"
+      { tool_calls = [ { id = "c1", name = "send", arguments = { to = "a" } } ] },
+      { tool_calls = [ { id = "c2", name = "send", arguments = { to = "b" } } ] },
+      { tool_calls = [ { id = "c3", name = "send", arguments = { to = "c" } } ] },
+      { text = "Done." },
+    "#;
+    let mut h = harness(Does::Answer, false, script, "", "");
+    let run = h.engine.start_turn("agent", "send three");
+    // Each point kills a worker once: as many deaths as the limit allows,
+    // each at a step after the last one's progress.
+    let died = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = died.clone();
+    h.crash = Some(Arc::new(move |at: &str| {
+        let fatal = matches!(at, "invoke:c1" | "invoke:c2" | "invoke:c3");
+        let mut died = seen.lock().unwrap();
+        let first = fatal && !died.iter().any(|d| d == at);
+        if first {
+            died.push(at.to_owned());
+        }
+        first
+    }));
+    for _ in 0..3 {
+        crash_once(&h, run).await;
+    }
+    let memory = h.drive(run).await;
+    assert_eq!(status(&memory, run), RunStatus::Completed);
+    assert_eq!(died.lock().unwrap().len(), 3, "three workers died");
+    assert_eq!(h.tool.runs(), 3, "each call ran once");
 }
 
 #[tokio::test]
