@@ -194,19 +194,7 @@ pub async fn resume_phase(
         let run = parked[i].run;
         async move {
             let t0 = Instant::now();
-            let answered = ctx
-                .store
-                .answer(
-                    &ctx.owner,
-                    AnswerTarget::Run(run),
-                    &ToolCallId::from("c1"),
-                    &Verdict::approve(),
-                    AnswerChecks::default(),
-                )
-                .await?;
-            if !answered.delivered {
-                bail!("answer to run {run} refused: {:?}", answered.error);
-            }
+            let answered = approve_c1(&ctx.store, &ctx.owner, run).await?;
             let stored = Instant::now();
             let seq = segment_seq(&answered.outbox, run)?;
             let executed = ctx.hub.wait(Key::Executed(run), WAIT).await?;
@@ -224,4 +212,26 @@ pub async fn resume_phase(
     })
     .await?;
     Ok((columns(rows), wall))
+}
+
+/// Approves call `c1` of `run` as `owner`, as the clients of every pass do;
+/// a refusal is an error.
+pub(crate) async fn approve_c1(
+    store: &agentenkit_store::Store,
+    owner: &agentenkit_core::Owner,
+    run: RunId,
+) -> anyhow::Result<agentenkit_store::Answered> {
+    let answered = store
+        .answer(
+            owner,
+            AnswerTarget::Run(run),
+            &ToolCallId::from("c1"),
+            &Verdict::approve(),
+            AnswerChecks::default(),
+        )
+        .await?;
+    if !answered.delivered {
+        bail!("answer to run {run} refused: {:?}", answered.error);
+    }
+    Ok(answered)
 }

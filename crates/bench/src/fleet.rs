@@ -13,12 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentenkit_core::reply::Verdict;
-use agentenkit_core::{Owner, RunId, RunStatus, ToolCallId};
+use agentenkit_core::{Owner, RunId, RunStatus};
 use agentenkit_queue::rabbit::RabbitQueue;
 use agentenkit_queue::{QueueAdapter, Topology};
 use agentenkit_runtime::Relay;
-use agentenkit_store::{AnswerChecks, AnswerTarget, Store};
+use agentenkit_store::Store;
 use anyhow::{bail, Context};
 use serde_json::json;
 
@@ -165,19 +164,7 @@ impl Fleet {
         self.fan_out(n, c, move |fleet, i| {
             let run = answering[i];
             async move {
-                let answered = fleet
-                    .store
-                    .answer(
-                        &fleet.owner,
-                        AnswerTarget::Run(run),
-                        &ToolCallId::from("c1"),
-                        &Verdict::approve(),
-                        AnswerChecks::default(),
-                    )
-                    .await?;
-                if !answered.delivered {
-                    bail!("answer to run {run} refused: {:?}", answered.error);
-                }
+                crate::cycle::approve_c1(&fleet.store, &fleet.owner, run).await?;
                 anyhow::Ok(())
             }
         })
