@@ -189,8 +189,17 @@ pub(crate) fn event_ops(
     rows: &RowFields,
     notified: NotifyRule<'_>,
 ) -> Vec<Op> {
-    let item = event_item(run, event_type, data.clone(), rows);
-    item_ops(thread, run, item, &data, notified)
+    // The data is copied only for an event this process may send.
+    let notify = run
+        .filter(|_| notified.contains(event_type))
+        .map(|run| notify_op(thread, run, event_type, &data, notified));
+    let mut ops = vec![item_op(
+        thread,
+        run,
+        event_item(run, event_type, data, rows),
+    )];
+    ops.extend(notify);
+    ops
 }
 
 /// The outbox rows that [`notify_op`]s (and resumes, which answer alike)
