@@ -22,6 +22,7 @@ pub mod queue_message;
 pub mod reply;
 pub mod scopes;
 pub mod status;
+pub mod trace;
 
 pub use call::{CallEvent, CallState};
 pub use error::{Error, Result};
@@ -31,3 +32,4 @@ pub use journal::{JournalEntry, Replay, ReplayStep};
 pub use queue_message::QueueMessage;
 pub use scopes::{KeyScope, KeyScopes};
 pub use status::{RunStatus, ThreadStatus, ToolCallStatus, ToolKind};
+pub use trace::TraceContext;
