@@ -155,8 +155,7 @@ impl HookedQueue {
 #[async_trait]
 impl QueueAdapter for HookedQueue {
     async fn publish(&self, message: &QueueMessage) -> agentenkit_queue::Result<()> {
-        self.counts.publishes.fetch_add(1, Ordering::Relaxed);
-        self.inner.publish(message).await
+        self.publish_traced(message, Duration::ZERO, None).await
     }
 
     async fn publish_delayed(
@@ -164,12 +163,23 @@ impl QueueAdapter for HookedQueue {
         message: &QueueMessage,
         delay: Duration,
     ) -> agentenkit_queue::Result<()> {
+        self.publish_traced(message, delay, None).await
+    }
+
+    async fn publish_traced(
+        &self,
+        message: &QueueMessage,
+        delay: Duration,
+        trace: Option<&agentenkit_core::TraceContext>,
+    ) -> agentenkit_queue::Result<()> {
         self.counts.publishes.fetch_add(1, Ordering::Relaxed);
-        self.counts.delayed.fetch_add(1, Ordering::Relaxed);
-        self.counts
-            .delay_hops
-            .fetch_add(self.inner.delay_hops(delay) as u64, Ordering::Relaxed);
-        self.inner.publish_delayed(message, delay).await
+        if !delay.is_zero() {
+            self.counts.delayed.fetch_add(1, Ordering::Relaxed);
+            self.counts
+                .delay_hops
+                .fetch_add(self.inner.delay_hops(delay) as u64, Ordering::Relaxed);
+        }
+        self.inner.publish_traced(message, delay, trace).await
     }
 
     fn delay_hops(&self, delay: Duration) -> usize {
@@ -201,17 +211,19 @@ impl QueueAdapter for HookedQueue {
                     }
                     _ => None,
                 };
-                let (body, redelivered, deliveries) = (
+                let (body, redelivered, deliveries, trace) = (
                     delivery.body.clone(),
                     delivery.redelivered,
                     delivery.deliveries,
+                    delivery.trace.clone(),
                 );
                 let acker = HookAck {
                     delivery,
                     hub: hub.clone(),
                     key,
                 };
-                let mut hooked = Delivery::new(body, redelivered, Box::new(acker));
+                let mut hooked =
+                    Delivery::new(body, redelivered, Box::new(acker)).with_trace(trace);
                 hooked.deliveries = deliveries;
                 if tx.send(hooked).await.is_err() {
                     // Dropped unsettled: the broker redelivers it.
@@ -255,6 +267,7 @@ impl Acknowledge for HookAck {
         self: Box<Self>,
         _body: Vec<u8>,
         _deliveries: u32,
+        _trace: Option<&agentenkit_core::TraceContext>,
     ) -> agentenkit_queue::Result<()> {
         self.hub.nacks.fetch_add(1, Ordering::Relaxed);
         self.delivery.hand_back().await
@@ -264,6 +277,7 @@ impl Acknowledge for HookAck {
         self: Box<Self>,
         _body: Vec<u8>,
         _deliveries: u32,
+        _trace: Option<&agentenkit_core::TraceContext>,
     ) -> agentenkit_queue::Result<()> {
         self.hub.nacks.fetch_add(1, Ordering::Relaxed);
         self.delivery.dead_letter().await

@@ -52,6 +52,15 @@ impl QueueAdapter for LazyQueue {
         self.broker()?.publish_delayed(message, delay).await
     }
 
+    async fn publish_traced(
+        &self,
+        message: &QueueMessage,
+        delay: Duration,
+        trace: Option<&agentenkit_core::TraceContext>,
+    ) -> Result<()> {
+        self.broker()?.publish_traced(message, delay, trace).await
+    }
+
     fn delay_hops(&self, delay: Duration) -> usize {
         self.broker().map_or(0, |broker| broker.delay_hops(delay))
     }

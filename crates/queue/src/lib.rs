@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use agentenkit_core::QueueMessage;
+use agentenkit_core::{QueueMessage, TraceContext};
 use async_trait::async_trait;
 
 pub mod error;
@@ -144,6 +144,24 @@ pub trait QueueAdapter: Send + Sync + 'static {
     /// `delay` (millisecond resolution), surviving a broker restart.
     async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()>;
 
+    /// Publishes `message` after `delay` (at once when zero) carrying
+    /// `trace`, the context of the span that sent it, for the span that
+    /// handles it to continue ([`Delivery::trace`]). An adapter that cannot
+    /// carry it publishes the message alone.
+    async fn publish_traced(
+        &self,
+        message: &QueueMessage,
+        delay: Duration,
+        trace: Option<&TraceContext>,
+    ) -> Result<()> {
+        let _ = trace;
+        if delay.is_zero() {
+            self.publish(message).await
+        } else {
+            self.publish_delayed(message, delay).await
+        }
+    }
+
     /// How many delay queues a message published with `delay` passes
     /// through on its way (each a persistent write on the broker); 0 for an
     /// adapter that delays without the broker.
@@ -205,11 +223,18 @@ pub struct Delivery {
     /// counted in the message itself, and a broker redelivery (a consumer
     /// died holding it) counts once more.
     pub deliveries: u32,
+    /// The context of the span that published it (W3C `traceparent` and
+    /// `tracestate` headers), when it came with a well-formed one.
+    pub trace: Option<TraceContext>,
     acker: Box<dyn Acknowledge>,
 }
 
 /// The header that carries how often a message was handed back.
 pub const DELIVERIES_HEADER: &str = "x-agentenkit-deliveries";
+/// The headers that carry the sender's span (W3C trace context, the names
+/// the OpenTelemetry messaging conventions give them on AMQP).
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+pub const TRACESTATE_HEADER: &str = "tracestate";
 
 impl Delivery {
     pub fn new(body: Vec<u8>, redelivered: bool, acker: Box<dyn Acknowledge>) -> Self {
@@ -217,8 +242,15 @@ impl Delivery {
             body,
             redelivered,
             deliveries: 1 + u32::from(redelivered),
+            trace: None,
             acker,
         }
+    }
+
+    /// The same delivery, continuing the span `trace` names.
+    pub fn with_trace(mut self, trace: Option<TraceContext>) -> Self {
+        self.trace = trace;
+        self
     }
 
     /// The same delivery, `handed_back` deliveries having come before it
@@ -234,13 +266,17 @@ impl Delivery {
     /// back of the queue carrying this delivery's number, then this one is
     /// acked. If the message cannot be sent back it is requeued as is.
     pub async fn hand_back(self) -> Result<()> {
-        self.acker.hand_back(self.body, self.deliveries).await
+        self.acker
+            .hand_back(self.body, self.deliveries, self.trace.as_ref())
+            .await
     }
 
     /// Moves the message to the dead-letter queue (see
     /// [`Topology::dead_queue`]), then acks it.
     pub async fn dead_letter(self) -> Result<()> {
-        self.acker.dead_letter(self.body, self.deliveries).await
+        self.acker
+            .dead_letter(self.body, self.deliveries, self.trace.as_ref())
+            .await
     }
 
     pub fn message(&self) -> std::result::Result<QueueMessage, serde_json::Error> {
@@ -263,9 +299,20 @@ pub trait Acknowledge: Send + Sync {
     async fn ack(self: Box<Self>) -> Result<()>;
     async fn nack(self: Box<Self>, requeue: bool) -> Result<()>;
     /// Sends `body` back to the queue marked as delivered `deliveries`
-    /// times, then acks; requeues the original if that fails.
-    async fn hand_back(self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()>;
+    /// times (with the trace context it came with), then acks; requeues the
+    /// original if that fails.
+    async fn hand_back(
+        self: Box<Self>,
+        body: Vec<u8>,
+        deliveries: u32,
+        trace: Option<&TraceContext>,
+    ) -> Result<()>;
     /// Sends `body` to the dead-letter queue, then acks; requeues the
     /// original if that fails.
-    async fn dead_letter(self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()>;
+    async fn dead_letter(
+        self: Box<Self>,
+        body: Vec<u8>,
+        deliveries: u32,
+        trace: Option<&TraceContext>,
+    ) -> Result<()>;
 }

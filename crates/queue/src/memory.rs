@@ -289,13 +289,23 @@ impl Acknowledge for MemoryAcker {
         Ok(())
     }
 
-    async fn hand_back(mut self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()> {
+    async fn hand_back(
+        mut self: Box<Self>,
+        body: Vec<u8>,
+        deliveries: u32,
+        _trace: Option<&agentenkit_core::TraceContext>,
+    ) -> Result<()> {
         self.body = None;
         self.shared.push_handed_back(body, deliveries);
         Ok(())
     }
 
-    async fn dead_letter(mut self: Box<Self>, body: Vec<u8>, _deliveries: u32) -> Result<()> {
+    async fn dead_letter(
+        mut self: Box<Self>,
+        body: Vec<u8>,
+        _deliveries: u32,
+        _trace: Option<&agentenkit_core::TraceContext>,
+    ) -> Result<()> {
         self.body = None;
         self.shared
             .dead

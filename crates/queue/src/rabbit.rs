@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentenkit_core::QueueMessage;
+use agentenkit_core::{QueueMessage, TraceContext};
 use async_trait::async_trait;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
@@ -26,7 +26,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::ladder;
-use crate::{Deliveries, Error, QueueAdapter, Result, Topology, DELIVERIES_HEADER};
+use crate::{
+    Deliveries, Error, QueueAdapter, Result, Topology, DELIVERIES_HEADER, TRACEPARENT_HEADER,
+    TRACESTATE_HEADER,
+};
 
 mod consume;
 mod declare;
@@ -136,25 +139,35 @@ impl QueueAdapter for RabbitQueue {
     }
 
     async fn publish(&self, message: &QueueMessage) -> Result<()> {
-        // The default exchange routes on the queue name.
-        let queue = if message.is_notification() {
-            self.inner.notifications.clone()
-        } else {
-            self.inner.segments.clone()
-        };
-        self.inner
-            .publish(ShortString::default(), queue, &message.to_bytes())
-            .await
+        self.publish_traced(message, Duration::ZERO, None).await
     }
 
     async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()> {
+        self.publish_traced(message, delay, None).await
+    }
+
+    async fn publish_traced(
+        &self,
+        message: &QueueMessage,
+        delay: Duration,
+        trace: Option<&TraceContext>,
+    ) -> Result<()> {
         let ms = ladder::delay_ms(delay)?;
-        if ms == 0 {
-            return self.publish(message).await;
-        }
-        let (exchange, key) = ladder::route(ms, &self.inner.lanes).entry(&self.inner.topology);
+        let (exchange, key) = if ms > 0 {
+            let (exchange, key) = ladder::route(ms, &self.inner.lanes).entry(&self.inner.topology);
+            (short(exchange)?, short(key)?)
+        } else if message.is_notification() {
+            // The default exchange routes on the queue name.
+            (ShortString::default(), self.inner.notifications.clone())
+        } else {
+            (ShortString::default(), self.inner.segments.clone())
+        };
+        let headers = Headers {
+            deliveries: None,
+            trace,
+        };
         self.inner
-            .publish(short(exchange)?, short(key)?, &message.to_bytes())
+            .publish_with(exchange, key, &message.to_bytes(), headers)
             .await
     }
 
@@ -280,17 +293,12 @@ impl Inner {
     /// when the channel or connection failed, since the caller (an outbox
     /// drain) would otherwise leave the row for the reaper. A retry may
     /// duplicate a message whose confirm was lost: consumers are idempotent.
-    async fn publish(&self, exchange: ShortString, key: ShortString, body: &[u8]) -> Result<()> {
-        self.publish_counted(exchange, key, body, None).await
-    }
-
-    /// [`Inner::publish`] with the message's delivery count in its headers.
-    async fn publish_counted(
+    async fn publish_with(
         &self,
         exchange: ShortString,
         key: ShortString,
         body: &[u8],
-        deliveries: Option<u32>,
+        headers: Headers<'_>,
     ) -> Result<()> {
         let mut attempt = 0;
         loop {
@@ -299,7 +307,7 @@ impl Inner {
                 return Err(Error::Closed);
             }
             let channel = self.publisher().await?;
-            let failure = match publish_once(&channel, &exchange, &key, body, deliveries).await {
+            let failure = match publish_once(&channel, &exchange, &key, body, &headers).await {
                 Ok(()) => return Ok(()),
                 Err(PublishFailure::Refused(reason)) => return Err(Error::NotConfirmed(reason)),
                 Err(failure) => failure,
@@ -310,6 +318,44 @@ impl Inner {
             }
             warn!(error = %failure, exchange = %exchange, "publish failed; retrying on a fresh channel");
         }
+    }
+}
+
+/// The headers of a published message, all optional.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Headers<'a> {
+    /// How often the message was handed back ([`DELIVERIES_HEADER`]).
+    deliveries: Option<u32>,
+    /// The sender's span ([`TRACEPARENT_HEADER`], [`TRACESTATE_HEADER`]);
+    /// dead-lettering through the delay ladder keeps them.
+    trace: Option<&'a TraceContext>,
+}
+
+impl<'a> Headers<'a> {
+    /// Those of a copy sent back or to the dead letters.
+    fn handed_back(deliveries: u32, trace: Option<&'a TraceContext>) -> Self {
+        Self {
+            deliveries: Some(deliveries),
+            trace,
+        }
+    }
+
+    fn table(&self) -> Option<FieldTable> {
+        if self.deliveries.is_none() && self.trace.is_none() {
+            return None;
+        }
+        let mut table = FieldTable::default();
+        if let Some(deliveries) = self.deliveries {
+            table.insert(DELIVERIES_HEADER.into(), AMQPValue::LongUInt(deliveries));
+        }
+        if let Some(trace) = self.trace {
+            let text = |s: &str| AMQPValue::LongString(s.as_bytes().to_vec().into());
+            table.insert(TRACEPARENT_HEADER.into(), text(&trace.traceparent));
+            if let Some(state) = &trace.tracestate {
+                table.insert(TRACESTATE_HEADER.into(), text(state));
+            }
+        }
+        Some(table)
     }
 }
 
@@ -349,15 +395,13 @@ async fn publish_once(
     exchange: &ShortString,
     key: &ShortString,
     body: &[u8],
-    deliveries: Option<u32>,
+    headers: &Headers<'_>,
 ) -> std::result::Result<(), PublishFailure> {
     let mut properties = BasicProperties::default()
         .with_delivery_mode(2) // persistent
         .with_content_type("application/json".into());
-    if let Some(deliveries) = deliveries {
-        let mut headers = FieldTable::default();
-        headers.insert(DELIVERIES_HEADER.into(), AMQPValue::LongUInt(deliveries));
-        properties = properties.with_headers(headers);
+    if let Some(table) = headers.table() {
+        properties = properties.with_headers(table);
     }
     // `mandatory`: a message no queue takes comes back (and is an error)
     // instead of being confirmed and silently dropped.

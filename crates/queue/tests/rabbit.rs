@@ -352,3 +352,72 @@ async fn quorum_queues_carry_segments_and_delays_through_lane_and_ladder() -> Re
     queue.close().await;
     Ok(())
 }
+
+/// The sender's trace context rides in the W3C headers: at once, through
+/// the delay ladder (dead-lettering keeps headers), and on a hand-back; a
+/// message without one, or with a malformed one, has none.
+#[tokio::test]
+async fn a_trace_context_rides_the_headers_through_the_ladder_and_a_hand_back() -> Result<()> {
+    let topology = topology();
+    let queue = connect(&topology).await?;
+    let mut deliveries = queue.consume(4).await?;
+    let trace = agentenkit_core::TraceContext::from_headers(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        Some("congo=t61rcWkgMzE"),
+    )?;
+
+    queue
+        .publish_traced(&segment(1), Duration::ZERO, Some(&trace))
+        .await?;
+    let now = next(&mut deliveries).await?;
+    assert_eq!(now.trace.as_ref(), Some(&trace));
+    // Handed back, it comes again with the same context.
+    now.hand_back().await?;
+    let again = next(&mut deliveries).await?;
+    assert_eq!((again.deliveries, again.trace.as_ref()), (2, Some(&trace)));
+    again.ack().await?;
+
+    let delay = Duration::from_millis(300);
+    queue
+        .publish_traced(&segment(2), delay, Some(&trace))
+        .await?;
+    let delayed = next(&mut deliveries).await?;
+    assert!(matches!(
+        delayed.message()?,
+        QueueMessage::Segment { seq: 2, .. }
+    ));
+    assert_eq!(delayed.trace.as_ref(), Some(&trace));
+    delayed.ack().await?;
+
+    queue.publish(&segment(3)).await?;
+    let plain = next(&mut deliveries).await?;
+    assert_eq!(plain.trace, None);
+    plain.ack().await?;
+
+    // Another publisher's malformed header is ignored, not a failure.
+    let connection =
+        lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default()).await?;
+    let channel = connection.create_channel().await?;
+    let mut headers = lapin::types::FieldTable::default();
+    headers.insert(
+        "traceparent".into(),
+        lapin::types::AMQPValue::LongString(
+            "00-nothex-00f067aa0ba902b7-01".as_bytes().to_vec().into(),
+        ),
+    );
+    channel
+        .basic_publish(
+            "".into(),
+            topology.segments_queue().as_str().into(),
+            lapin::options::BasicPublishOptions::default(),
+            &segment(4).to_bytes(),
+            lapin::BasicProperties::default().with_headers(headers),
+        )
+        .await?
+        .await?;
+    let malformed = next(&mut deliveries).await?;
+    assert_eq!(malformed.trace, None);
+    malformed.ack().await?;
+    queue.close().await;
+    Ok(())
+}

@@ -13,8 +13,12 @@ use lapin::Channel;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use super::{declare, short, Inner, BACKOFF_MAX, BACKOFF_MIN};
-use crate::{Acknowledge, Delivery, Error, Result, DELIVERIES_HEADER};
+use agentenkit_core::TraceContext;
+
+use super::{declare, short, Headers, Inner, BACKOFF_MAX, BACKOFF_MIN};
+use crate::{
+    Acknowledge, Delivery, Error, Result, DELIVERIES_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER,
+};
 
 /// Why a consumer's channel stopped.
 enum Stopped {
@@ -99,13 +103,12 @@ async fn consume_channel(
                 return Stopped::Lost(Error::Broker("the broker cancelled the consumer".into()))
             }
         };
-        let handed_back = delivery
-            .properties
-            .headers()
-            .as_ref()
+        let headers = delivery.properties.headers().as_ref();
+        let handed_back = headers
             .and_then(|headers| headers.inner().get(DELIVERIES_HEADER))
             .and_then(header_count)
             .unwrap_or(0);
+        let trace = headers.and_then(trace_context);
         let acker = RabbitAcker {
             acker: Some(delivery.acker),
             channel: Some(channel.clone()),
@@ -113,7 +116,8 @@ async fn consume_channel(
             queue: queue.clone(),
         };
         let delivery = Delivery::new(delivery.data, delivery.redelivered, Box::new(acker))
-            .with_handed_back(handed_back);
+            .with_handed_back(handed_back)
+            .with_trace(trace);
         tokio::select! {
             () = inner.closed.cancelled() => return Stopped::Asked,
             sent = sender.send(delivery) => if sent.is_err() {
@@ -168,6 +172,17 @@ fn header_count(value: &AMQPValue) -> Option<u32> {
     }
 }
 
+/// The sender's span, from the W3C headers; a malformed one is ignored
+/// (the handler starts a trace of its own), never a reason to refuse.
+fn trace_context(headers: &FieldTable) -> Option<TraceContext> {
+    let text = |name: &str| match headers.inner().get(name)? {
+        AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
+        AMQPValue::ShortString(s) => Some(s.as_str()),
+        _ => None,
+    };
+    TraceContext::from_headers(text(TRACEPARENT_HEADER)?, text(TRACESTATE_HEADER)).ok()
+}
+
 impl RabbitAcker {
     fn take(&mut self) -> Result<lapin::Acker> {
         self.acker.take().ok_or(Error::Closed)
@@ -195,14 +210,26 @@ impl Acknowledge for RabbitAcker {
         settled(self.take()?.nack(options).await)
     }
 
-    async fn hand_back(self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()> {
+    async fn hand_back(
+        self: Box<Self>,
+        body: Vec<u8>,
+        deliveries: u32,
+        trace: Option<&TraceContext>,
+    ) -> Result<()> {
         let queue = self.queue.clone();
-        self.send_then_ack(queue, body, deliveries).await
+        self.send_then_ack(queue, body, Headers::handed_back(deliveries, trace))
+            .await
     }
 
-    async fn dead_letter(self: Box<Self>, body: Vec<u8>, deliveries: u32) -> Result<()> {
+    async fn dead_letter(
+        self: Box<Self>,
+        body: Vec<u8>,
+        deliveries: u32,
+        trace: Option<&TraceContext>,
+    ) -> Result<()> {
         let dead = short(self.inner.topology.dead_queue())?;
-        self.send_then_ack(dead, body, deliveries).await
+        self.send_then_ack(dead, body, Headers::handed_back(deliveries, trace))
+            .await
     }
 }
 
@@ -214,11 +241,11 @@ impl RabbitAcker {
         mut self: Box<Self>,
         queue: ShortString,
         body: Vec<u8>,
-        deliveries: u32,
+        headers: Headers<'_>,
     ) -> Result<()> {
         let sent = self
             .inner
-            .publish_counted(ShortString::default(), queue, &body, Some(deliveries))
+            .publish_with(ShortString::default(), queue, &body, headers)
             .await;
         let acker = self.take()?;
         match sent {
