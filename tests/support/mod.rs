@@ -92,7 +92,7 @@ impl TestEnv {
             .expect("create thread");
         let started = self
             .store
-            .start_run(thread.id, &owner, "go")
+            .start_run(thread.id, &owner, "go", None)
             .await
             .expect("start run");
         (thread.id, started)

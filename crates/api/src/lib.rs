@@ -18,6 +18,7 @@ mod openapi;
 mod page;
 mod routes;
 mod schemas;
+mod traced;
 mod ui;
 mod unread;
 
@@ -239,12 +240,19 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
 }
 
 pub fn router(state: AppState) -> Router {
-    routes::router()
+    let router = routes::router()
         .0
         .merge(ui::router())
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn(unread::close_if_body_unread))
-        .with_state(state)
+        .layer(axum::middleware::from_fn(unread::close_if_body_unread));
+    // A span per request only in a process that exports traces (set up
+    // before the router is built): none is made, or looked for, otherwise.
+    let router = if agentenkit_runtime::trace::exporting() {
+        router.layer(axum::middleware::from_fn(traced::span_of_request))
+    } else {
+        router
+    };
+    router.with_state(state)
 }
 
 /// `reclaimIfOrphaned` for what a client is about to look at: overdue

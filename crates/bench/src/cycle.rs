@@ -154,7 +154,7 @@ pub async fn park_phase(
             let starting = Instant::now();
             let started = ctx
                 .store
-                .start_run(thread.id, &ctx.owner, &ctx.content)
+                .start_run(thread.id, &ctx.owner, &ctx.content, None)
                 .await?;
             let stored = Instant::now();
             let run = started.run_id;

@@ -96,7 +96,7 @@ async fn measure(
                 let thread = store
                     .create_thread(&owner, &agent, &serde_json::json!({}))
                     .await?;
-                store.start_run(thread.id, &owner, "wait").await?;
+                store.start_run(thread.id, &owner, "wait", None).await?;
                 anyhow::Ok(())
             }
         })

@@ -145,7 +145,7 @@ impl Fleet {
                     .await?;
                 let started = fleet
                     .store
-                    .start_run(thread.id, &fleet.owner, &body_text())
+                    .start_run(thread.id, &fleet.owner, &body_text(), None)
                     .await?;
                 anyhow::Ok(started.run_id)
             })

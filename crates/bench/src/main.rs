@@ -118,7 +118,11 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // Its report is for a person: only warnings log (to stderr).
-    agentenkit::init_tracing_at("warn,lapin=off", agentenkit::LogFormat::Text);
+    let _telemetry = agentenkit::init_tracing_at(
+        "warn,lapin=off",
+        agentenkit::LogFormat::Text,
+        "agentenkit-bench",
+    )?;
     let args = Args::parse();
     if args.n == 0 || args.concurrency.is_empty() || args.concurrency.contains(&0) {
         bail!("--n and every --concurrency must be at least 1");

@@ -84,7 +84,11 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // Its report is for a person: only warnings log (to stderr).
-    agentenkit::init_tracing_at("warn,lapin=off", agentenkit::LogFormat::Text);
+    let _telemetry = agentenkit::init_tracing_at(
+        "warn,lapin=off",
+        agentenkit::LogFormat::Text,
+        "agentenkit-chaos",
+    )?;
     let args = Args::parse();
     let mut outages = Vec::new();
     for name in args.outages.iter().filter(|n| n.as_str() != "none") {

@@ -11,9 +11,11 @@ pub mod keys;
 pub mod ops;
 pub mod paging;
 pub mod shown;
+pub mod telemetry;
 pub mod upgrade;
 
 pub use http_server::{serve_api, serve_api_with, ServerLimits, API_DRAIN};
+pub use telemetry::Telemetry;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -308,28 +310,22 @@ pub struct LogConfig {
 }
 
 /// Installs the tracing subscriber (binaries only): `RUST_LOG` filters,
-/// logs go to stderr so stdout stays data.
-pub fn init_tracing(format: LogFormat) {
-    init_tracing_at("info,lapin=off", format);
+/// logs go to stderr so stdout stays data; traces are exported as
+/// `service` when the `OTEL_*` variables ask (see [`telemetry`]). Keep the
+/// returned guard until the process ends: dropping it flushes the traces.
+pub fn init_tracing(format: LogFormat, service: &'static str) -> anyhow::Result<Telemetry> {
+    init_tracing_at("info,lapin=off", format, service)
 }
 
 /// Logs to stderr at `default` unless `RUST_LOG` says otherwise. Commands
 /// whose output is for a person at a terminal (a transcript, a prompt, an
 /// operator command) log at `warn` so that log lines do not land in it.
-pub fn init_tracing_at(default: &str, format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .init(),
-    }
+pub fn init_tracing_at(
+    default: &str,
+    format: LogFormat,
+    service: &'static str,
+) -> anyhow::Result<Telemetry> {
+    telemetry::init(default, format, service)
 }
 
 /// A worker with the default settings, running until `shutdown`: what

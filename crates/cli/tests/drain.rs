@@ -114,7 +114,10 @@ url = "{tool_url}"
         .create_thread(&owner, "mailer", &json!({}))
         .await
         .unwrap();
-    let started = store.start_run(thread.id, &owner, "go").await.unwrap();
+    let started = store
+        .start_run(thread.id, &owner, "go", None)
+        .await
+        .unwrap();
     relay.publish(&started.outbox).await;
     let run: RunId = started.run_id;
 

@@ -99,7 +99,15 @@ impl InlineRunner {
     ) -> Result<RunView> {
         // Watch before starting, so no event of this turn goes unseen.
         let mut watch = self.store.event_watch().await.ok();
-        let started = self.store.start_run(thread, &self.owner, content).await?;
+        let started = self
+            .store
+            .start_run(
+                thread,
+                &self.owner,
+                content,
+                crate::trace::current().as_ref(),
+            )
+            .await?;
         loop {
             let view = self.store.get_thread(thread, &self.owner).await?;
             match view.status {

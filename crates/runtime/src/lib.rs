@@ -15,6 +15,7 @@ pub mod relay;
 pub mod replies;
 pub mod tls;
 pub mod tool;
+pub mod trace;
 pub mod upgrade;
 pub mod versions;
 pub mod worker;

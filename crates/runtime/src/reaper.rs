@@ -89,8 +89,16 @@ pub async fn reclaim_requests(
     loop {
         let overdue = store.overdue_requests(scope, config.batch).await?;
         for (run, call) in &overdue {
-            if let Expiry::Expired { late_ms, .. } = store.expire(*run, call).await? {
+            if let Expiry::Expired {
+                late_ms,
+                waited_ms,
+                trace,
+                ..
+            } = store.expire(*run, call).await?
+            {
                 report.expired_requests += 1;
+                let waited = Duration::from_millis(waited_ms);
+                crate::trace::wait_ended(trace.as_ref(), call.as_str(), waited, "expired", None);
                 ::metrics::histogram!(metrics::EXPIRY_LATENESS_SECONDS, "by" => "reaper")
                     .record(late_ms as f64 / 1000.0);
                 tracing::info!(run_id = %run, tool_call_id = %call, "expired an overdue request");

@@ -9,6 +9,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use agentenkit_core::TraceContext;
 use agentenkit_queue::QueueAdapter;
 use agentenkit_store::{OutboxRow, Publisher, Store};
 
@@ -37,7 +38,7 @@ pub struct Relay {
 struct Retrying {
     /// Rows to publish again, each with when it was kept (a delayed
     /// message is sent again with what is left of its delay).
-    rows: Mutex<Vec<(OutboxRow, Instant)>>,
+    rows: Mutex<Vec<Kept>>,
     /// A retry task runs (at most one per relay and its clones).
     running: Mutex<bool>,
 }
@@ -70,32 +71,37 @@ impl Relay {
         store.with_publisher(Arc::new(self.clone()))
     }
 
-    /// Publishes `rows`. Never fails: what could not be published is
-    /// retried in the background, and stays in the outbox for the reaper.
+    /// Publishes `rows`, each carrying the context of the current span (the
+    /// one that committed them) when traces are exported. Never fails: what
+    /// could not be published is retried in the background, and stays in
+    /// the outbox for the reaper.
     pub async fn publish(&self, rows: &[OutboxRow]) {
-        let failed = self.publish_now(rows).await;
+        let trace = crate::trace::current();
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|row| (row, row.trace.as_ref().or(trace.as_ref())))
+            .collect();
+        let failed = self.publish_now(&rows).await;
         if !failed.is_empty() {
             self.retry_later(failed);
         }
     }
 
-    /// Publishes each row once; returns those that failed.
-    async fn publish_now(&self, rows: &[OutboxRow]) -> Vec<OutboxRow> {
+    /// Publishes each row once; returns those that failed, with their
+    /// contexts.
+    async fn publish_now(
+        &self,
+        rows: &[(&OutboxRow, Option<&TraceContext>)],
+    ) -> Vec<(OutboxRow, Option<TraceContext>)> {
         let mut published = 0u64;
         let mut failed = Vec::new();
-        for row in rows {
-            let send = async {
-                if row.delay_ms == 0 {
-                    self.queue.publish(&row.message).await
-                } else {
-                    // Past the ladder's reach a message arrives early, and an
-                    // early expiry re-schedules itself for the remainder.
-                    let delay = row.delay_ms.min(agentenkit_queue::ladder::MAX_DELAY_MS);
-                    self.queue
-                        .publish_delayed(&row.message, Duration::from_millis(delay))
-                        .await
-                }
-            };
+        for &(row, trace) in rows {
+            // Past the ladder's reach a message arrives early, and an early
+            // expiry re-schedules itself for the remainder.
+            let delay = row.delay_ms.min(agentenkit_queue::ladder::MAX_DELAY_MS);
+            let send = self
+                .queue
+                .publish_traced(&row.message, Duration::from_millis(delay), trace);
             match tokio::time::timeout(self.timeout, send).await {
                 Ok(Ok(())) => published += 1,
                 Err(_) => {
@@ -105,12 +111,12 @@ impl Relay {
                         timeout_ms = self.timeout.as_millis() as u64,
                         "publish timed out; retrying in the background"
                     );
-                    failed.push(row.clone());
+                    failed.push((row.clone(), trace.cloned()));
                 }
                 Ok(Err(e)) => {
                     ::metrics::counter!(metrics::OUTBOX_PUBLISH_FAILURES).increment(1);
                     tracing::warn!(outbox_id = row.id, error = %e, "publish failed; retrying in the background");
-                    failed.push(row.clone());
+                    failed.push((row.clone(), trace.cloned()));
                 }
             }
         }
@@ -119,11 +125,14 @@ impl Relay {
     }
 
     /// Keeps `rows` for the retry task, starting it if none runs.
-    fn retry_later(&self, rows: Vec<OutboxRow>) {
+    fn retry_later(&self, rows: Vec<(OutboxRow, Option<TraceContext>)>) {
         {
             let mut kept = lock(&self.retrying.rows);
             let now = Instant::now();
-            keep(&mut kept, rows.into_iter().map(|row| (row, now)));
+            keep(
+                &mut kept,
+                rows.into_iter().map(|(row, trace)| (row, now, trace)),
+            );
         }
         let mut running = lock(&self.retrying.running);
         if *running {
@@ -147,17 +156,21 @@ impl Relay {
             // A delayed message goes again with what is left of its delay:
             // an outage never makes it fire early, and late only by what
             // the outage cost.
-            let rows: Vec<OutboxRow> = kept
+            let rows: Vec<(OutboxRow, Option<TraceContext>)> = kept
                 .into_iter()
-                .map(|(mut row, kept_at)| {
+                .map(|(mut row, kept_at, trace)| {
                     let spent = u64::try_from(kept_at.elapsed().as_millis()).unwrap_or(u64::MAX);
                     row.delay_ms = row.delay_ms.saturating_sub(spent);
-                    row
+                    (row, trace)
                 })
                 .collect();
             let failed = if rows.is_empty() {
                 Vec::new()
             } else {
+                let rows: Vec<_> = rows
+                    .iter()
+                    .map(|(row, trace)| (row, trace.as_ref()))
+                    .collect();
                 self.publish_now(&rows).await
             };
             let published = rows.len() - failed.len();
@@ -170,7 +183,10 @@ impl Relay {
             let added = std::mem::take(&mut *kept);
             keep(
                 &mut kept,
-                failed.into_iter().map(|row| (row, now)).chain(added),
+                failed
+                    .into_iter()
+                    .map(|(row, trace)| (row, now, trace))
+                    .chain(added),
             );
             if kept.is_empty() {
                 // Under the rows' lock, so a row added now sees `running`
@@ -204,16 +220,16 @@ impl Publisher for Relay {
     }
 }
 
+/// A row kept for a retry: when it was kept, and the context it carries.
+type Kept = (OutboxRow, Instant, Option<TraceContext>);
+
 /// Adds `rows` to `kept`, each outbox row once (the reaper may hand one
 /// over again), and keeps at most `MAX_RETRYING`: the oldest go (the reaper
 /// still has them in the outbox).
-fn keep(
-    kept: &mut Vec<(OutboxRow, Instant)>,
-    rows: impl IntoIterator<Item = (OutboxRow, Instant)>,
-) {
-    for (row, at) in rows {
-        if !kept.iter().any(|(k, _)| k.id == row.id) {
-            kept.push((row, at));
+fn keep(kept: &mut Vec<Kept>, rows: impl IntoIterator<Item = Kept>) {
+    for kept_row in rows {
+        if !kept.iter().any(|(k, _, _)| k.id == kept_row.0.id) {
+            kept.push(kept_row);
         }
     }
     let excess = kept.len().saturating_sub(MAX_RETRYING);
@@ -291,6 +307,7 @@ mod tests {
             },
             delay_ms: 0,
             claimed: None,
+            trace: None,
         }
     }
 

@@ -27,9 +27,10 @@ use agentenkit_core::reply::Verdict;
 use agentenkit_core::{KeyScopes, Owner, RunId, ThreadId, ToolCallId};
 use agentenkit_store::{retry_conflicts, AnswerTarget, Answered, RecordedItem, Scope, Store};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::reaper::{reclaim_requests, ReapReport, ReaperConfig};
-use crate::{metrics, Error, Registry, Relay, Result};
+use crate::{metrics, trace, Error, Registry, Relay, Result};
 
 /// Replies on behalf of an owner. Cheap to clone.
 #[derive(Clone)]
@@ -425,7 +426,22 @@ async fn answer_checked(
         let addressed = locked.addressed();
         let policy = policy_of(registry, &addressed, asked.verdict, edit_checked);
         let ruling = rule(&addressed, asked.verdict, caller, &policy);
-        locked.write(ruling, record).await
+        let run_trace = locked.trace().cloned();
+        let outcome = trace::outcome_of(asked.verdict);
+        let span = trace::answer_span(run_trace.as_ref(), asked.call.as_str(), outcome);
+        let answered = locked.write(ruling, record).instrument(span).await?;
+        // A vote that leaves the call waiting for more ends no wait.
+        if let (Some(waited), None) = (answered.waited, answered.approvals) {
+            let by = caller.approver.principal(caller.owner);
+            trace::wait_ended(
+                run_trace.as_ref(),
+                asked.call.as_str(),
+                waited,
+                outcome,
+                Some(&by),
+            );
+        }
+        Ok(answered)
     })
     .await?;
     Ok(answered)

@@ -10,9 +10,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentenkit_core::{QueueMessage, RunId};
+use agentenkit_core::RunId;
 use agentenkit_queue::{Delivery, QueueAdapter};
-use agentenkit_store::{Expiry, Lease, LeaseAttempt, RunContext, Store};
+use agentenkit_store::{Lease, LeaseAttempt, RunContext, Store};
 use futures::FutureExt;
 use thiserror::Error;
 use tokio::task::JoinSet;
@@ -24,8 +24,10 @@ use crate::agent_loop::segment::{self, RetryPolicy};
 use crate::agent_loop::{Checkpointer, CrashPoint, SegmentError};
 use crate::metrics;
 use crate::relay::Relay;
+use crate::trace;
 
 mod config;
+mod handling;
 mod notifications;
 mod statistics;
 mod versions;
@@ -224,38 +226,14 @@ impl Worker {
         let started = std::time::Instant::now();
         let handled = AssertUnwindSafe(async {
             match delivery.message() {
-                Ok(QueueMessage::Segment { run_id, seq }) => {
-                    let span = tracing::info_span!("segment", run_id = %run_id, seq, thread_id = tracing::field::Empty);
-                    self.segment(run_id, seq).instrument(span).await
-                }
-                Ok(QueueMessage::Expiry {
-                    run_id,
-                    tool_call_id,
-                }) => {
-                    let span = tracing::info_span!("expiry", run_id = %run_id, tool_call_id = %tool_call_id);
-                    self.expiry(run_id, tool_call_id).instrument(span).await
-                }
                 // Back from the delay ladder, which ends at the segments'
                 // queue: on to the notifications' own.
                 Ok(message) if message.is_notification() && from == From::Segments => {
-                    self.forward(&message).await
+                    self.forward(&message, delivery.trace.as_ref()).await
                 }
-                Ok(QueueMessage::Notify { run_id, event_id }) => {
-                    let span = tracing::info_span!("notify", run_id = %run_id, event_id);
-                    let handled = self.notifier().notify(run_id, event_id).instrument(span).await;
-                    self.notified(handled)
-                }
-                Ok(QueueMessage::Remind {
-                    run_id,
-                    tool_call_id,
-                }) => {
-                    let span = tracing::info_span!("remind", run_id = %run_id, tool_call_id = %tool_call_id);
-                    let handled = self
-                        .notifier()
-                        .remind(run_id, &tool_call_id)
-                        .instrument(span)
-                        .await;
-                    self.notified(handled)
+                Ok(message) => {
+                    let span = handling::span_for(&message, delivery.trace.as_ref());
+                    self.handle(message).instrument(span).await
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "unreadable message: dead-lettered");
@@ -345,7 +323,15 @@ impl Worker {
             }
             Err(e) => return self.acquire_failed(run_id, e).await,
         };
-        tracing::Span::current().record("thread_id", tracing::field::display(ctx.lease.thread_id));
+        let span = tracing::Span::current();
+        span.record("thread_id", tracing::field::display(ctx.lease.thread_id));
+        if trace::exporting() {
+            // What a trace viewer shows of the segment; the log lines do
+            // without (they carry the run id).
+            span.record("agent", ctx.lease.run_name.as_str());
+            span.record("agent_version", ctx.agent_version.as_deref());
+            span.record("attempt", ctx.attempts + 1);
+        }
         let lost = CancellationToken::new();
         let given_up = CancellationToken::new();
         let _heartbeat = self.heartbeat(ctx.lease.clone(), lost.clone(), given_up.clone());
@@ -383,6 +369,9 @@ impl Worker {
             advanced = segment::advance(&registry, &retry, &ctx, &mut cp) => advanced,
             () = lost.cancelled() => Err(SegmentError::LeaseLost),
         };
+        if trace::exporting() {
+            span.record("replayed_steps", cp.replayed());
+        }
         let outcome = segment::end(&registry, &ctx, &mut cp, advanced).await;
         let disposition = disposition_of(outcome, given_up.is_cancelled());
         let label = match disposition {
@@ -433,30 +422,6 @@ impl Worker {
 
     fn notifier(&self) -> &crate::notify::Notifier {
         &self.inner.notifier
-    }
-
-    /// An expiry message: expires the request if it is still open and due;
-    /// an early delivery is re-scheduled for the remainder, never applied.
-    async fn expiry(&self, run_id: RunId, call: agentenkit_core::ToolCallId) -> Disposition {
-        match self.inner.store.expire(run_id, &call).await {
-            Ok(Expiry::Expired { late_ms, .. }) => {
-                ::metrics::counter!(metrics::EXPIRIES).increment(1);
-                ::metrics::histogram!(metrics::EXPIRY_LATENESS_SECONDS, "by" => "worker")
-                    .record(late_ms as f64 / 1000.0);
-                tracing::info!("request expired");
-                Disposition::Ack
-            }
-            Ok(Expiry::NotDue { remaining_ms, .. }) => {
-                ::metrics::counter!(metrics::EXPIRIES_RESCHEDULED).increment(1);
-                tracing::info!(remaining_ms, "expiry arrived early; re-scheduled");
-                Disposition::Ack
-            }
-            Ok(Expiry::Gone) => Disposition::Ack,
-            Err(e) => {
-                tracing::warn!(error = %e, "expiry failed; handed back");
-                Disposition::Requeue
-            }
-        }
     }
 
     /// Takes the lease. When another worker holds it (a redelivery after a

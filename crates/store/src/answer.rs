@@ -114,6 +114,11 @@ impl LockedCall<'_> {
         }
     }
 
+    /// The trace the call's run was started under, when it was traced.
+    pub fn trace(&self) -> Option<&agentenkit_core::TraceContext> {
+        self.row.trace.as_ref()
+    }
+
     /// Writes `ruling` and commits (a refusal writes nothing), recording a
     /// batch item's result with it; then publishes what the commit put in
     /// the outbox (the resume segment, when the answer closed the run's

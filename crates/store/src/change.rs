@@ -47,6 +47,9 @@ pub enum Change {
         /// The version of the sub-agent the child is pinned to.
         version: Option<String>,
         task: String,
+        /// The delegating span, when traces are exported: the child run's
+        /// trace continues from it.
+        trace: Option<agentenkit_core::TraceContext>,
     },
     /// This (child) run ended: settle the parent's delegation row and
     /// resume the parent if nothing else of it is open.

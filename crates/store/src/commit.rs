@@ -49,7 +49,7 @@ struct Statements {
     ops: Vec<Op>,
     /// Beside each of `ops`: what its outbox row publishes, and after how
     /// long.
-    publishes: Vec<Option<(QueueMessage, u64)>>,
+    publishes: Vec<Option<Publish>>,
     /// The message and event inserts, which take the thread's event lock:
     /// last, after every row lock.
     ordered: Vec<Op>,
@@ -99,7 +99,11 @@ impl Statements {
 
     fn push_outbox(&mut self, op: Op, message: QueueMessage, delay_ms: u64) {
         self.ops.push(op);
-        self.publishes.push(Some((message, delay_ms)));
+        self.publishes.push(Some(Publish {
+            message,
+            delay_ms,
+            trace: None,
+        }));
     }
 
     /// The statements of one change.
@@ -139,12 +143,13 @@ impl Statements {
                 name,
                 version,
                 task,
+                trace,
             } => self.start_child(
                 commit.lease,
                 *child_run_id,
                 call_id,
                 (name, version.as_deref()),
-                task,
+                (task, trace.as_ref()),
             )?,
             Change::Message(message) => {
                 let (body, body_position) =
@@ -184,7 +189,7 @@ impl Statements {
         child: RunId,
         call_id: &agentenkit_core::ToolCallId,
         (name, version): (&str, Option<&str>),
-        task: &str,
+        (task, trace): (&str, Option<&agentenkit_core::TraceContext>),
     ) -> Result<()> {
         let started = start(&NewRun {
             id: child,
@@ -195,10 +200,17 @@ impl Statements {
             version,
             depth: lease.depth + 1,
             task,
+            trace,
         })?;
         self.push(started.run);
         let (op, segment) = started.outbox;
-        self.push_outbox(op, segment, 0);
+        // The child's first segment continues the delegating span.
+        self.ops.push(op);
+        self.publishes.push(Some(Publish {
+            message: segment,
+            delay_ms: 0,
+            trace: trace.cloned(),
+        }));
         self.ordered.push(started.message);
         self.ordered.push(started.event);
         Ok(())
@@ -206,7 +218,7 @@ impl Statements {
 
     /// Every statement, messages and events last, and what each outbox
     /// insert publishes.
-    fn in_order(mut self) -> (Vec<Op>, Vec<Option<(QueueMessage, u64)>>) {
+    fn in_order(mut self) -> (Vec<Op>, Vec<Option<Publish>>) {
         // The ordered statements' outbox rows (notifications) come back as
         // rows, read from their answers.
         self.publishes.extend(self.ordered.iter().map(|_| None));
@@ -286,20 +298,26 @@ fn row_op(
     })
 }
 
+/// What an outbox insert of a commit publishes once it is durable.
+struct Publish {
+    message: QueueMessage,
+    delay_ms: u64,
+    /// The trace it continues, when not the committing span's.
+    trace: Option<agentenkit_core::TraceContext>,
+}
+
 /// The outbox rows a commit wrote, from its statements' answers.
-fn written_outbox(
-    answers: Vec<Answer>,
-    publishes: Vec<Option<(QueueMessage, u64)>>,
-) -> Result<Vec<OutboxRow>> {
+fn written_outbox(answers: Vec<Answer>, publishes: Vec<Option<Publish>>) -> Result<Vec<OutboxRow>> {
     let mut outbox = Vec::new();
     for (answer, publish) in answers.into_iter().zip(publishes) {
         match (answer, publish) {
-            (Answer::Ids(ids), Some((message, delay_ms))) => {
+            (Answer::Ids(ids), Some(publish)) => {
                 outbox.extend(ids.into_iter().map(|id| OutboxRow {
                     id,
-                    message: message.clone(),
-                    delay_ms,
+                    message: publish.message.clone(),
+                    delay_ms: publish.delay_ms,
                     claimed: None,
+                    trace: publish.trace.clone(),
                 }))
             }
             // A parent resumed by its child's end, or an event's

@@ -30,6 +30,7 @@ async fn reschedule(
                 message: message.clone(),
                 delay_ms: remaining_ms,
                 claimed: None,
+                trace: None,
             })
             .collect(),
         _ => Vec::new(),
@@ -66,6 +67,11 @@ pub enum Expiry {
         /// How long after `expires_at` it expired (the delay path's and the
         /// handler's lateness).
         late_ms: u64,
+        /// How long the request waited, from its park to now.
+        waited_ms: u64,
+        /// The trace the run was started under, when it was traced: the
+        /// resume segment in `outbox` continues it.
+        trace: Option<agentenkit_core::TraceContext>,
     },
     /// Not due yet (an early delivery): re-scheduled for the remainder.
     NotDue {
@@ -109,13 +115,13 @@ impl Store {
         let mut answers = tx
             .begin_with(vec![
                 Op::new(
-                    "SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+                    "SELECT traceparent, tracestate FROM runs WHERE id = $1 FOR NO KEY UPDATE",
                     vec![Box::new(run.0)],
                 )
                 .expect(Expect::Rows),
                 outbox::consumed_op(&message),
                 Op::new(
-                    "SELECT tc.status, tc.expires_at, now(), tc.thread_id, tc.name
+                    "SELECT tc.status, tc.expires_at, now(), tc.thread_id, tc.name, tc.created_at
                      FROM tool_calls tc WHERE tc.run_id = $1 AND tc.id = $2",
                     vec![Box::new(run.0), Box::new(call.as_str().to_owned())],
                 )
@@ -124,10 +130,14 @@ impl Store {
             .await?
             .into_iter()
             .map(Answer::rows);
-        let locked = answers.next().is_some_and(|rows| !rows.is_empty());
+        let locked = answers.next().unwrap_or_default();
+        let trace = locked.first().and_then(|run| {
+            let parent: Option<&str> = run.get(0);
+            agentenkit_core::TraceContext::from_headers(parent?, run.get(1)).ok()
+        });
         let found = answers.nth(1).unwrap_or_default();
         let row = match found.first() {
-            Some(row) if locked => row,
+            Some(row) if !locked.is_empty() => row,
             _ => {
                 tx.commit_with(Vec::new()).await?;
                 return Ok(Expiry::Gone);
@@ -164,9 +174,19 @@ impl Store {
             &expired_reply(now),
             self.notify_rule(),
         )?);
-        let outbox = returned_outbox(tx.commit_with(ops).await?)?;
+        let mut outbox = returned_outbox(tx.commit_with(ops).await?)?;
+        for row in &mut outbox {
+            row.trace.clone_from(&trace);
+        }
         let late_ms = (now - expires_at).num_milliseconds().max(0) as u64;
-        Ok(Expiry::Expired { outbox, late_ms })
+        let parked_at: DateTime<Utc> = row.get(5);
+        let waited_ms = (now - parked_at).num_milliseconds().max(0) as u64;
+        Ok(Expiry::Expired {
+            outbox,
+            late_ms,
+            waited_ms,
+            trace,
+        })
     }
 
     /// Whether anything in `scope` needs reclaiming: an overdue request, or

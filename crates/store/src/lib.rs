@@ -256,6 +256,7 @@ impl Store {
             if !taken {
                 left.push(OutboxRow {
                     claimed: None,
+                    trace: None,
                     ..row.clone()
                 });
             }

@@ -394,6 +394,7 @@ impl Memory {
                 name,
                 version,
                 task,
+                trace: _,
             } => {
                 let parent = (run, call_id.clone(), version.clone().unwrap_or_default());
                 let at = (lease.root_run_id, lease.depth + 1);

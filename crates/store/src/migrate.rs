@@ -63,6 +63,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "call_states",
         include_str!("../../../migrations/0011_call_states.sql"),
     ),
+    (
+        12,
+        "run_traces",
+        include_str!("../../../migrations/0012_run_traces.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

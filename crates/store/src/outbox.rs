@@ -31,6 +31,10 @@ pub struct OutboxRow {
     /// The event of a `Notify` message claimed for this process to send
     /// itself (see `sent_here`); published only when it cannot.
     pub claimed: Option<std::sync::Arc<crate::ClaimedEvent>>,
+    /// The trace its message continues, when the row is published outside
+    /// it (a reaper's expiry continues the run's trace, not its own pass);
+    /// `None`: the span that publishes it.
+    pub trace: Option<agentenkit_core::TraceContext>,
 }
 
 /// Inserts a row: `(delay_ms, key)`, returning its id. The key names the
@@ -61,6 +65,7 @@ pub(crate) async fn insert(
         message: message.clone(),
         delay_ms,
         claimed: None,
+        trace: None,
     })
 }
 
@@ -83,6 +88,7 @@ pub(crate) fn returned_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<OutboxRo
                 message,
                 delay_ms,
                 claimed: None,
+                trace: None,
             })
         })
         .collect()
@@ -157,6 +163,7 @@ impl Store {
                     id,
                     message,
                     claimed: None,
+                    trace: None,
                     delay_ms: 0,
                 }),
                 // A row no code version can publish: keep it out of the

@@ -106,6 +106,7 @@ impl EventDraft {
             message,
             delay_ms: self.claim_ms,
             claimed: Some(Arc::new(claimed)),
+            trace: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! commit's `Change::StartChild`) start the same way.
 
 use agentenkit_core::conversation::Message;
-use agentenkit_core::{EventType, QueueMessage, RunId, ThreadId, ToolCallId};
+use agentenkit_core::{EventType, QueueMessage, RunId, ThreadId, ToolCallId, TraceContext};
 use serde_json::json;
 
 use crate::event_insert::{event_op, message_op};
@@ -15,8 +15,8 @@ use crate::Result;
 
 const INSERT_RUN_SQL: &str = "
     INSERT INTO runs (id, thread_id, root_run_id, parent_run_id, parent_tool_call_id,
-                      name, depth, status, segment_seq, agent_version)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', 1, $8)";
+                      name, depth, status, segment_seq, agent_version, traceparent, tracestate)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', 1, $8, $9, $10)";
 
 /// A run to start.
 pub(crate) struct NewRun<'a> {
@@ -33,6 +33,8 @@ pub(crate) struct NewRun<'a> {
     pub depth: i32,
     /// Its user message: what the turn said, or the delegated task.
     pub task: &'a str,
+    /// The span it starts under, when traces are exported: its trace.
+    pub trace: Option<&'a TraceContext>,
 }
 
 /// The statements that start a run, in the order they go.
@@ -76,6 +78,8 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
                 Box::new(run.name.to_owned()),
                 Box::new(run.depth),
                 Box::new(run.version.map(str::to_owned)),
+                Box::new(run.trace.map(|t| t.traceparent.clone())),
+                Box::new(run.trace.and_then(|t| t.tracestate.clone())),
             ],
         ),
         message: message_op(run.thread, run.id, Some(user), None),

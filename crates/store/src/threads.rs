@@ -1,7 +1,9 @@
 //! Threads: creation, reads, and starting a turn.
 
 use agentenkit_core::canonical::{arguments_hash, json_len};
-use agentenkit_core::{EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ThreadStatus};
+use agentenkit_core::{
+    EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ThreadStatus, TraceContext,
+};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
@@ -186,6 +188,7 @@ impl Store {
         thread: ThreadId,
         owner: &Owner,
         content: &str,
+        trace: Option<&TraceContext>,
     ) -> Result<StartedRun> {
         let tx = OpenTx::new(self.client().await?);
         // Lock the thread first, then read its current run in a separate
@@ -228,6 +231,7 @@ impl Store {
             version: self.pinned_version_of(&agent),
             depth: 0,
             task: content,
+            trace,
         })?;
         let mut ops = vec![started.run];
         ops.push(
@@ -519,5 +523,6 @@ fn segment_row(answers: Vec<Answer>, segment: QueueMessage) -> Result<OutboxRow>
         message: segment,
         delay_ms: 0,
         claimed: None,
+        trace: None,
     })
 }

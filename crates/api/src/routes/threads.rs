@@ -1,4 +1,5 @@
 use agentenkit_core::{RunId, ThreadId, ThreadStatus};
+use agentenkit_runtime::trace;
 use agentenkit_store::{EventView, MessageView, ThreadView};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -155,7 +156,10 @@ pub async fn post_message(
             "content is longer than {MAX_CONTENT_BYTES} bytes"
         )));
     }
-    let started = state.store.start_run(thread, &owner, &body.content).await?;
+    let started = state
+        .store
+        .start_run(thread, &owner, &body.content, trace::current().as_ref())
+        .await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(StartedRun {

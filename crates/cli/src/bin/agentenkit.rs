@@ -87,20 +87,23 @@ enum Command {
     Ops(OpsCommand),
 }
 
+/// The service its traces are exported as, unless `OTEL_SERVICE_NAME` says.
+const SERVICE: &str = "agentenkit";
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match &cli.command {
+    let _telemetry = match &cli.command {
         // Output for a person at a terminal: no log lines in it.
         Command::Chat { .. }
         | Command::Demo { .. }
         | Command::Ops(_)
         | Command::Keys { .. }
-        | Command::Agents { .. } => init_tracing_at("warn,lapin=off", cli.log.log_format),
+        | Command::Agents { .. } => init_tracing_at("warn,lapin=off", cli.log.log_format, SERVICE),
         Command::Migrate { .. } | Command::Dev { .. } | Command::Openapi => {
-            init_tracing(cli.log.log_format)
+            init_tracing(cli.log.log_format, SERVICE)
         }
-    }
+    }?;
     match cli.command {
         Command::Migrate { connections } => {
             let applied = connections.store()?.migrate().await?;

@@ -28,7 +28,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing(cli.log.log_format);
+    let _telemetry = init_tracing(cli.log.log_format, "agentenkit-api")?;
     let shutdown = shutdown_on_signal();
     let state = AppState::new(
         cli.connections.store()?,

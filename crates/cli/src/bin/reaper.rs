@@ -42,7 +42,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing(cli.log.log_format);
+    let _telemetry = init_tracing(cli.log.log_format, "agentenkit-reaper")?;
     let mut store = cli.connections.store()?;
     if let Some(path) = &cli.config {
         let registry = agentenkit_runtime::Registry::from_file(path)?;

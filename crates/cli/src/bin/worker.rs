@@ -69,7 +69,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing(cli.log.log_format);
+    let _telemetry = init_tracing(cli.log.log_format, "agentenkit-worker")?;
     let registry = cli.agents.load_for_sending()?;
     let store = cli.connections.store()?;
     let config = WorkerConfig {

@@ -142,8 +142,19 @@ pub(super) async fn execute(
         arguments: arguments.clone(),
         ..call.clone()
     });
-    let span = tracing::info_span!("tool", tool_call_id = %call.id, tool = %call.name);
     let run_id = ctx.lease.run_id;
+    let span = tracing::info_span!(
+        "tool",
+        tool_call_id = %call.id,
+        tool = %call.name,
+        outcome = tracing::field::Empty,
+        idempotency_key = tracing::field::Empty,
+    );
+    let exporting = crate::trace::exporting();
+    if exporting {
+        // What a trace viewer shows of the call; log lines do without.
+        span.record("idempotency_key", format!("{run_id}:{}", call.id));
+    }
     let name = names::exec(&call.id);
     if !cp.next_is(&name) {
         cp.before_effect(&call.id).await?;
@@ -162,6 +173,9 @@ pub(super) async fn execute(
             };
             ::metrics::counter!(crate::metrics::TOOL_EXECUTIONS, "status" => status.as_str())
                 .increment(1);
+            if exporting {
+                tracing::Span::current().record("outcome", status.as_str());
+            }
             let result = approved_result(result, edited, message);
             // An answered row is already settled by its answer; only the
             // result is added.

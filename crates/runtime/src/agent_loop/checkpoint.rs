@@ -31,6 +31,7 @@ use agentenkit_core::{JournalEntry, Replay, ReplayStep, ToolCallId, ToolCallStat
 use agentenkit_store::{CallRow, Change, Lease, RunEngine};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tracing::Instrument;
 
 use super::error::{CrashPoint, SegmentError};
 
@@ -62,6 +63,26 @@ pub struct Checkpointer<'a> {
     pending_names: Vec<String>,
     /// The buffer holds a `Decided` entry.
     pending_decided: bool,
+    /// Checkpoints read back from the journal in this segment (a trace
+    /// marks the segment with it; replayed steps make no spans).
+    replayed: u32,
+}
+
+/// The span of one commit (one transaction, the outbox published after
+/// it): its changes and what ends with it. Made only when traces are
+/// exported; the messages it publishes carry it, so the next segment is
+/// its child.
+fn commit_span(changes: usize, label: Option<&str>) -> tracing::Span {
+    if !crate::trace::exporting() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        "commit",
+        db.system.name = "postgresql",
+        db.transactions = 1,
+        changes,
+        ends = label,
+    )
 }
 
 impl<'a> Checkpointer<'a> {
@@ -81,7 +102,14 @@ impl<'a> Checkpointer<'a> {
             pending: Vec::new(),
             pending_names: Vec::new(),
             pending_decided: false,
+            replayed: 0,
         }
+    }
+
+    /// Checkpoints read back from the journal so far in this segment
+    /// (counted again after a [`Checkpointer::rewind`]).
+    pub fn replayed(&self) -> u32 {
+        self.replayed
     }
 
     /// True when the next journal entry is `name`; never an error (for
@@ -145,8 +173,10 @@ impl<'a> Checkpointer<'a> {
         if let Some(label) = label {
             self.crash_point(&format!("before:{label}"))?;
         }
+        let span = commit_span(self.pending.len(), label);
         self.engine
             .commit_changes(self.lease, &self.pending)
+            .instrument(span)
             .await?;
         self.pending.clear();
         self.pending_decided = false;
@@ -218,6 +248,7 @@ impl<'a> Checkpointer<'a> {
     {
         let position = match self.replay.next(&name) {
             Ok(ReplayStep::Replayed(value)) => {
+                self.replayed += 1;
                 return serde_json::from_value(value).map_err(|e| {
                     SegmentError::Permanent(format!("journal entry {name} is unreadable: {e}"))
                 });

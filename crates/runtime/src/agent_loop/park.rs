@@ -62,6 +62,7 @@ fn park_item(
                 name: call.name.clone(),
                 version: registry.agent_version(&call.name).map(|v| v.hash.clone()),
                 task: task.clone(),
+                trace: delegation_span(call),
             }],
             false,
         ),
@@ -166,4 +167,20 @@ fn timed_request(
         }
     }
     changes
+}
+
+/// The context a child run's trace continues from: a span of the
+/// delegating call (when traces are exported), so that the sub-agent's
+/// run is its child.
+fn delegation_span(call: &PersistedToolCall) -> Option<agentenkit_core::TraceContext> {
+    if !crate::trace::exporting() {
+        return None;
+    }
+    let span = tracing::info_span!(
+        "tool",
+        tool_call_id = %call.id,
+        tool = %call.name,
+        outcome = "delegated",
+    );
+    crate::trace::of(&span)
 }

@@ -10,6 +10,7 @@ use agentenkit_core::reply::DEFAULT_REJECTION;
 use agentenkit_core::{EventType, ToolCallId, ToolCallStatus, ToolKind};
 use agentenkit_store::{Change, RunContext};
 use serde_json::json;
+use tracing::Instrument;
 
 use super::calls::{execute, needs_park, persist_tool_call, run_function, Ran};
 use super::checkpoint::{Checkpointer, Durability};
@@ -103,6 +104,34 @@ pub async fn run_turn(
     )))
 }
 
+/// The span of model call `n` by the OpenTelemetry GenAI conventions
+/// (operation, system, requested model, then token usage); no prompt or
+/// answer text. Made only when traces are exported, and only for a call
+/// made now: a replayed call reads the journal and makes none.
+fn model_span(model: &dyn crate::Model, n: u32) -> tracing::Span {
+    if !crate::trace::exporting() {
+        return tracing::Span::none();
+    }
+    let id = model.id();
+    tracing::info_span!(
+        "chat",
+        otel.name = format!("chat {}", id.model),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.system = id.provider,
+        gen_ai.provider.name = id.provider,
+        gen_ai.request.model = id.model,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        model_call = n,
+    )
+}
+
+fn record_usage(span: &tracing::Span, response: &ModelResponse) {
+    span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
+    span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
+}
+
 impl Turn<'_> {
     /// Model call `n`: journaled with the assistant message and its
     /// `MESSAGE` event, or read back from the journal on replay.
@@ -119,11 +148,14 @@ impl Turn<'_> {
                 messages: &self.conversation,
                 tools: &self.tools,
             };
+            let span = model_span(&*self.agent.model, n);
             let response = self
                 .agent
                 .model
                 .complete(request)
+                .instrument(span.clone())
                 .await
+                .inspect(|response| record_usage(&span, response))
                 .map_err(|e| match e {
                     crate::ModelError::Transient(_) => SegmentError::Retry(e.to_string()),
                     crate::ModelError::Refused { status, message } => {

@@ -63,6 +63,13 @@ impl Model for AnthropicModel {
             .await?;
         parse(&answer).map_err(|e| ModelError::Transient(format!("anthropic: {e}")))
     }
+
+    fn id(&self) -> super::ModelId<'_> {
+        super::ModelId {
+            provider: "anthropic",
+            model: &self.config.model,
+        }
+    }
 }
 
 /// The conversation as Messages API turns: content blocks, the results of

@@ -56,6 +56,24 @@ pub enum ModelError {
 #[async_trait]
 pub trait Model: Send + Sync {
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError>;
+
+    /// Who serves it and which model it asks for, as a trace names them
+    /// (`gen_ai.system`, `gen_ai.request.model`).
+    fn id(&self) -> ModelId<'_> {
+        ModelId {
+            provider: "unknown",
+            model: "unknown",
+        }
+    }
+}
+
+/// A model's provider and name (see [`Model::id`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelId<'a> {
+    /// `openai`, `anthropic`, `scripted`, …
+    pub provider: &'a str,
+    /// The model the requests name.
+    pub model: &'a str,
 }
 
 /// The longest `timeout_ms` a provider may set: ten minutes.

@@ -62,6 +62,13 @@ impl Model for OpenAiModel {
             .await?;
         parse(&answer).map_err(|e| ModelError::Transient(format!("openai: {e}")))
     }
+
+    fn id(&self) -> super::ModelId<'_> {
+        super::ModelId {
+            provider: "openai",
+            model: &self.config.model,
+        }
+    }
 }
 
 /// The conversation in Chat Completions form: the system prompt first, every

@@ -69,6 +69,13 @@ impl Model for ScriptedModel {
             },
         })
     }
+
+    fn id(&self) -> super::ModelId<'_> {
+        super::ModelId {
+            provider: "scripted",
+            model: "scripted",
+        }
+    }
 }
 
 #[cfg(test)]

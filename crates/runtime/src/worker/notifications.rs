@@ -1,16 +1,21 @@
 //! The worker's side of notification messages: forwarded from the
 //! segments' queue, and what their handling means for the delivery.
 
-use agentenkit_core::QueueMessage;
+use agentenkit_core::{QueueMessage, TraceContext};
 
 use super::{Disposition, Worker};
 
 impl Worker {
-    /// Sends `message` on to its own queue; handed back when the broker
-    /// does not take it (the copy sent and this one acked is at most a
-    /// duplicate, which its handler drops).
-    pub(super) async fn forward(&self, message: &QueueMessage) -> Disposition {
-        match self.inner.queue.publish(message).await {
+    /// Sends `message` on to its own queue, with the trace it came with;
+    /// handed back when the broker does not take it (the copy sent and this
+    /// one acked is at most a duplicate, which its handler drops).
+    pub(super) async fn forward(
+        &self,
+        message: &QueueMessage,
+        trace: Option<&TraceContext>,
+    ) -> Disposition {
+        let now = std::time::Duration::ZERO;
+        match self.inner.queue.publish_traced(message, now, trace).await {
             Ok(()) => Disposition::Ack,
             Err(e) => {
                 tracing::warn!(error = %e, "could not forward a notification to its queue; handed back");

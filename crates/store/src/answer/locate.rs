@@ -3,7 +3,7 @@
 use agentenkit_core::approvals::Vote;
 use agentenkit_core::call::{CallState, Waiting};
 use agentenkit_core::{
-    KeyScope, KeyScopes, Owner, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
+    KeyScope, KeyScopes, Owner, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind, TraceContext,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -33,6 +33,8 @@ pub(crate) struct ReplyTarget {
     /// Why the call waits, and until when (when it waits).
     pub reason: Option<String>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// The trace the run was started under, when it was traced.
+    pub trace: Option<TraceContext>,
 }
 
 impl ReplyTarget {
@@ -109,7 +111,8 @@ macro_rules! locate_select {
         "SELECT tc.run_id, tc.thread_id, tc.status, tc.kind, tc.name, tc.arguments_whole,
                 (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
                 extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
-                tc.approvals, r.name, r.agent_version, tc.reason, tc.expires_at
+                tc.approvals, r.name, r.agent_version, tc.reason, tc.expires_at,
+                r.traceparent, r.tracestate
          FROM tool_calls_whole tc
          JOIN runs r ON r.id = tc.run_id
          JOIN threads t ON t.id = tc.thread_id"
@@ -193,6 +196,9 @@ fn reply_target(row: &tokio_postgres::Row) -> Result<ReplyTarget> {
         agent_version: row.get(10),
         reason: row.get(11),
         expires_at: row.get(12),
+        trace: row
+            .get::<_, Option<&str>>(13)
+            .and_then(|parent| TraceContext::from_headers(parent, row.get(14)).ok()),
     })
 }
 

@@ -152,6 +152,7 @@ mod tests {
                 name: "helper".into(),
                 version: None,
                 task: "t".into(),
+                trace: None,
             },
         ];
         assert!(!MessageWithEvent::find(&changes).unwrap().folds(&changes[1]));
