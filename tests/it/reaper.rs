@@ -222,3 +222,42 @@ async fn the_reaper_deletes_idempotency_keys_past_their_retention() {
     assert_eq!(left, ["young"]);
     env.finish().await;
 }
+
+/// A message the reaper publishes again continues its run's trace (the
+/// context the run was started under), not one of the reaper's own; a run
+/// started untraced gives it none.
+#[tokio::test]
+async fn a_message_published_again_carries_its_runs_trace() {
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let owner = agentenkit_core::Owner("alice".into());
+    let trace = agentenkit_core::TraceContext::from_headers(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        Some("congo=t61rcWkgMzE"),
+    )
+    .unwrap();
+    let mut started = Vec::new();
+    for traced in [Some(&trace), None] {
+        let thread = env
+            .store
+            .create_thread(&owner, "agent", &json!({}))
+            .await
+            .unwrap();
+        let run = env
+            .store
+            .start_run(thread.id, &owner, "go", traced)
+            .await
+            .unwrap();
+        started.push((run.run_id, traced.cloned()));
+    }
+    let rows = env
+        .store
+        .claim_stale_outbox(0, 60_000, 10, false)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for (run, traced) in started {
+        let row = rows.iter().find(|r| r.message.run_id() == run).unwrap();
+        assert_eq!(row.trace, traced, "run {run}");
+    }
+    env.finish().await;
+}

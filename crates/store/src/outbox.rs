@@ -171,7 +171,39 @@ impl Store {
                 None => tracing::error!(outbox_id = id, key, "unreadable outbox row skipped"),
             }
         }
+        with_run_traces(&client, &mut out).await?;
         self.publish(&out).await;
         Ok(out)
     }
+}
+
+/// Gives each row the trace its run was started under, so that a message
+/// published again by the reaper continues its run's trace, not a pass's
+/// of the reaper. One query for the rows of a claim, only when some run
+/// was traced.
+async fn with_run_traces<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    rows: &mut [OutboxRow],
+) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let runs: Vec<uuid::Uuid> = rows.iter().map(|row| row.message.run_id().0).collect();
+    let stmt = client
+        .prepare_cached(
+            "SELECT id, traceparent, tracestate FROM runs
+             WHERE id = ANY($1) AND traceparent IS NOT NULL",
+        )
+        .await?;
+    let traced = client.query(&stmt, &[&runs]).await?;
+    for run in &traced {
+        let id: uuid::Uuid = run.get(0);
+        let Ok(trace) = agentenkit_core::TraceContext::from_headers(run.get(1), run.get(2)) else {
+            continue;
+        };
+        for row in rows.iter_mut().filter(|row| row.message.run_id().0 == id) {
+            row.trace = Some(trace.clone());
+        }
+    }
+    Ok(())
 }
