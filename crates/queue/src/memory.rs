@@ -19,6 +19,8 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use agentenkit_core::TraceContext;
+
 use crate::{ladder, Acknowledge, Deliveries, Delivery, Error, QueueAdapter, Result};
 
 /// A message waiting on the in-memory queue.
@@ -27,6 +29,8 @@ struct Queued {
     redelivered: bool,
     /// Hand-backs recorded in the message (see `Delivery::hand_back`).
     handed_back: u32,
+    /// The sender's span, as the broker's headers would carry it.
+    trace: Option<TraceContext>,
 }
 
 struct Shared {
@@ -48,26 +52,28 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn push_back(&self, body: Vec<u8>) {
-        self.push_handed_back(body, 0);
+    fn push_back(&self, body: Vec<u8>, trace: Option<TraceContext>) {
+        self.push_handed_back(body, 0, trace);
     }
 
-    fn push_handed_back(&self, body: Vec<u8>, handed_back: u32) {
+    fn push_handed_back(&self, body: Vec<u8>, handed_back: u32, trace: Option<TraceContext>) {
         self.lock().push_back(Queued {
             body,
             redelivered: false,
             handed_back,
+            trace,
         });
         self.pushed.notify_waiters();
     }
 
     /// Requeues at the head, as RabbitMQ puts a requeued message back near
     /// its original position.
-    fn push_front(&self, body: Vec<u8>) {
+    fn push_front(&self, body: Vec<u8>, trace: Option<TraceContext>) {
         self.lock().push_front(Queued {
             body,
             redelivered: true,
             handed_back: 0,
+            trace,
         });
         self.pushed.notify_waiters();
     }
@@ -182,16 +188,25 @@ impl MemoryQueue {
 #[async_trait]
 impl QueueAdapter for MemoryQueue {
     async fn publish(&self, message: &QueueMessage) -> Result<()> {
-        self.check_open()?;
-        self.queue_of(message).push_back(message.to_bytes());
-        Ok(())
+        self.publish_traced(message, Duration::ZERO, None).await
     }
 
     async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()> {
+        self.publish_traced(message, delay, None).await
+    }
+
+    async fn publish_traced(
+        &self,
+        message: &QueueMessage,
+        delay: Duration,
+        trace: Option<&TraceContext>,
+    ) -> Result<()> {
         self.check_open()?;
         let ms = ladder::delay_ms(delay)?;
+        let trace = trace.cloned();
         if ms == 0 {
-            return self.publish(message).await;
+            self.queue_of(message).push_back(message.to_bytes(), trace);
+            return Ok(());
         }
         // Delayed in process: it goes to its own queue when due (no
         // forwarding from the segments' queue, as the broker's ladder needs).
@@ -201,7 +216,7 @@ impl QueueAdapter for MemoryQueue {
         tokio::spawn(async move {
             tokio::select! {
                 () = shared.closed.cancelled() => {}
-                () = tokio::time::sleep(delay) => shared.push_back(body),
+                () = tokio::time::sleep(delay) => shared.push_back(body, trace),
             }
         });
         Ok(())
@@ -254,11 +269,13 @@ async fn forward(shared: Arc<Shared>, in_flight: Arc<Semaphore>, sender: mpsc::S
         let acker = MemoryAcker {
             shared: Arc::clone(&shared),
             body: Some(queued.body.clone()),
+            trace: queued.trace.clone(),
             _permit: permit,
         };
         slot.send(
             Delivery::new(queued.body, queued.redelivered, Box::new(acker))
-                .with_handed_back(queued.handed_back),
+                .with_handed_back(queued.handed_back)
+                .with_trace(queued.trace),
         );
     }
 }
@@ -270,6 +287,7 @@ struct MemoryAcker {
     /// `Some` until settled; a delivery dropped unsettled is requeued, as
     /// RabbitMQ requeues the unacked deliveries of a closed channel.
     body: Option<Vec<u8>>,
+    trace: Option<TraceContext>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -283,7 +301,7 @@ impl Acknowledge for MemoryAcker {
     async fn nack(mut self: Box<Self>, requeue: bool) -> Result<()> {
         if let Some(body) = self.body.take() {
             if requeue {
-                self.shared.push_front(body);
+                self.shared.push_front(body, self.trace.take());
             }
         }
         Ok(())
@@ -293,10 +311,11 @@ impl Acknowledge for MemoryAcker {
         mut self: Box<Self>,
         body: Vec<u8>,
         deliveries: u32,
-        _trace: Option<&agentenkit_core::TraceContext>,
+        trace: Option<&TraceContext>,
     ) -> Result<()> {
         self.body = None;
-        self.shared.push_handed_back(body, deliveries);
+        self.shared
+            .push_handed_back(body, deliveries, trace.cloned());
         Ok(())
     }
 
@@ -304,7 +323,7 @@ impl Acknowledge for MemoryAcker {
         mut self: Box<Self>,
         body: Vec<u8>,
         _deliveries: u32,
-        _trace: Option<&agentenkit_core::TraceContext>,
+        _trace: Option<&TraceContext>,
     ) -> Result<()> {
         self.body = None;
         self.shared
@@ -320,7 +339,7 @@ impl Drop for MemoryAcker {
     fn drop(&mut self) {
         if let Some(body) = self.body.take() {
             if !self.shared.closed.is_cancelled() {
-                self.shared.push_front(body);
+                self.shared.push_front(body, self.trace.take());
             }
         }
     }
@@ -431,6 +450,35 @@ mod tests {
         two.ack().await.unwrap();
         assert!(queue.is_empty());
         queue.ready().await.unwrap();
+    }
+
+    /// As the broker's headers do: the sender's context goes with the
+    /// message, delayed, requeued or handed back; a plain publish has none.
+    #[tokio::test]
+    async fn the_senders_trace_goes_with_the_message() {
+        let queue = MemoryQueue::new();
+        let trace = TraceContext::from_headers(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            None,
+        )
+        .unwrap();
+        let mut deliveries = queue.consume(1).await.unwrap();
+        let delay = Duration::from_millis(20);
+        queue
+            .publish_traced(&segment(1), delay, Some(&trace))
+            .await
+            .unwrap();
+        let delayed = next(&mut deliveries).await;
+        assert_eq!(delayed.trace.as_ref(), Some(&trace));
+        delayed.nack(true).await.unwrap();
+        let requeued = next(&mut deliveries).await;
+        assert_eq!(requeued.trace.as_ref(), Some(&trace));
+        requeued.hand_back().await.unwrap();
+        let handed_back = next(&mut deliveries).await;
+        assert_eq!(handed_back.trace.as_ref(), Some(&trace));
+        handed_back.ack().await.unwrap();
+        queue.publish(&segment(2)).await.unwrap();
+        assert_eq!(next(&mut deliveries).await.trace, None);
     }
 
     #[tokio::test]
