@@ -36,6 +36,43 @@ async fn reschedule(
         _ => Vec::new(),
     })
 }
+/// The expiry's first round trip: the run's row lock (same lock order as
+/// an answer: run, then its rows, then the outbox row both delete, so the
+/// two serialize instead of deadlocking), the message's outbox row
+/// consumed (whatever this finds, the message has been handled), and the
+/// call read after the lock. `None` when the run or the call is gone;
+/// else the run's trace and the call's row.
+async fn lock_and_read(
+    tx: &OpenTx,
+    run: RunId,
+    call: &ToolCallId,
+    message: &QueueMessage,
+) -> Result<Option<(Option<agentenkit_core::TraceContext>, tokio_postgres::Row)>> {
+    let mut answers = tx
+        .begin_with(vec![
+            Op::new(
+                "SELECT traceparent, tracestate FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+                vec![Box::new(run.0)],
+            )
+            .expect(Expect::Rows),
+            outbox::consumed_op(message),
+            Op::new(
+                "SELECT tc.status, tc.expires_at, now(), tc.thread_id, tc.name, tc.created_at
+                 FROM tool_calls tc WHERE tc.run_id = $1 AND tc.id = $2",
+                vec![Box::new(run.0), Box::new(call.as_str().to_owned())],
+            )
+            .expect(Expect::Rows),
+        ])
+        .await?
+        .into_iter()
+        .map(Answer::rows);
+    let locked = answers.next().unwrap_or_default();
+    let found = answers.nth(1).unwrap_or_default();
+    Ok(match (locked.first(), found.into_iter().next()) {
+        (Some(run), Some(row)) => Some((crate::start::trace_in(run, 0), row)),
+        _ => None,
+    })
+}
 
 /// The reply an expiry settles a request with: nobody's, the timeout
 /// denial.
@@ -109,39 +146,9 @@ impl Store {
             tool_call_id: call.clone(),
         };
         let tx = OpenTx::new(self.client().await?);
-        // Same lock order as an answer (run, then its rows, then the
-        // outbox row both delete): the two serialize instead of
-        // deadlocking. Whatever this finds, the message has been handled.
-        let mut answers = tx
-            .begin_with(vec![
-                Op::new(
-                    "SELECT traceparent, tracestate FROM runs WHERE id = $1 FOR NO KEY UPDATE",
-                    vec![Box::new(run.0)],
-                )
-                .expect(Expect::Rows),
-                outbox::consumed_op(&message),
-                Op::new(
-                    "SELECT tc.status, tc.expires_at, now(), tc.thread_id, tc.name, tc.created_at
-                     FROM tool_calls tc WHERE tc.run_id = $1 AND tc.id = $2",
-                    vec![Box::new(run.0), Box::new(call.as_str().to_owned())],
-                )
-                .expect(Expect::Rows),
-            ])
-            .await?
-            .into_iter()
-            .map(Answer::rows);
-        let locked = answers.next().unwrap_or_default();
-        let trace = locked.first().and_then(|run| {
-            let parent: Option<&str> = run.get(0);
-            agentenkit_core::TraceContext::from_headers(parent?, run.get(1)).ok()
-        });
-        let found = answers.nth(1).unwrap_or_default();
-        let row = match found.first() {
-            Some(row) if !locked.is_empty() => row,
-            _ => {
-                tx.commit_with(Vec::new()).await?;
-                return Ok(Expiry::Gone);
-            }
+        let Some((trace, row)) = lock_and_read(&tx, run, call, &message).await? else {
+            tx.commit_with(Vec::new()).await?;
+            return Ok(Expiry::Gone);
         };
         let status: ToolCallStatus = row.get::<_, &str>(0).parse()?;
         let expires_at: Option<DateTime<Utc>> = row.get(1);

@@ -198,7 +198,7 @@ async fn with_run_traces<C: deadpool_postgres::GenericClient>(
     let traced = client.query(&stmt, &[&runs]).await?;
     for run in &traced {
         let id: uuid::Uuid = run.get(0);
-        let Ok(trace) = agentenkit_core::TraceContext::from_headers(run.get(1), run.get(2)) else {
+        let Some(trace) = crate::start::trace_in(run, 1) else {
             continue;
         };
         for row in rows.iter_mut().filter(|row| row.message.run_id().0 == id) {

@@ -18,6 +18,14 @@ const INSERT_RUN_SQL: &str = "
                       name, depth, status, segment_seq, agent_version, traceparent, tracestate)
     VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', 1, $8, $9, $10)";
 
+/// The trace a run row keeps, read from `row`'s columns `first`
+/// (`traceparent`) and `first + 1` (`tracestate`); `None` for a run
+/// started untraced (or a value no longer well formed).
+pub(crate) fn trace_in(row: &tokio_postgres::Row, first: usize) -> Option<TraceContext> {
+    let parent: Option<&str> = row.get(first);
+    TraceContext::from_headers(parent?, row.get(first + 1)).ok()
+}
+
 /// A run to start.
 pub(crate) struct NewRun<'a> {
     pub id: RunId,

@@ -196,9 +196,7 @@ fn reply_target(row: &tokio_postgres::Row) -> Result<ReplyTarget> {
         agent_version: row.get(10),
         reason: row.get(11),
         expires_at: row.get(12),
-        trace: row
-            .get::<_, Option<&str>>(13)
-            .and_then(|parent| TraceContext::from_headers(parent, row.get(14)).ok()),
+        trace: crate::start::trace_in(row, 13),
     })
 }
 
