@@ -68,11 +68,14 @@ fn unsupported_protocol(var: impl Fn(&str) -> Option<String>) -> Option<String> 
 
 /// Installs the subscriber: logs to stderr filtered by `RUST_LOG` (else
 /// `default`), as text or JSON; and, when the environment asks, the
-/// OpenTelemetry layer exporting this crate's spans as `service`.
+/// OpenTelemetry layer exporting this crate's spans as `service`. Asked
+/// for a protocol other than http/protobuf, it says so in a warning and
+/// exports nothing.
 pub fn init(default: &str, format: LogFormat, service: &'static str) -> anyhow::Result<Telemetry> {
     let var = |name: &str| std::env::var(name).ok();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    if !traces_requested(var) {
+    let unsupported = unsupported_protocol(var).filter(|_| traces_requested(var));
+    if !traces_requested(var) || unsupported.is_some() {
         // Exactly the subscriber of a build without traces: no layer to
         // consult on the hot path.
         let builder = tracing_subscriber::fmt()
@@ -86,10 +89,14 @@ pub fn init(default: &str, format: LogFormat, service: &'static str) -> anyhow::
                 .with_span_list(true)
                 .init(),
         }
+        // A protocol this build cannot speak (a platform may set it for
+        // every process) leaves traces off rather than the process down.
+        if let Some(protocol) = unsupported {
+            tracing::warn!(
+                "{protocol}: this build exports traces over OTLP http/protobuf only; traces are off"
+            );
+        }
         return Ok(Telemetry { provider: None });
-    }
-    if let Some(protocol) = unsupported_protocol(var) {
-        anyhow::bail!("{protocol}: this build exports traces over OTLP http/protobuf only");
     }
     let provider = provider(service)?;
     let tracer = provider.tracer(agentenkit_runtime::trace::TRACER);

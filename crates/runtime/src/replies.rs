@@ -419,6 +419,9 @@ async fn answer_checked(
     edit_checked: Option<(&str, &Registry)>,
 ) -> Result<Answered> {
     let owner = Owner(caller.owner.to_owned());
+    // One span for the answer, however often a conflict retries it: made
+    // on the first attempt, once the run's trace is read under its lock.
+    let span = std::sync::OnceLock::new();
     let answered = retry_conflicts(|| async {
         let locked = store
             .lock_answer(&owner, asked.target, asked.call, caller.scopes)
@@ -428,10 +431,13 @@ async fn answer_checked(
         let ruling = rule(&addressed, asked.verdict, caller, &policy);
         let run_trace = locked.trace().cloned();
         let outcome = trace::outcome_of(asked.verdict);
-        let span = trace::answer_span(run_trace.as_ref(), asked.call.as_str(), outcome);
+        let span = span
+            .get_or_init(|| trace::answer_span(run_trace.as_ref(), asked.call.as_str(), outcome))
+            .clone();
         let answered = locked.write(ruling, record).instrument(span).await?;
         // A vote that leaves the call waiting for more ends no wait.
-        if let (Some(waited), None) = (answered.waited, answered.approvals) {
+        let waited = answered.waited.filter(|_| trace::exporting());
+        if let (Some(waited), None) = (waited, answered.approvals) {
             let by = caller.approver.principal(caller.owner);
             trace::wait_ended(
                 run_trace.as_ref(),

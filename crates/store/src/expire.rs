@@ -267,6 +267,7 @@ impl Store {
             outbox.push(outbox::insert(&tx, &message, ttl_ms).await?);
         }
         tx.commit().await?;
+        outbox::with_run_traces(&client, &mut outbox).await;
         self.publish(&outbox).await;
         Ok(outbox)
     }

@@ -256,7 +256,6 @@ impl Store {
             if !taken {
                 left.push(OutboxRow {
                     claimed: None,
-                    trace: None,
                     ..row.clone()
                 });
             }

@@ -171,23 +171,33 @@ impl Store {
                 None => tracing::error!(outbox_id = id, key, "unreadable outbox row skipped"),
             }
         }
-        with_run_traces(&client, &mut out).await?;
+        with_run_traces(&client, &mut out).await;
         self.publish(&out).await;
         Ok(out)
     }
 }
 
 /// Gives each row the trace its run was started under, so that a message
-/// published again by the reaper continues its run's trace, not a pass's
-/// of the reaper. One query for the rows of a claim, only when some run
-/// was traced.
-async fn with_run_traces<C: deadpool_postgres::GenericClient>(
+/// the reaper publishes continues its run's trace, not a pass's of the
+/// reaper: one query for the rows of a pass that found work (none when it
+/// found none). Best effort: the rows are claimed already, and a message
+/// without its trace is better than one published late.
+pub(crate) async fn with_run_traces<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    rows: &mut [OutboxRow],
+) {
+    if rows.is_empty() {
+        return;
+    }
+    if let Err(e) = read_run_traces(client, rows).await {
+        tracing::warn!(error = %e, "could not read the runs' traces; publishing without them");
+    }
+}
+
+async fn read_run_traces<C: deadpool_postgres::GenericClient>(
     client: &C,
     rows: &mut [OutboxRow],
 ) -> Result<()> {
-    if rows.is_empty() {
-        return Ok(());
-    }
     let runs: Vec<uuid::Uuid> = rows.iter().map(|row| row.message.run_id().0).collect();
     let stmt = client
         .prepare_cached(

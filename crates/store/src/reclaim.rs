@@ -48,7 +48,7 @@ impl Store {
                            OR (status = 'queued' AND updated_at < now() - $1 * interval '1 millisecond'))
                        ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED) stuck
                  WHERE r.id = stuck.id
-                 RETURNING r.id, r.segment_seq, stuck.status",
+                 RETURNING r.id, r.segment_seq, stuck.status, r.traceparent, r.tracestate",
             )
             .await?;
         let rows = tx
@@ -65,9 +65,11 @@ impl Store {
                 reclaimed.stalled_queued.push(run);
             }
             let segment = QueueMessage::Segment { run_id: run, seq };
-            reclaimed
-                .outbox
-                .push(outbox::insert(&tx, &segment, 0).await?);
+            let mut row_of = outbox::insert(&tx, &segment, 0).await?;
+            // The segment that carries on after a crash continues the run's
+            // trace.
+            row_of.trace = crate::start::trace_in(&row, 3);
+            reclaimed.outbox.push(row_of);
         }
         tx.commit().await?;
         self.publish(&reclaimed.outbox).await;

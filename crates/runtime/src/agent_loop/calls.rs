@@ -143,23 +143,25 @@ pub(super) async fn execute(
         ..call.clone()
     });
     let run_id = ctx.lease.run_id;
-    let span = tracing::info_span!(
-        "tool",
-        tool_call_id = %call.id,
-        tool = %call.name,
-        outcome = tracing::field::Empty,
-        idempotency_key = tracing::field::Empty,
-    );
     let exporting = crate::trace::exporting();
-    if exporting {
-        // What a trace viewer shows of the call; log lines do without.
-        span.record("idempotency_key", format!("{run_id}:{}", call.id));
-    }
     let name = names::exec(&call.id);
     if !cp.next_is(&name) {
         cp.before_effect(&call.id).await?;
     }
     cp.checkpoint(name, Durability::Effect, || {
+        // Made only when the tool runs now: a replay reads the journal and
+        // must not export a span of a run that did not happen.
+        let span = tracing::info_span!(
+            "tool",
+            tool_call_id = %call.id,
+            tool = %call.name,
+            outcome = tracing::field::Empty,
+            idempotency_key = tracing::field::Empty,
+        );
+        if exporting {
+            // What a trace viewer shows of the call; log lines do without.
+            span.record("idempotency_key", format!("{run_id}:{}", call.id));
+        }
         async {
             let answered = approval.is_some();
             let run_as = edited_call.as_ref().unwrap_or(call);
