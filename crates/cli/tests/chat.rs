@@ -11,6 +11,11 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
+// The OTLP receiver of tests/traces.rs (its drawing is not used here).
+#[allow(dead_code)]
+#[path = "traces/otlp.rs"]
+mod otlp;
+
 fn database_url() -> String {
     std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/agentenkit_test".into())
@@ -285,4 +290,71 @@ requires_confirmation = true
         assert_eq!(result["tool_call_id"], "call_9");
     }
     chat.quit().await;
+}
+
+/// With the `OTEL_*` variables set, a turn typed in `agentenkit chat` is
+/// one trace as a turn over HTTP is: the turn's span is its root, the
+/// segments (through the in-process queue) continue it, and the person's
+/// answer at the terminal is an `answer` and a `wait` in it.
+#[tokio::test]
+async fn a_chat_turn_is_one_trace_with_the_persons_wait_in_it() {
+    let url = tool_server().await;
+    let receiver = otlp::Receiver::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    receiver.clone().serve(listener).await;
+    let mut chat = Chat::start_with_env(
+        &format!(
+            r#"
+[agents.mailer]
+tools = ["send_email"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "send_email", arguments = {{ to = "ada@example.com" }} }} ] }},
+  {{ text = "Done." }},
+] }}
+[tools.send_email]
+type = "http"
+url = "{url}"
+requires_confirmation = true
+"#
+        ),
+        "mailer",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    )
+    .await;
+    chat.wait_for("you> ").await;
+    chat.type_line("send the minutes").await;
+    chat.wait_for("Approve? [y/N] ").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    chat.type_line("y").await;
+    chat.wait_for("assistant: Done.").await;
+    // Quitting ends the process, which flushes its spans.
+    chat.quit().await;
+
+    let spans = receiver.spans();
+    let turn = spans
+        .iter()
+        .find(|s| s.name == "turn")
+        .unwrap_or_else(|| panic!("no turn span: {spans:?}"));
+    let trace: Vec<&otlp::Span> = spans
+        .iter()
+        .filter(|s| s.trace_id == turn.trace_id)
+        .collect();
+    let named = |name: &str| trace.iter().filter(|s| s.name == name).count();
+    assert_eq!(named("segment"), 2, "{trace:?}");
+    assert_eq!(named("answer"), 1, "{trace:?}");
+    let wait = trace
+        .iter()
+        .find(|s| s.name == "wait")
+        .unwrap_or_else(|| panic!("no wait in the turn's trace: {trace:?}"));
+    assert_eq!(wait.attr("answer.outcome"), Some("approved"));
+    assert_eq!(wait.attr("answer.by"), Some("local"), "{wait:?}");
+    assert!(wait.seconds() >= 0.3, "{wait:?}");
+    assert!(
+        spans.iter().all(|s| s.trace_id == turn.trace_id),
+        "every span of the process is the turn's: {spans:?}"
+    );
 }

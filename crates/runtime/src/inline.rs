@@ -17,6 +17,7 @@ use crate::replies::edit_issues;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::{Error, Registry, Relay, Result, Worker, WorkerConfig};
 
@@ -99,14 +100,17 @@ impl InlineRunner {
     ) -> Result<RunView> {
         // Watch before starting, so no event of this turn goes unseen.
         let mut watch = self.store.event_watch().await.ok();
+        // A turn typed here is a trace's root, as a request to the API is.
+        let turn = crate::trace::turn_span(thread);
         let started = self
             .store
             .start_run(
                 thread,
                 &self.owner,
                 content,
-                crate::trace::current().as_ref(),
+                crate::trace::of(&turn).as_ref(),
             )
+            .instrument(turn)
             .await?;
         loop {
             let view = self.store.get_thread(thread, &self.owner).await?;
@@ -156,7 +160,10 @@ impl InlineRunner {
             shown_hash: None,
         };
         // The person at this terminal answers alone, by this process's
-        // agent file: edits are checked by its tools' schemas.
+        // agent file: edits are checked by its tools' schemas. In a trace,
+        // as an answer through the API is (`replies::answer_checked`).
+        let outcome = crate::trace::outcome_of(&verdict);
+        let span = std::sync::OnceLock::new();
         let answered = retry_conflicts(|| async {
             let locked = self
                 .store
@@ -168,7 +175,19 @@ impl InlineRunner {
                 ..Policy::default()
             };
             let ruling = rule(&addressed, &verdict, &caller, &policy);
-            locked.write(ruling, None).await
+            let run_trace = locked.trace().cloned();
+            let span = span
+                .get_or_init(|| {
+                    crate::trace::answer_span(run_trace.as_ref(), call.as_str(), outcome)
+                })
+                .clone();
+            let answered = locked.write(ruling, None).instrument(span).await?;
+            let waited = answered.waited.filter(|_| crate::trace::exporting());
+            if let (Some(waited), None) = (waited, answered.approvals) {
+                let by = Some(self.owner.as_str());
+                crate::trace::wait_ended(run_trace.as_ref(), call.as_str(), waited, outcome, by);
+            }
+            Ok(answered)
         })
         .await?;
         if let Some(error) = answered.error {

@@ -101,6 +101,16 @@ pub fn record_past_span(
     opentelemetry::trace::Span::end(&mut span);
 }
 
+/// The root span of a turn started in this process (`agentenkit chat`),
+/// as the API's request span is for a turn started over HTTP; `Span::none()`
+/// when not exporting.
+pub fn turn_span(thread: agentenkit_core::ThreadId) -> tracing::Span {
+    if !exporting() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!("turn", thread_id = %thread)
+}
+
 /// How a person's wait ended, as the wait span says (`answer.outcome`).
 pub fn outcome_of(verdict: &agentenkit_core::reply::Verdict) -> &'static str {
     use agentenkit_core::reply::Verdict;
