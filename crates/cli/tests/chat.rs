@@ -123,12 +123,10 @@ async fn tool_server() -> String {
     format!("http://{addr}/send")
 }
 
-#[tokio::test]
-async fn chat_asks_the_approval_on_the_terminal_and_finishes_the_turn() {
-    let url = tool_server().await;
-    let mut chat = Chat::start(
-        &format!(
-            r#"
+/// An agent whose one call, an email to `url`'s tool, needs an approval.
+fn mailer(url: &str) -> String {
+    format!(
+        r#"
 [agents.mailer]
 tools = ["send_email"]
 model = {{ provider = "scripted", script = [
@@ -140,10 +138,13 @@ type = "http"
 url = "{url}"
 requires_confirmation = true
 "#
-        ),
-        "mailer",
     )
-    .await;
+}
+
+#[tokio::test]
+async fn chat_asks_the_approval_on_the_terminal_and_finishes_the_turn() {
+    let url = tool_server().await;
+    let mut chat = Chat::start(&mailer(&url), "mailer").await;
     chat.wait_for("you> ").await;
     chat.type_line("send the minutes").await;
     let prompt = chat.wait_for("Approve? [y/N] ").await;
@@ -304,20 +305,7 @@ async fn a_chat_turn_is_one_trace_with_the_persons_wait_in_it() {
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     receiver.clone().serve(listener).await;
     let mut chat = Chat::start_with_env(
-        &format!(
-            r#"
-[agents.mailer]
-tools = ["send_email"]
-model = {{ provider = "scripted", script = [
-  {{ tool_calls = [ {{ id = "c1", name = "send_email", arguments = {{ to = "ada@example.com" }} }} ] }},
-  {{ text = "Done." }},
-] }}
-[tools.send_email]
-type = "http"
-url = "{url}"
-requires_confirmation = true
-"#
-        ),
+        &mailer(&url),
         "mailer",
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
