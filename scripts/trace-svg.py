@@ -16,7 +16,9 @@ import html
 import re
 import sys
 
-LINE = re.compile(r"^ *(\d+) +(\d+)  (\S+) +( *)(\S.*)$")
+# `{:>7} {:>7}  {:<18} {indent}{name}`: the process is padded to 18
+# columns, so the indent starts at column 36.
+LINE = re.compile(r"^ *(\d+) +(\d+)  (.{18}) ( *)(\S.*)$")
 COLOURS = {
     "agentenkit-api": "#4e79a7",
     "agentenkit-reaper": "#e15759",
@@ -33,7 +35,7 @@ def spans(lines):
         if not m:
             continue
         start, length, process, indent, name = m.groups()
-        # The process column is padded: the indent is what follows it.
+        process = process.strip()
         depth = len(indent) // 2
         if first_indent is None:
             first_indent = depth

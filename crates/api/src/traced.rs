@@ -5,7 +5,7 @@
 
 use agentenkit_core::TraceContext;
 use agentenkit_runtime::trace;
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
@@ -14,11 +14,23 @@ use tracing::Instrument;
 /// traces are exported).
 pub async fn span_of_request(request: Request, next: Next) -> Response {
     let method = request.method().as_str().to_owned();
+    // The route (`/threads/{id}/messages`), which the router has matched
+    // by the time a `Router::layer` middleware runs; a path that matched
+    // none is named by its method alone (paths carry ids).
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned());
+    let name = match &route {
+        Some(route) => format!("{method} {route}"),
+        None => method.clone(),
+    };
     let span = tracing::info_span!(
         "request",
-        otel.name = %method,
+        otel.name = %name,
         otel.kind = "server",
         http.request.method = %method,
+        http.route = route,
         url.path = %request.uri().path(),
         http.response.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,

@@ -376,6 +376,17 @@ async fn a_run_is_one_trace_across_the_api_two_workers_and_the_reaper() {
         "the API starts and resumes segments of workers:\n{}",
         dump()
     );
+    // The request that started the run is named by its route.
+    let started_by = run
+        .iter()
+        .find(|s| s.parent == "b7ad6b7169203331")
+        .unwrap_or_else(|| panic!("no span under the caller's:\n{}", dump()));
+    assert_eq!(started_by.name, "POST /threads/{id}/messages");
+    assert_eq!(
+        started_by.attr("http.route"),
+        Some("/threads/{id}/messages")
+    );
+    assert_eq!(started_by.attr("http.response.status_code"), Some("202"));
     // The answer continues the run's trace and links the answerer's span.
     let answer = names("answer");
     assert_eq!(answer.len(), 1, "{}", dump());
