@@ -337,6 +337,54 @@ async fn one_holders_keys_count_once_and_a_revoked_keys_vote_is_dropped() {
     env.finish().await;
 }
 
+/// Revoking a key waits for the lock of each run it voted in: an answer
+/// to that run counts the votes it read under the lock, and a drop that
+/// did not wait could be written back over by it (a revoked key's vote
+/// counting after all).
+#[tokio::test]
+async fn a_revocation_waits_for_the_run_lock_an_answer_holds() {
+    let Waiting {
+        env,
+        worker,
+        thread_id,
+        run_id,
+        ops: (ops, ops_id),
+        ..
+    } = waiting().await;
+    let call = json!({ "runId": run_id, "toolCallId": "c1" });
+    let (_, first) = approve(&env, &ops, call).await;
+    assert_eq!(first["approvals"], json!({ "given": 1, "required": 2 }));
+
+    // An answer in flight: its transaction holds the run's row.
+    let locker = env.pg_client().await;
+    locker.batch_execute("BEGIN").await.unwrap();
+    let run: uuid::Uuid = run_id.parse().unwrap();
+    locker
+        .execute(
+            "SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+            &[&run],
+        )
+        .await
+        .unwrap();
+    let store = env.store.clone();
+    let key: uuid::Uuid = ops_id.parse().unwrap();
+    let revoke = tokio::spawn(async move { store.revoke_api_key(key).await });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        !revoke.is_finished(),
+        "the revocation did not wait for the run's lock"
+    );
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    assert!(revoke.await.unwrap().unwrap(), "revoked");
+    assert_eq!(
+        env.wait_pending(&thread_id, 1).await[0]["approvalsGiven"],
+        0,
+        "the revoked key's vote is gone"
+    );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
 /// `keys list` with the agent file warns of a rule the live keys cannot
 /// meet (one holder in the groups of a rule that needs two).
 #[tokio::test]

@@ -260,6 +260,21 @@ pub(crate) const SCHEDULE_MISSING_EXPIRIES_SQL: &str = "
 /// [`CallEvent::Vote`] for every call still waiting with a vote of key
 /// `$1`: the votes without it (a vote names its key in `keyId`; one given
 /// before holders existed names it as its `principal`).
+/// Locks, in id order, the runs whose waiting calls hold a vote of key
+/// `$1`: an answer to one of them counts the votes it read under its run's
+/// lock, and would write a dropped vote back if the drop did not wait for
+/// that lock ([`DROP_VOTES_OF_KEY_SQL`] runs after this, in the same
+/// transaction; the lock order is an answer's: run, then its calls).
+pub(crate) const LOCK_RUNS_WITH_VOTES_OF_KEY_SQL: &str = "
+    SELECT r.id FROM runs r
+    WHERE r.id IN (
+        SELECT tc.run_id FROM tool_calls tc
+        WHERE tc.status = 'pending_approval' AND tc.approvals IS NOT NULL
+          AND (tc.approvals @> jsonb_build_array(jsonb_build_object('keyId', $1::text))
+            OR tc.approvals @> jsonb_build_array(jsonb_build_object('principal', $1::text))))
+    ORDER BY r.id
+    FOR NO KEY UPDATE OF r";
+
 pub(crate) const DROP_VOTES_OF_KEY_SQL: &str = "
     UPDATE tool_calls SET approvals = COALESCE(
         (SELECT jsonb_agg(v ORDER BY n)

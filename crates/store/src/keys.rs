@@ -160,7 +160,10 @@ impl Store {
             .await?
             == 1;
         if revoked {
-            tx.execute(crate::calls::DROP_VOTES_OF_KEY_SQL, &[&id.to_string()])
+            let key = id.to_string();
+            tx.execute(crate::calls::LOCK_RUNS_WITH_VOTES_OF_KEY_SQL, &[&key])
+                .await?;
+            tx.execute(crate::calls::DROP_VOTES_OF_KEY_SQL, &[&key])
                 .await?;
         }
         tx.commit().await?;
