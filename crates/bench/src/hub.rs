@@ -154,18 +154,6 @@ impl HookedQueue {
 
 #[async_trait]
 impl QueueAdapter for HookedQueue {
-    async fn publish(&self, message: &QueueMessage) -> agentenkit_queue::Result<()> {
-        self.publish_traced(message, Duration::ZERO, None).await
-    }
-
-    async fn publish_delayed(
-        &self,
-        message: &QueueMessage,
-        delay: Duration,
-    ) -> agentenkit_queue::Result<()> {
-        self.publish_traced(message, delay, None).await
-    }
-
     async fn publish_traced(
         &self,
         message: &QueueMessage,

@@ -498,6 +498,25 @@ async fn a_run_is_one_trace_across_the_api_two_workers_and_the_reaper() {
         "a resumed segment says what it replayed:\n{}",
         dump()
     );
+    // Each commit is a span: one transaction, saying what it ended.
+    let commits = names("commit");
+    let ended = |what: &str| {
+        commits
+            .iter()
+            .filter(|c| c.attr("ends") == Some(what))
+            .count()
+    };
+    assert!(
+        commits
+            .iter()
+            .all(|c| c.attr("db.transactions") == Some("1")),
+        "{commits:?}"
+    );
+    assert_eq!(
+        (ended("park"), ended("finish")),
+        (3, 2),
+        "lead 2 parks 1 finish, helper 1 and 1"
+    );
     // A tool run once is one span, however often its run replays it.
     let mut runs_of_tools: HashMap<&str, usize> = HashMap::new();
     for tool in names("tool") {

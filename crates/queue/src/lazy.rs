@@ -44,14 +44,6 @@ impl LazyQueue {
 
 #[async_trait]
 impl QueueAdapter for LazyQueue {
-    async fn publish(&self, message: &QueueMessage) -> Result<()> {
-        self.broker()?.publish(message).await
-    }
-
-    async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()> {
-        self.broker()?.publish_delayed(message, delay).await
-    }
-
     async fn publish_traced(
         &self,
         message: &QueueMessage,

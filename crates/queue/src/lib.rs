@@ -135,31 +135,28 @@ impl Topology {
 /// What the runtime needs from a broker.
 #[async_trait]
 pub trait QueueAdapter: Send + Sync + 'static {
-    /// Publishes `message` to its queue (the notifications queue for a
-    /// notification, else the segment queue), persistent; returns once the
-    /// broker has confirmed it.
-    async fn publish(&self, message: &QueueMessage) -> Result<()>;
-
-    /// Publishes `message` so that it reaches the segment queue after
-    /// `delay` (millisecond resolution), surviving a broker restart.
-    async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()>;
-
-    /// Publishes `message` after `delay` (at once when zero) carrying
-    /// `trace`, the context of the span that sent it, for the span that
-    /// handles it to continue ([`Delivery::trace`]). An adapter that cannot
-    /// carry it publishes the message alone.
+    /// Publishes `message` after `delay` (at once when zero: to its queue,
+    /// the notifications queue for a notification, else the segment queue;
+    /// delayed: so that it reaches the segment queue then, millisecond
+    /// resolution, surviving a broker restart), persistent; returns once
+    /// the broker has confirmed it. `trace` is the context of the span that
+    /// sent it, for the span that handles it to continue
+    /// ([`Delivery::trace`]). Every publish of an adapter comes here.
     async fn publish_traced(
         &self,
         message: &QueueMessage,
         delay: Duration,
         trace: Option<&TraceContext>,
-    ) -> Result<()> {
-        let _ = trace;
-        if delay.is_zero() {
-            self.publish(message).await
-        } else {
-            self.publish_delayed(message, delay).await
-        }
+    ) -> Result<()>;
+
+    /// [`QueueAdapter::publish_traced`] at once, carrying no trace.
+    async fn publish(&self, message: &QueueMessage) -> Result<()> {
+        self.publish_traced(message, Duration::ZERO, None).await
+    }
+
+    /// [`QueueAdapter::publish_traced`] after `delay`, carrying no trace.
+    async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()> {
+        self.publish_traced(message, delay, None).await
     }
 
     /// How many delay queues a message published with `delay` passes

@@ -187,14 +187,6 @@ impl MemoryQueue {
 
 #[async_trait]
 impl QueueAdapter for MemoryQueue {
-    async fn publish(&self, message: &QueueMessage) -> Result<()> {
-        self.publish_traced(message, Duration::ZERO, None).await
-    }
-
-    async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()> {
-        self.publish_traced(message, delay, None).await
-    }
-
     async fn publish_traced(
         &self,
         message: &QueueMessage,

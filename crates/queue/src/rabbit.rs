@@ -138,14 +138,6 @@ impl QueueAdapter for RabbitQueue {
         ladder::delay_ms(delay).map_or(0, |ms| ladder::route(ms, &self.inner.lanes).hops())
     }
 
-    async fn publish(&self, message: &QueueMessage) -> Result<()> {
-        self.publish_traced(message, Duration::ZERO, None).await
-    }
-
-    async fn publish_delayed(&self, message: &QueueMessage, delay: Duration) -> Result<()> {
-        self.publish_traced(message, delay, None).await
-    }
-
     async fn publish_traced(
         &self,
         message: &QueueMessage,

@@ -182,11 +182,13 @@ impl InlineRunner {
                 })
                 .clone();
             let answered = locked.write(ruling, None).instrument(span).await?;
-            let waited = answered.waited.filter(|_| crate::trace::exporting());
-            if let (Some(waited), None) = (waited, answered.approvals) {
-                let by = Some(self.owner.as_str());
-                crate::trace::wait_ended(run_trace.as_ref(), call.as_str(), waited, outcome, by);
-            }
+            crate::trace::answer_ended_wait(
+                run_trace.as_ref(),
+                call.as_str(),
+                &answered,
+                outcome,
+                || self.owner.as_str().to_owned(),
+            );
             Ok(answered)
         })
         .await?;

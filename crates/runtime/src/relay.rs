@@ -9,7 +9,6 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use agentenkit_core::TraceContext;
 use agentenkit_queue::QueueAdapter;
 use agentenkit_store::{OutboxRow, Publisher, Store};
 
@@ -38,7 +37,7 @@ pub struct Relay {
 struct Retrying {
     /// Rows to publish again, each with when it was kept (a delayed
     /// message is sent again with what is left of its delay).
-    rows: Mutex<Vec<Kept>>,
+    rows: Mutex<Vec<(OutboxRow, Instant)>>,
     /// A retry task runs (at most one per relay and its clones).
     running: Mutex<bool>,
 }
@@ -76,26 +75,25 @@ impl Relay {
     /// could not be published is retried in the background, and stays in
     /// the outbox for the reaper.
     pub async fn publish(&self, rows: &[OutboxRow]) {
-        let trace = crate::trace::current();
-        let rows: Vec<_> = rows
-            .iter()
-            .map(|row| (row, row.trace.as_ref().or(trace.as_ref())))
-            .collect();
-        let failed = self.publish_now(&rows).await;
+        let failed = self
+            .publish_now(rows, crate::trace::current().as_ref())
+            .await;
         if !failed.is_empty() {
             self.retry_later(failed);
         }
     }
 
-    /// Publishes each row once; returns those that failed, with their
-    /// contexts.
+    /// Publishes each row once, with its own trace or else `here`'s;
+    /// returns those that failed, each holding the trace it went with.
     async fn publish_now(
         &self,
-        rows: &[(&OutboxRow, Option<&TraceContext>)],
-    ) -> Vec<(OutboxRow, Option<TraceContext>)> {
+        rows: &[OutboxRow],
+        here: Option<&agentenkit_core::TraceContext>,
+    ) -> Vec<OutboxRow> {
         let mut published = 0u64;
         let mut failed = Vec::new();
-        for &(row, trace) in rows {
+        for row in rows {
+            let trace = row.trace.as_ref().or(here);
             // Past the ladder's reach a message arrives early, and an early
             // expiry re-schedules itself for the remainder.
             let delay = row.delay_ms.min(agentenkit_queue::ladder::MAX_DELAY_MS);
@@ -111,12 +109,18 @@ impl Relay {
                         timeout_ms = self.timeout.as_millis() as u64,
                         "publish timed out; retrying in the background"
                     );
-                    failed.push((row.clone(), trace.cloned()));
+                    failed.push(OutboxRow {
+                        trace: trace.cloned(),
+                        ..row.clone()
+                    });
                 }
                 Ok(Err(e)) => {
                     ::metrics::counter!(metrics::OUTBOX_PUBLISH_FAILURES).increment(1);
                     tracing::warn!(outbox_id = row.id, error = %e, "publish failed; retrying in the background");
-                    failed.push((row.clone(), trace.cloned()));
+                    failed.push(OutboxRow {
+                        trace: trace.cloned(),
+                        ..row.clone()
+                    });
                 }
             }
         }
@@ -125,14 +129,11 @@ impl Relay {
     }
 
     /// Keeps `rows` for the retry task, starting it if none runs.
-    fn retry_later(&self, rows: Vec<(OutboxRow, Option<TraceContext>)>) {
+    fn retry_later(&self, rows: Vec<OutboxRow>) {
         {
             let mut kept = lock(&self.retrying.rows);
             let now = Instant::now();
-            keep(
-                &mut kept,
-                rows.into_iter().map(|(row, trace)| (row, now, trace)),
-            );
+            keep(&mut kept, rows.into_iter().map(|row| (row, now)));
         }
         let mut running = lock(&self.retrying.running);
         if *running {
@@ -156,22 +157,19 @@ impl Relay {
             // A delayed message goes again with what is left of its delay:
             // an outage never makes it fire early, and late only by what
             // the outage cost.
-            let rows: Vec<(OutboxRow, Option<TraceContext>)> = kept
+            let rows: Vec<OutboxRow> = kept
                 .into_iter()
-                .map(|(mut row, kept_at, trace)| {
+                .map(|(mut row, kept_at)| {
                     let spent = u64::try_from(kept_at.elapsed().as_millis()).unwrap_or(u64::MAX);
                     row.delay_ms = row.delay_ms.saturating_sub(spent);
-                    (row, trace)
+                    row
                 })
                 .collect();
+            // Each kept row holds the trace it first went with.
             let failed = if rows.is_empty() {
                 Vec::new()
             } else {
-                let rows: Vec<_> = rows
-                    .iter()
-                    .map(|(row, trace)| (row, trace.as_ref()))
-                    .collect();
-                self.publish_now(&rows).await
+                self.publish_now(&rows, None).await
             };
             let published = rows.len() - failed.len();
             if published > 0 {
@@ -183,10 +181,7 @@ impl Relay {
             let added = std::mem::take(&mut *kept);
             keep(
                 &mut kept,
-                failed
-                    .into_iter()
-                    .map(|(row, trace)| (row, now, trace))
-                    .chain(added),
+                failed.into_iter().map(|row| (row, now)).chain(added),
             );
             if kept.is_empty() {
                 // Under the rows' lock, so a row added now sees `running`
@@ -220,16 +215,16 @@ impl Publisher for Relay {
     }
 }
 
-/// A row kept for a retry: when it was kept, and the context it carries.
-type Kept = (OutboxRow, Instant, Option<TraceContext>);
-
 /// Adds `rows` to `kept`, each outbox row once (the reaper may hand one
 /// over again), and keeps at most `MAX_RETRYING`: the oldest go (the reaper
 /// still has them in the outbox).
-fn keep(kept: &mut Vec<Kept>, rows: impl IntoIterator<Item = Kept>) {
-    for kept_row in rows {
-        if !kept.iter().any(|(k, _, _)| k.id == kept_row.0.id) {
-            kept.push(kept_row);
+fn keep(
+    kept: &mut Vec<(OutboxRow, Instant)>,
+    rows: impl IntoIterator<Item = (OutboxRow, Instant)>,
+) {
+    for (row, at) in rows {
+        if !kept.iter().any(|(k, _)| k.id == row.id) {
+            kept.push((row, at));
         }
     }
     let excess = kept.len().saturating_sub(MAX_RETRYING);
@@ -271,17 +266,16 @@ mod tests {
 
     #[async_trait]
     impl QueueAdapter for Flaky {
-        async fn publish(&self, message: &QueueMessage) -> agentenkit_queue::Result<()> {
-            self.down()?;
-            self.inner.publish(message).await
-        }
-        async fn publish_delayed(
+        async fn publish_traced(
             &self,
             message: &QueueMessage,
             delay: Duration,
+            _trace: Option<&agentenkit_core::TraceContext>,
         ) -> agentenkit_queue::Result<()> {
             self.down()?;
-            self.delays.lock().unwrap().push(delay);
+            if !delay.is_zero() {
+                self.delays.lock().unwrap().push(delay);
+            }
             self.inner.publish(message).await
         }
         async fn consume(&self, prefetch: u16) -> agentenkit_queue::Result<Deliveries> {

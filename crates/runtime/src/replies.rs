@@ -435,18 +435,13 @@ async fn answer_checked(
             .get_or_init(|| trace::answer_span(run_trace.as_ref(), asked.call.as_str(), outcome))
             .clone();
         let answered = locked.write(ruling, record).instrument(span).await?;
-        // A vote that leaves the call waiting for more ends no wait.
-        let waited = answered.waited.filter(|_| trace::exporting());
-        if let (Some(waited), None) = (waited, answered.approvals) {
-            let by = caller.approver.principal(caller.owner);
-            trace::wait_ended(
-                run_trace.as_ref(),
-                asked.call.as_str(),
-                waited,
-                outcome,
-                Some(&by),
-            );
-        }
+        trace::answer_ended_wait(
+            run_trace.as_ref(),
+            asked.call.as_str(),
+            &answered,
+            outcome,
+            || caller.approver.principal(caller.owner),
+        );
         Ok(answered)
     })
     .await?;

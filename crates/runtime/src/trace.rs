@@ -143,6 +143,25 @@ pub fn answer_span(run: Option<&TraceContext>, call: &str, outcome: &'static str
     span
 }
 
+/// Records the wait an answer ended, `answered` being what its write
+/// said: none when it was not delivered, or when it was a vote that leaves
+/// the call waiting for more. `by` (who answered) is asked for only when
+/// traces are exported.
+pub fn answer_ended_wait(
+    run: Option<&TraceContext>,
+    call: &str,
+    answered: &agentenkit_store::Answered,
+    outcome: &'static str,
+    by: impl FnOnce() -> String,
+) {
+    if !exporting() {
+        return;
+    }
+    if let (Some(waited), None) = (answered.waited, answered.approvals) {
+        wait_ended(run, call, waited, outcome, Some(&by()));
+    }
+}
+
 /// Records a person's wait that just ended: a span in the run's trace
 /// (`run`; else under the current span) from the park, `waited` ago, to
 /// now, saying how it ended and, for an answer, whose it was.

@@ -97,13 +97,10 @@ impl Statements {
         self.publishes.push(None);
     }
 
-    fn push_outbox(&mut self, op: Op, message: QueueMessage, delay_ms: u64) {
+    /// An outbox insert, and what it publishes once committed.
+    fn push_outbox(&mut self, op: Op, publish: Publish) {
         self.ops.push(op);
-        self.publishes.push(Some(Publish {
-            message,
-            delay_ms,
-            trace: None,
-        }));
+        self.publishes.push(Some(publish));
     }
 
     /// The statements of one change.
@@ -158,11 +155,12 @@ impl Statements {
                     .push(message_op(thread, run, body, body_position));
             }
             Change::Outbox { message, delay_ms } => {
-                self.push_outbox(
-                    outbox::insert_op(message, *delay_ms),
-                    message.clone(),
-                    *delay_ms,
-                );
+                let publish = Publish {
+                    message: message.clone(),
+                    delay_ms: *delay_ms,
+                    trace: None,
+                };
+                self.push_outbox(outbox::insert_op(message, *delay_ms), publish);
             }
             Change::FinishDelegation {
                 parent_run_id,
@@ -205,12 +203,12 @@ impl Statements {
         self.push(started.run);
         let (op, segment) = started.outbox;
         // The child's first segment continues the delegating span.
-        self.ops.push(op);
-        self.publishes.push(Some(Publish {
+        let publish = Publish {
             message: segment,
             delay_ms: 0,
             trace: trace.cloned(),
-        }));
+        };
+        self.push_outbox(op, publish);
         self.ordered.push(started.message);
         self.ordered.push(started.event);
         Ok(())
