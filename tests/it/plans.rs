@@ -35,12 +35,10 @@ async fn seq_scans(env: &TestEnv) -> Vec<(String, i64, i64)> {
     .await
 }
 
-#[tokio::test]
-async fn cycles_from_fresh_tables_read_no_growing_table_whole() {
-    let tool = ToolServer::ok().await;
-    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
-    // Fresh and just vacuumed, as after a deploy or a truncate: every
-    // statement is planned against empty tables.
+/// Twelve cycles, and a client's reads of each thread, on tables fresh and
+/// just vacuumed, as after a deploy or a truncate: every statement is
+/// planned against empty tables.
+async fn cycles_from_fresh_tables(env: &TestEnv) {
     for table in GROWING {
         env.sql(&format!("VACUUM {table}")).await;
     }
@@ -48,15 +46,21 @@ async fn cycles_from_fresh_tables_read_no_growing_table_whole() {
     for n in 0..12 {
         let (thread_id, run_id) = env.start_turn("agent", &format!("cycle {n}")).await;
         env.wait_pending(&thread_id, 1).await;
-        let answer = approve(&env, &run_id, "c1").await;
+        let answer = approve(env, &run_id, "c1").await;
         assert_eq!(answer["delivered"], true, "{answer}");
         env.wait_run_finished(&run_id).await;
-        // Reads of the thread a client makes too.
         env.get(&format!("/threads/{thread_id}")).await;
         env.get(&format!("/threads/{thread_id}/events")).await;
         env.get(&format!("/runs/{run_id}/journal")).await;
     }
     worker.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn cycles_from_fresh_tables_read_no_growing_table_whole() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
+    cycles_from_fresh_tables(&env).await;
     // A backend reports its table counters within 10 s of going idle.
     tokio::time::sleep(Duration::from_secs(11)).await;
     let scans = seq_scans(&env).await;
@@ -67,6 +71,60 @@ async fn cycles_from_fresh_tables_read_no_growing_table_whole() {
         "sequential scans read rows of growing tables: {read_whole:?}"
     );
     env.finish().await;
+}
+
+/// The growing table a plan reads whole, if any.
+fn scanned_whole(plan: &str) -> Option<&'static str> {
+    plan.lines().find_map(|line| {
+        let scanned = line.trim_start().trim_start_matches("->").trim_start();
+        let table = scanned.strip_prefix("Seq Scan on ")?.split(' ').next()?;
+        GROWING.iter().copied().find(|growing| *growing == table)
+    })
+}
+
+/// Every statement the cycles prepared, as `EXPLAIN` shows the plan its
+/// session runs it by: none reads a growing table whole, and each is
+/// planned once for all executions, never again per execution (a custom
+/// plan is what a statement gets, unasked, while Postgres compares plans,
+/// and for good once the tables outgrow the first ones).
+#[tokio::test]
+async fn every_statement_of_a_cycle_has_one_plan_that_reads_by_index() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(approval_registry(CALL_THEN_DONE, &tool.url)).await;
+    cycles_from_fresh_tables(&env).await;
+    let plans = env.store.prepared_plans().await.unwrap();
+    let acquire = plans
+        .iter()
+        .filter(|p| p.statement.contains("lease_token = lease_token + 1"))
+        .count();
+    assert!(
+        acquire > 0,
+        "the lease's statement was not found among {} statements",
+        plans.len()
+    );
+    for prepared in &plans {
+        assert_eq!(
+            scanned_whole(&prepared.plan),
+            None,
+            "{}\n{}",
+            prepared.statement,
+            prepared.plan
+        );
+        assert_eq!(
+            prepared.custom_plans, 0,
+            "planned per execution: {}",
+            prepared.statement
+        );
+    }
+    env.finish().await;
+}
+
+#[test]
+fn a_whole_table_read_is_found_in_a_plan() {
+    let plan = "Update on runs\n  ->  Nested Loop\n        ->  Seq Scan on tool_calls tc\n";
+    assert_eq!(scanned_whole(plan), Some("tool_calls"));
+    assert_eq!(scanned_whole("Seq Scan on agent_versions"), None);
+    assert_eq!(scanned_whole("Index Scan using runs_pkey on runs"), None);
 }
 
 /// A table that outgrew its statistics (analyzed while empty) is analyzed

@@ -66,7 +66,7 @@ pub use outbox::{OutboxRow, Publisher};
 pub use reclaim::Reclaimed;
 pub use runs::{CallRow, Delegation};
 pub use sent_here::{ClaimedEvent, LocalSender, SentHere};
-pub use statistics::GROWN_MARGIN_ROWS;
+pub use statistics::{PreparedPlan, GROWN_MARGIN_ROWS};
 pub use threads::{StartedRun, THREAD_PENDING_INPUTS};
 pub use tls::SslMode;
 pub use upgrade::{LockedRun, OpenCall, OpenRun};
@@ -92,12 +92,18 @@ pub struct StoreConfig {
     /// (migrations lift it for their own transactions).
     pub statement_timeout: Duration,
     /// Plan every statement as for tables that grow: the store's sessions
-    /// run with `enable_seqscan = off`. Each hot statement has an index;
-    /// planned while its table was empty (a fresh deployment, a truncate,
-    /// a new partition) and kept as a prepared statement's generic plan,
-    /// it would otherwise read the whole table every time until something
-    /// analyzes it, costing more with every thread stored (README,
-    /// "Performance"). A statement without an index still scans.
+    /// run with `enable_seqscan = off` and
+    /// `plan_cache_mode = force_generic_plan`. Each hot statement has an
+    /// index; planned while its table was empty (a fresh deployment, a
+    /// truncate, a new partition) and kept as a prepared statement's
+    /// generic plan, it would otherwise read the whole table every time
+    /// until something analyzes it, costing more with every thread stored.
+    /// And Postgres's choice between a generic and a per-execution plan
+    /// compares the generic plan's cost with the average of the first five
+    /// custom plans, made while the tables were small: once an `ANALYZE`
+    /// shows them grown, the generic plan looks dearer than that stale
+    /// average and the statement is planned again at every execution
+    /// (README, "Performance"). A statement without an index still scans.
     pub plan_for_growth: bool,
 }
 
@@ -142,7 +148,7 @@ impl Store {
             config.statement_timeout.as_millis()
         );
         if config.plan_for_growth {
-            options.push_str(" -c enable_seqscan=off");
+            options.push_str(" -c enable_seqscan=off -c plan_cache_mode=force_generic_plan");
         }
         if let Some(schema) = &config.schema {
             if !is_plain_identifier(schema) {

@@ -10,6 +10,9 @@
 //! [`Store::analyze_grown_tables`] every few seconds instead: a table that
 //! has twice the rows its statistics say (and 50 more) is analyzed, which
 //! also makes every cached plan on it be planned again.
+//!
+//! [`Store::prepared_plans`] shows what came of it: each statement the
+//! store's sessions prepared, with the plan they run it by.
 
 use crate::{is_plain_identifier, Result, Store};
 
@@ -53,5 +56,73 @@ impl Store {
         }
         tx.commit().await?;
         Ok(grown)
+    }
+}
+
+/// A statement one of the store's sessions prepared, and how that session
+/// plans it.
+#[derive(Debug, Clone)]
+pub struct PreparedPlan {
+    pub statement: String,
+    /// The plan the session runs it by (`EXPLAIN (COSTS OFF) EXECUTE`,
+    /// every parameter null: a generic plan does not look at them).
+    pub plan: String,
+    /// How often the session planned it for all executions, and for one
+    /// execution's parameters (`pg_prepared_statements`).
+    pub generic_plans: i64,
+    pub custom_plans: i64,
+}
+
+impl Store {
+    /// Every statement the store's open sessions prepared, with its plan:
+    /// how a test (or an operator) checks that no hot statement reads a
+    /// whole table and none is planned at every execution. Holds every
+    /// pooled connection while it looks, so call it while the store is
+    /// idle.
+    pub async fn prepared_plans(&self) -> Result<Vec<PreparedPlan>> {
+        let mut sessions = Vec::new();
+        for _ in 0..self.pool.status().size {
+            sessions.push(self.client().await?);
+        }
+        let mut plans = Vec::new();
+        for session in &sessions {
+            let prepared = session
+                .query(
+                    "SELECT name, statement, coalesce(cardinality(parameter_types), 0),
+                            generic_plans, custom_plans
+                     FROM pg_prepared_statements ORDER BY name",
+                    &[],
+                )
+                .await?;
+            for row in prepared {
+                let name: String = row.get(0);
+                let parameters: i32 = row.get(2);
+                if !is_plain_identifier(&name) {
+                    continue;
+                }
+                let nulls = vec!["NULL"; parameters as usize].join(", ");
+                let execute = if parameters == 0 {
+                    format!("EXPLAIN (COSTS OFF) EXECUTE {name}")
+                } else {
+                    format!("EXPLAIN (COSTS OFF) EXECUTE {name}({nulls})")
+                };
+                let plan: Vec<String> = session
+                    .simple_query(&execute)
+                    .await?
+                    .into_iter()
+                    .filter_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                        _ => None,
+                    })
+                    .collect();
+                plans.push(PreparedPlan {
+                    statement: row.get(1),
+                    plan: plan.join("\n"),
+                    generic_plans: row.get(3),
+                    custom_plans: row.get(4),
+                });
+            }
+        }
+        Ok(plans)
     }
 }
