@@ -111,9 +111,11 @@ acquired AS (
            takeovers = takeovers + CASE WHEN status = 'running' THEN 1 ELSE 0 END
     WHERE id = $1 AND segment_seq = $2 AND status = ANY($5)
       AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-      -- a child created while its tree was being stopped never runs
-      AND NOT EXISTS (SELECT 1 FROM runs root WHERE root.id = runs.root_run_id
-                      AND root.status = 'cancelled')
+      -- a child created while its tree was being stopped never runs (the
+      -- root read by its key: as an anti join planned on empty tables it
+      -- could check every run)
+      AND (SELECT root.status FROM runs root WHERE root.id = runs.root_run_id)
+          IS DISTINCT FROM 'cancelled'
     RETURNING id, thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id,
               takeovers, root_run_id, agent_version
 )

@@ -68,6 +68,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "run_traces",
         include_str!("../../../migrations/0012_run_traces.sql"),
     ),
+    (
+        13,
+        "expiry_index",
+        include_str!("../../../migrations/0013_expiry_index.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

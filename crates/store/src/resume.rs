@@ -21,8 +21,10 @@ const RESUME_IF_SETTLED_SQL: &str = "
     WITH resumed AS (
         UPDATE runs SET status = 'queued', segment_seq = segment_seq + 1, updated_at = now()
         WHERE id = $1 AND status = 'waiting'
-          AND NOT EXISTS (SELECT 1 FROM tool_calls
-                          WHERE run_id = $1 AND status = 'pending_approval')
+          -- the run's calls by its key (no partial index of open
+          -- requests matches `run_id = $1` alone, so none is read whole)
+          AND (SELECT count(*) FILTER (WHERE status = 'pending_approval')
+               FROM tool_calls WHERE run_id = $1) = 0
           AND NOT EXISTS (SELECT 1 FROM runs child
                           WHERE child.parent_run_id = $1
                             AND child.status IN ('queued', 'running', 'waiting'))

@@ -40,8 +40,12 @@ pub(crate) const PENDING_INPUTS: &str = "
            r.name, r.depth, tc.expires_at, tc.created_at,
            jsonb_array_length(tc.approvals), r.agent_version
     FROM tool_calls_whole tc
-    JOIN runs r ON r.id = tc.run_id
     JOIN threads t ON t.id = tc.thread_id
+    -- each call's run by its key: OFFSET 0 keeps the lookup from being
+    -- planned as a join, which on tables analyzed while empty may start
+    -- from every run of the database
+    CROSS JOIN LATERAL (SELECT name, depth, agent_version, root_run_id, status
+                        FROM runs WHERE runs.id = tc.run_id OFFSET 0) r
     WHERE tc.status = 'pending_approval'
       AND r.root_run_id = t.current_run_id
       AND r.status IN ('queued', 'running', 'waiting')";
@@ -204,8 +208,10 @@ impl Store {
                 )
                 .expect(Expect::Rows),
                 Op::new(
-                    "SELECT r.id, r.status FROM threads t JOIN runs r ON r.id = t.current_run_id
-                     WHERE t.id = $1",
+                    // The run by its key, not by a join: a join planned on
+                    // empty tables may check every run against the key.
+                    "SELECT r.id, r.status FROM runs r
+                     WHERE r.id = (SELECT current_run_id FROM threads WHERE id = $1)",
                     vec![Box::new(thread.0)],
                 )
                 .expect(Expect::Rows),
