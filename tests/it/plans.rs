@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use agentenkit_core::ThreadId;
+use agentenkit_store::Scope;
 use agentenkit_tests::*;
 
 /// The tables a deployment's use makes grow.
@@ -35,9 +37,10 @@ async fn seq_scans(env: &TestEnv) -> Vec<(String, i64, i64)> {
     .await
 }
 
-/// Twelve cycles, and a client's reads of each thread, on tables fresh and
-/// just vacuumed, as after a deploy or a truncate: every statement is
-/// planned against empty tables.
+/// Twelve cycles, and a client's reads of each thread (one, the stream,
+/// first looks for the thread's overdue requests to expire), on tables
+/// fresh and just vacuumed, as after a deploy or a truncate: every
+/// statement is planned against empty tables.
 async fn cycles_from_fresh_tables(env: &TestEnv) {
     for table in GROWING {
         env.sql(&format!("VACUUM {table}")).await;
@@ -46,6 +49,15 @@ async fn cycles_from_fresh_tables(env: &TestEnv) {
     for n in 0..12 {
         let (thread_id, run_id) = env.start_turn("agent", &format!("cycle {n}")).await;
         env.wait_pending(&thread_id, 1).await;
+        env.get(&format!("/threads/{thread_id}/pending-inputs"))
+            .await;
+        let thread = ThreadId(thread_id.parse().unwrap());
+        // What a client's stream and the reaper look for.
+        let scope = Scope::Thread(thread);
+        env.store.has_reclaimable_requests(&scope).await.unwrap();
+        for scope in [scope, Scope::All] {
+            env.store.overdue_requests(&scope, 10).await.unwrap();
+        }
         let answer = approve(env, &run_id, "c1").await;
         assert_eq!(answer["delivered"], true, "{answer}");
         env.wait_run_finished(&run_id).await;

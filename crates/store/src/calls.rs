@@ -244,15 +244,14 @@ pub(crate) fn cancel_open(runs: &[Uuid]) -> Op {
 }
 
 /// [`CallEvent::ScheduleExpiry`] for up to `$4` waits without an expiry in
-/// a scope (`$1` thread, `$2` owner, either null), `$3` ms from now.
+/// a scope (`{scope}`: see `expire::scope_clause`), `$3` ms from now.
 /// Questions never expire and are left alone. Returns the calls.
 pub(crate) const SCHEDULE_MISSING_EXPIRIES_SQL: &str = "
     UPDATE tool_calls tc SET expires_at = now() + $3 * interval '1 millisecond'
     FROM (SELECT run_id, id FROM tool_calls
           WHERE status = 'pending_approval' AND expires_at IS NULL
             AND kind IN ('approval', 'park')
-            AND ($1::uuid IS NULL OR thread_id = $1)
-            AND ($2::text IS NULL OR thread_id IN (SELECT id FROM threads WHERE owner = $2))
+            AND {scope}
           LIMIT $4 FOR UPDATE SKIP LOCKED) missing
     WHERE tc.run_id = missing.run_id AND tc.id = missing.id
     RETURNING tc.run_id, tc.id";

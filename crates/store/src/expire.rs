@@ -203,14 +203,14 @@ impl Store {
         let client = self.client().await?;
         let (thread, owner) = scope_params(scope);
         let stmt = client
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT EXISTS (
                    SELECT 1 FROM tool_calls tc
                    WHERE tc.status = 'pending_approval'
                      AND (tc.expires_at <= now() OR (tc.expires_at IS NULL AND tc.kind IN ('approval', 'park')))
-                     AND ($1::uuid IS NULL OR tc.thread_id = $1)
-                     AND ($2::text IS NULL OR tc.thread_id IN (SELECT id FROM threads WHERE owner = $2)))",
-            )
+                     AND {scope})",
+                scope = scope_clause(scope),
+            ))
             .await?;
         Ok(client.query_one(&stmt, &[&thread, &owner]).await?.get(0))
     }
@@ -224,13 +224,13 @@ impl Store {
         let client = self.client().await?;
         let (thread, owner) = scope_params(scope);
         let stmt = client
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT tc.run_id, tc.id FROM tool_calls tc
                  WHERE tc.status = 'pending_approval' AND tc.expires_at <= now()
-                   AND ($1::uuid IS NULL OR tc.thread_id = $1)
-                   AND ($2::text IS NULL OR tc.thread_id IN (SELECT id FROM threads WHERE owner = $2))
+                   AND {scope}
                  ORDER BY tc.expires_at LIMIT $3",
-            )
+                scope = scope_clause(scope),
+            ))
             .await?;
         Ok(client
             .query(&stmt, &[&thread, &owner, &limit])
@@ -253,7 +253,10 @@ impl Store {
         let tx = client.transaction().await?;
         let (thread, owner) = scope_params(scope);
         let stmt = tx
-            .prepare_cached(crate::calls::SCHEDULE_MISSING_EXPIRIES_SQL)
+            .prepare_cached(
+                &crate::calls::SCHEDULE_MISSING_EXPIRIES_SQL
+                    .replace("{scope}", &scope_clause(scope).replace("tc.", "")),
+            )
             .await?;
         let rows = tx
             .query(&stmt, &[&thread, &owner, &(ttl_ms as f64), &limit])
@@ -289,6 +292,22 @@ impl Store {
             )
             .await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
+
+/// The condition that keeps a statement on `tool_calls tc` to `scope`,
+/// whose thread is `$1` and owner `$2` (the other null). One statement per
+/// scope, each planned with the index its scope uses: the sessions plan
+/// generically (`StoreConfig::plan_for_growth`), and a generic plan of
+/// `($1 IS NULL OR tc.thread_id = $1)` can use none, so it would read
+/// every open request of the database for one thread.
+fn scope_clause(scope: &Scope) -> &'static str {
+    match scope {
+        Scope::All => "$1::uuid IS NULL AND $2::text IS NULL",
+        Scope::Thread(_) => "tc.thread_id = $1 AND $2::text IS NULL",
+        Scope::Owner(_) => {
+            "$1::uuid IS NULL AND tc.thread_id IN (SELECT id FROM threads WHERE owner = $2)"
+        }
     }
 }
 
