@@ -37,10 +37,10 @@ async fn seq_scans(env: &TestEnv) -> Vec<(String, i64, i64)> {
     .await
 }
 
-/// Twelve cycles, and a client's reads of each thread (one, the stream,
-/// first looks for the thread's overdue requests to expire), on tables
-/// fresh and just vacuumed, as after a deploy or a truncate: every
-/// statement is planned against empty tables.
+/// Twelve cycles, and a client's reads of each thread and of the inbox
+/// (the inbox and a thread's stream first look for overdue requests to
+/// expire, in their scope), on tables fresh and just vacuumed, as after a
+/// deploy or a truncate: every statement is planned against empty tables.
 async fn cycles_from_fresh_tables(env: &TestEnv) {
     for table in GROWING {
         env.sql(&format!("VACUUM {table}")).await;
@@ -51,6 +51,7 @@ async fn cycles_from_fresh_tables(env: &TestEnv) {
         env.wait_pending(&thread_id, 1).await;
         env.get(&format!("/threads/{thread_id}/pending-inputs"))
             .await;
+        env.get("/agent/inbox").await;
         let thread = ThreadId(thread_id.parse().unwrap());
         // What a client's stream and the reaper look for.
         let scope = Scope::Thread(thread);

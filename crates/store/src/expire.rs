@@ -306,7 +306,7 @@ fn scope_clause(scope: &Scope) -> &'static str {
         Scope::All => "$1::uuid IS NULL AND $2::text IS NULL",
         Scope::Thread(_) => "tc.thread_id = $1 AND $2::text IS NULL",
         Scope::Owner(_) => {
-            "$1::uuid IS NULL AND tc.thread_id IN (SELECT id FROM threads WHERE owner = $2)"
+            "$1::uuid IS NULL AND tc.thread_id = ANY (ARRAY(SELECT id FROM threads WHERE owner = $2))"
         }
     }
 }

@@ -134,8 +134,17 @@ impl Store {
         bound: ReadBound,
     ) -> Result<ReadPage<PendingInput>> {
         let client = self.client().await?;
-        self.pending_page(client, "t.owner = $1", &owner.as_str(), after, bound)
-            .await
+        // The owner's threads as an array of keys: each is then looked up in
+        // the index of open requests by thread (as a join planned on empty
+        // tables it may start from every open request of the database).
+        self.pending_page(
+            client,
+            "tc.thread_id = ANY (ARRAY(SELECT id FROM threads WHERE owner = $1))",
+            &owner.as_str(),
+            after,
+            bound,
+        )
+        .await
     }
 
     /// A thread's open requests after `after`, in inbox order, as many as
