@@ -16,6 +16,7 @@ mod hub;
 mod meter;
 mod peers;
 mod report;
+mod statements;
 mod webhook;
 mod wire;
 
@@ -342,6 +343,17 @@ impl Measured {
             passes,
             started.elapsed(),
         );
+        let by_statement: Vec<_> = self
+            .results
+            .iter()
+            .map(|r| {
+                (
+                    format!("agentenkit c={}", r.concurrency),
+                    r.statement_costs.clone(),
+                )
+            })
+            .collect();
+        statements::print(&by_statement, 15);
         if let Some(path) = &args.json {
             let value = report::to_json(
                 &self.params,
@@ -462,6 +474,7 @@ async fn run_config(
     let nacks0 = ctx.hub.nacks();
     tokio::time::sleep(flush).await;
     let a0 = meter.snapshot().await?;
+    let s0 = statements::read(meter.admin(), meter.dbname()).await?;
     let q0 = ctx.hooked.publishes();
     eprintln!("c={c}: phase A (park {n})");
     let p0 = ProcSample::now();
@@ -489,6 +502,7 @@ async fn run_config(
     }
     tokio::time::sleep(flush).await;
     let b1 = meter.snapshot().await?;
+    let s1 = statements::read(meter.admin(), meter.dbname()).await?;
     let q1 = ctx.hooked.publishes();
     let done = (n + args.warmup) as i64;
     if b1.runs("completed") != done || b1.runs_by_status.len() != 1 {
@@ -524,6 +538,7 @@ async fn run_config(
         resume_delta: meter::delta(&a1, &b1, n),
         cycle_delta: meter::delta(&a0, &b1, n),
         rss_per_parked: (p1.rss - p0.rss) as f64 / n as f64,
+        statement_costs: statements::per_cycle(&s0, &s1, n),
         bytes_per_table_parked,
         bytes_per_relation_parked,
         nacks: ctx.hub.nacks() - nacks0,

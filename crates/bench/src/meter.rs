@@ -195,6 +195,11 @@ impl Meter {
         &self.dbname
     }
 
+    /// The meter's own session (database `postgres`).
+    pub fn admin(&self) -> &Client {
+        &self.admin
+    }
+
     pub fn target(&self) -> &Config {
         &self.target
     }

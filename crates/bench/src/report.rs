@@ -31,6 +31,9 @@ pub struct ConfigResult {
     pub resume_delta: Delta,
     pub cycle_delta: Delta,
     pub rss_per_parked: f64,
+    /// What each statement cost per cycle, dearest first (empty without
+    /// pg_stat_statements).
+    pub statement_costs: Vec<crate::statements::PerCycle>,
     pub bytes_per_table_parked: BTreeMap<String, f64>,
     /// The same growth for each table and each index apart.
     pub bytes_per_relation_parked: BTreeMap<String, f64>,
