@@ -343,17 +343,6 @@ impl Measured {
             passes,
             started.elapsed(),
         );
-        let by_statement: Vec<_> = self
-            .results
-            .iter()
-            .map(|r| {
-                (
-                    format!("agentenkit c={}", r.concurrency),
-                    r.statement_costs.clone(),
-                )
-            })
-            .collect();
-        statements::print(&by_statement, 15);
         if let Some(path) = &args.json {
             let value = report::to_json(
                 &self.params,

@@ -153,6 +153,29 @@ pub fn print_markdown(
     passes: &Passes,
     total: Duration,
 ) {
+    print_parameters(params, results, total);
+    print_figures(results, baselines);
+    print_latency_split(results);
+    print_cycle_costs(results);
+    print_bytes_by_table(results);
+    print_row_writes(results);
+    print_cpu_by_group(results);
+    print_passes(passes);
+    print_handbacks(results);
+    let by_statement: Vec<_> = results
+        .iter()
+        .map(|r| {
+            (
+                format!("agentenkit c={}", r.concurrency),
+                r.statement_costs.clone(),
+            )
+        })
+        .collect();
+    crate::statements::print(&by_statement, 15);
+    super::against_peers::print(results, baselines, peers);
+}
+
+fn print_parameters(params: &Params, results: &[ConfigResult], total: Duration) {
     println!("# agentenkit-bench: park → approve → resume → complete\n");
     println!(
         "Parameters: N={} parked runs per configuration (+{} warm-up cycles excluded{}), concurrency {}; \
@@ -180,6 +203,11 @@ pub fn print_markdown(
             .unwrap_or_default(),
         total.as_secs_f64()
     );
+}
+
+/// The main table: throughput, latency, CPU, bytes and commits per
+/// configuration, beside the same-run INSERT baseline.
+fn print_figures(results: &[ConfigResult], baselines: &[Baseline]) {
     println!("| config | parks/s | resumes/s | full cycles/s | park p50 / p99 ms | respond→resumed p50 / p99 ms | respond→completed p50 / p99 ms | process CPU ms/cycle | machine busy % | bytes/parked | bytes/completed | commits/cycle (park+resume) | WAL bytes/cycle | PG commits/s reached | INSERT baseline commits/s (same c) | reached / baseline | RSS bytes/parked |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in results {
@@ -211,6 +239,9 @@ pub fn print_markdown(
     println!("\nNotes: commits = pg_stat_database.xact_commit delta / N (read-only transactions count too), minus the meter's own and one start-up commit per new session; \
               process CPU is the bench process, which holds the clients *and* the worker; latencies are nearest-rank over N; \
               'resumed' = the approved tool ran, 'completed' = the worker acked the run's last segment (the peers' resume latency ends at completion).");
+}
+
+fn print_latency_split(results: &[ConfigResult]) {
     println!("\nWhere the latency goes, p50 / p99 ms. 'store' = the bench's own store calls, each with the publish of what it wrote to the outbox, confirmed by the broker; \
               'delivered' = the call that wrote the segment → the worker got it (often before the confirm); 'worker' = got it → acked (lease, replay, model/tool steps, commits, outbox publishes):\n");
     println!("| config | park: store (create_thread + start_run) | park: delivered | park: worker | resume: store (answer) | resume: delivered | resume: worker → tool ran | resume: tool ran → acked |");
@@ -222,6 +253,9 @@ pub fn print_markdown(
             .collect();
         println!("| agentenkit c={} | {} |", r.concurrency, cells.join(" | "));
     }
+}
+
+fn print_cycle_costs(results: &[ConfigResult]) {
     println!("\nWhat a cycle costs (per cycle, park + resume). Statements are pg_stat_statements calls in the database (BEGIN/COMMIT included; n/a when the extension is not loaded); \
               WAL flushes are pg_stat_wal.wal_sync (cluster-wide, after group commit); publishes are broker publishes through the adapter, delay hops the delay queues those pass through; \
               seq scans are pg_stat_user_tables.seq_scan of the schema's tables and the rows they read (a prepared statement planned while its table was \
@@ -245,9 +279,10 @@ pub fn print_markdown(
             fmt(r.cycle_delta.seq_rows_read, 0),
         );
     }
-    print_bytes_by_table(results);
-    print_row_writes(results);
-    print_cpu_by_group(results);
+}
+
+/// The separate passes, each when it ran.
+fn print_passes(passes: &Passes) {
     if let Some(t) = &passes.round_trips {
         println!(
             "\nSQL round trips per cycle: {} ({} park + {} resume), {} bytes sent and {} received per cycle \
@@ -293,6 +328,9 @@ pub fn print_markdown(
             m.drift().map_or("n/a".into(), |d| format!("{:.1} %", d * 100.0)),
         );
     }
+}
+
+fn print_handbacks(results: &[ConfigResult]) {
     for r in results {
         if r.nacks > 0 || r.cycle_delta.sessions > 2 {
             println!(
@@ -301,8 +339,6 @@ pub fn print_markdown(
             );
         }
     }
-
-    super::against_peers::print(results, baselines, peers);
 }
 
 fn delta_json(d: &Delta) -> Value {
