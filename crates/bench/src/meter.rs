@@ -51,6 +51,18 @@ pub async fn rows(client: &Client, sql: &str) -> anyhow::Result<Vec<Vec<String>>
         .collect())
 }
 
+/// Whether the server loads pg_stat_statements and `client`'s database
+/// has its view.
+pub async fn statements_loaded(client: &Client) -> anyhow::Result<bool> {
+    let loaded = cell(
+        client,
+        "SELECT to_regclass('pg_stat_statements') IS NOT NULL
+                AND current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%'",
+    )
+    .await?;
+    Ok(loaded == "t")
+}
+
 async fn cell(client: &Client, sql: &str) -> anyhow::Result<String> {
     rows(client, sql)
         .await?
@@ -277,13 +289,7 @@ impl Meter {
     /// pg_stat_statements (`None` when it is not loaded: `make bench-peers`
     /// loads it, as the peers' meter does).
     async fn statements(&self) -> anyhow::Result<Option<i64>> {
-        let loaded = cell(
-            &self.admin,
-            "SELECT to_regclass('pg_stat_statements') IS NOT NULL
-                    AND current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%'",
-        )
-        .await?;
-        if loaded != "t" {
+        if !statements_loaded(&self.admin).await? {
             return Ok(None);
         }
         let calls = cell(

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use tokio_postgres::Client;
 
-use crate::meter::rows;
+use crate::meter::{rows, statements_loaded};
 
 /// One statement's counters, summed over the users that ran it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -38,13 +38,7 @@ pub struct PerCycle {
 /// The statements of `dbname` so far; empty when the extension is not
 /// loaded.
 pub async fn read(admin: &Client, dbname: &str) -> anyhow::Result<Statements> {
-    let loaded = rows(
-        admin,
-        "SELECT to_regclass('pg_stat_statements') IS NOT NULL
-                AND current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%'",
-    )
-    .await?;
-    if loaded.first().and_then(|r| r.first()).map(String::as_str) != Some("t") {
+    if !statements_loaded(admin).await? {
         return Ok(Statements::default());
     }
     let found = rows(

@@ -101,28 +101,24 @@ impl Relay {
                 .queue
                 .publish_traced(&row.message, Duration::from_millis(delay), trace);
             match tokio::time::timeout(self.timeout, send).await {
-                Ok(Ok(())) => published += 1,
-                Err(_) => {
-                    ::metrics::counter!(metrics::OUTBOX_PUBLISH_FAILURES).increment(1);
-                    tracing::warn!(
-                        outbox_id = row.id,
-                        timeout_ms = self.timeout.as_millis() as u64,
-                        "publish timed out; retrying in the background"
-                    );
-                    failed.push(OutboxRow {
-                        trace: trace.cloned(),
-                        ..row.clone()
-                    });
+                Ok(Ok(())) => {
+                    published += 1;
+                    continue;
                 }
+                Err(_) => tracing::warn!(
+                    outbox_id = row.id,
+                    timeout_ms = self.timeout.as_millis() as u64,
+                    "publish timed out; retrying in the background"
+                ),
                 Ok(Err(e)) => {
-                    ::metrics::counter!(metrics::OUTBOX_PUBLISH_FAILURES).increment(1);
-                    tracing::warn!(outbox_id = row.id, error = %e, "publish failed; retrying in the background");
-                    failed.push(OutboxRow {
-                        trace: trace.cloned(),
-                        ..row.clone()
-                    });
+                    tracing::warn!(outbox_id = row.id, error = %e, "publish failed; retrying in the background")
                 }
             }
+            ::metrics::counter!(metrics::OUTBOX_PUBLISH_FAILURES).increment(1);
+            failed.push(OutboxRow {
+                trace: trace.cloned(),
+                ..row.clone()
+            });
         }
         ::metrics::counter!(metrics::OUTBOX_PUBLISHED).increment(published);
         failed

@@ -256,9 +256,6 @@ pub(crate) const SCHEDULE_MISSING_EXPIRIES_SQL: &str = "
     WHERE tc.run_id = missing.run_id AND tc.id = missing.id
     RETURNING tc.run_id, tc.id";
 
-/// [`CallEvent::Vote`] for every call still waiting with a vote of key
-/// `$1`: the votes without it (a vote names its key in `keyId`; one given
-/// before holders existed names it as its `principal`).
 /// Locks, in id order, the runs whose waiting calls hold a vote of key
 /// `$1`: an answer to one of them counts the votes it read under its run's
 /// lock, and would write a dropped vote back if the drop did not wait for
@@ -274,6 +271,9 @@ pub(crate) const LOCK_RUNS_WITH_VOTES_OF_KEY_SQL: &str = "
     ORDER BY r.id
     FOR NO KEY UPDATE OF r";
 
+/// [`CallEvent::Vote`] for every call still waiting with a vote of key
+/// `$1`: the votes without it (a vote names its key in `keyId`; one given
+/// before holders existed names it as its `principal`).
 pub(crate) const DROP_VOTES_OF_KEY_SQL: &str = "
     UPDATE tool_calls SET approvals = COALESCE(
         (SELECT jsonb_agg(v ORDER BY n)

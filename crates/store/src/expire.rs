@@ -301,13 +301,11 @@ impl Store {
 /// generically (`StoreConfig::plan_for_growth`), and a generic plan of
 /// `($1 IS NULL OR tc.thread_id = $1)` can use none, so it would read
 /// every open request of the database for one thread.
-fn scope_clause(scope: &Scope) -> &'static str {
+fn scope_clause(scope: &Scope) -> String {
     match scope {
-        Scope::All => "$1::uuid IS NULL AND $2::text IS NULL",
-        Scope::Thread(_) => "tc.thread_id = $1 AND $2::text IS NULL",
-        Scope::Owner(_) => {
-            "$1::uuid IS NULL AND tc.thread_id = ANY (ARRAY(SELECT id FROM threads WHERE owner = $2))"
-        }
+        Scope::All => "$1::uuid IS NULL AND $2::text IS NULL".to_owned(),
+        Scope::Thread(_) => "tc.thread_id = $1 AND $2::text IS NULL".to_owned(),
+        Scope::Owner(_) => format!("$1::uuid IS NULL AND {}", crate::threads::of_owner("$2")),
     }
 }
 

@@ -35,6 +35,15 @@ const INBOX_ORDER: &str = "tc.created_at, tc.run_id, tc.id";
 
 /// Open requests: pending rows of a run in the thread's current run tree
 /// that is still active. Rows of earlier runs are never open.
+/// The condition that keeps a statement on `tool_calls tc` to the threads
+/// of the owner in `param`: the owner's threads as an array of keys, each
+/// then looked up in the index of open requests by thread (as a join
+/// planned on empty tables it may start from every open request of the
+/// database).
+pub(crate) fn of_owner(param: &str) -> String {
+    format!("tc.thread_id = ANY (ARRAY(SELECT id FROM threads WHERE owner = {param}))")
+}
+
 pub(crate) const PENDING_INPUTS: &str = "
     SELECT tc.id, tc.run_id, tc.thread_id, tc.name, tc.arguments_whole, tc.kind, tc.reason,
            r.name, r.depth, tc.expires_at, tc.created_at,
@@ -134,17 +143,8 @@ impl Store {
         bound: ReadBound,
     ) -> Result<ReadPage<PendingInput>> {
         let client = self.client().await?;
-        // The owner's threads as an array of keys: each is then looked up in
-        // the index of open requests by thread (as a join planned on empty
-        // tables it may start from every open request of the database).
-        self.pending_page(
-            client,
-            "tc.thread_id = ANY (ARRAY(SELECT id FROM threads WHERE owner = $1))",
-            &owner.as_str(),
-            after,
-            bound,
-        )
-        .await
+        self.pending_page(client, &of_owner("$1"), &owner.as_str(), after, bound)
+            .await
     }
 
     /// A thread's open requests after `after`, in inbox order, as many as
