@@ -28,6 +28,7 @@ mod notify;
 mod openapi;
 mod ops;
 mod parked;
+mod pipeline;
 mod plans;
 mod poison;
 mod providers;

@@ -38,7 +38,7 @@ impl Store {
 
     async fn commit_once(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
         let (ops, publishes) = Statements::of(lease, changes, self.notify_rule())?.in_order();
-        let answers = pipeline::transact(self.client().await?, ops).await?;
+        let answers = pipeline::transact(&self.client().await?, ops).await?;
         written_outbox(answers, publishes)
     }
 }

@@ -170,28 +170,38 @@ impl Store {
     pub async fn acquire_lease(&self, run: RunId, seq: i64, ttl_ms: u64) -> Result<LeaseAttempt> {
         let client = self.client().await?;
         let sources = RunStatus::sources_of(RunStatus::Running);
-        let stmt = client.prepare_cached(ACQUIRE).await?;
         let worker = Uuid::now_v7();
         let key = QueueMessage::Segment { run_id: run, seq }.outbox_key();
-        let pg: &tokio_postgres::Client = &client;
         // Committed without waiting for its WAL flush, in one round trip: a
         // lease matters only to the writes fenced by it, and the first
         // durable commit of the segment (before any tool runs, at the park,
         // at the finish) flushes the WAL this commit wrote before its own.
         // If Postgres crashes first, the lease and the consumed outbox row
         // are lost together: the fence refuses the worker's next commit,
-        // and the reaper re-publishes the segment.
-        let ttl = ttl_ms as f64;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-            [&run.0, &seq, &ttl, &worker, &sources, &key];
-        let (begun, acquired, committed) = futures::join!(
-            pg.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
-            pg.query_opt(&stmt, &params),
-            pg.batch_execute("COMMIT"),
-        );
-        begun?;
-        let acquired = acquired?;
-        committed?;
+        // and the reaper re-publishes the segment. (`set_config(.., true)`
+        // holds to the end of the pipeline's implicit transaction.)
+        let ops = vec![
+            Op::new(
+                "SELECT set_config('synchronous_commit', 'off', true)",
+                Vec::new(),
+            ),
+            Op::new(
+                ACQUIRE,
+                vec![
+                    Box::new(run.0),
+                    Box::new(seq),
+                    Box::new(ttl_ms as f64),
+                    Box::new(worker),
+                    Box::new(sources),
+                    Box::new(key),
+                ],
+            )
+            .expect(Expect::Rows),
+        ];
+        let acquired = pipeline::transact(&client, ops)
+            .await?
+            .pop()
+            .and_then(|answer| answer.rows().into_iter().next());
         let Some(row) = acquired else {
             return not_acquired(&client, run, seq).await;
         };
@@ -232,7 +242,7 @@ impl Store {
             ),
             fence(lease, false, None),
         ];
-        pipeline::transact(self.client().await?, ops).await?;
+        pipeline::transact(&self.client().await?, ops).await?;
         Ok(())
     }
 }

@@ -268,7 +268,7 @@ impl Store {
             )
             .expect(Expect::Rows),
         );
-        let answers = crate::pipeline::transact(self.client().await?, ops).await?;
+        let answers = crate::pipeline::transact(&self.client().await?, ops).await?;
         let written = answers.into_iter().last().map(Answer::rows);
         let retries = outbox::returned_rows(&written.unwrap_or_default())?;
         self.publish(&retries).await;

@@ -1,21 +1,23 @@
-//! Statements of one transaction sent together: every request goes out
-//! before the first answer is awaited (tokio-postgres pipelines requests
-//! polled concurrently on one connection), so a commit of a dozen rows costs
-//! one round trip instead of a dozen.
+//! Statements of one transaction sent together, as one pipeline that ends
+//! in a single `Sync` (tokio-postgres's `Client::pipeline`, patched in, see
+//! vendor/tokio-postgres/PATCHES.md): every statement goes out before the
+//! first answer is awaited, and the server answers them all with one flush,
+//! so a commit of a dozen rows costs one round trip and one send each way.
 //!
 //! A statement that must change exactly one row checks that itself, in the
 //! database (see [`Expect::One`]): a failed check aborts the transaction
-//! there, so even a `COMMIT` sent in the same batch cannot commit what came
-//! before it, and [`transact`] can send `BEGIN`, the statements and `COMMIT`
-//! without waiting in between.
+//! there, and the server skips every statement after it up to the `Sync`,
+//! `COMMIT` included. So [`transact`] sends a whole transaction without
+//! waiting in between: the statements of one pipeline are one implicit
+//! transaction, committed at its `Sync`.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use deadpool_postgres::Object;
-use futures::future::join_all;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::PipelineResult;
 
 use crate::{Error, Result};
 
@@ -102,14 +104,15 @@ impl Answer {
     }
 }
 
-/// `BEGIN`, `ops` and `COMMIT` in one round trip: a transaction whose
-/// statements do not depend on each other's answers. Nothing is committed
-/// unless every statement succeeded and every [`Expect::One`] held: the
-/// first failure aborts the transaction in the database, and the `COMMIT`
-/// that follows it then rolls back.
-pub(crate) async fn transact(client: Object, ops: Vec<Op>) -> Result<Vec<Answer>> {
-    let tx = OpenTx::new(client);
-    tx.exchange(true, ops, Some("COMMIT")).await
+/// `ops` as one transaction in one round trip: a transaction whose
+/// statements do not depend on each other's answers. They go out as one
+/// pipeline with a single `Sync`, which makes them one implicit transaction
+/// (no `BEGIN` or `COMMIT` to send): nothing is committed unless every
+/// statement succeeded and every [`Expect::One`] held, since the first
+/// failure aborts the transaction in the database and the server skips the
+/// rest.
+pub(crate) async fn transact(client: &Object, ops: Vec<Op>) -> Result<Vec<Answer>> {
+    send(client, None, ops, None).await
 }
 
 /// A transaction on a pooled connection whose `BEGIN` goes out with its
@@ -132,20 +135,35 @@ impl OpenTx {
 
     /// `BEGIN`, then `ops`, in one round trip.
     pub async fn begin_with(&self, ops: Vec<Op>) -> Result<Vec<Answer>> {
-        self.exchange(true, ops, None).await
+        self.open.store(true, Ordering::Release);
+        send(self.client(), Some("BEGIN"), ops, None).await
     }
 
     /// `ops`, then `COMMIT`, in one round trip. A failed statement aborts
-    /// the transaction, so the `COMMIT` rolls it back.
+    /// the transaction and the server skips the `COMMIT`: the transaction
+    /// is rolled back before the error returns.
     pub async fn commit_with(&self, ops: Vec<Op>) -> Result<Vec<Answer>> {
-        self.exchange(false, ops, Some("COMMIT")).await
+        match send(self.client(), None, ops, Some("COMMIT")).await {
+            Ok(answers) => {
+                self.open.store(false, Ordering::Release);
+                Ok(answers)
+            }
+            Err(e) => {
+                // ROLLBACK ends an aborted transaction, and one that the
+                // failed exchange may have left open; its own failure
+                // leaves `open` set, so the drop tries again.
+                if self.rollback().await.is_ok() {
+                    self.open.store(false, Ordering::Release);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// One statement in the open transaction, its rows once answered: for
     /// a step whose next depends on what this one found.
     pub async fn exchange_one(&self, op: Op) -> Result<Vec<tokio_postgres::Row>> {
-        Ok(self
-            .exchange(false, vec![op], None)
+        Ok(send(self.client(), None, vec![op], None)
             .await?
             .into_iter()
             .next()
@@ -154,7 +172,8 @@ impl OpenTx {
     }
 
     pub async fn rollback(&self) -> Result<()> {
-        self.exchange(false, Vec::new(), Some("ROLLBACK")).await?;
+        send(self.client(), None, Vec::new(), Some("ROLLBACK")).await?;
+        self.open.store(false, Ordering::Release);
         Ok(())
     }
 
@@ -162,50 +181,6 @@ impl OpenTx {
         self.client
             .as_ref()
             .expect("the client is taken only on drop")
-    }
-
-    async fn exchange(
-        &self,
-        begin: bool,
-        ops: Vec<Op>,
-        end: Option<&'static str>,
-    ) -> Result<Vec<Answer>> {
-        let client = self.client();
-        let mut statements = Vec::with_capacity(ops.len());
-        for op in &ops {
-            statements.push(client.prepare_cached(&op.sql).await?);
-        }
-        let pg: &tokio_postgres::Client = client;
-        // join! polls its futures in order, and each sends its request on
-        // its first poll: BEGIN, the statements, then the end leave in this
-        // order before any answer is awaited.
-        let (begun, answers, ended) = futures::join!(
-            async {
-                if !begin {
-                    return Ok(());
-                }
-                self.open.store(true, Ordering::Release);
-                pg.batch_execute("BEGIN").await
-            },
-            join_all(
-                ops.iter()
-                    .zip(&statements)
-                    .map(|(op, statement)| send(pg, op, statement)),
-            ),
-            async {
-                match end {
-                    Some(end) => pg.batch_execute(end).await,
-                    None => Ok(()),
-                }
-            },
-        );
-        if end.is_some() && ended.is_ok() {
-            self.open.store(false, Ordering::Release);
-        }
-        begun?;
-        let checked = check(answers, ops)?;
-        ended?;
-        Ok(checked)
     }
 }
 
@@ -226,57 +201,77 @@ impl Drop for OpenTx {
     }
 }
 
-async fn send<C: tokio_postgres::GenericClient>(
-    client: &C,
-    op: &Op,
-    statement: &tokio_postgres::Statement,
-) -> std::result::Result<Answer, tokio_postgres::Error> {
-    let params: Vec<&(dyn ToSql + Sync)> = op
-        .params
-        .iter()
-        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
-        .collect();
-    match op.expect {
-        Expect::Ids => client
-            .query(statement, &params)
-            .await
-            .map(|rows| Answer::Ids(rows.iter().map(|r| r.get(0)).collect())),
-        Expect::Rows => client.query(statement, &params).await.map(Answer::Rows),
-        Expect::Claimed(ref draft) => client
-            .query(statement, &params)
-            .await
-            .map(|rows| Answer::Claimed(rows, draft.clone())),
-        Expect::One(_) => client
-            .query_one(statement, &params)
-            .await
-            .map(|_| Answer::Done),
-        Expect::Any => client
-            .execute(statement, &params)
-            .await
-            .map(|_| Answer::Done),
-    }
-}
-
-/// The first failure in statement order, as the error its statement
+/// `first`, `ops` and `last` as one pipeline (one `Sync`, one round trip),
+/// and the answers of `ops`. `Ok` only when every statement ran: the first
+/// failure in statement order is the error, as the error its statement
 /// expects when it is a failed row check.
-fn check(
-    answers: Vec<std::result::Result<Answer, tokio_postgres::Error>>,
+async fn send(
+    client: &Object,
+    first: Option<&'static str>,
     ops: Vec<Op>,
+    last: Option<&'static str>,
 ) -> Result<Vec<Answer>> {
-    let mut checked = Vec::with_capacity(answers.len());
-    for (answer, op) in answers.into_iter().zip(ops) {
-        match answer {
-            Ok(answer) => checked.push(answer),
-            Err(e) if is_row_check(&e) => {
+    let mut statements = Vec::with_capacity(ops.len() + 2);
+    let sqls = first.iter().copied();
+    let sqls = sqls.chain(ops.iter().map(|op| &*op.sql)).chain(last);
+    for sql in sqls {
+        statements.push(client.prepare_cached(sql).await?);
+    }
+    let no_params: &[&(dyn ToSql + Sync)] = &[];
+    let params: Vec<Vec<&(dyn ToSql + Sync)>> = ops
+        .iter()
+        .map(|op| {
+            op.params
+                .iter()
+                .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+                .collect()
+        })
+        .collect();
+    let mut all_params = Vec::with_capacity(statements.len());
+    all_params.extend(first.map(|_| no_params));
+    all_params.extend(params.iter().map(Vec::as_slice));
+    all_params.extend(last.map(|_| no_params));
+    let items: Vec<_> = statements.iter().zip(all_params).collect();
+    let pg: &tokio_postgres::Client = client;
+    let mut results = pg.pipeline(&items).await?.into_iter();
+    if first.is_some() {
+        ran(results.next())?;
+    }
+    let mut answers = Vec::with_capacity(ops.len());
+    for op in ops {
+        let rows = match results.next() {
+            Some(PipelineResult::Failed(e)) if is_row_check(&e) => {
                 return Err(match op.expect {
                     Expect::One(error) => error,
                     _ => Error::Db(e),
                 })
             }
-            Err(e) => return Err(Error::Db(e)),
-        }
+            other => ran(other)?,
+        };
+        answers.push(match op.expect {
+            Expect::Ids => Answer::Ids(rows.iter().map(|r| r.get(0)).collect()),
+            Expect::Rows => Answer::Rows(rows),
+            Expect::Claimed(draft) => Answer::Claimed(rows, draft),
+            Expect::One(_) | Expect::Any => Answer::Done,
+        });
     }
-    Ok(checked)
+    if last.is_some() {
+        ran(results.next())?;
+    }
+    Ok(answers)
+}
+
+/// The rows of a statement that ran; its error when it failed.
+fn ran(result: Option<PipelineResult>) -> Result<Vec<tokio_postgres::Row>> {
+    match result {
+        Some(PipelineResult::Ran { rows, .. }) => Ok(rows),
+        Some(PipelineResult::Failed(e)) => Err(Error::Db(e)),
+        // A statement is skipped only after one that failed, whose error
+        // was returned first.
+        Some(PipelineResult::Skipped) | None => Err(Error::Corrupt(
+            "a pipeline answered fewer statements than it was sent".into(),
+        )),
+    }
 }
 
 fn is_row_check(e: &tokio_postgres::Error) -> bool {
