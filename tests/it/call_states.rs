@@ -42,6 +42,7 @@ const ROWS: &[(&str, &str, bool)] = &[
     ("cancelled", "reason = 'r', approvals = '[]'", true),
     ("cancelled", "result = '1'", false),
     ("cancelled", "answered_at = now()", false),
+    ("settled", "result = '1'", false),
 ];
 
 #[tokio::test]

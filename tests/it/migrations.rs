@@ -27,7 +27,7 @@ async fn a_schema_is_made_once_and_a_second_run_applies_nothing() {
     let store = fresh_store();
     assert_eq!(
         store.migrate().await.expect("first run"),
-        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     );
     assert_eq!(
         store.migrate().await.expect("second run"),
@@ -69,5 +69,26 @@ async fn a_database_from_a_pre_release_build_is_refused_untouched() {
         .expect("count tables")
         .get(0);
     assert_eq!(tables, 1, "only schema_migrations: nothing was applied");
+    store.drop_schema().await.expect("drop");
+}
+
+#[tokio::test]
+async fn a_failing_migration_says_what_the_server_refused() {
+    let store = fresh_store();
+    let schema = store.schema().expect("a schema").to_owned();
+    let client = raw_client().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.threads (id int)"
+        ))
+        .await
+        .expect("a table in the way");
+    match store.migrate().await {
+        Err(Error::Migration { version, message }) => {
+            assert_eq!(version, 1, "{message}");
+            assert!(message.contains("\"threads\" already exists"), "{message}");
+        }
+        other => panic!("expected the first migration to fail, got {other:?}"),
+    }
     store.drop_schema().await.expect("drop");
 }

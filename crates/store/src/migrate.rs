@@ -73,6 +73,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "expiry_index",
         include_str!("../../../migrations/0013_expiry_index.sql"),
     ),
+    (
+        14,
+        "call_state_function",
+        include_str!("../../../migrations/0014_call_state_function.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock
@@ -118,7 +123,10 @@ impl Store {
             }
             tx.batch_execute(sql).await.map_err(|e| Error::Migration {
                 version,
-                message: e.to_string(),
+                // The server's own words ("db error" alone says nothing).
+                message: e
+                    .as_db_error()
+                    .map_or_else(|| e.to_string(), ToString::to_string),
             })?;
             tx.execute(
                 "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
