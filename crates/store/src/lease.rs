@@ -98,7 +98,12 @@ impl CallSnapshot {
 /// The reads see the snapshot the UPDATE started from, which is all they
 /// need: the lease row is the only one the statement changes.
 const ACQUIRE: &str = "
-WITH consumed AS (
+WITH unflushed AS (
+    -- this transaction commits without waiting for its WAL flush (see
+    -- `acquire_lease`); set here, not by a statement of its own
+    SELECT set_config('synchronous_commit', 'off', true)
+),
+consumed AS (
     -- the segment is being handled: its outbox row has done its work
     DELETE FROM outbox WHERE key = $6
 ),
@@ -142,7 +147,7 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
         LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
         WHERE tc.run_id = a.id),
        a.takeovers, a.root_run_id, a.agent_version
-FROM acquired a";
+FROM acquired a, unflushed";
 
 /// The outcome of trying to take a run's lease for segment `seq`.
 #[derive(Debug)]
@@ -178,26 +183,21 @@ impl Store {
         // at the finish) flushes the WAL this commit wrote before its own.
         // If Postgres crashes first, the lease and the consumed outbox row
         // are lost together: the fence refuses the worker's next commit,
-        // and the reaper re-publishes the segment. (`set_config(.., true)`
-        // holds to the end of the pipeline's implicit transaction.)
-        let ops = vec![
-            Op::new(
-                "SELECT set_config('synchronous_commit', 'off', true)",
-                Vec::new(),
-            ),
-            Op::new(
-                ACQUIRE,
-                vec![
-                    Box::new(run.0),
-                    Box::new(seq),
-                    Box::new(ttl_ms as f64),
-                    Box::new(worker),
-                    Box::new(sources),
-                    Box::new(key),
-                ],
-            )
-            .expect(Expect::Rows),
-        ];
+        // and the reaper re-publishes the segment. (ACQUIRE's
+        // `set_config(.., true)` holds to the end of the pipeline's
+        // implicit transaction.)
+        let ops = vec![Op::new(
+            ACQUIRE,
+            vec![
+                Box::new(run.0),
+                Box::new(seq),
+                Box::new(ttl_ms as f64),
+                Box::new(worker),
+                Box::new(sources),
+                Box::new(key),
+            ],
+        )
+        .expect(Expect::Rows)];
         let acquired = pipeline::transact(&client, ops)
             .await?
             .pop()
