@@ -172,8 +172,14 @@ impl Statements {
                     self.push(op);
                 }
             }
+            // Every entry of the commit in one insert, where its first is.
+            Change::Journal { .. } => {
+                if let Some(op) = commit.journal.insert_op(run) {
+                    self.push(op);
+                }
+            }
             row_change => {
-                let op = row_op(run, thread, row_change, &mut commit.journal)?;
+                let op = row_op(run, thread, row_change, &commit.journal)?;
                 self.push(op);
             }
         }
@@ -243,10 +249,9 @@ fn row_op(
     run: RunId,
     thread: agentenkit_core::ThreadId,
     change: &Change,
-    journal: &mut StoredJournal,
+    journal: &StoredJournal,
 ) -> Result<Op> {
     Ok(match change {
-        Change::Journal { position, name, .. } => journal.insert_op(run, *position, name)?,
         Change::ProposeToolCall {
             id,
             name,
@@ -284,7 +289,8 @@ fn row_op(
         .expect(Expect::One(Error::Corrupt(format!(
             "run {run} ends its segment twice in one commit"
         )))),
-        Change::Event { .. }
+        Change::Journal { .. }
+        | Change::Event { .. }
         | Change::Message(_)
         | Change::StartChild { .. }
         | Change::Outbox { .. }

@@ -13,10 +13,11 @@ use crate::pipeline::Op;
 use crate::{Error, Result};
 
 /// The stored value of each journal entry of one commit, by position:
-/// packing looks at the commit's entries together, each entry's insert
-/// takes its own.
+/// packing looks at the commit's entries together, and one insert writes
+/// them all.
 pub(crate) struct StoredJournal<'a> {
-    values: BTreeMap<u32, (Value, i16)>,
+    /// Name, stored value and packing of each entry not yet written.
+    values: BTreeMap<u32, (&'a str, Value, i16)>,
     /// The model entry's position of each call proposed in the commit
     /// with the arguments that entry holds.
     proposed_in: BTreeMap<String, u32>,
@@ -41,8 +42,14 @@ impl<'a> StoredJournal<'a> {
                 _ => None,
             })
             .collect();
-        let positions = entries.iter().map(|e| e.position);
         let stored = stored_journal::pack(&entries).map_err(|e| Error::Corrupt(e.to_string()))?;
+        // `pack` refuses positions that are not consecutive (one written
+        // twice among them), so each position is here once.
+        let values = entries
+            .iter()
+            .zip(stored)
+            .map(|(entry, (value, packed))| (entry.position, (entry.name, value, packed)))
+            .collect();
         let proposed_in = changes
             .iter()
             .filter_map(|c| match c {
@@ -54,7 +61,7 @@ impl<'a> StoredJournal<'a> {
             })
             .collect();
         Ok(StoredJournal {
-            values: positions.zip(stored).collect(),
+            values,
             proposed_in,
             models: entries
                 .iter()
@@ -87,22 +94,68 @@ impl<'a> StoredJournal<'a> {
         }
     }
 
-    /// The insert of the entry at `position`.
-    pub(crate) fn insert_op(&mut self, run: RunId, position: u32, name: &str) -> Result<Op> {
-        let (value, packed) = self.values.remove(&position).ok_or_else(|| {
-            Error::Corrupt(format!(
-                "journal position {position} written twice in one commit"
-            ))
-        })?;
-        Ok(Op::new(
-            "INSERT INTO journal (run_id, position, name, value, packed) VALUES ($1, $2, $3, $4, $5)",
+    /// The insert of every entry of the commit, in one statement: `Some`
+    /// the first time, `None` once they are written (or when it has none).
+    pub(crate) fn insert_op(&mut self, run: RunId) -> Option<Op> {
+        if self.values.is_empty() {
+            return None;
+        }
+        let values = std::mem::take(&mut self.values);
+        let mut positions = Vec::with_capacity(values.len());
+        let mut names = Vec::with_capacity(values.len());
+        let mut stored = Vec::with_capacity(values.len());
+        let mut packings = Vec::with_capacity(values.len());
+        for (position, (name, value, packed)) in values {
+            positions.push(position as i32);
+            names.push(name.to_owned());
+            stored.push(value);
+            packings.push(packed);
+        }
+        Some(Op::new(
+            "INSERT INTO journal (run_id, position, name, value, packed)
+             SELECT $1, * FROM unnest($2::int[], $3::text[], $4::jsonb[], $5::smallint[])",
             vec![
                 Box::new(run.0),
-                Box::new(position as i32),
-                Box::new(name.to_owned()),
-                Box::new(value),
-                Box::new(packed),
+                Box::new(positions),
+                Box::new(names),
+                Box::new(stored),
+                Box::new(packings),
             ],
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn entry(position: u32, name: &str) -> Change {
+        Change::Journal {
+            position,
+            name: name.into(),
+            value: json!({"at": position}),
+        }
+    }
+
+    #[test]
+    fn a_commits_entries_are_one_insert_written_once() {
+        let changes = [entry(0, "tool:a"), entry(1, "tool:b"), entry(2, "tool:c")];
+        let mut journal = StoredJournal::of(&changes).expect("three positions");
+        let run = RunId(uuid::Uuid::nil());
+        let op = journal.insert_op(run).expect("the insert");
+        assert_eq!(op.params.len(), 5, "run, then one array per column");
+        assert!(journal.insert_op(run).is_none(), "written once");
+        let mut none = StoredJournal::of(&[]).expect("no entries");
+        assert!(none.insert_op(run).is_none());
+    }
+
+    #[test]
+    fn a_position_written_twice_in_one_commit_is_refused() {
+        let changes = [entry(3, "tool:a"), entry(3, "tool:b")];
+        match StoredJournal::of(&changes) {
+            Err(Error::Corrupt(message)) => assert!(message.contains("[3, 3]"), "{message}"),
+            other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+        }
     }
 }
