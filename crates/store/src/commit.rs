@@ -1,7 +1,7 @@
 //! The one write path of a worker: a step's [`Change`]s applied in one
-//! transaction, fenced by the worker's lease, sent with its `BEGIN` and
-//! `COMMIT` in one round trip (the fence and the row checks abort it in
-//! the database, see `pipeline.rs`).
+//! transaction, fenced by the worker's lease, sent as one pipeline in one
+//! round trip (the fence and the row checks abort it in the database, see
+//! `pipeline.rs`).
 //!
 //! A commit's statements go in this order: the fence (which also ends the
 //! segment when the run waits or finishes), each change's statements in the
