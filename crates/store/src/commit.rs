@@ -12,7 +12,7 @@ use agentenkit_core::{CallEvent, QueueMessage, RunId};
 
 use crate::calls::{insert_tool_call, NewCall};
 use crate::change::Change;
-use crate::event_insert::{claimed_rows, item_ops, message_op};
+use crate::event_insert::{claimed_rows, ordered_item, ordered_ops, Ordered};
 use crate::format::event_item::event_item;
 use crate::format::event_rows::known_rows;
 use crate::format::journal_insert::StoredJournal;
@@ -37,7 +37,7 @@ impl Store {
     }
 
     async fn commit_once(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
-        let (ops, publishes) = Statements::of(lease, changes, self.notify_rule())?.in_order();
+        let (ops, publishes) = Statements::of(lease, changes, self.notify_rule())?.in_order(lease);
         let answers = pipeline::transact(&self.client().await?, ops).await?;
         written_outbox(answers, publishes)
     }
@@ -52,7 +52,7 @@ struct Statements {
     publishes: Vec<Option<Publish>>,
     /// The message and event inserts, which take the thread's event lock:
     /// last, after every row lock.
-    ordered: Vec<Op>,
+    ordered: Vec<Ordered>,
 }
 
 impl Statements {
@@ -132,7 +132,7 @@ impl Statements {
                     event_item(Some(run), *event_type, data.clone(), &rows)
                 });
                 self.ordered
-                    .extend(item_ops(thread, Some(run), item, data, commit.notified));
+                    .extend(ordered_item(thread, Some(run), item, data, commit.notified));
             }
             Change::StartChild {
                 call_id,
@@ -151,8 +151,7 @@ impl Statements {
             Change::Message(message) => {
                 let (body, body_position) =
                     commit.journal.message_body(serde_json::to_value(message)?);
-                self.ordered
-                    .push(message_op(thread, run, body, body_position));
+                self.ordered.push(Ordered::Message(body, body_position));
             }
             Change::Outbox { message, delay_ms } => {
                 let publish = Publish {
@@ -215,18 +214,19 @@ impl Statements {
             trace: trace.cloned(),
         };
         self.push_outbox(op, publish);
-        self.ordered.push(started.message);
-        self.ordered.push(started.event);
+        self.ordered
+            .extend(started.ordered.into_iter().map(Ordered::Op));
         Ok(())
     }
 
     /// Every statement, messages and events last, and what each outbox
     /// insert publishes.
-    fn in_order(mut self) -> (Vec<Op>, Vec<Option<Publish>>) {
+    fn in_order(mut self, lease: &Lease) -> (Vec<Op>, Vec<Option<Publish>>) {
+        let ordered = ordered_ops(lease.thread_id, Some(lease.run_id), self.ordered);
         // The ordered statements' outbox rows (notifications) come back as
         // rows, read from their answers.
-        self.publishes.extend(self.ordered.iter().map(|_| None));
-        self.ops.append(&mut self.ordered);
+        self.publishes.extend(ordered.iter().map(|_| None));
+        self.ops.extend(ordered);
         (self.ops, self.publishes)
     }
 }

@@ -71,6 +71,148 @@ pub(crate) fn message_op(
     )
 }
 
+/// A message (`$3` its body, or `$4` the journal position that holds it,
+/// when `$5`) and the events `$7`-`$9` (type, data, packing), in their
+/// order, in one statement: under the thread's event lock (as
+/// [`INSERT_EVENT_SQL`]), with the event at ordinal `$6` naming the message
+/// by `message_id`. Their ids are taken in that order: the rows are sorted
+/// by ordinal before the insert assigns them, so `currval` after it is the
+/// last event's (a `Notify` row may follow only the last, see
+/// [`ordered_ops`]).
+const INSERT_EVENTS_SQL: &str = "
+    WITH ordered AS (SELECT pg_advisory_xact_lock(1702260340, hashtext($1::uuid::text))),
+    message AS (
+        INSERT INTO messages (thread_id, run_id, body, body_position)
+        SELECT $1::uuid, $2::uuid, $3::jsonb, $4::int FROM ordered WHERE $5::bool
+        RETURNING id)
+    INSERT INTO events (thread_id, run_id, type, data, packed, message_id)
+    SELECT $1::uuid, $2::uuid, e.type, e.data, e.packed,
+           CASE WHEN e.n = $6::int THEN (SELECT id FROM message) END
+    FROM ordered,
+         unnest($7::text[], $8::jsonb[], $9::smallint[]) WITH ORDINALITY AS e(type, data, packed, n)
+    ORDER BY e.n";
+
+/// What a transaction writes after every row lock, in its order: an event
+/// or a message of the transaction's run, which [`ordered_ops`] writes
+/// together where it can, or a statement of its own.
+pub(crate) enum Ordered {
+    Event(EventItem),
+    /// A message's body, or the journal position that holds it.
+    Message(Option<Value>, Option<i32>),
+    Op(Op),
+}
+
+/// An event (`item`, stored from `data`) as [`Ordered`] writes: the event,
+/// then its `Notify` outbox row when the deployment tells its targets of
+/// events of this type.
+pub(crate) fn ordered_item(
+    thread: ThreadId,
+    run: Option<RunId>,
+    item: EventItem,
+    data: &Value,
+    notified: NotifyRule<'_>,
+) -> Vec<Ordered> {
+    let event_type = item.event_type;
+    let notify = run.filter(|_| notified.contains(event_type));
+    let mut ordered = vec![Ordered::Event(item)];
+    ordered
+        .extend(notify.map(|run| Ordered::Op(notify_op(thread, run, event_type, data, notified))));
+    ordered
+}
+
+/// The statements of `ordered`, writes of `run` in `thread`: each stretch
+/// of events between two statements of their own is one
+/// [`INSERT_EVENTS_SQL`] (with the stretch's message, when it has one and
+/// only one), a lone event or message its own insert. A statement of its
+/// own (a `Notify` row, which reads the id of the event just before it)
+/// ends a stretch.
+pub(crate) fn ordered_ops(thread: ThreadId, run: Option<RunId>, ordered: Vec<Ordered>) -> Vec<Op> {
+    let mut ops = Vec::new();
+    let mut stretch = Vec::new();
+    for write in ordered {
+        match write {
+            Ordered::Op(op) => {
+                flush(thread, run, &mut stretch, &mut ops);
+                ops.push(op);
+            }
+            Ordered::Message(..) if stretch.iter().any(has_message) => {
+                flush(thread, run, &mut stretch, &mut ops);
+                stretch.push(write);
+            }
+            Ordered::Event(ref item)
+                if item.message.is_some() && stretch.iter().any(has_message) =>
+            {
+                flush(thread, run, &mut stretch, &mut ops);
+                stretch.push(write);
+            }
+            write => stretch.push(write),
+        }
+    }
+    flush(thread, run, &mut stretch, &mut ops);
+    ops
+}
+
+fn has_message(write: &Ordered) -> bool {
+    match write {
+        Ordered::Message(..) => true,
+        Ordered::Event(item) => item.message.is_some(),
+        Ordered::Op(_) => false,
+    }
+}
+
+/// The statement(s) of a stretch of events and at most one message.
+fn flush(thread: ThreadId, run: Option<RunId>, stretch: &mut Vec<Ordered>, ops: &mut Vec<Op>) {
+    match stretch.len() {
+        0 => {}
+        1 => match stretch.pop() {
+            Some(Ordered::Event(item)) => ops.push(item_op(thread, run, item)),
+            Some(Ordered::Message(body, position)) => {
+                // A lone message belongs to a run (`messages.run_id`).
+                let run = run.expect("a message is written for a run");
+                ops.push(message_op(thread, run, body, position))
+            }
+            Some(Ordered::Op(op)) => ops.push(op),
+            None => {}
+        },
+        _ => ops.push(events_op(thread, run, std::mem::take(stretch))),
+    }
+}
+
+/// [`INSERT_EVENTS_SQL`] of a stretch.
+fn events_op(thread: ThreadId, run: Option<RunId>, stretch: Vec<Ordered>) -> Op {
+    let (mut body, mut position, mut with_message, mut naming) = (None, None, false, None);
+    let (mut types, mut data, mut packings) = (Vec::new(), Vec::new(), Vec::new());
+    for write in stretch {
+        match write {
+            Ordered::Message(b, p) => (body, position, with_message) = (b, p, true),
+            Ordered::Event(item) => {
+                if let Some((b, p)) = item.message {
+                    (body, position, with_message) = (b, p, true);
+                    naming = Some(types.len() as i32 + 1);
+                }
+                types.push(item.event_type.as_str());
+                data.push(item.stored.data);
+                packings.push(item.stored.packed);
+            }
+            Ordered::Op(_) => unreachable!("a statement of its own ends a stretch"),
+        }
+    }
+    Op::new(
+        INSERT_EVENTS_SQL,
+        vec![
+            Box::new(thread.0),
+            Box::new(run.map(|r| r.0)),
+            Box::new(body),
+            Box::new(position),
+            Box::new(with_message),
+            Box::new(naming),
+            Box::new(types),
+            Box::new(data),
+            Box::new(packings),
+        ],
+    )
+}
+
 /// The insert of `item`, an event of `run` in `thread`, as a pipelined
 /// statement: it goes after every other statement of its transaction (see
 /// [`INSERT_EVENT_SQL`]).
@@ -90,18 +232,6 @@ pub(crate) fn item_op(thread: ThreadId, run: Option<RunId>, item: EventItem) -> 
             Op::new(INSERT_MESSAGE_EVENT_SQL, params)
         }
     }
-}
-
-/// An event insert as a pipelined statement, leaving to `rows` what they
-/// hold (see [`item_op`]).
-pub(crate) fn event_op(
-    thread: ThreadId,
-    run: Option<RunId>,
-    event_type: EventType,
-    data: Value,
-    rows: &RowFields,
-) -> Op {
-    item_op(thread, run, event_item(run, event_type, data, rows))
 }
 
 /// The `Notify` outbox row of the event the statement just before it
@@ -162,25 +292,8 @@ pub(crate) fn notify_op(
     }
 }
 
-/// The statements that write an event (`item`, stored from `data`), and
-/// its `Notify` outbox row when the deployment tells its targets of events
-/// of this type.
-pub(crate) fn item_ops(
-    thread: ThreadId,
-    run: Option<RunId>,
-    item: EventItem,
-    data: &Value,
-    notified: NotifyRule<'_>,
-) -> Vec<Op> {
-    let event_type = item.event_type;
-    let notify = run.filter(|_| notified.contains(event_type));
-    let mut ops = vec![item_op(thread, run, item)];
-    ops.extend(notify.map(|run| notify_op(thread, run, event_type, data, notified)));
-    ops
-}
-
-/// [`event_op`] and, when notified, its `Notify` outbox row (see
-/// [`item_ops`]).
+/// An event's insert, leaving to `rows` what they hold (see [`item_op`]),
+/// and when notified its `Notify` outbox row (see [`ordered_item`]).
 pub(crate) fn event_ops(
     thread: ThreadId,
     run: Option<RunId>,
@@ -219,4 +332,90 @@ pub(crate) fn returned_outbox(answers: Vec<Answer>) -> Result<Vec<OutboxRow>> {
 /// The outbox rows of a claimed notification's statement, with its event.
 pub(crate) fn claimed_rows(rows: &[tokio_postgres::Row], event: &EventDraft) -> Vec<OutboxRow> {
     rows.iter().map(|row| event.claimed_row(row)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(message: bool) -> Ordered {
+        let mut item = event_item(
+            Some(RunId::new()),
+            EventType::ToolCall,
+            json!({}),
+            &RowFields::default(),
+        );
+        if message {
+            item.message = Some((Some(json!({"role": "assistant"})), None));
+        }
+        Ordered::Event(item)
+    }
+
+    fn message() -> Ordered {
+        Ordered::Message(Some(json!({"role": "tool"})), None)
+    }
+
+    fn notify() -> Ordered {
+        Ordered::Op(Op::new(NOTIFY_SQL, Vec::new()))
+    }
+
+    fn statements(ordered: Vec<Ordered>) -> Vec<&'static str> {
+        ordered_ops(ThreadId::new(), Some(RunId::new()), ordered)
+            .iter()
+            .map(|op| match op.sql() {
+                INSERT_EVENTS_SQL => "events",
+                INSERT_EVENT_SQL => "event",
+                INSERT_MESSAGE_EVENT_SQL => "message+event",
+                INSERT_MESSAGE_SQL => "message",
+                NOTIFY_SQL => "notify",
+                other => panic!("unexpected statement {other}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stretch_of_events_and_one_message_is_one_statement() {
+        assert_eq!(
+            statements(vec![event(true), event(false), event(false)]),
+            ["events"]
+        );
+        assert_eq!(statements(vec![message(), event(false)]), ["events"]);
+        assert_eq!(statements(vec![event(false)]), ["event"]);
+        assert_eq!(statements(vec![event(true)]), ["message+event"]);
+        assert_eq!(statements(vec![message()]), ["message"]);
+        assert!(statements(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn a_notify_row_follows_the_event_it_reads_and_a_second_message_starts_anew() {
+        // `currval` in the notify row is the last event written before it.
+        assert_eq!(
+            statements(vec![event(false), event(false), notify(), event(false)]),
+            ["events", "notify", "event"]
+        );
+        assert_eq!(
+            statements(vec![message(), event(false), message(), event(true)]),
+            ["events", "message", "message+event"]
+        );
+        assert_eq!(
+            statements(vec![message(), event(true), event(false)]),
+            ["message", "events"]
+        );
+    }
+
+    #[test]
+    fn the_event_that_names_the_message_is_given_by_its_ordinal() {
+        let ops = ordered_ops(
+            ThreadId::new(),
+            Some(RunId::new()),
+            vec![event(false), event(true), event(false)],
+        );
+        let params = format!("{:?}", ops[0].params);
+        // with a message ($5), named by the second event ($6), three types ($7)
+        assert!(
+            params.contains("true, Some(2), [\"TOOL_CALL\", \"TOOL_CALL\", \"TOOL_CALL\"]"),
+            "{params}"
+        );
+    }
 }

@@ -7,8 +7,9 @@ use agentenkit_core::conversation::Message;
 use agentenkit_core::{EventType, QueueMessage, RunId, ThreadId, ToolCallId, TraceContext};
 use serde_json::json;
 
-use crate::event_insert::{event_op, message_op};
+use crate::event_insert::{ordered_ops, Ordered};
 use crate::format::event::{self as stored_event, RowFields};
+use crate::format::event_item::event_item;
 use crate::outbox;
 use crate::pipeline::Op;
 use crate::Result;
@@ -52,10 +53,9 @@ pub(crate) struct Started {
     /// The first segment's outbox row ([`crate::pipeline::Expect::Ids`]),
     /// and the segment it publishes.
     pub outbox: (Op, QueueMessage),
-    /// Its user message, then `RUN_STARTED`: after every other statement
-    /// of the transaction (see `INSERT_EVENT_SQL`).
-    pub message: Op,
-    pub event: Op,
+    /// Its user message, then `RUN_STARTED` (one statement): after every
+    /// other statement of the transaction (see `INSERT_EVENT_SQL`).
+    pub ordered: Vec<Op>,
 }
 
 pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
@@ -90,17 +90,22 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
                 Box::new(run.trace.and_then(|t| t.tracestate.clone())),
             ],
         ),
-        message: message_op(run.thread, run.id, Some(user), None),
         outbox: (outbox::insert_op(&segment, 0), segment),
-        event: event_op(
+        ordered: ordered_ops(
             run.thread,
             Some(run.id),
-            EventType::RunStarted,
-            started,
-            &RowFields {
-                run: stored_event::run_row(run.name, run.depth, run.version),
-                ..RowFields::default()
-            },
+            vec![
+                Ordered::Message(Some(user), None),
+                Ordered::Event(event_item(
+                    Some(run.id),
+                    EventType::RunStarted,
+                    started,
+                    &RowFields {
+                        run: stored_event::run_row(run.name, run.depth, run.version),
+                        ..RowFields::default()
+                    },
+                )),
+            ],
         ),
     })
 }

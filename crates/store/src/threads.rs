@@ -261,8 +261,7 @@ impl Store {
         let (outbox_op, segment) = started.outbox;
         ops.push(outbox_op);
         // Last, after every row lock (see INSERT_EVENT_SQL).
-        ops.push(started.message);
-        ops.push(started.event);
+        ops.extend(started.ordered);
         let answers = tx.commit_with(ops).await?;
         let outbox = vec![segment_row(answers, segment)?];
         self.publish(&outbox).await;
