@@ -11,6 +11,9 @@
 -- `tool_calls_status_check` goes: the CASE's `ELSE false` already refuses
 -- any status no state has. The rule is the same, so the rows written under
 -- 0011 hold under this one: NOT VALID skips a scan of the table under lock.
+-- (A database where `VALIDATE CONSTRAINT tool_calls_state` was run, as 0011
+-- suggests, has it NOT VALID again after this; running it again checks
+-- the old rows under the function, without blocking writers.)
 CREATE FUNCTION tool_call_state_is_possible(
     status text, reason text, answered_at timestamptz, answered_by text,
     result jsonb, payload jsonb, decision jsonb, approvals jsonb, defaulted text[]

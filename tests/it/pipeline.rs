@@ -5,7 +5,7 @@
 //! each of these (crates/store/src/pipeline.rs).
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, PipelineResult, Statement};
+use tokio_postgres::{Client, PipelineResult, Statement, TransactionStatus};
 
 use crate::migrations::raw_client;
 
@@ -48,7 +48,7 @@ async fn a_pipeline_is_one_transaction_answered_statement_by_statement() {
     .await;
     let (one, two): (i32, i32) = (1, 2);
     let none: &[&(dyn ToSql + Sync)] = &[];
-    let results = client
+    let (results, status) = client
         .pipeline(&[
             (&xid, none),
             (&local, none),
@@ -60,6 +60,7 @@ async fn a_pipeline_is_one_transaction_answered_statement_by_statement() {
         .await
         .expect("pipeline");
     assert_eq!(results.len(), 6);
+    assert_eq!(status, TransactionStatus::Idle, "ended at the Sync");
     let (first_xid, _) = rows_of(&results[0]);
     assert_eq!(rows_of(&results[2]), (vec![], 1), "an insert's row count");
     assert_eq!(
@@ -86,7 +87,7 @@ async fn the_first_failure_rolls_the_pipeline_back_and_skips_the_rest() {
     let t = table(&client).await;
     let insert = prepare(&client, &format!("INSERT INTO {t} VALUES ($1)")).await;
     let (one, two, three): (i32, i32, i32) = (1, 2, 3);
-    let results = client
+    let (results, status) = client
         .pipeline(&[
             (&insert, &[&one]),
             (&insert, &[&one]),
@@ -108,10 +109,11 @@ async fn the_first_failure_rolls_the_pipeline_back_and_skips_the_rest() {
     }
     assert!(matches!(results[2], PipelineResult::Skipped));
     assert!(matches!(results[3], PipelineResult::Skipped));
+    assert_eq!(status, TransactionStatus::Idle, "rolled back at the Sync");
     let count = prepare(&client, &format!("SELECT count(*) FROM {t}")).await;
     // The connection is out of the failed transaction: the next pipeline
     // runs, and sees that nothing of the first one was committed.
-    let again = client
+    let (again, _) = client
         .pipeline(&[(&insert, &[&three]), (&count, &[])])
         .await
         .expect("the next pipeline");
@@ -126,15 +128,42 @@ async fn an_explicit_transaction_stays_open_across_pipelines() {
     let commit = prepare(&client, "COMMIT").await;
     let insert = prepare(&client, &format!("INSERT INTO {t} VALUES ($1)")).await;
     let one: i32 = 1;
-    client
+    let (_, status) = client
         .pipeline(&[(&begin, &[]), (&insert, &[&one])])
         .await
         .expect("begin");
+    assert_eq!(status, TransactionStatus::InTransaction);
     let other = raw_client().await;
     let count = format!("SELECT count(*) FROM {t}");
     let before: i64 = other.query_one(&count, &[]).await.expect("count").get(0);
     assert_eq!(before, 0, "not committed at the first Sync");
-    client.pipeline(&[(&commit, &[])]).await.expect("commit");
+    let (_, status) = client.pipeline(&[(&commit, &[])]).await.expect("commit");
+    assert_eq!(status, TransactionStatus::Idle);
     let after: i64 = other.query_one(&count, &[]).await.expect("count").get(0);
     assert_eq!(after, 1);
+}
+
+#[tokio::test]
+async fn a_failed_explicit_transaction_is_reported_until_it_ends() {
+    let client = raw_client().await;
+    let t = table(&client).await;
+    let begin = prepare(&client, "BEGIN").await;
+    let rollback = prepare(&client, "ROLLBACK").await;
+    let insert = prepare(&client, &format!("INSERT INTO {t} VALUES ($1)")).await;
+    let one: i32 = 1;
+    let (results, status) = client
+        .pipeline(&[(&begin, &[]), (&insert, &[&one]), (&insert, &[&one])])
+        .await
+        .expect("pipeline");
+    assert!(matches!(results[2], PipelineResult::Failed(_)));
+    assert_eq!(
+        status,
+        TransactionStatus::Failed,
+        "only its end is accepted"
+    );
+    let (_, status) = client
+        .pipeline(&[(&rollback, &[])])
+        .await
+        .expect("rollback");
+    assert_eq!(status, TransactionStatus::Idle);
 }

@@ -222,7 +222,7 @@ impl Statements {
     /// Every statement, messages and events last, and what each outbox
     /// insert publishes.
     fn in_order(mut self, lease: &Lease) -> (Vec<Op>, Vec<Option<Publish>>) {
-        let ordered = ordered_ops(lease.thread_id, Some(lease.run_id), self.ordered);
+        let ordered = ordered_ops(lease.thread_id, lease.run_id, self.ordered);
         // The ordered statements' outbox rows (notifications) come back as
         // rows, read from their answers.
         self.publishes.extend(ordered.iter().map(|_| None));

@@ -93,7 +93,7 @@ const INSERT_EVENTS_SQL: &str = "
     ORDER BY e.n";
 
 /// What a transaction writes after every row lock, in its order: an event
-/// or a message of the transaction's run, which [`ordered_ops`] writes
+/// or a message of one run (the one [`ordered_ops`] is given), which [`ordered_ops`] writes
 /// together where it can, or a statement of its own.
 pub(crate) enum Ordered {
     Event(EventItem),
@@ -126,7 +126,7 @@ pub(crate) fn ordered_item(
 /// only one), a lone event or message its own insert. A statement of its
 /// own (a `Notify` row, which reads the id of the event just before it)
 /// ends a stretch.
-pub(crate) fn ordered_ops(thread: ThreadId, run: Option<RunId>, ordered: Vec<Ordered>) -> Vec<Op> {
+pub(crate) fn ordered_ops(thread: ThreadId, run: RunId, ordered: Vec<Ordered>) -> Vec<Op> {
     let mut ops = Vec::new();
     let mut stretch = Vec::new();
     for write in ordered {
@@ -161,14 +161,12 @@ fn has_message(write: &Ordered) -> bool {
 }
 
 /// The statement(s) of a stretch of events and at most one message.
-fn flush(thread: ThreadId, run: Option<RunId>, stretch: &mut Vec<Ordered>, ops: &mut Vec<Op>) {
+fn flush(thread: ThreadId, run: RunId, stretch: &mut Vec<Ordered>, ops: &mut Vec<Op>) {
     match stretch.len() {
         0 => {}
         1 => match stretch.pop() {
-            Some(Ordered::Event(item)) => ops.push(item_op(thread, run, item)),
+            Some(Ordered::Event(item)) => ops.push(item_op(thread, Some(run), item)),
             Some(Ordered::Message(body, position)) => {
-                // A lone message belongs to a run (`messages.run_id`).
-                let run = run.expect("a message is written for a run");
                 ops.push(message_op(thread, run, body, position))
             }
             Some(Ordered::Op(op)) => ops.push(op),
@@ -179,7 +177,7 @@ fn flush(thread: ThreadId, run: Option<RunId>, stretch: &mut Vec<Ordered>, ops: 
 }
 
 /// [`INSERT_EVENTS_SQL`] of a stretch.
-fn events_op(thread: ThreadId, run: Option<RunId>, stretch: Vec<Ordered>) -> Op {
+fn events_op(thread: ThreadId, run: RunId, stretch: Vec<Ordered>) -> Op {
     let (mut body, mut position, mut with_message, mut naming) = (None, None, false, None);
     let (mut types, mut data, mut packings) = (Vec::new(), Vec::new(), Vec::new());
     for write in stretch {
@@ -201,7 +199,7 @@ fn events_op(thread: ThreadId, run: Option<RunId>, stretch: Vec<Ordered>) -> Op 
         INSERT_EVENTS_SQL,
         vec![
             Box::new(thread.0),
-            Box::new(run.map(|r| r.0)),
+            Box::new(run.0),
             Box::new(body),
             Box::new(position),
             Box::new(with_message),
@@ -361,7 +359,7 @@ mod tests {
     }
 
     fn statements(ordered: Vec<Ordered>) -> Vec<&'static str> {
-        ordered_ops(ThreadId::new(), Some(RunId::new()), ordered)
+        ordered_ops(ThreadId::new(), RunId::new(), ordered)
             .iter()
             .map(|op| match op.sql() {
                 INSERT_EVENTS_SQL => "events",
@@ -408,7 +406,7 @@ mod tests {
     fn the_event_that_names_the_message_is_given_by_its_ordinal() {
         let ops = ordered_ops(
             ThreadId::new(),
-            Some(RunId::new()),
+            RunId::new(),
             vec![event(false), event(true), event(false)],
         );
         let params = format!("{:?}", ops[0].params);

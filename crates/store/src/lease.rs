@@ -100,7 +100,9 @@ impl CallSnapshot {
 const ACQUIRE: &str = "
 WITH unflushed AS (
     -- this transaction commits without waiting for its WAL flush (see
-    -- `acquire_lease`); set here, not by a statement of its own
+    -- `acquire_lease`); set here, not by a statement of its own. Read only
+    -- with an acquired row: a stale delivery's transaction (the outbox
+    -- delete alone) waits for its flush, a rare path where that is harmless
     SELECT set_config('synchronous_commit', 'off', true)
 ),
 consumed AS (

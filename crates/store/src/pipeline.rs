@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use deadpool_postgres::Object;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::PipelineResult;
+use tokio_postgres::{PipelineResult, TransactionStatus};
 
 use crate::{Error, Result};
 
@@ -112,7 +112,7 @@ impl Answer {
 /// failure aborts the transaction in the database and the server skips the
 /// rest.
 pub(crate) async fn transact(client: &Object, ops: Vec<Op>) -> Result<Vec<Answer>> {
-    send(client, None, ops, None).await
+    send(client, None, ops, None, TransactionStatus::Idle).await
 }
 
 /// A transaction on a pooled connection whose `BEGIN` goes out with its
@@ -136,14 +136,29 @@ impl OpenTx {
     /// `BEGIN`, then `ops`, in one round trip.
     pub async fn begin_with(&self, ops: Vec<Op>) -> Result<Vec<Answer>> {
         self.open.store(true, Ordering::Release);
-        send(self.client(), Some("BEGIN"), ops, None).await
+        send(
+            self.client(),
+            Some("BEGIN"),
+            ops,
+            None,
+            TransactionStatus::InTransaction,
+        )
+        .await
     }
 
     /// `ops`, then `COMMIT`, in one round trip. A failed statement aborts
     /// the transaction and the server skips the `COMMIT`: the transaction
     /// is rolled back before the error returns.
     pub async fn commit_with(&self, ops: Vec<Op>) -> Result<Vec<Answer>> {
-        match send(self.client(), None, ops, Some("COMMIT")).await {
+        match send(
+            self.client(),
+            None,
+            ops,
+            Some("COMMIT"),
+            TransactionStatus::Idle,
+        )
+        .await
+        {
             Ok(answers) => {
                 self.open.store(false, Ordering::Release);
                 Ok(answers)
@@ -163,16 +178,29 @@ impl OpenTx {
     /// One statement in the open transaction, its rows once answered: for
     /// a step whose next depends on what this one found.
     pub async fn exchange_one(&self, op: Op) -> Result<Vec<tokio_postgres::Row>> {
-        Ok(send(self.client(), None, vec![op], None)
-            .await?
-            .into_iter()
-            .next()
-            .map(Answer::rows)
-            .unwrap_or_default())
+        Ok(send(
+            self.client(),
+            None,
+            vec![op],
+            None,
+            TransactionStatus::InTransaction,
+        )
+        .await?
+        .into_iter()
+        .next()
+        .map(Answer::rows)
+        .unwrap_or_default())
     }
 
     pub async fn rollback(&self) -> Result<()> {
-        send(self.client(), None, Vec::new(), Some("ROLLBACK")).await?;
+        send(
+            self.client(),
+            None,
+            Vec::new(),
+            Some("ROLLBACK"),
+            TransactionStatus::Idle,
+        )
+        .await?;
         self.open.store(false, Ordering::Release);
         Ok(())
     }
@@ -189,27 +217,35 @@ impl Drop for OpenTx {
         if !self.open.load(Ordering::Acquire) {
             return;
         }
-        if let (Some(client), Ok(runtime)) =
-            (self.client.take(), tokio::runtime::Handle::try_current())
-        {
-            runtime.spawn(async move {
-                // A connection that cannot even roll back is broken: the
-                // pool discards it when it is checked out next.
-                let _ = client.batch_execute("ROLLBACK").await;
-            });
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    // A connection that cannot even roll back is broken: the
+                    // pool discards it when it is checked out next.
+                    let _ = client.batch_execute("ROLLBACK").await;
+                });
+            }
+            // Nothing can roll it back here: the connection leaves the pool
+            // (closed) rather than go back inside the transaction.
+            Err(_) => drop(Object::take(client)),
         }
     }
 }
 
 /// `first`, `ops` and `last` as one pipeline (one `Sync`, one round trip),
-/// and the answers of `ops`. `Ok` only when every statement ran: the first
-/// failure in statement order is the error, as the error its statement
-/// expects when it is a failed row check.
+/// and the answers of `ops`. `Ok` only when every statement ran and the
+/// session is then where the exchange `leaves` it: the first failure in
+/// statement order is the error, as the error its statement expects when
+/// it is a failed row check.
 async fn send(
     client: &Object,
     first: Option<&'static str>,
     ops: Vec<Op>,
     last: Option<&'static str>,
+    leaves: TransactionStatus,
 ) -> Result<Vec<Answer>> {
     let mut statements = Vec::with_capacity(ops.len() + 2);
     let sqls = first.iter().copied();
@@ -233,7 +269,8 @@ async fn send(
     all_params.extend(last.map(|_| no_params));
     let items: Vec<_> = statements.iter().zip(all_params).collect();
     let pg: &tokio_postgres::Client = client;
-    let mut results = pg.pipeline(&items).await?.into_iter();
+    let (results, status) = pg.pipeline(&items).await?;
+    let mut results = results.into_iter();
     if first.is_some() {
         ran(results.next())?;
     }
@@ -257,6 +294,16 @@ async fn send(
     }
     if last.is_some() {
         ran(results.next())?;
+    }
+    if status != leaves {
+        // Every statement ran, yet the session is not where this exchange
+        // leaves it: the connection came from the pool inside a transaction
+        // that something left open, so nothing here was committed. End it.
+        let _ = pg.batch_execute("ROLLBACK").await;
+        return Err(Error::Corrupt(format!(
+            "a pooled connection was in a transaction left open ({status:?} after an exchange \
+             that leaves it {leaves:?}); its statements were rolled back"
+        )));
     }
     Ok(answers)
 }

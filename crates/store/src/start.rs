@@ -93,7 +93,7 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
         outbox: (outbox::insert_op(&segment, 0), segment),
         ordered: ordered_ops(
             run.thread,
-            Some(run.id),
+            run.id,
             vec![
                 Ordered::Message(Some(user), None),
                 Ordered::Event(event_item(

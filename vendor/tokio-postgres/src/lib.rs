@@ -133,7 +133,7 @@ pub use crate::copy_out::CopyOutStream;
 use crate::error::DbError;
 pub use crate::error::Error;
 pub use crate::generic_client::GenericClient;
-pub use crate::pipeline::PipelineResult;
+pub use crate::pipeline::{PipelineResult, TransactionStatus};
 pub use crate::portal::Portal;
 pub use crate::query::RowStream;
 pub use crate::row::{Row, SimpleQueryRow};

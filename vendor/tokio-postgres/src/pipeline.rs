@@ -37,11 +37,25 @@ pub enum PipelineResult {
     Skipped,
 }
 
+/// Where the session stands once a pipeline's `Sync` is answered
+/// (`ReadyForQuery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionStatus {
+    /// Not in a transaction block: the pipeline's implicit transaction (if
+    /// any) ended at the `Sync`.
+    Idle,
+    /// Inside a transaction block (a `BEGIN` not yet ended).
+    InTransaction,
+    /// Inside a failed transaction block: only its end is accepted.
+    Failed,
+}
+
 impl Client {
     /// Runs `statements`, each with its parameters, sent together and
     /// followed by one `Sync`: one flush of the server's answers for the
     /// whole pipeline. Without `BEGIN` among them they are one implicit
-    /// transaction (see the module's comment).
+    /// transaction (see the module's comment). Returns each statement's
+    /// answer and where the session stands after the `Sync`.
     ///
     /// The outer `Err` is an error of the connection, of encoding a
     /// parameter (nothing was sent then), or of the implicit transaction's
@@ -50,7 +64,7 @@ impl Client {
     pub async fn pipeline(
         &self,
         statements: &[(&Statement, &[&(dyn ToSql + Sync)])],
-    ) -> Result<Vec<PipelineResult>, Error> {
+    ) -> Result<(Vec<PipelineResult>, TransactionStatus), Error> {
         let buf = self.inner().with_buf(|buf| {
             for (statement, params) in statements {
                 encode_bind(statement, slice_iter(params), "", buf)?;
@@ -75,10 +89,17 @@ impl Client {
         }
         // A commit that fails at the Sync reports its error before
         // ReadyForQuery.
-        match responses.next().await? {
-            Message::ReadyForQuery(_) => Ok(results),
-            _ => Err(Error::unexpected_message()),
-        }
+        let status = match responses.next().await? {
+            Message::ReadyForQuery(body) => body.status(),
+            _ => return Err(Error::unexpected_message()),
+        };
+        let status = match status {
+            b'I' => TransactionStatus::Idle,
+            b'T' => TransactionStatus::InTransaction,
+            b'E' => TransactionStatus::Failed,
+            _ => return Err(Error::unexpected_message()),
+        };
+        Ok((results, status))
     }
 }
 
