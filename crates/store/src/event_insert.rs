@@ -93,7 +93,7 @@ const INSERT_EVENTS_SQL: &str = "
     ORDER BY e.n";
 
 /// What a transaction writes after every row lock, in its order: an event
-/// or a message of one run (the one [`ordered_ops`] is given), which [`ordered_ops`] writes
+/// or a message of the run [`ordered_ops`] is given, which it writes
 /// together where it can, or a statement of its own.
 pub(crate) enum Ordered {
     Event(EventItem),
@@ -135,13 +135,8 @@ pub(crate) fn ordered_ops(thread: ThreadId, run: RunId, ordered: Vec<Ordered>) -
                 flush(thread, run, &mut stretch, &mut ops);
                 ops.push(op);
             }
-            Ordered::Message(..) if stretch.iter().any(has_message) => {
-                flush(thread, run, &mut stretch, &mut ops);
-                stretch.push(write);
-            }
-            Ordered::Event(ref item)
-                if item.message.is_some() && stretch.iter().any(has_message) =>
-            {
+            // A second message starts a stretch of its own.
+            write if has_message(&write) && stretch.iter().any(has_message) => {
                 flush(thread, run, &mut stretch, &mut ops);
                 stretch.push(write);
             }

@@ -253,21 +253,15 @@ async fn send(
     for sql in sqls {
         statements.push(client.prepare_cached(sql).await?);
     }
-    let no_params: &[&(dyn ToSql + Sync)] = &[];
+    // `first` and `last` take no parameters.
+    let none = Vec::new();
     let params: Vec<Vec<&(dyn ToSql + Sync)>> = ops
         .iter()
-        .map(|op| {
-            op.params
-                .iter()
-                .map(|p| p.as_ref() as &(dyn ToSql + Sync))
-                .collect()
-        })
+        .map(|op| op.params.iter().map(|p| p.as_ref() as _).collect())
         .collect();
-    let mut all_params = Vec::with_capacity(statements.len());
-    all_params.extend(first.map(|_| no_params));
-    all_params.extend(params.iter().map(Vec::as_slice));
-    all_params.extend(last.map(|_| no_params));
-    let items: Vec<_> = statements.iter().zip(all_params).collect();
+    let params = first.map(|_| &none).into_iter().chain(&params);
+    let params = params.chain(last.map(|_| &none)).map(Vec::as_slice);
+    let items: Vec<_> = statements.iter().zip(params).collect();
     let pg: &tokio_postgres::Client = client;
     let (results, status) = pg.pipeline(&items).await?;
     let mut results = results.into_iter();

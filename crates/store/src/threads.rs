@@ -33,8 +33,6 @@ pub const THREAD_PENDING_INPUTS: usize = 100;
 /// after its last request's [`InboxPosition`].
 const INBOX_ORDER: &str = "tc.created_at, tc.run_id, tc.id";
 
-/// Open requests: pending rows of a run in the thread's current run tree
-/// that is still active. Rows of earlier runs are never open.
 /// The condition that keeps a statement on `tool_calls tc` to the threads
 /// of the owner in `param`: the owner's threads as an array of keys, each
 /// then looked up in the index of open requests by thread (as a join
@@ -44,6 +42,8 @@ pub(crate) fn of_owner(param: &str) -> String {
     format!("tc.thread_id = ANY (ARRAY(SELECT id FROM threads WHERE owner = {param}))")
 }
 
+/// Open requests: pending rows of a run in the thread's current run tree
+/// that is still active. Rows of earlier runs are never open.
 pub(crate) const PENDING_INPUTS: &str = "
     SELECT tc.id, tc.run_id, tc.thread_id, tc.name, tc.arguments_whole, tc.kind, tc.reason,
            r.name, r.depth, tc.expires_at, tc.created_at,
