@@ -41,6 +41,9 @@ use agentenkit_store::{Store, StoreConfig};
 use anyhow::{bail, Context};
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: agentenkit::Allocator = agentenkit::Allocator;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "agentenkit-bench",

@@ -90,6 +90,9 @@ enum Command {
 /// The service its traces are exported as, unless `OTEL_SERVICE_NAME` says.
 const SERVICE: &str = "agentenkit";
 
+#[global_allocator]
+static ALLOCATOR: agentenkit::Allocator = agentenkit::Allocator;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();

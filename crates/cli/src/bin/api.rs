@@ -9,6 +9,9 @@ use agentenkit::{
 use agentenkit_api::AppState;
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: agentenkit::Allocator = agentenkit::Allocator;
+
 #[derive(Debug, Parser)]
 #[command(version, about = "Serves the agentenkit HTTP API")]
 struct Cli {

@@ -8,6 +8,9 @@ use agentenkit_runtime::reaper::{reap_every, reap_once, ReaperConfig};
 use agentenkit_runtime::Relay;
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: agentenkit::Allocator = agentenkit::Allocator;
+
 #[derive(Debug, Parser)]
 #[command(version, about = "Reclaims orphaned runs and unpublished messages")]
 struct Cli {

@@ -8,6 +8,9 @@ use agentenkit::{
 use agentenkit_runtime::{Worker, WorkerConfig};
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: agentenkit::Allocator = agentenkit::Allocator;
+
 #[derive(Debug, Parser)]
 #[command(version, about = "Consumes run segments and advances runs")]
 struct Cli {
