@@ -39,6 +39,7 @@ mod stream;
 mod subagents;
 mod tls;
 mod turn;
+mod turn_start;
 mod ui;
 mod unserved;
 mod upgrade;

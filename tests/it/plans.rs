@@ -47,7 +47,11 @@ async fn cycles_from_fresh_tables(env: &TestEnv) {
     }
     let worker = env.spawn_worker();
     for n in 0..12 {
-        let (thread_id, run_id) = env.start_turn("agent", &format!("cycle {n}")).await;
+        let (thread_id, run_id) = if n % 2 == 0 {
+            env.start_turn("agent", &format!("cycle {n}")).await
+        } else {
+            turn_on_unseen_thread(env, &format!("cycle {n}")).await
+        };
         env.wait_pending(&thread_id, 1).await;
         env.get(&format!("/threads/{thread_id}/pending-inputs"))
             .await;
@@ -67,6 +71,27 @@ async fn cycles_from_fresh_tables(env: &TestEnv) {
         env.get(&format!("/runs/{run_id}/journal")).await;
     }
     worker.stop().await.unwrap();
+}
+
+/// A turn on a thread the API's process did not create, which it starts
+/// by reading the thread first (a turn on one it created is written
+/// whole): both ways are planned.
+async fn turn_on_unseen_thread(env: &TestEnv, content: &str) -> (String, String) {
+    let thread: Vec<uuid::Uuid> = env
+        .rows(
+            "INSERT INTO threads (id, owner, agent, metadata)
+             VALUES (gen_random_uuid(), 'alice', 'agent', '{}') RETURNING id",
+            |r| r.get(0),
+        )
+        .await;
+    let run = env
+        .post(
+            &format!("/threads/{}/messages", thread[0]),
+            serde_json::json!({ "content": content }),
+        )
+        .await;
+    let run_id = run["runId"].as_str().expect("run id").to_owned();
+    (thread[0].to_string(), run_id)
 }
 
 #[tokio::test]
@@ -142,6 +167,14 @@ async fn every_statement_of_a_cycle_has_one_plan_that_reads_by_index() {
         "the lease's statement was not found among {} statements",
         plans.len()
     );
+    // Both ways a turn starts were planned: read first, or written whole.
+    for start in ["SELECT agent FROM threads WHERE id", "AND agent = $3"] {
+        assert!(
+            plans.iter().any(|p| p.statement.contains(start)),
+            "no statement with {start:?} among {} statements",
+            plans.len()
+        );
+    }
     let read_whole: Vec<String> = plans
         .iter()
         .filter_map(|p| {

@@ -66,8 +66,9 @@ pub use outbox::{OutboxRow, Publisher};
 pub use reclaim::Reclaimed;
 pub use runs::{CallRow, Delegation};
 pub use sent_here::{ClaimedEvent, LocalSender, SentHere};
+pub use start::StartedRun;
 pub use statistics::{PreparedPlan, GROWN_MARGIN_ROWS};
-pub use threads::{StartedRun, THREAD_PENDING_INPUTS};
+pub use threads::THREAD_PENDING_INPUTS;
 pub use tls::SslMode;
 pub use upgrade::{LockedRun, OpenCall, OpenRun};
 pub use versions::StoredVersion;
@@ -134,6 +135,8 @@ pub struct Store {
     /// The version of each agent this process loaded, by agent name: a
     /// turn's run is pinned to it when it starts.
     agent_versions: std::sync::Arc<std::collections::HashMap<String, String>>,
+    /// The agents of threads this process created or started turns on.
+    thread_agents: std::sync::Arc<start::ThreadAgents>,
 }
 
 impl Store {
@@ -185,6 +188,7 @@ impl Store {
             notified: agentenkit_core::notify::NotifiedEvents::NONE,
             sent_here: None,
             agent_versions: std::sync::Arc::default(),
+            thread_agents: std::sync::Arc::default(),
         })
     }
 

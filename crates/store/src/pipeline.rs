@@ -315,7 +315,9 @@ fn ran(result: Option<PipelineResult>) -> Result<Vec<tokio_postgres::Row>> {
     }
 }
 
-fn is_row_check(e: &tokio_postgres::Error) -> bool {
+/// Whether `e` is a failed row check (`expect_one_row`): the statement
+/// changed or found other than one row.
+pub(crate) fn is_row_check(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::from_code(ROW_CHECK_FAILED))
 }
 

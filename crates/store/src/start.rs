@@ -3,16 +3,75 @@
 //! turn's root run (`Store::start_run`) and a delegation's child run (a
 //! commit's `Change::StartChild`) start the same way.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use agentenkit_core::conversation::Message;
-use agentenkit_core::{EventType, QueueMessage, RunId, ThreadId, ToolCallId, TraceContext};
+use agentenkit_core::{
+    EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId, TraceContext,
+};
 use serde_json::json;
+use tokio_postgres::Row;
+use uuid::Uuid;
 
 use crate::event_insert::{ordered_ops, Ordered};
 use crate::format::event::{self as stored_event, RowFields};
 use crate::format::event_item::event_item;
-use crate::outbox;
-use crate::pipeline::Op;
-use crate::Result;
+use crate::outbox::{self, OutboxRow};
+use crate::pipeline::{self, Answer, Expect, Op, OpenTx};
+use crate::threads::not_found;
+use crate::{Error, Result, Store};
+
+/// A turn that was started: its run, and the segment to publish.
+#[derive(Debug, Clone)]
+pub struct StartedRun {
+    pub run_id: RunId,
+    pub outbox: Vec<OutboxRow>,
+}
+
+/// How many threads' agents [`ThreadAgents`] holds before it starts over.
+const THREAD_AGENTS_HELD: usize = 4096;
+
+/// The agent of each thread this process created or started a turn on: a
+/// thread's agent never changes, so a turn on one of them can be written
+/// whole before anything is read (`Store::start_run`). Only a hint: the
+/// transaction checks it under the thread's lock. Bounded by emptying it
+/// when full, which costs the threads it held one round trip at their next
+/// turn.
+#[derive(Default)]
+pub(crate) struct ThreadAgents(Mutex<HashMap<ThreadId, String>>);
+
+impl ThreadAgents {
+    fn agent_of(&self, thread: ThreadId) -> Option<String> {
+        self.0.lock().ok()?.get(&thread).cloned()
+    }
+
+    pub(crate) fn remember(&self, thread: ThreadId, agent: &str) {
+        if let Ok(mut agents) = self.0.lock() {
+            if agents.len() >= THREAD_AGENTS_HELD {
+                agents.clear();
+            }
+            agents.insert(thread, agent.to_owned());
+        }
+    }
+}
+
+/// Locks the thread for a turn whose agent was known before it was read:
+/// exactly one row, the owner's, with that agent (otherwise the row check
+/// fails and the transaction with it).
+const LOCK_KNOWN_THREAD_SQL: &str = "
+    WITH locked AS (SELECT 1 FROM threads WHERE id = $1 AND owner = $2 AND agent = $3
+                    FOR NO KEY UPDATE)
+    SELECT expect_one_row((SELECT count(*) FROM locked))";
+
+/// Fails the row check when the thread's current run is still active
+/// (`$2`: the active statuses). A statement of its own after the lock, so
+/// that it reads the current run as of after any wait for the lock.
+const NO_ACTIVE_RUN_SQL: &str = "
+    SELECT expect_one_row(CASE WHEN EXISTS (
+        SELECT 1 FROM runs r
+        WHERE r.id = (SELECT current_run_id FROM threads WHERE id = $1) AND r.status = ANY($2))
+        THEN 0 ELSE 1 END)";
 
 const INSERT_RUN_SQL: &str = "
     INSERT INTO runs (id, thread_id, root_run_id, parent_run_id, parent_tool_call_id,
@@ -107,5 +166,178 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
                 )),
             ],
         ),
+    })
+}
+
+impl Store {
+    /// Starts a turn: a queued run, the user's message, `RUN_STARTED` and
+    /// the first segment in the outbox, in one transaction. The thread row is
+    /// locked so two concurrent turns cannot both start.
+    ///
+    /// A thread whose agent this process knows ([`ThreadAgents`]) starts in
+    /// one round trip: the lock, the check that no run of it is active and
+    /// the writes go out together, and a failed check rolls them all back.
+    /// Any other thread, or one whose check failed, starts in two: the
+    /// lock and the reads, then the writes, so the error says why.
+    pub async fn start_run(
+        &self,
+        thread: ThreadId,
+        owner: &Owner,
+        content: &str,
+        trace: Option<&TraceContext>,
+    ) -> Result<StartedRun> {
+        if let Some(agent) = self.thread_agents.agent_of(thread) {
+            let active: Vec<&str> = RunStatus::ALL
+                .iter()
+                .filter(|status| status.is_active())
+                .map(|status| status.as_str())
+                .collect();
+            let mut ops = vec![
+                Op::new(
+                    LOCK_KNOWN_THREAD_SQL,
+                    vec![
+                        Box::new(thread.0),
+                        Box::new(owner.as_str().to_owned()),
+                        Box::new(agent.clone()),
+                    ],
+                ),
+                Op::new(
+                    NO_ACTIVE_RUN_SQL,
+                    vec![Box::new(thread.0), Box::new(active)],
+                ),
+            ];
+            let (turn, run, segment) = self.turn(thread, &agent, content, trace)?;
+            ops.extend(turn);
+            match pipeline::transact(&self.client().await?, ops).await {
+                Ok(answers) => return self.started(answers, run, segment).await,
+                // Not the owner's, or a run still active: the two round
+                // trips below say which.
+                Err(Error::Db(e)) if pipeline::is_row_check(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let tx = OpenTx::new(self.client().await?);
+        // Lock the thread first, then read its current run in a separate
+        // statement (sent together, run one after the other): a join under
+        // FOR UPDATE would re-check only the locked row after waiting and
+        // see the run as of the statement's start, letting two concurrent
+        // turns both pass.
+        let mut answers = tx
+            .begin_with(vec![
+                Op::new(
+                    "SELECT agent FROM threads WHERE id = $1 AND owner = $2 FOR NO KEY UPDATE",
+                    vec![Box::new(thread.0), Box::new(owner.as_str().to_owned())],
+                )
+                .expect(Expect::Rows),
+                Op::new(
+                    // The run by its key, not by a join: a join planned on
+                    // empty tables may check every run against the key.
+                    "SELECT r.id, r.status FROM runs r
+                     WHERE r.id = (SELECT current_run_id FROM threads WHERE id = $1)",
+                    vec![Box::new(thread.0)],
+                )
+                .expect(Expect::Rows),
+            ])
+            .await?
+            .into_iter();
+        let locked = answers.next().map(Answer::rows).unwrap_or_default();
+        let current = answers.next().map(Answer::rows).unwrap_or_default();
+        let agent = match startable(thread, &locked, &current) {
+            Ok(agent) => agent,
+            Err(e) => {
+                tx.rollback().await?;
+                return Err(e);
+            }
+        };
+        let (ops, run, segment) = self.turn(thread, &agent, content, trace)?;
+        let answers = tx.commit_with(ops).await?;
+        self.thread_agents.remember(thread, &agent);
+        self.started(answers, run, segment).await
+    }
+
+    /// The writes of a turn on `thread`, whose agent is `agent`, after the
+    /// thread's lock; its run, and the segment they put in the outbox.
+    fn turn(
+        &self,
+        thread: ThreadId,
+        agent: &str,
+        content: &str,
+        trace: Option<&TraceContext>,
+    ) -> Result<(Vec<Op>, RunId, QueueMessage)> {
+        let run = RunId::new();
+        let started = start(&NewRun {
+            id: run,
+            thread,
+            root: run,
+            parent: None,
+            name: agent,
+            version: self.pinned_version_of(agent),
+            depth: 0,
+            task: content,
+            trace,
+        })?;
+        let mut ops = vec![started.run];
+        ops.push(
+            Op::new(
+                "UPDATE threads SET current_run_id = $2 WHERE id = $1",
+                vec![Box::new(thread.0), Box::new(run.0)],
+            )
+            .expect(Expect::One(Error::Corrupt(format!(
+                "thread {thread} vanished while locked"
+            )))),
+        );
+        let (outbox_op, segment) = started.outbox;
+        ops.push(outbox_op);
+        // Last, after every row lock (see INSERT_EVENT_SQL).
+        ops.extend(started.ordered);
+        Ok((ops, run, segment))
+    }
+
+    /// The started turn, from its commit's answers; its segment published.
+    async fn started(
+        &self,
+        answers: Vec<Answer>,
+        run_id: RunId,
+        segment: QueueMessage,
+    ) -> Result<StartedRun> {
+        let outbox = vec![segment_row(answers, segment)?];
+        self.publish(&outbox).await;
+        Ok(StartedRun { run_id, outbox })
+    }
+}
+
+/// The thread's agent, when a turn may start on it: the thread is the
+/// owner's (`locked`, its row) and its current run, if any, has ended.
+fn startable(thread: ThreadId, locked: &[Row], current: &[Row]) -> Result<String> {
+    let agent = locked
+        .first()
+        .map(|row| row.get::<_, String>(0))
+        .ok_or_else(|| not_found(thread))?;
+    if let Some(row) = current.first() {
+        if row.get::<_, &str>(1).parse::<RunStatus>()?.is_active() {
+            return Err(Error::RunActive {
+                thread_id: thread.to_string(),
+                run_id: row.get::<_, Uuid>(0).to_string(),
+            });
+        }
+    }
+    Ok(agent)
+}
+
+/// The outbox row of a new run's first segment, from its commit's answers.
+fn segment_row(answers: Vec<Answer>, segment: QueueMessage) -> Result<OutboxRow> {
+    let id = answers
+        .into_iter()
+        .find_map(|answer| match answer {
+            Answer::Ids(ids) => ids.first().copied(),
+            _ => None,
+        })
+        .ok_or_else(|| Error::Corrupt("the outbox insert returned no id".into()))?;
+    Ok(OutboxRow {
+        id,
+        message: segment,
+        delay_ms: 0,
+        claimed: None,
+        trace: None,
     })
 }

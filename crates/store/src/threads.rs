@@ -1,9 +1,7 @@
-//! Threads: creation, reads, and starting a turn.
+//! Threads: creation and reads (a turn starts in `start.rs`).
 
 use agentenkit_core::canonical::{arguments_hash, json_len};
-use agentenkit_core::{
-    EventType, Owner, QueueMessage, RunId, RunStatus, ThreadId, ThreadStatus, TraceContext,
-};
+use agentenkit_core::{EventType, Owner, RunId, RunStatus, ThreadId, ThreadStatus};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
@@ -11,18 +9,8 @@ use uuid::Uuid;
 
 use crate::bounded::{read_bounded, ReadBound, ReadPage};
 use crate::format::event::{self as stored_event, RowFields};
-use crate::outbox::OutboxRow;
-use crate::pipeline::{Answer, Expect, Op, OpenTx};
-use crate::start::{start, NewRun};
 use crate::views::{EventView, InboxPosition, MessageView, PendingInput, ThreadView};
 use crate::{Error, Result, Store};
-
-/// A turn that was started: its run, and the segment to publish.
-#[derive(Debug, Clone)]
-pub struct StartedRun {
-    pub run_id: RunId,
-    pub outbox: Vec<OutboxRow>,
-}
 
 /// Open requests `GET /threads/{id}` shows; more are paged from
 /// `GET /threads/{id}/pending-inputs`.
@@ -76,6 +64,7 @@ impl Store {
         let row = client
             .query_one(&stmt, &[&id.0, &owner.as_str(), &agent, metadata])
             .await?;
+        self.thread_agents.remember(id, agent);
         Ok(ThreadView {
             id,
             agent: agent.to_owned(),
@@ -191,84 +180,6 @@ impl Store {
             sized_pending_input,
         )
         .await
-    }
-
-    /// Starts a turn: a queued run, the user's message, `RUN_STARTED` and
-    /// the first segment in the outbox, in one transaction. The thread row is
-    /// locked so two concurrent turns cannot both start.
-    pub async fn start_run(
-        &self,
-        thread: ThreadId,
-        owner: &Owner,
-        content: &str,
-        trace: Option<&TraceContext>,
-    ) -> Result<StartedRun> {
-        let tx = OpenTx::new(self.client().await?);
-        // Lock the thread first, then read its current run in a separate
-        // statement (sent together, run one after the other): a join under
-        // FOR UPDATE would re-check only the locked row after waiting and
-        // see the run as of the statement's start, letting two concurrent
-        // turns both pass.
-        let mut answers = tx
-            .begin_with(vec![
-                Op::new(
-                    "SELECT agent FROM threads WHERE id = $1 AND owner = $2 FOR NO KEY UPDATE",
-                    vec![Box::new(thread.0), Box::new(owner.as_str().to_owned())],
-                )
-                .expect(Expect::Rows),
-                Op::new(
-                    // The run by its key, not by a join: a join planned on
-                    // empty tables may check every run against the key.
-                    "SELECT r.id, r.status FROM runs r
-                     WHERE r.id = (SELECT current_run_id FROM threads WHERE id = $1)",
-                    vec![Box::new(thread.0)],
-                )
-                .expect(Expect::Rows),
-            ])
-            .await?
-            .into_iter();
-        let locked = answers.next().map(Answer::rows).unwrap_or_default();
-        let current = answers.next().map(Answer::rows).unwrap_or_default();
-        let agent = match startable(thread, &locked, &current) {
-            Ok(agent) => agent,
-            Err(e) => {
-                tx.rollback().await?;
-                return Err(e);
-            }
-        };
-        let run = RunId::new();
-        let started = start(&NewRun {
-            id: run,
-            thread,
-            root: run,
-            parent: None,
-            name: &agent,
-            version: self.pinned_version_of(&agent),
-            depth: 0,
-            task: content,
-            trace,
-        })?;
-        let mut ops = vec![started.run];
-        ops.push(
-            Op::new(
-                "UPDATE threads SET current_run_id = $2 WHERE id = $1",
-                vec![Box::new(thread.0), Box::new(run.0)],
-            )
-            .expect(Expect::One(Error::Corrupt(format!(
-                "thread {thread} vanished while locked"
-            )))),
-        );
-        let (outbox_op, segment) = started.outbox;
-        ops.push(outbox_op);
-        // Last, after every row lock (see INSERT_EVENT_SQL).
-        ops.extend(started.ordered);
-        let answers = tx.commit_with(ops).await?;
-        let outbox = vec![segment_row(answers, segment)?];
-        self.publish(&outbox).await;
-        Ok(StartedRun {
-            run_id: run,
-            outbox,
-        })
     }
 
     /// The conversation, tool calls and results included, oldest first:
@@ -455,7 +366,7 @@ fn event_view(r: &Row) -> Result<EventView> {
     })
 }
 
-fn not_found(thread: ThreadId) -> Error {
+pub(crate) fn not_found(thread: ThreadId) -> Error {
     Error::NotFound {
         what: "thread",
         id: thread.to_string(),
@@ -502,41 +413,5 @@ pub(crate) fn pending_input(row: &Row) -> Result<PendingInput> {
         approvals_given: row.get::<_, Option<i32>>(11).map(|n| n as u32),
         approvals_required: None,
         agent_version: row.get(12),
-    })
-}
-
-/// The thread's agent, when a turn may start on it: the thread is the
-/// owner's (`locked`, its row) and its current run, if any, has ended.
-fn startable(thread: ThreadId, locked: &[Row], current: &[Row]) -> Result<String> {
-    let agent = locked
-        .first()
-        .map(|row| row.get::<_, String>(0))
-        .ok_or_else(|| not_found(thread))?;
-    if let Some(row) = current.first() {
-        if row.get::<_, &str>(1).parse::<RunStatus>()?.is_active() {
-            return Err(Error::RunActive {
-                thread_id: thread.to_string(),
-                run_id: row.get::<_, Uuid>(0).to_string(),
-            });
-        }
-    }
-    Ok(agent)
-}
-
-/// The outbox row of a new run's first segment, from its commit's answers.
-fn segment_row(answers: Vec<Answer>, segment: QueueMessage) -> Result<OutboxRow> {
-    let id = answers
-        .into_iter()
-        .find_map(|answer| match answer {
-            Answer::Ids(ids) => ids.first().copied(),
-            _ => None,
-        })
-        .ok_or_else(|| Error::Corrupt("the outbox insert returned no id".into()))?;
-    Ok(OutboxRow {
-        id,
-        message: segment,
-        delay_ms: 0,
-        claimed: None,
-        trace: None,
     })
 }
