@@ -371,7 +371,7 @@ pub(crate) fn resolved_ops(
         map.insert("toolCallId".into(), json!(settled.call));
         map.insert("toolName".into(), json!(settled.tool_name));
     }
-    let mut ops = vec![crate::resume::resume_op(settled.run)];
+    let mut ops = vec![crate::wait::resume_op(settled.run)];
     ops.extend(event_ops(
         settled.thread,
         Some(settled.run),

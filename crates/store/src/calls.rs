@@ -1,8 +1,8 @@
 //! Every write of a tool-call row, and nothing else writes one.
 //!
 //! A row is inserted proposed (or proposed and parked in one commit, see
-//! `park.rs`), storing its arguments where the commit's journal holds them
-//! (`journal_insert.rs`). After that it changes only by a
+//! `wait.rs`), storing its arguments where the commit's journal holds them
+//! (`format/encode.rs`). After that it changes only by a
 //! [`CallEvent`] of `agentenkit_core::call`, written by [`write`]: the
 //! statement is guarded by the event's source statuses
 //! ([`CallEvent::sources`]), so the database refuses what
@@ -25,7 +25,7 @@ use crate::pipeline::{Op, Param};
 use crate::{Error, Result};
 
 /// A call row to insert: proposed, or (`parked`: reason and expiry)
-/// proposed and parked in one commit (see `park.rs`).
+/// proposed and parked in one commit (see `wait.rs`).
 pub(crate) struct NewCall<'a> {
     pub(crate) id: &'a ToolCallId,
     pub(crate) name: &'a str,

@@ -13,17 +13,14 @@ use agentenkit_core::{CallEvent, QueueMessage, RunId};
 use crate::calls::{insert_tool_call, NewCall};
 use crate::change::Change;
 use crate::event_insert::{claimed_rows, ordered_item, ordered_ops, Ordered};
-use crate::format::event_item::event_item;
-use crate::format::event_rows::known_rows;
-use crate::format::journal_insert::StoredJournal;
-use crate::format::message_with_event::MessageWithEvent;
+use crate::format::encode::{event_item, known_rows, MessageWithEvent, StoredJournal};
 use crate::lease::{fence, Lease};
 use crate::outbox::returned_rows;
 use crate::outbox::{self, OutboxRow};
-use crate::park::ParkedAtOnce;
 use crate::pipeline::{self, Answer, Expect, Op};
-use crate::resume::finish_delegation_ops;
 use crate::start::{start, NewRun};
+use crate::wait::finish_delegation_ops;
+use crate::wait::ParkedAtOnce;
 use crate::{Error, Result, Store};
 
 impl Store {
@@ -232,8 +229,8 @@ impl Statements {
 }
 
 /// What a commit's changes are planned against: its lease, all its
-/// changes, and what some of them leave to others (see `journal_insert`,
-/// `park`, `message_with_event`).
+/// changes, and what some of them leave to others (see `format::encode`
+/// and `wait`).
 struct Commit<'a> {
     lease: &'a Lease,
     changes: &'a [Change],

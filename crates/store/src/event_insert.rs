@@ -1,14 +1,14 @@
 //! How event and message rows are written: under the thread's event lock
 //! (so a thread's ids of each are handed out in commit order), an event's
-//! data as `format::event_item` stores it.
+//! data as `format::encode::event_item` stores it.
 
 use std::sync::Arc;
 
 use agentenkit_core::{EventType, RunId, ThreadId};
 use serde_json::Value;
 
+use crate::format::encode::{event_item, EventItem};
 use crate::format::event::RowFields;
-use crate::format::event_item::{event_item, EventItem};
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, Param};
 use crate::sent_here::{EventDraft, NotifyRule};

@@ -30,10 +30,8 @@ pub mod memory;
 mod migrate;
 mod notifications;
 mod outbox;
-mod park;
 mod pipeline;
 mod reclaim;
-mod resume;
 mod runs;
 mod sent_here;
 mod start;
@@ -46,6 +44,7 @@ mod tls;
 mod upgrade;
 mod versions;
 mod views;
+mod wait;
 mod watch;
 
 pub use answer::{AddressedTool, AnswerChecks, AnswerTarget, Answered, LockedCall};

@@ -187,7 +187,7 @@ impl FailedRun<'_> {
                 }),
             };
             ops.push(crate::calls::write(*parent, call, &failed)?);
-            ops.push(crate::resume::resume_op(*parent));
+            ops.push(crate::wait::resume_op(*parent));
         }
         for child in &self.cancelled {
             ops.extend(event_ops(

@@ -15,8 +15,8 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::event_insert::{ordered_ops, Ordered};
+use crate::format::encode::event_item;
 use crate::format::event::{self as stored_event, RowFields};
-use crate::format::event_item::event_item;
 use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{self, Answer, Expect, Op, OpenTx};
 use crate::threads::not_found;

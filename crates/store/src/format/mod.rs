@@ -12,18 +12,14 @@
 //!   arguments or body from one of its model entries
 //!   (`tool_calls.arguments_position`, `messages.body_position`).
 //!
-//! Encoding is per commit: `journal_insert::StoredJournal` packs its
+//! Encoding is per commit, in [`encode`]: `StoredJournal` packs its
 //! journal entries and says where its call rows and messages find what
-//! they hold, `event_rows::known_rows` what each event may leave to the
-//! rows of the commit, and `message_with_event` which message its `MESSAGE`
-//! event names instead of repeating it; each event then goes through
-//! `event::pack`. Decoding is `event::unpack` and `journal::unpack`, and,
+//! they hold, `known_rows` what each event may leave to the rows of the
+//! commit, and `MessageWithEvent` which message its `MESSAGE` event names
+//! instead of repeating it; each event then goes through `event::pack`. Decoding is `event::unpack` and `journal::unpack`, and,
 //! in SQL, the views `tool_calls_whole` and `messages_whole`
 //! (`migrations/0001_schema.sql`), which every reader of those rows reads.
 
+pub(crate) mod encode;
 pub(crate) mod event;
-pub(crate) mod event_item;
-pub(crate) mod event_rows;
 pub(crate) mod journal;
-pub(crate) mod journal_insert;
-pub(crate) mod message_with_event;
