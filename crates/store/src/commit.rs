@@ -19,8 +19,7 @@ use crate::outbox::returned_rows;
 use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{self, Answer, Expect, Op};
 use crate::start::{start, NewRun};
-use crate::wait::finish_delegation_ops;
-use crate::wait::ParkedAtOnce;
+use crate::wait::{finish_delegation_ops, ParkedAtOnce};
 use crate::{Error, Result, Store};
 
 impl Store {

@@ -64,13 +64,14 @@ const LOCK_KNOWN_THREAD_SQL: &str = "
                     FOR NO KEY UPDATE)
     SELECT expect_one_row((SELECT count(*) FROM locked))";
 
-/// Fails the row check when the thread's current run is still active
-/// (`$2`: the active statuses). A statement of its own after the lock, so
-/// that it reads the current run as of after any wait for the lock.
+/// Fails the row check when the thread's current run is still active. A
+/// statement of its own after the lock, so that it reads the current run
+/// as of after any wait for the lock.
 const NO_ACTIVE_RUN_SQL: &str = "
     SELECT expect_one_row(CASE WHEN EXISTS (
         SELECT 1 FROM runs r
-        WHERE r.id = (SELECT current_run_id FROM threads WHERE id = $1) AND r.status = ANY($2))
+        WHERE r.id = (SELECT current_run_id FROM threads WHERE id = $1)
+          AND r.status IN ('queued', 'running', 'waiting'))
         THEN 0 ELSE 1 END)";
 
 const INSERT_RUN_SQL: &str = "
@@ -187,11 +188,6 @@ impl Store {
         trace: Option<&TraceContext>,
     ) -> Result<StartedRun> {
         if let Some(agent) = self.thread_agents.agent_of(thread) {
-            let active: Vec<&str> = RunStatus::ALL
-                .iter()
-                .filter(|status| status.is_active())
-                .map(|status| status.as_str())
-                .collect();
             let mut ops = vec![
                 Op::new(
                     LOCK_KNOWN_THREAD_SQL,
@@ -201,10 +197,7 @@ impl Store {
                         Box::new(agent.clone()),
                     ],
                 ),
-                Op::new(
-                    NO_ACTIVE_RUN_SQL,
-                    vec![Box::new(thread.0), Box::new(active)],
-                ),
+                Op::new(NO_ACTIVE_RUN_SQL, vec![Box::new(thread.0)]),
             ];
             let (turn, run, segment) = self.turn(thread, &agent, content, trace)?;
             ops.extend(turn);
