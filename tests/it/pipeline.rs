@@ -9,9 +9,10 @@ use tokio_postgres::{Client, PipelineResult, Statement, TransactionStatus};
 
 use crate::migrations::raw_client;
 
-/// A table of this test's own, in a schema of its own.
+/// A table of this test's own, in a schema of its own (`t_`, so that
+/// `make clean-test-schemas` drops it if the test dies before [`drop_table`]).
 async fn table(client: &Client) -> String {
-    let schema = format!("p_{}", uuid::Uuid::now_v7().simple());
+    let schema = format!("t_pipeline_{}", uuid::Uuid::now_v7().simple());
     client
         .batch_execute(&format!(
             "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (id int PRIMARY KEY)"
@@ -19,6 +20,15 @@ async fn table(client: &Client) -> String {
         .await
         .expect("table");
     format!("{schema}.t")
+}
+
+/// Drops the schema of [`table`]'s `t`.
+async fn drop_table(client: &Client, t: &str) {
+    let schema = t.split('.').next().expect("schema.table");
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop the test's schema");
 }
 
 async fn prepare(client: &Client, sql: &str) -> Statement {
@@ -79,6 +89,7 @@ async fn a_pipeline_is_one_transaction_answered_statement_by_statement() {
         .expect("read back");
     assert_eq!(after.get::<_, i64>(0), 2);
     assert_eq!(after.get::<_, String>(1), "on");
+    drop_table(&client, &t).await;
 }
 
 #[tokio::test]
@@ -118,6 +129,7 @@ async fn the_first_failure_rolls_the_pipeline_back_and_skips_the_rest() {
         .await
         .expect("the next pipeline");
     assert_eq!(rows_of(&again[1]), (vec![1], 1));
+    drop_table(&client, &t).await;
 }
 
 #[tokio::test]
@@ -141,6 +153,7 @@ async fn an_explicit_transaction_stays_open_across_pipelines() {
     assert_eq!(status, TransactionStatus::Idle);
     let after: i64 = other.query_one(&count, &[]).await.expect("count").get(0);
     assert_eq!(after, 1);
+    drop_table(&client, &t).await;
 }
 
 #[tokio::test]
@@ -166,4 +179,5 @@ async fn a_failed_explicit_transaction_is_reported_until_it_ends() {
         .await
         .expect("rollback");
     assert_eq!(status, TransactionStatus::Idle);
+    drop_table(&client, &t).await;
 }
