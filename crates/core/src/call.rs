@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use crate::approvals::Vote;
 use crate::reply::{SettledReply, TIMEOUT_DENIAL};
-use crate::{Error, ToolCallStatus, ToolKind};
+use crate::{Error, RunId, ToolCallId, ToolCallStatus, ToolKind};
 
 /// A call waiting for a person, a job or answers.
 #[derive(Debug, Clone, PartialEq)]
@@ -363,6 +363,104 @@ impl CallState {
             from: self.status().to_string(),
             to: event.to_owned(),
         }
+    }
+}
+
+/// One call of a run as the run's worker knows it: what its segment reads
+/// to decide whether to run, park or resume the call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunCall {
+    pub id: ToolCallId,
+    /// The kind the call was proposed (or parked) as.
+    pub kind: ToolKind,
+    pub state: CallState,
+    /// The child run a delegation started.
+    pub child: Option<RunId>,
+}
+
+/// A delegation whose child run exists.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delegation {
+    Running {
+        child: RunId,
+    },
+    /// The child ended: `executed` with its output, or `failed`.
+    Settled {
+        status: ToolCallStatus,
+        result: Value,
+    },
+}
+
+impl RunCall {
+    /// A call the model just proposed.
+    pub fn proposed(id: ToolCallId, kind: ToolKind) -> Self {
+        Self {
+            id,
+            kind,
+            state: CallState::proposed(),
+            child: None,
+        }
+    }
+
+    /// A self-parking tool's request, kept before its park committed.
+    pub fn park_request(&self) -> Option<&Value> {
+        match &self.state {
+            CallState::Proposed { park_request } => park_request.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The reply the call settled with, or its status while it is not
+    /// settled (proposed, or waiting).
+    pub fn reply(&self) -> Result<SettledReply, ToolCallStatus> {
+        let status = self.state.status();
+        let unanswered = |result: Option<&Value>, answered_at| SettledReply {
+            status,
+            approved: status == ToolCallStatus::Executed,
+            payload: None,
+            reason: result
+                .and_then(|r| r.get("reason"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            answers: None,
+            defaulted: None,
+            answered_by: None,
+            answered_at,
+            arguments: None,
+            message: None,
+            arguments_hash: None,
+            key_id: None,
+            approvals: None,
+        };
+        match &self.state {
+            CallState::Proposed { .. } | CallState::Waiting(_) => Err(status),
+            CallState::Decided(decided) => Ok(decided.reply.clone()),
+            CallState::Expired { at, result, .. } => Ok(unanswered(Some(result), Some(*at))),
+            CallState::Ran { result }
+            | CallState::Failed { result }
+            | CallState::Refused { result } => Ok(unanswered(Some(result), None)),
+            CallState::Cancelled { .. } => Ok(unanswered(None, None)),
+        }
+    }
+
+    /// Where the delegation of this call stands: `None` before its child
+    /// run exists.
+    pub fn delegation(&self) -> Option<Delegation> {
+        match (&self.state, self.child) {
+            (CallState::Proposed { .. }, None) => None,
+            (CallState::Proposed { .. }, Some(child)) => Some(Delegation::Running { child }),
+            (state, _) => Some(Delegation::Settled {
+                status: state.status(),
+                result: state.result().cloned().unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// This call once `event` applied: what a later step of the same
+    /// segment sees of a change written in a commit not yet read back.
+    pub fn apply(&mut self, event: CallEvent) -> Result<(), Error> {
+        self.state = self.state.clone().apply(event)?;
+        Ok(())
     }
 }
 

@@ -24,7 +24,7 @@ pub mod scopes;
 pub mod status;
 pub mod trace;
 
-pub use call::{CallEvent, CallState};
+pub use call::{CallEvent, CallState, RunCall};
 pub use error::{Error, Result};
 pub use event::EventType;
 pub use ids::{Owner, RunId, ThreadId, ToolCallId};

@@ -10,14 +10,24 @@
 //! state the event leaves. The columns each state may hold are tied to its
 //! status by the CHECK of `migrations/0011_call_states.sql`.
 //!
+//! A worker reads its run's calls back as [`agentenkit_core::RunCall`]s
+//! through the one decoder, [`CallColumns::decode`]; [`CallColumns::of`] is
+//! the same columns as [`write`] leaves them, for the in-memory engine and
+//! the round-trip property of the two.
+//!
 //! Three writes change many rows at once and are statements of their own
 //! here: the calls of ended runs are cancelled ([`cancel_open`]), waits
 //! without an expiry get one ([`SCHEDULE_MISSING_EXPIRIES_SQL`]), and a
 //! revoked key's votes leave the calls still waiting ([`DROP_VOTES_OF_KEY_SQL`]).
 
-use agentenkit_core::reply::SettledReply;
-use agentenkit_core::{CallEvent, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind};
+use agentenkit_core::approvals::Vote;
+use agentenkit_core::call::{Decided, Waiting};
+use agentenkit_core::reply::{SettledReply, DEFAULT_REJECTION};
+use agentenkit_core::{
+    CallEvent, CallState, RunCall, RunId, ThreadId, ToolCallId, ToolCallStatus, ToolKind,
+};
 use chrono::{DateTime, Utc};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -217,6 +227,172 @@ fn decision_of(reply: &SettledReply) -> Option<Value> {
     Some(decision)
 }
 
+/// The columns of a call row a worker reads (`lease::ACQUIRE` renders them
+/// as JSON), in their stored form.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub(crate) struct CallColumns {
+    id: String,
+    kind: String,
+    status: String,
+    reason: Option<String>,
+    expires_at: Option<DateTime<Utc>>,
+    /// The votes so far of a waiting call that needs several.
+    approvals: Option<Value>,
+    park_request: Option<Value>,
+    payload: Option<Value>,
+    result: Option<Value>,
+    defaulted: Option<Vec<String>>,
+    answered_by: Option<String>,
+    answered_at: Option<DateTime<Utc>>,
+    decision: Option<Value>,
+    /// The child run a delegation started (from `runs`, not the row).
+    child: Option<Uuid>,
+}
+
+impl CallColumns {
+    /// The columns of `call` as [`insert_tool_call`] and [`write`] leave
+    /// them.
+    pub(crate) fn of(call: &RunCall) -> Self {
+        let mut row = CallColumns {
+            id: call.id.as_str().to_owned(),
+            kind: call.kind.as_str().to_owned(),
+            status: call.state.status().as_str().to_owned(),
+            reason: None,
+            expires_at: None,
+            approvals: None,
+            park_request: None,
+            payload: None,
+            result: call.state.result().cloned(),
+            defaulted: None,
+            answered_by: None,
+            answered_at: None,
+            decision: None,
+            child: call.child.map(|c| c.0),
+        };
+        match &call.state {
+            CallState::Proposed { park_request } => row.park_request = park_request.clone(),
+            CallState::Waiting(waiting) => {
+                row.reason = Some(waiting.reason.clone());
+                row.expires_at = waiting.expires_at;
+                row.approvals = (!waiting.votes.is_empty()).then(|| json!(waiting.votes));
+            }
+            CallState::Decided(decided) => {
+                let reply = &decided.reply;
+                let answered = answered_columns(reply);
+                row.reason = Some(decided.reason.clone());
+                row.payload = answered.payload;
+                row.decision = answered.decision;
+                row.defaulted = reply.defaulted.clone();
+                row.answered_by = reply.answered_by.clone();
+                row.answered_at = reply.answered_at;
+            }
+            CallState::Expired { reason, at, .. } => {
+                row.reason = Some(reason.clone());
+                row.answered_at = Some(*at);
+            }
+            CallState::Cancelled { reason } => row.reason = reason.clone(),
+            CallState::Ran { .. } | CallState::Failed { .. } | CallState::Refused { .. } => {}
+        }
+        row
+    }
+
+    /// The call these columns hold, or `Corrupt` when they fit no state
+    /// (the CHECK of `migrations/0011_call_states.sql` keeps such rows out).
+    pub(crate) fn decode(self) -> Result<RunCall> {
+        let id = ToolCallId(self.id.clone());
+        let kind: ToolKind = self.kind.parse()?;
+        let status: ToolCallStatus = self.status.parse()?;
+        let child = self.child.map(RunId);
+        let missing =
+            |what: &str| Error::Corrupt(format!("tool call {id}: {status} without {what}"));
+        let state = match status {
+            ToolCallStatus::Proposed => CallState::Proposed {
+                park_request: self.park_request,
+            },
+            ToolCallStatus::PendingApproval => CallState::Waiting(Waiting {
+                kind,
+                reason: self.reason.ok_or_else(|| missing("its reason"))?,
+                expires_at: self.expires_at,
+                votes: match self.approvals {
+                    Some(votes) => serde_json::from_value::<Vec<Vote>>(votes)?,
+                    None => Vec::new(),
+                },
+            }),
+            ToolCallStatus::Executed | ToolCallStatus::Rejected if self.answered_at.is_some() => {
+                let reason = self.reason.clone().ok_or_else(|| missing("its reason"))?;
+                let result = self.result.clone();
+                let reply = self.decided_reply(kind, status)?;
+                CallState::Decided(Box::new(Decided {
+                    reason,
+                    reply,
+                    result,
+                }))
+            }
+            ToolCallStatus::Expired => CallState::Expired {
+                reason: self.reason.ok_or_else(|| missing("its reason"))?,
+                at: self.answered_at.ok_or_else(|| missing("when it expired"))?,
+                result: self.result.ok_or_else(|| missing("its result"))?,
+            },
+            ToolCallStatus::Cancelled => CallState::Cancelled {
+                reason: self.reason,
+            },
+            settled => {
+                let result = self.result.ok_or_else(|| missing("its result"))?;
+                match settled {
+                    ToolCallStatus::Executed => CallState::Ran { result },
+                    ToolCallStatus::Rejected => CallState::Refused { result },
+                    _ => CallState::Failed { result },
+                }
+            }
+        };
+        Ok(RunCall {
+            id,
+            kind,
+            state,
+            child,
+        })
+    }
+
+    /// The reply of a decided call, from the columns [`answered_columns`]
+    /// wrote: a question set's answers are its `payload`; a rejection's
+    /// reason is its denial's (none when it is the default one).
+    fn decided_reply(&self, kind: ToolKind, status: ToolCallStatus) -> Result<SettledReply> {
+        let text = |value: Option<&Value>, key: &str| {
+            value
+                .and_then(|v| v.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let (payload, answers) = match (kind, &self.payload) {
+            (ToolKind::Ask, Some(answers)) => {
+                (None, Some(serde_json::from_value(answers.clone())?))
+            }
+            (ToolKind::Ask, None) => (None, None),
+            (_, payload) => (payload.clone(), None),
+        };
+        let reason = match (kind, status) {
+            (ToolKind::Ask, _) | (_, ToolCallStatus::Executed) => None,
+            _ => text(self.result.as_ref(), "reason").filter(|r| r != DEFAULT_REJECTION),
+        };
+        let decision = self.decision.as_ref();
+        Ok(SettledReply {
+            status,
+            approved: status == ToolCallStatus::Executed,
+            payload,
+            reason,
+            answers,
+            defaulted: self.defaulted.clone(),
+            answered_by: self.answered_by.clone(),
+            answered_at: self.answered_at,
+            arguments: decision.and_then(|d| d.get("arguments")).cloned(),
+            message: text(decision, "message"),
+            arguments_hash: text(decision, "argumentsHash"),
+            key_id: text(decision, "keyId"),
+            approvals: decision.and_then(|d| d.get("approvals")).cloned(),
+        })
+    }
+}
+
 /// [`write`], for a change that must find its row in a source status:
 /// otherwise the transaction is aborted with `Corrupt`.
 pub(crate) fn write_one(run: RunId, id: &ToolCallId, event: &CallEvent) -> Result<Op> {
@@ -285,35 +461,4 @@ pub(crate) const DROP_VOTES_OF_KEY_SQL: &str = "
         OR approvals @> jsonb_build_array(jsonb_build_object('principal', $1::text)))";
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_event_no_call_takes_is_refused_before_it_is_written() {
-        let (run, id) = (RunId::new(), ToolCallId("c1".into()));
-        let cancelled_finish = CallEvent::Finish {
-            status: ToolCallStatus::Cancelled,
-            result: json!(1),
-        };
-        let park_as_function = CallEvent::Park {
-            kind: ToolKind::Function,
-            arguments: None,
-            reason: "r".into(),
-            expires_at: None,
-        };
-        for event in [cancelled_finish, park_as_function] {
-            assert!(
-                matches!(write(run, &id, &event), Err(Error::Corrupt(_))),
-                "{event:?}"
-            );
-        }
-        let ran = CallEvent::Finish {
-            status: ToolCallStatus::Executed,
-            result: json!(1),
-        };
-        assert!(write(run, &id, &ran)
-            .unwrap()
-            .sql()
-            .contains("status = ANY($3)"));
-    }
-}
+mod tests;

@@ -3,15 +3,15 @@
 //! changes nothing).
 
 use agentenkit_core::conversation::Message;
-use agentenkit_core::{JournalEntry, QueueMessage, RunId, RunStatus, ThreadId, ToolCallId};
+use agentenkit_core::{JournalEntry, QueueMessage, RunCall, RunId, RunStatus, ThreadId};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
 use uuid::Uuid;
 
+use crate::calls::CallColumns;
 use crate::change::Change;
 use crate::format::journal::StoredEntry;
 use crate::pipeline::{self, Expect, Op, Param};
-use crate::runs::{unpack_journal, CallRow};
+use crate::runs::unpack_journal;
 use crate::{Error, Result, Store};
 
 /// A worker's hold on a run. Every write it makes carries `token`; once
@@ -57,41 +57,7 @@ pub struct RunContext {
     /// holds the run nobody else changes them (answers, expiries and child
     /// runs settle rows only of a waiting run), so the step reads them here
     /// instead of asking the store once per call.
-    pub calls: Vec<CallRow>,
-}
-
-/// A call row as the acquire statement renders it (JSON).
-#[derive(Deserialize)]
-struct CallSnapshot {
-    id: String,
-    kind: String,
-    status: String,
-    park_request: Option<serde_json::Value>,
-    payload: Option<serde_json::Value>,
-    result: Option<serde_json::Value>,
-    defaulted: Option<Vec<String>>,
-    answered_by: Option<String>,
-    answered_at: Option<DateTime<Utc>>,
-    decision: Option<serde_json::Value>,
-    child: Option<Uuid>,
-}
-
-impl CallSnapshot {
-    fn into_row(self) -> Result<CallRow> {
-        Ok(CallRow {
-            id: ToolCallId(self.id),
-            kind: self.kind.parse()?,
-            status: self.status.parse()?,
-            park_request: self.park_request,
-            payload: self.payload,
-            result: self.result,
-            defaulted: self.defaulted,
-            answered_by: self.answered_by,
-            answered_at: self.answered_at,
-            decision: self.decision,
-            child: self.child.map(RunId),
-        })
-    }
+    pub calls: Vec<RunCall>,
 }
 
 /// Takes the lease and reads what the segment needs, in one statement.
@@ -141,7 +107,8 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
                         AND (SELECT r.parent_run_id IS NULL FROM runs r WHERE r.id = m.run_id)
                    ELSE m.run_id = a.id AND m.body->>'role' = 'user' END),
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'id', tc.id, 'kind', tc.kind, 'status', tc.status,
+                   'id', tc.id, 'kind', tc.kind, 'status', tc.status, 'reason', tc.reason,
+                   'expires_at', tc.expires_at, 'approvals', tc.approvals,
                    'park_request', tc.park_request, 'payload', tc.payload, 'result', tc.result,
                    'defaulted', tc.defaulted, 'answered_by', tc.answered_by,
                    'answered_at', tc.answered_at, 'decision', tc.decision, 'child', c.id)), '[]')
@@ -351,7 +318,7 @@ fn context_of(run: RunId, ttl_ms: u64, row: &tokio_postgres::Row) -> Result<RunC
             .collect(),
     )?;
     let history: Vec<Message> = serde_json::from_value(row.get(8))?;
-    let calls: Vec<CallSnapshot> = serde_json::from_value(row.get(9))?;
+    let calls: Vec<CallColumns> = serde_json::from_value(row.get(9))?;
     Ok(RunContext {
         lease,
         parent_tool_call_id: row.get(6),
@@ -363,7 +330,7 @@ fn context_of(run: RunId, ttl_ms: u64, row: &tokio_postgres::Row) -> Result<RunC
         history,
         calls: calls
             .into_iter()
-            .map(CallSnapshot::into_row)
+            .map(CallColumns::decode)
             .collect::<Result<_>>()?,
     })
 }

@@ -63,7 +63,6 @@ pub use notifications::{
 };
 pub use outbox::{OutboxRow, Publisher};
 pub use reclaim::Reclaimed;
-pub use runs::{CallRow, Delegation};
 pub use sent_here::{ClaimedEvent, LocalSender, SentHere};
 pub use start::StartedRun;
 pub use statistics::{PreparedPlan, GROWN_MARGIN_ROWS};

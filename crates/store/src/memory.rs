@@ -16,17 +16,17 @@ use std::sync::Mutex;
 use agentenkit_core::conversation::Message;
 use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
-    CallEvent, CallState, EventType, JournalEntry, QueueMessage, RunId, RunStatus, ThreadId,
-    ToolCallId, ToolCallStatus, ToolKind,
+    CallEvent, CallState, EventType, JournalEntry, QueueMessage, RunCall, RunId, RunStatus,
+    ThreadId, ToolCallId, ToolCallStatus, ToolKind,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
+use crate::calls::CallColumns;
 use crate::change::Change;
 use crate::engine::RunEngine;
 use crate::lease::{Lease, RunContext};
-use crate::runs::CallRow;
 use crate::{Error, Result};
 
 /// One run, as the engine keeps it.
@@ -270,7 +270,16 @@ impl Memory {
                     .values()
                     .find(|r| r.parent.as_ref() == Some(&(run.id, c.id.clone())))
                     .map(|r| r.id);
-                CallRow::of(c.id.clone(), c.kind, &c.state, child)
+                // What the Postgres engine's worker reads: the call as its
+                // columns keep it.
+                CallColumns::of(&RunCall {
+                    id: c.id.clone(),
+                    kind: c.kind,
+                    state: c.state.clone(),
+                    child,
+                })
+                .decode()
+                .expect("the columns of a call read back")
             })
             .collect();
         RunContext {

@@ -342,3 +342,99 @@ fn an_expired_call_reads_the_timeout_denial_an_expired_reply_gives() {
         }
     );
 }
+
+fn run_call(state: CallState) -> RunCall {
+    RunCall {
+        state,
+        ..RunCall::proposed(ToolCallId("c1".into()), ToolKind::Approval)
+    }
+}
+
+#[test]
+fn a_call_has_no_reply_until_it_settles() {
+    assert_eq!(
+        run_call(CallState::proposed()).reply(),
+        Err(ToolCallStatus::Proposed)
+    );
+    assert_eq!(
+        run_call(CallState::Waiting(waiting())).reply(),
+        Err(ToolCallStatus::PendingApproval)
+    );
+}
+
+#[test]
+fn a_decided_call_replies_with_the_reply_it_was_decided_by() {
+    let decided = CallState::Waiting(waiting())
+        .answer(reply(reject()))
+        .unwrap();
+    let got = run_call(decided).reply().unwrap();
+    assert_eq!(got, reply(reject()));
+    assert_eq!(got.reason.as_deref(), Some("no"));
+}
+
+#[test]
+fn an_expired_call_replies_unanswered_with_the_timeout_denial() {
+    let expired = CallState::Waiting(waiting()).expire(at(9)).unwrap();
+    let got = run_call(expired).reply().unwrap();
+    assert_eq!(got.status, ToolCallStatus::Expired);
+    assert!(!got.approved);
+    assert_eq!(got.reason.as_deref(), Some(TIMEOUT_DENIAL));
+    assert_eq!(got.denial(), Some(expired_result()));
+    assert_eq!((got.answered_at, got.answered_by), (Some(at(9)), None));
+}
+
+#[test]
+fn a_call_settled_without_a_wait_replies_with_its_status() {
+    let refused = run_call(CallState::Refused {
+        result: json!({ "denied": true, "reason": "denied before" }),
+    });
+    let got = refused.reply().unwrap();
+    assert_eq!(
+        (got.status, got.approved, got.reason.as_deref()),
+        (ToolCallStatus::Rejected, false, Some("denied before"))
+    );
+    let ran = run_call(CallState::Ran { result: json!(1) })
+        .reply()
+        .unwrap();
+    assert_eq!((ran.status, ran.approved), (ToolCallStatus::Executed, true));
+    let cancelled = run_call(CallState::Cancelled { reason: None })
+        .reply()
+        .unwrap();
+    assert_eq!(cancelled.status, ToolCallStatus::Cancelled);
+}
+
+#[test]
+fn a_delegation_runs_once_its_child_exists_and_settles_with_its_result() {
+    let child = crate::RunId::new();
+    let mut call = RunCall::proposed(ToolCallId("d1".into()), ToolKind::Delegate);
+    assert_eq!(call.delegation(), None);
+    call.child = Some(child);
+    assert_eq!(call.delegation(), Some(Delegation::Running { child }));
+    call.apply(CallEvent::Finish {
+        status: ToolCallStatus::Failed,
+        result: json!({"error": "child failed"}),
+    })
+    .unwrap();
+    assert_eq!(
+        call.delegation(),
+        Some(Delegation::Settled {
+            status: ToolCallStatus::Failed,
+            result: json!({"error": "child failed"}),
+        })
+    );
+}
+
+#[test]
+fn a_run_call_refuses_an_event_its_state_does_not_take_and_keeps_its_state() {
+    let mut call = run_call(CallState::Ran { result: json!(1) });
+    assert!(call.apply(CallEvent::Cancel).is_err());
+    assert_eq!(call.state, CallState::Ran { result: json!(1) });
+    assert_eq!(call.park_request(), None);
+    let mut proposed = run_call(CallState::proposed());
+    proposed
+        .apply(CallEvent::RecordParkRequest {
+            request: json!({"job": 1}),
+        })
+        .unwrap();
+    assert_eq!(proposed.park_request(), Some(&json!({"job": 1})));
+}

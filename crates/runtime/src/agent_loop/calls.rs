@@ -38,10 +38,10 @@ pub(super) async fn run_function(
     // state only: its `exec:` entry, its recorded park request, its row.
     if !cp.next_is(&names::exec(&call.id)) {
         let row = cp.call(&call.id)?;
-        if row.status != ToolCallStatus::Proposed {
+        if row.state.status() != ToolCallStatus::Proposed {
             return Ok(Ran::Parked(None));
         }
-        if let Some(recorded) = row.park_request.clone() {
+        if let Some(recorded) = row.park_request().cloned() {
             let request: ParkRequest = serde_json::from_value(recorded)
                 .map_err(|e| SegmentError::Permanent(format!("unreadable park request: {e}")))?;
             return Ok(Ran::Parked(Some(Wait::Job(request))));

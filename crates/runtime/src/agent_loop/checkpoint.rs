@@ -27,8 +27,8 @@
 use std::collections::HashMap;
 use std::future::Future;
 
-use agentenkit_core::{JournalEntry, Replay, ReplayStep, ToolCallId, ToolCallStatus};
-use agentenkit_store::{CallRow, Change, Lease, RunEngine};
+use agentenkit_core::{JournalEntry, Replay, ReplayStep, RunCall, ToolCallId, ToolCallStatus};
+use agentenkit_store::{Change, Lease, RunEngine};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tracing::Instrument;
@@ -57,7 +57,7 @@ pub struct Checkpointer<'a> {
     crash: Option<&'a CrashPoint>,
     /// The run's tool-call rows: as the lease found them, then as this
     /// segment's changes (committed or buffered) leave them.
-    calls: HashMap<ToolCallId, CallRow>,
+    calls: HashMap<ToolCallId, RunCall>,
     /// Changes not committed yet, and the names of their journal entries.
     pending: Vec<Change>,
     pending_names: Vec<String>,
@@ -90,7 +90,7 @@ impl<'a> Checkpointer<'a> {
         engine: &'a dyn RunEngine,
         lease: &'a Lease,
         journal: Vec<JournalEntry>,
-        calls: Vec<CallRow>,
+        calls: Vec<RunCall>,
         crash: Option<&'a CrashPoint>,
     ) -> Self {
         Self {
@@ -131,7 +131,7 @@ impl<'a> Checkpointer<'a> {
     }
 
     /// The run's row of `call`, as this segment knows it.
-    pub(super) fn call(&self, call: &ToolCallId) -> Result<&CallRow, SegmentError> {
+    pub(super) fn call(&self, call: &ToolCallId) -> Result<&RunCall, SegmentError> {
         self.calls.get(call).ok_or_else(|| {
             SegmentError::Permanent(format!("tool call {call} has no row in its run"))
         })
@@ -221,11 +221,13 @@ impl<'a> Checkpointer<'a> {
         match change {
             Change::ProposeToolCall { id, kind, .. } => {
                 self.calls
-                    .insert(id.clone(), CallRow::proposed(id.clone(), *kind));
+                    .insert(id.clone(), RunCall::proposed(id.clone(), *kind));
             }
             Change::Call { id, event } => {
-                if let Some(row) = self.calls.get_mut(id) {
-                    row.track(event);
+                // An event the call cannot take fails its commit
+                // (`calls::write_one`): the view keeps the state it had.
+                if let Some(call) = self.calls.get_mut(id) {
+                    let _ = call.apply(event.clone());
                 }
             }
             _ => {}
@@ -280,6 +282,6 @@ impl<'a> Checkpointer<'a> {
 
     /// The status of a call, as this segment knows it.
     pub(super) fn status(&self, call: &ToolCallId) -> Result<ToolCallStatus, SegmentError> {
-        Ok(self.call(call)?.status)
+        Ok(self.call(call)?.state.status())
     }
 }

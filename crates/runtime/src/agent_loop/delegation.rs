@@ -1,9 +1,10 @@
 //! Delegations: a call to a sub-agent is a child run; its end is the
 //! call's result (`exec:<callId>`).
 
+use agentenkit_core::call::Delegation;
 use agentenkit_core::journal::names;
 use agentenkit_core::RunId;
-use agentenkit_store::{Delegation, Lease};
+use agentenkit_store::Lease;
 use serde_json::{json, Value};
 
 use super::checkpoint::{Checkpointer, Durability};
