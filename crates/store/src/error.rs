@@ -80,6 +80,14 @@ impl From<agentenkit_core::Error> for Error {
     }
 }
 
+/// A journal entry that cannot be read back is a corrupt run: replay must
+/// not guess.
+impl From<crate::format::journal::UnpackJournalError> for Error {
+    fn from(e: crate::format::journal::UnpackJournalError) -> Self {
+        Error::Corrupt(e.to_string())
+    }
+}
+
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {
         Error::Corrupt(e.to_string())

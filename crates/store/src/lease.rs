@@ -9,9 +9,8 @@ use uuid::Uuid;
 
 use crate::calls::CallColumns;
 use crate::change::Change;
-use crate::format::journal::StoredEntry;
+use crate::format::journal::{self as stored_journal, StoredEntry};
 use crate::pipeline::{self, Expect, Op, Param};
-use crate::runs::unpack_journal;
 use crate::{Error, Result, Store};
 
 /// A worker's hold on a run. Every write it makes carries `token`; once
@@ -306,7 +305,7 @@ fn context_of(run: RunId, ttl_ms: u64, row: &tokio_postgres::Row) -> Result<RunC
         root_run_id: RunId(row.get(11)),
     };
     let journal: Vec<(i32, String, serde_json::Value, i16)> = serde_json::from_value(row.get(7))?;
-    let journal = unpack_journal(
+    let journal = stored_journal::unpack(
         journal
             .into_iter()
             .map(|(position, name, value, packed)| StoredEntry {

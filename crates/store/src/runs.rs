@@ -1,4 +1,5 @@
-//! Runs: the lease a worker takes to advance one, and the run's reads.
+//! Reads of runs: one run as the API shows it, its journal, its tree, and
+//! what a segment asks of earlier runs (an intake asked before).
 
 use agentenkit_core::canonical::json_len;
 use agentenkit_core::{JournalEntry, Owner, RunId, RunStatus, ThreadId};
@@ -166,7 +167,7 @@ impl Store {
             },
         )
         .await?;
-        let items = unpack_journal(context.into_iter().chain(page.items).collect())?
+        let items = stored_journal::unpack(context.into_iter().chain(page.items).collect())?
             .into_iter()
             .filter(|entry| i64::from(entry.position) > i64::from(after))
             .collect();
@@ -191,12 +192,6 @@ fn not_found(run: RunId) -> Error {
         what: "run",
         id: run.to_string(),
     }
-}
-
-/// The journal as written, from its stored rows: an entry that cannot be
-/// read back is a corrupt run (replay must not guess).
-pub(crate) fn unpack_journal(stored: Vec<StoredEntry>) -> Result<Vec<JournalEntry>> {
-    stored_journal::unpack(stored).map_err(|e| Error::Corrupt(e.to_string()))
 }
 
 fn run_view(row: &Row, usage: Vec<UsageView>) -> Result<RunView> {
