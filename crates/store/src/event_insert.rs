@@ -130,41 +130,49 @@ pub(crate) fn ordered_ops(thread: ThreadId, run: RunId, ordered: Vec<Ordered>) -
     let mut ops = Vec::new();
     let mut stretch = Vec::new();
     for write in ordered {
-        match write {
+        let write = match write {
             Ordered::Op(op) => {
                 flush(thread, run, &mut stretch, &mut ops);
                 ops.push(op);
+                continue;
             }
-            // A second message starts a stretch of its own.
-            write if has_message(&write) && stretch.iter().any(has_message) => {
-                flush(thread, run, &mut stretch, &mut ops);
-                stretch.push(write);
-            }
-            write => stretch.push(write),
+            Ordered::Event(item) => Stretched::Event(item),
+            Ordered::Message(body, position) => Stretched::Message(body, position),
+        };
+        // A second message starts a stretch of its own.
+        if write.has_message() && stretch.iter().any(Stretched::has_message) {
+            flush(thread, run, &mut stretch, &mut ops);
         }
+        stretch.push(write);
     }
     flush(thread, run, &mut stretch, &mut ops);
     ops
 }
 
-fn has_message(write: &Ordered) -> bool {
-    match write {
-        Ordered::Message(..) => true,
-        Ordered::Event(item) => item.message.is_some(),
-        Ordered::Op(_) => false,
+/// An [`Ordered`] write a stretch can hold: not a statement of its own.
+enum Stretched {
+    Event(EventItem),
+    Message(Option<Value>, Option<i32>),
+}
+
+impl Stretched {
+    fn has_message(&self) -> bool {
+        match self {
+            Stretched::Message(..) => true,
+            Stretched::Event(item) => item.message.is_some(),
+        }
     }
 }
 
 /// The statement(s) of a stretch of events and at most one message.
-fn flush(thread: ThreadId, run: RunId, stretch: &mut Vec<Ordered>, ops: &mut Vec<Op>) {
+fn flush(thread: ThreadId, run: RunId, stretch: &mut Vec<Stretched>, ops: &mut Vec<Op>) {
     match stretch.len() {
         0 => {}
         1 => match stretch.pop() {
-            Some(Ordered::Event(item)) => ops.push(item_op(thread, Some(run), item)),
-            Some(Ordered::Message(body, position)) => {
+            Some(Stretched::Event(item)) => ops.push(item_op(thread, Some(run), item)),
+            Some(Stretched::Message(body, position)) => {
                 ops.push(message_op(thread, run, body, position))
             }
-            Some(Ordered::Op(op)) => ops.push(op),
             None => {}
         },
         _ => ops.push(events_op(thread, run, std::mem::take(stretch))),
@@ -172,13 +180,13 @@ fn flush(thread: ThreadId, run: RunId, stretch: &mut Vec<Ordered>, ops: &mut Vec
 }
 
 /// [`INSERT_EVENTS_SQL`] of a stretch.
-fn events_op(thread: ThreadId, run: RunId, stretch: Vec<Ordered>) -> Op {
+fn events_op(thread: ThreadId, run: RunId, stretch: Vec<Stretched>) -> Op {
     let (mut body, mut position, mut with_message, mut naming) = (None, None, false, None);
     let (mut types, mut data, mut packings) = (Vec::new(), Vec::new(), Vec::new());
     for write in stretch {
         match write {
-            Ordered::Message(b, p) => (body, position, with_message) = (b, p, true),
-            Ordered::Event(item) => {
+            Stretched::Message(b, p) => (body, position, with_message) = (b, p, true),
+            Stretched::Event(item) => {
                 if let Some((b, p)) = item.message {
                     (body, position, with_message) = (b, p, true);
                     naming = Some(types.len() as i32 + 1);
@@ -187,7 +195,6 @@ fn events_op(thread: ThreadId, run: RunId, stretch: Vec<Ordered>) -> Op {
                 data.push(item.stored.data);
                 packings.push(item.stored.packed);
             }
-            Ordered::Op(_) => unreachable!("a statement of its own ends a stretch"),
         }
     }
     Op::new(
