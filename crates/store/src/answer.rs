@@ -14,10 +14,10 @@ use agentenkit_core::{
 };
 use serde_json::{json, Value};
 
-use crate::error::retry_conflicts;
 use crate::event_insert::{event_ops, returned_outbox};
 use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
+use crate::pipeline::retry_conflicts;
 use crate::pipeline::{Op, OpenTx};
 use crate::{Error, Result, Store};
 
@@ -289,7 +289,7 @@ fn vote_ops(
     call: &ToolCallId,
     votes: &[Vote],
     (given, required): (u32, u32),
-    notified: crate::sent_here::NotifyRule<'_>,
+    notified: crate::event_insert::NotifyRule<'_>,
 ) -> Result<Vec<Op>> {
     let last = votes.last();
     let vote = CallEvent::Vote {
@@ -322,7 +322,7 @@ fn settle_ops(
     row: &ReplyTarget,
     call: &ToolCallId,
     reply: &SettledReply,
-    notified: crate::sent_here::NotifyRule<'_>,
+    notified: crate::event_insert::NotifyRule<'_>,
 ) -> Result<Vec<Op>> {
     let run = row.run_id;
     let answer = CallEvent::Answer {
@@ -363,7 +363,7 @@ pub(crate) struct Settled<'a> {
 pub(crate) fn resolved_ops(
     settled: Settled<'_>,
     reply: &SettledReply,
-    notified: crate::sent_here::NotifyRule<'_>,
+    notified: crate::event_insert::NotifyRule<'_>,
 ) -> Result<Vec<Op>> {
     let mut data = serde_json::to_value(reply)?;
     if let Value::Object(map) = &mut data {

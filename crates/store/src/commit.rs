@@ -27,7 +27,7 @@ impl Store {
     /// extending the lease, and publishes the outbox rows it wrote (which
     /// it returns). `Error::LeaseLost` when the lease ran out or was taken.
     pub async fn commit(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
-        let outbox = crate::error::retry_conflicts(|| self.commit_once(lease, changes)).await?;
+        let outbox = crate::pipeline::retry_conflicts(|| self.commit_once(lease, changes)).await?;
         self.publish(&outbox).await;
         Ok(outbox)
     }
@@ -55,7 +55,7 @@ impl Statements {
     fn of(
         lease: &Lease,
         changes: &[Change],
-        notified: crate::sent_here::NotifyRule<'_>,
+        notified: crate::event_insert::NotifyRule<'_>,
     ) -> Result<Statements> {
         // A new journal entry is progress: the attempts of the step that
         // made it start over.
@@ -237,7 +237,7 @@ struct Commit<'a> {
     parked_at_once: ParkedAtOnce<'a>,
     message_with_event: MessageWithEvent<'a>,
     /// The events whose `Notify` outbox row goes with them.
-    notified: crate::sent_here::NotifyRule<'a>,
+    notified: crate::event_insert::NotifyRule<'a>,
 }
 
 /// The statement of a change that writes one row.

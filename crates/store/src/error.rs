@@ -124,32 +124,3 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// How often a transaction Postgres aborted for a conflict is run again
-/// before the error is returned.
-const CONFLICT_RETRIES: u32 = 6;
-
-/// Runs `attempt` and, when Postgres aborted it for a deadlock or a
-/// serialization failure, runs it again at once after a short random pause
-/// (so two conflicting transactions do not meet again in step), rather than
-/// handing the work back for a lease's time.
-pub async fn retry_conflicts<T, F, Fut>(mut attempt: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let mut tries = 0;
-    loop {
-        match attempt().await {
-            Err(e) if e.is_conflict() && tries < CONFLICT_RETRIES => {
-                tries += 1;
-                tracing::debug!(error = %e, tries, "transaction aborted by a conflict; retrying");
-                // 1..=2^tries ms, random: cheap, and enough to break a tie.
-                let spread = 1u128 << tries;
-                let pause = 1 + (uuid::Uuid::new_v4().as_u128() % spread) as u64;
-                tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
-            }
-            other => return other,
-        }
-    }
-}

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use agentenkit_core::notify::NotifiedEvents;
 use agentenkit_core::{EventType, RunId, ThreadId};
 use serde_json::Value;
 
@@ -11,7 +12,7 @@ use crate::format::encode::{event_item, EventItem};
 use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, Param};
-use crate::sent_here::{EventDraft, NotifyRule};
+use crate::sent_here::{EventDraft, SentHere};
 use crate::Result;
 
 /// Inserts one event of thread `$1`, its id taken only once this
@@ -91,6 +92,27 @@ const INSERT_EVENTS_SQL: &str = "
     FROM ordered,
          unnest($7::text[], $8::jsonb[], $9::smallint[]) WITH ORDINALITY AS e(type, data, packed, n)
     ORDER BY e.n";
+
+/// How a store's transactions notify: which events get a `Notify` outbox
+/// row, and which of those it claims and sends itself.
+#[derive(Clone, Copy)]
+pub(crate) struct NotifyRule<'a> {
+    pub(crate) events: NotifiedEvents,
+    pub(crate) here: Option<&'a SentHere>,
+}
+
+impl NotifyRule<'_> {
+    pub(crate) fn contains(&self, event_type: EventType) -> bool {
+        self.events.contains(event_type)
+    }
+
+    /// The targets this process claims an event of `event_type` for, and
+    /// the claim in ms, when it sends it itself.
+    pub(crate) fn claimed_here(&self, event_type: EventType) -> Option<(&[String], u64)> {
+        let here = self.here?;
+        Some((here.targets_of(event_type)?, here.claim_ms()))
+    }
+}
 
 /// What a transaction writes after every row lock, in its order: an event
 /// or a message of the run [`ordered_ops`] is given, which it writes

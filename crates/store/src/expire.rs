@@ -130,7 +130,7 @@ pub enum Scope {
 impl Store {
     /// Expires the request if it is still open and due, in one transaction.
     pub async fn expire(&self, run: RunId, call: &ToolCallId) -> Result<Expiry> {
-        let expiry = crate::error::retry_conflicts(|| self.expire_once(run, call)).await?;
+        let expiry = crate::pipeline::retry_conflicts(|| self.expire_once(run, call)).await?;
         if let Expiry::Expired { outbox, .. } | Expiry::NotDue { outbox, .. } = &expiry {
             self.publish(outbox).await;
         }

@@ -51,7 +51,7 @@ pub use answer::{AddressedTool, AnswerChecks, AnswerTarget, Answered, LockedCall
 pub use bounded::{ReadBound, ReadPage};
 pub use change::Change;
 pub use engine::RunEngine;
-pub use error::{retry_conflicts, Error, Result};
+pub use error::{Error, Result};
 pub use event_insert::{INSERT_EVENT_SQL, INSERT_MESSAGE_SQL};
 pub use expire::{Expiry, Scope};
 pub use idempotency::{Claim, Hold, KeyTimes, RecordedItem};
@@ -62,6 +62,7 @@ pub use notifications::{
     Attempted, DeliveryAttempt, DeliveryResult, DeliveryRow, RecordItem, Recorded, RetryRule,
 };
 pub use outbox::{OutboxRow, Publisher};
+pub use pipeline::retry_conflicts;
 pub use reclaim::Reclaimed;
 pub use sent_here::{ClaimedEvent, LocalSender, SentHere};
 pub use start::StartedRun;
@@ -84,8 +85,8 @@ pub struct StoreConfig {
     pub schema: Option<String>,
     pub max_connections: usize,
     /// How long a caller waits for a pooled connection (and for a new one
-    /// to connect) before [`Error::Unavailable`]: a saturated pool answers
-    /// 503 rather than hanging requests.
+    /// to connect) before it gets an error [`Error::is_unavailable`] says
+    /// is one: a saturated pool answers 503 rather than hanging requests.
     pub pool_wait: Duration,
     /// The server's `statement_timeout` for this store's sessions
     /// (migrations lift it for their own transactions).
@@ -219,8 +220,8 @@ impl Store {
     }
 
     /// How this store's transactions notify.
-    pub(crate) fn notify_rule(&self) -> sent_here::NotifyRule<'_> {
-        sent_here::NotifyRule {
+    pub(crate) fn notify_rule(&self) -> event_insert::NotifyRule<'_> {
+        event_insert::NotifyRule {
             events: self.notified,
             here: self.sent_here.as_deref(),
         }

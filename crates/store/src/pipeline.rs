@@ -10,6 +10,9 @@
 //! `COMMIT` included. So [`transact`] sends a whole transaction without
 //! waiting in between: the statements of one pipeline are one implicit
 //! transaction, committed at its `Sync`.
+//!
+//! A transaction Postgres aborted for a deadlock or a serialization failure
+//! is sent again whole ([`retry_conflicts`]).
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -319,6 +322,35 @@ fn ran(result: Option<PipelineResult>) -> Result<Vec<tokio_postgres::Row>> {
 /// changed or found other than one row.
 pub(crate) fn is_row_check(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::from_code(ROW_CHECK_FAILED))
+}
+
+/// How often a transaction Postgres aborted for a conflict is run again
+/// before the error is returned.
+const CONFLICT_RETRIES: u32 = 6;
+
+/// Runs `attempt` and, when Postgres aborted it for a deadlock or a
+/// serialization failure, runs it again at once after a short random pause
+/// (so two conflicting transactions do not meet again in step), rather than
+/// handing the work back for a lease's time.
+pub async fn retry_conflicts<T, F, Fut>(mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Err(e) if e.is_conflict() && tries < CONFLICT_RETRIES => {
+                tries += 1;
+                tracing::debug!(error = %e, tries, "transaction aborted by a conflict; retrying");
+                // 1..=2^tries ms, random: cheap, and enough to break a tie.
+                let spread = 1u128 << tries;
+                let pause = 1 + (uuid::Uuid::new_v4().as_u128() % spread) as u64;
+                tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -86,7 +86,7 @@ impl Store {
     /// transaction; returns the parent's resume segment to publish, if any,
     /// or `None` when the run had already ended.
     pub async fn fail_run(&self, run: RunId, error: &str) -> Result<Option<Vec<OutboxRow>>> {
-        let failed = crate::error::retry_conflicts(|| self.fail_run_once(run, error)).await?;
+        let failed = crate::pipeline::retry_conflicts(|| self.fail_run_once(run, error)).await?;
         if let Some(outbox) = &failed {
             self.publish(outbox).await;
         }
@@ -175,7 +175,7 @@ impl FailedRun<'_> {
     /// is cancelled; a parent's delegation fails and the parent resumes if
     /// that was all it waited on; then the events, last (after every row
     /// lock, see `INSERT_EVENT_SQL`).
-    fn plan(&self, notified: crate::sent_here::NotifyRule<'_>) -> Result<Vec<Op>> {
+    fn plan(&self, notified: crate::event_insert::NotifyRule<'_>) -> Result<Vec<Op>> {
         let mut ended = self.cancelled.clone();
         ended.push(self.run.0);
         let mut ops = vec![crate::calls::cancel_open(&ended)];

@@ -166,24 +166,3 @@ impl SentHere {
         self.sender.as_ref()
     }
 }
-
-/// How a store's transactions notify: which events get a `Notify` outbox
-/// row, and which of those it claims and sends itself.
-#[derive(Clone, Copy)]
-pub(crate) struct NotifyRule<'a> {
-    pub(crate) events: agentenkit_core::notify::NotifiedEvents,
-    pub(crate) here: Option<&'a SentHere>,
-}
-
-impl NotifyRule<'_> {
-    pub(crate) fn contains(&self, event_type: EventType) -> bool {
-        self.events.contains(event_type)
-    }
-
-    /// The targets this process claims an event of `event_type` for, and
-    /// the claim in ms, when it sends it itself.
-    pub(crate) fn claimed_here(&self, event_type: EventType) -> Option<(&[String], u64)> {
-        let here = self.here?;
-        Some((here.targets_of(event_type)?, here.claim_ms()))
-    }
-}

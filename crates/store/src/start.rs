@@ -175,7 +175,7 @@ impl Store {
     /// the first segment in the outbox, in one transaction. The thread row is
     /// locked so two concurrent turns cannot both start.
     ///
-    /// A thread whose agent this process knows ([`ThreadAgents`]) starts in
+    /// A thread whose agent this process knows (`ThreadAgents`) starts in
     /// one round trip: the lock, the check that no run of it is active and
     /// the writes go out together, and a failed check rolls them all back.
     /// Any other thread, or one whose check failed, starts in two: the

@@ -18,7 +18,7 @@ impl Store {
     /// Returns the runs stopped (none when the thread was idle).
     pub async fn stop_thread(&self, thread: ThreadId, owner: &Owner) -> Result<Vec<RunId>> {
         let (stopped, outbox) =
-            crate::error::retry_conflicts(|| self.stop_thread_once(thread, owner)).await?;
+            crate::pipeline::retry_conflicts(|| self.stop_thread_once(thread, owner)).await?;
         self.publish(&outbox).await;
         Ok(stopped)
     }
