@@ -8,9 +8,10 @@
 # Needs valgrind (Debian: apt-get install valgrind) and the services
 # (`make services`). Postgres's and RabbitMQ's own CPU is not in it: the
 # bench's CPU table (make bench) has them per process.
-# It also names the project's source files a cycle runs code of (those
-# whose instructions grow from the N1 run to the N2 one), by crate: what one
-# approval cycle crosses. CALLGRIND_FILES=1 lists them. Count files with
+# It also names the project's source files a cycle runs code of (those with
+# a function called at least once more per cycle in the N2 run than in the
+# N1 one: a timer's task, which runs by time rather than by cycle, does
+# not count), by crate: what one approval cycle crosses. CALLGRIND_FILES=1 lists them. Count files with
 # CALLGRIND_PROFILE=dev: callgrind names a function's own file, so in a
 # release build a function inlined into another file's is not seen (the
 # instruction count is the release build's figure).
@@ -42,17 +43,15 @@ echo "callgrind, bench process (clients + in-process worker), c=1, $profile buil
 echo "  N=$n1: $ir1 instructions; N=$n2: $ir2 instructions"
 echo "  per cycle (marginal, (Ir($n2) - Ir($n1)) / $((n2 - n1))): $(( (ir2 - ir1) / (n2 - n1) )) instructions"
 
-# Instructions by project source file in each run, from callgrind's own
-# annotation; a file counts when a cycle runs code of it.
-files() {
-  callgrind_annotate --inclusive=no --threshold=100 "$out/cg.$1" 2>/dev/null |
-    sed -n 's|^ *\([0-9,]*\) .* [^ ]*/\(crates/[a-z]*/src/[^:]*\.rs\):.*|\2 \1|p' | tr -d ',' |
-    grep -v '^crates/bench/' | awk '{ ir[$1] += $2 } END { for (f in ir) print f, ir[f] }' | sort
+# Calls of each function of a project source file in each run, read from
+# callgrind's output itself (scripts/callgrind-calls.py).
+calls() {
+  python3 scripts/callgrind-calls.py "$out/cg.$1" | LC_ALL=C sort -t$'\t' -k1,1
 }
-files "$n1" >"$out/files.$n1"
-files "$n2" >"$out/files.$n2"
-crossed=$(join -a 2 -e 0 -o 0,1.2,2.2 "$out/files.$n1" "$out/files.$n2" |
-  awk -v n="$((n2 - n1))" '($3 - $2) >= n { print $1 }')
+calls "$n1" >"$out/calls.$n1"
+calls "$n2" >"$out/calls.$n2"
+crossed=$(LC_ALL=C join -t$'\t' -a 2 -e 0 -o 0,1.2,2.2 "$out/calls.$n1" "$out/calls.$n2" |
+  awk -F'\t' -v n="$((n2 - n1))" '($3 - $2) >= n { split($1, at, ":"); print at[1] }' | sort -u)
 echo "  project source files a cycle runs code of: $(echo "$crossed" | grep -c . || true)"
 echo "$crossed" | sed 's|^crates/\([a-z]*\)/.*|\1|' | sort | uniq -c | awk '{ printf "    %s %s\n", $2, $1 }'
 if [ -n "${CALLGRIND_FILES:-}" ]; then
