@@ -11,10 +11,11 @@
 # It also names the project's source files a cycle runs code of (those with
 # a function called at least once more per cycle in the N2 run than in the
 # N1 one: a timer's task, which runs by time rather than by cycle, does
-# not count), by crate: what one approval cycle crosses. CALLGRIND_FILES=1 lists them. Count files with
-# CALLGRIND_PROFILE=dev: callgrind names a function's own file, so in a
-# release build a function inlined into another file's is not seen (the
-# instruction count is the release build's figure).
+# not count), by crate: what one approval cycle crosses. CALLGRIND_FILES=1
+# lists them. Count files with CALLGRIND_PROFILE=dev: callgrind names a
+# function's own file, so in a release build a function inlined into
+# another file's is not seen (the instruction count is the release build's
+# figure).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 n1=${1:-200}

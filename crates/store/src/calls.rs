@@ -11,9 +11,12 @@
 //! status by the CHECK of `migrations/0011_call_states.sql`.
 //!
 //! A worker reads its run's calls back as [`agentenkit_core::RunCall`]s
-//! through the one decoder, [`CallColumns::decode`]; [`CallColumns::of`] is
-//! the same columns as [`write`] leaves them, for the in-memory engine and
-//! the round-trip property of the two.
+//! through the one decoder, [`CallColumns::decode`]. It reads the columns of
+//! the row's state only: the statements leave columns of an earlier state
+//! in place (a park request after the park, votes and the expiry after the
+//! wait), and the decoder does not look at them. [`CallColumns::of`] is the
+//! columns each state has, as the statements set them: what the in-memory
+//! engine hands its worker, and one side of the round-trip property.
 //!
 //! Three writes change many rows at once and are statements of their own
 //! here: the calls of ended runs are cancelled ([`cancel_open`]), waits
@@ -250,8 +253,8 @@ pub(crate) struct CallColumns {
 }
 
 impl CallColumns {
-    /// The columns of `call` as [`insert_tool_call`] and [`write`] leave
-    /// them.
+    /// The columns of `call`'s state as [`insert_tool_call`] and [`write`]
+    /// set them (without what an earlier state left: see the module doc).
     pub(crate) fn of(call: &RunCall) -> Self {
         let mut row = CallColumns {
             id: call.id.as_str().to_owned(),

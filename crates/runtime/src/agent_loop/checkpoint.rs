@@ -224,8 +224,10 @@ impl<'a> Checkpointer<'a> {
                     .insert(id.clone(), RunCall::proposed(id.clone(), *kind));
             }
             Change::Call { id, event } => {
-                // An event the call cannot take fails its commit
-                // (`calls::write_one`): the view keeps the state it had.
+                // An event the call cannot take is not written either: a
+                // park or a settle fails its commit (`calls::write_one`), a
+                // park request or result recorded twice changes no row. The
+                // view keeps the state it had, as the row does.
                 if let Some(call) = self.calls.get_mut(id) {
                     let _ = call.apply(event.clone());
                 }

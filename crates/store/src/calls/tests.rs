@@ -162,6 +162,37 @@ proptest! {
         let read: CallColumns = serde_json::from_value(json).unwrap();
         prop_assert_eq!(read.decode().unwrap(), call);
     }
+
+    /// The statements leave an earlier state's columns in place: a park
+    /// request after the park (`PARK_SQL`), votes and the expiry after the
+    /// wait (`ANSWER_SQL`, `EXPIRE_SQL`, `CANCEL_SQL`), an empty vote list
+    /// where a revoked key's votes were dropped (`DROP_VOTES_OF_KEY_SQL`).
+    /// The decoder reads the same call from such a row.
+    #[test]
+    fn columns_an_earlier_state_left_do_not_change_the_call(
+        call in arb_call(),
+        request in arb_json(),
+        expires in 0i64..100,
+        votes in prop_oneof![Just(json!([])), Just(json!([{ "principal": "p",
+            "answeredBy": "o", "answeredAt": "2027-01-15T08:00:00Z" }]))],
+    ) {
+        let mut row = CallColumns::of(&call);
+        match &call.state {
+            CallState::Proposed { .. } => {}
+            CallState::Waiting(waiting) => {
+                if waiting.votes.is_empty() {
+                    row.approvals = Some(json!([]));
+                }
+                row.park_request = Some(request);
+            }
+            _ => {
+                row.park_request = Some(request);
+                row.approvals = Some(votes);
+                row.expires_at = Some(at(expires));
+            }
+        }
+        prop_assert_eq!(row.decode().unwrap(), call);
+    }
 }
 
 #[test]
