@@ -457,9 +457,16 @@ impl RunCall {
     }
 
     /// This call once `event` applied: what a later step of the same
-    /// segment sees of a change written in a commit not yet read back.
+    /// segment sees of a change written in a commit not yet read back. A
+    /// park sets the kind too, as its statement does (a self-parking
+    /// tool's call waits as `park`).
     pub fn apply(&mut self, event: CallEvent) -> Result<(), Error> {
+        let kind = match &event {
+            CallEvent::Park { kind, .. } => *kind,
+            _ => self.kind,
+        };
         self.state = self.state.clone().apply(event)?;
+        self.kind = kind;
         Ok(())
     }
 }

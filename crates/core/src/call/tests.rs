@@ -437,4 +437,24 @@ fn a_run_call_refuses_an_event_its_state_does_not_take_and_keeps_its_state() {
         })
         .unwrap();
     assert_eq!(proposed.park_request(), Some(&json!({"job": 1})));
+    let mut tool = RunCall::proposed(ToolCallId("f1".into()), ToolKind::Function);
+    tool.apply(CallEvent::Park {
+        kind: ToolKind::Park,
+        arguments: None,
+        reason: "job".into(),
+        expires_at: None,
+    })
+    .unwrap();
+    assert_eq!(tool.kind, ToolKind::Park);
+    assert_eq!(tool.state.status(), ToolCallStatus::PendingApproval);
+    assert!(tool.apply(CallEvent::Cancel).is_ok());
+    assert!(tool
+        .apply(CallEvent::Park {
+            kind: ToolKind::Approval,
+            arguments: None,
+            reason: "again".into(),
+            expires_at: None,
+        })
+        .is_err());
+    assert_eq!(tool.kind, ToolKind::Park, "a refused park changes nothing");
 }
