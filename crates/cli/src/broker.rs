@@ -7,15 +7,41 @@
 //! topology expires only long after the bench (a safety net should it
 //! crash), and is deleted here by name.
 
+use std::time::Duration;
+
 use agentenkit_queue::{ladder, Topology};
 use anyhow::Context;
 use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use lapin::types::ShortString;
 use lapin::{Connection, ConnectionProperties};
 
+/// How long deleting a topology may take before it is left to expire: a
+/// broker that accepts the connection and then never answers (lapin's
+/// handshake and deletes have no deadline of their own) must not keep the
+/// bench or the chaos run from ending.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Deletes the segment queue, the delay queues and the exchanges of
-/// `topology`; returns how many deletions failed.
+/// `topology`; returns how many deletions failed. Gives up after
+/// [`DELETE_TIMEOUT`].
 pub async fn delete_topology(amqp_url: &str, topology: &Topology) -> anyhow::Result<usize> {
+    delete_topology_within(amqp_url, topology, DELETE_TIMEOUT).await
+}
+
+/// [`delete_topology`], giving up after `limit`.
+pub async fn delete_topology_within(
+    amqp_url: &str,
+    topology: &Topology,
+    limit: Duration,
+) -> anyhow::Result<usize> {
+    tokio::time::timeout(limit, delete(amqp_url, topology))
+        .await
+        .with_context(|| {
+            format!("the broker did not finish deleting the topology within {limit:?}")
+        })?
+}
+
+async fn delete(amqp_url: &str, topology: &Topology) -> anyhow::Result<usize> {
     let connection = Connection::connect(amqp_url, ConnectionProperties::default())
         .await
         .context("connecting to RabbitMQ to delete a topology")?;
@@ -52,4 +78,38 @@ pub async fn delete_topology(amqp_url: &str, topology: &Topology) -> anyhow::Res
     }
     let _ = connection.close(200, "topology deleted".into()).await;
     Ok(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_broker_that_never_answers_does_not_keep_the_delete_waiting() {
+        // Accepts the connection and says nothing: the AMQP handshake never
+        // completes.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((stream, _)) = silent.accept().await {
+                open.push(stream);
+            }
+        });
+        let topology = Topology {
+            prefix: "silent".to_owned(),
+            ..Topology::default()
+        };
+        let started = std::time::Instant::now();
+        let err = delete_topology_within(
+            &format!("amqp://guest:guest@127.0.0.1:{port}/%2f"),
+            &topology,
+            Duration::from_millis(500),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("did not finish"), "{err:#}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        held.abort();
+    }
 }
