@@ -415,22 +415,12 @@ impl RunCall {
     pub fn reply(&self) -> Result<SettledReply, ToolCallStatus> {
         let status = self.state.status();
         let unanswered = |result: Option<&Value>, answered_at| SettledReply {
-            status,
-            approved: status == ToolCallStatus::Executed,
-            payload: None,
             reason: result
                 .and_then(|r| r.get("reason"))
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            answers: None,
-            defaulted: None,
-            answered_by: None,
             answered_at,
-            arguments: None,
-            message: None,
-            arguments_hash: None,
-            key_id: None,
-            approvals: None,
+            ..SettledReply::bare(status)
         };
         match &self.state {
             CallState::Proposed { .. } | CallState::Waiting(_) => Err(status),

@@ -128,19 +128,12 @@ pub fn reduce(
     stored_request: &Value,
 ) -> Result<SettledReply, ReplyError> {
     let settled = |status, approved, payload, reason, resolved: Option<Resolved>| SettledReply {
-        status,
         approved,
         payload,
         reason,
         answers: resolved.as_ref().map(|r| r.answers.clone()),
         defaulted: resolved.map(|r| r.defaulted),
-        answered_by: None,
-        answered_at: None,
-        arguments: None,
-        message: None,
-        arguments_hash: None,
-        key_id: None,
-        approvals: None,
+        ..SettledReply::bare(status)
     };
     if let Verdict::Approve {
         arguments: Some(_), ..
@@ -264,6 +257,27 @@ pub fn approved_result(output: Value, edited: Option<&Value>, message: Option<&s
 }
 
 impl SettledReply {
+    /// A reply of `status` that carries nothing else (no payload, answers,
+    /// answerer or decision): approved when the call ran. What other
+    /// replies are built on.
+    pub fn bare(status: ToolCallStatus) -> SettledReply {
+        SettledReply {
+            status,
+            approved: status == ToolCallStatus::Executed,
+            payload: None,
+            reason: None,
+            answers: None,
+            defaulted: None,
+            answered_by: None,
+            answered_at: None,
+            arguments: None,
+            message: None,
+            arguments_hash: None,
+            key_id: None,
+            approvals: None,
+        }
+    }
+
     /// What the model sees of an answered question set: the values, which
     /// were defaulted, and whether the person skipped (a skip is not a
     /// confirmation). `None` for other calls.

@@ -17,8 +17,7 @@ use serde_json::{json, Value};
 use crate::event_insert::{event_ops, returned_outbox};
 use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
-use crate::pipeline::retry_conflicts;
-use crate::pipeline::{Op, OpenTx};
+use crate::pipeline::{retry_conflicts, Op, OpenTx};
 use crate::{Error, Result, Store};
 
 mod locate;

@@ -78,19 +78,8 @@ async fn lock_and_read(
 /// denial.
 fn expired_reply(at: DateTime<Utc>) -> SettledReply {
     SettledReply {
-        status: ToolCallStatus::Expired,
-        approved: false,
-        payload: None,
-        reason: None,
-        answers: None,
-        defaulted: None,
-        answered_by: None,
         answered_at: Some(at),
-        arguments: None,
-        message: None,
-        arguments_hash: None,
-        key_id: None,
-        approvals: None,
+        ..SettledReply::bare(ToolCallStatus::Expired)
     }
 }
 
