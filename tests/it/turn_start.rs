@@ -84,14 +84,18 @@ async fn a_thread_this_process_knows_starts_its_turn_in_one_round_trip() {
         .start_run(unseen.id, &alice, "hi", None)
         .await
         .unwrap();
-    assert!(prepared(
-        &other.prepared_plans().await.unwrap(),
-        READ_THEN_WRITE_LOCK
-    ));
+    let plans = other.prepared_plans().await.unwrap();
+    assert!(prepared(&plans, READ_THEN_WRITE_LOCK));
+    assert!(!prepared(&plans, "AND agent = $3"));
     let err = other
         .start_run(unseen.id, &alice, "again", None)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::RunActive { .. }), "{err}");
+    // The read taught it the agent: its next turn tried the one round trip.
+    assert!(prepared(
+        &other.prepared_plans().await.unwrap(),
+        "AND agent = $3"
+    ));
     env.finish().await;
 }
