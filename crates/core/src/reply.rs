@@ -375,19 +375,9 @@ mod tests {
 
     fn reply(status: ToolCallStatus, approved: bool, reason: Option<&str>) -> SettledReply {
         SettledReply {
-            status,
             approved,
-            payload: None,
             reason: reason.map(str::to_owned),
-            answers: None,
-            defaulted: None,
-            answered_by: None,
-            answered_at: None,
-            arguments: None,
-            message: None,
-            arguments_hash: None,
-            key_id: None,
-            approvals: None,
+            ..SettledReply::bare(status)
         }
     }
 
