@@ -252,7 +252,11 @@ pub fn router(state: AppState) -> Router {
     } else {
         router
     };
-    router.with_state(state)
+    // Outermost: a method none of HTTP's own is refused before any other
+    // layer (the span above included) looks at the request.
+    router
+        .layer(axum::middleware::from_fn(traced::refuse_unknown_method))
+        .with_state(state)
 }
 
 /// `reclaimIfOrphaned` for what a client is about to look at: overdue

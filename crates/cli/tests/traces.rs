@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
+#[path = "traces/bounded.rs"]
+mod bounded;
 #[path = "traces/otlp.rs"]
 mod otlp;
 use otlp::{waterfall, Receiver, Span};
