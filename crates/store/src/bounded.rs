@@ -34,10 +34,32 @@ pub struct ReadPage<T> {
     pub more: bool,
 }
 
-/// Rows fetched from the portal at a time: small, so a page of large rows
-/// reads few past its bound; large enough that a page of small rows takes
-/// a few round trips.
-const FETCH_ROWS: i32 = 64;
+/// Rows of the first fetch from the portal: few, so a page of large rows
+/// holds little past its bound before their sizes are known.
+const FIRST_FETCH: usize = 4;
+
+/// The most rows one fetch takes: a page of small rows costs a few round
+/// trips.
+const MAX_FETCH: usize = 64;
+
+/// How many rows the next fetch takes, after `read` rows of `bytes` in
+/// all, with `rows_left` rows and `bytes_left` bytes of the bound to go:
+/// twice the last fetch (`last`) while rows are small, never more than the
+/// rows of the size seen so far that fit in what is left of the bound (at
+/// least one), nor more than the rows still wanted. So a page of 1 MiB
+/// rows under a 4 MiB bound holds 5 of them, not 64.
+fn next_fetch(
+    last: usize,
+    read: usize,
+    bytes: usize,
+    rows_left: usize,
+    bytes_left: usize,
+) -> usize {
+    let grown = last.saturating_mul(2).clamp(1, MAX_FETCH);
+    let average = bytes.div_ceil(read.max(1)).max(1);
+    let fitting = (bytes_left / average).max(1);
+    grown.min(fitting).min(rows_left.max(1))
+}
 
 /// The items of `sql` (its rows in order, `item` making each with its size
 /// in bytes), read until `bound` is met. `sql` must not have a `LIMIT` of
@@ -60,9 +82,10 @@ pub(crate) async fn read_bounded<T>(
     let tx = client.build_transaction().read_only(true).start().await?;
     let stmt = tx.prepare_cached(sql).await?;
     let portal = tx.bind(&stmt, params).await?;
+    let mut fetch = FIRST_FETCH.min(wanted);
     'fetch: loop {
-        let rows = tx.query_portal(&portal, FETCH_ROWS).await?;
-        let last = rows.len() < FETCH_ROWS as usize;
+        let rows = tx.query_portal(&portal, fetch as i32).await?;
+        let last = rows.len() < fetch;
         for row in &rows {
             let (value, size) = item(row)?;
             items.push(value);
@@ -75,7 +98,61 @@ pub(crate) async fn read_bounded<T>(
         if last {
             break;
         }
+        fetch = next_fetch(
+            fetch,
+            items.len(),
+            bytes,
+            wanted - items.len(),
+            bound.bytes - bytes,
+        );
     }
     tx.commit().await?;
     Ok(ReadPage { items, more })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn small_rows_are_fetched_more_at_a_time_up_to_the_most() {
+        let mut fetch = FIRST_FETCH;
+        let mut read = 0;
+        let mut sizes = Vec::new();
+        for _ in 0..6 {
+            read += fetch;
+            fetch = next_fetch(fetch, read, read * 100, 10_000, 4 << 20);
+            sizes.push(fetch);
+        }
+        assert_eq!(sizes, [8, 16, 32, 64, 64, 64]);
+    }
+
+    #[test]
+    fn rows_near_the_bound_are_fetched_one_at_a_time() {
+        // 4 rows of 900 KiB under 4 MiB: one more passes the bound.
+        let read = 4 * (900 << 10);
+        assert_eq!(next_fetch(4, 4, read, 996, (4 << 20) - read), 1);
+    }
+
+    proptest! {
+        /// The next fetch is at least one row, no more rows than are
+        /// wanted, and no more rows of the average size than fit in what
+        /// is left (but one).
+        #[test]
+        fn a_fetch_stays_within_what_is_left(
+            last in 1usize..=MAX_FETCH,
+            read in 1usize..10_000,
+            average in 1usize..(2 << 20),
+            rows_left in 1usize..10_000,
+            bytes_left in 0usize..(8 << 20),
+        ) {
+            let bytes = read * average;
+            let next = next_fetch(last, read, bytes, rows_left, bytes_left);
+            prop_assert!((1..=MAX_FETCH).contains(&next));
+            prop_assert!(next <= rows_left);
+            prop_assert!(next <= last * 2);
+            prop_assert!(next == 1 || next * average <= bytes_left);
+        }
+    }
 }

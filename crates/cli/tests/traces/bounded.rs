@@ -123,3 +123,90 @@ async fn an_api_exporting_traces_keeps_nothing_of_a_flood_of_huge_requests() {
         "the API grew by {grown_mib} MiB ({before} KiB -> {after} KiB) under 1,000 requests"
     );
 }
+
+/// The peak resident memory of process `pid`, in KiB.
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A thread with 40 tool results of 900 KiB: reading its messages on a
+/// fresh API holds about one page of them (4 MiB), not the 64 rows a
+/// fetch used to take whatever their size (the third pass's black-box
+/// bound was 150 MiB; this one is 40: 72 MiB measured before the fix, 22
+/// after, in a debug build).
+#[tokio::test]
+async fn a_page_of_large_messages_holds_about_a_page() {
+    let d = Deployment::new().await;
+    let api = d.start(env!("CARGO_BIN_EXE_agentenkit-api"), "api-reads", &[], &[]);
+    let pid = api.id().unwrap();
+    let http = agentenkit_runtime::tls::http_client().build().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let thread: serde_json::Value = loop {
+        let created = http
+            .post(d.url("/threads"))
+            .bearer_auth(super::KEY)
+            .json(&serde_json::json!({ "agent": "helper" }))
+            .send()
+            .await;
+        if let Ok(created) = created {
+            break created.json().await.unwrap();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the API never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let thread_id = thread["id"].as_str().unwrap().to_owned();
+    let (db, connection) = tokio_postgres::connect(&super::database_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    db.batch_execute(&format!(
+        "SET search_path TO {schema};
+         INSERT INTO runs (id, thread_id, root_run_id, name, status)
+           SELECT gen_random_uuid(), '{thread_id}', gen_random_uuid(), 'helper', 'completed';
+         INSERT INTO messages (thread_id, run_id, body)
+           SELECT '{thread_id}', r.id,
+                  jsonb_build_object('role', 'tool', 'toolCallId', 'c' || n,
+                                     'content', repeat('r', 900 * 1024))
+           FROM runs r, generate_series(1, 40) n",
+        schema = d.schema
+    ))
+    .await
+    .unwrap();
+    let read = |limit: u32| {
+        http.get(d.url(&format!("/threads/{thread_id}/messages?limit={limit}")))
+            .bearer_auth(super::KEY)
+            .send()
+    };
+    // Warm up on one message: the route, the pool, the statement.
+    let first = read(1).await.unwrap();
+    assert!(first.status().is_success(), "{}", first.status());
+    let _ = first.bytes().await.unwrap();
+    let before = peak_kib(pid);
+    let page = read(100).await.unwrap();
+    assert!(page.status().is_success(), "{}", page.status());
+    let next = page.headers().get("link").cloned();
+    let body: serde_json::Value = page.json().await.unwrap();
+    let after = peak_kib(pid);
+    stop(api).await;
+    d.finish().await;
+    let kept = body.as_array().unwrap().len();
+    assert!(
+        (4..=5).contains(&kept),
+        "a 4 MiB page holds 4 or 5 of them, not {kept}"
+    );
+    assert!(next.is_some(), "more follow");
+    let grown_mib = after.saturating_sub(before) / 1024;
+    eprintln!("peak memory reading the page: {before} KiB -> {after} KiB");
+    assert!(
+        grown_mib < 40,
+        "reading a page raised the API's peak by {grown_mib} MiB ({before} KiB -> {after} KiB)"
+    );
+}
