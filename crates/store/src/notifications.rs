@@ -148,6 +148,53 @@ fn attempt_op(delivery_id: &str, attempted: &Attempted) -> Op {
     )
 }
 
+/// The statements recording `items`: each attempt's row, then each
+/// message consumed and, for whatever is still owed, written again due at
+/// the earliest retry (NULL min: nothing owed).
+fn record_ops(items: &[RecordItem]) -> Vec<Op> {
+    let mut ops: Vec<Op> = items
+        .iter()
+        .flat_map(|item| {
+            item.results
+                .iter()
+                .map(|attempted| attempt_op(&item.delivery_id, attempted))
+        })
+        .collect();
+    let mut ids = Vec::new();
+    let mut targets = Vec::new();
+    let mut keys = Vec::new();
+    for item in items {
+        for target in &item.targets {
+            ids.push(item.delivery_id.clone());
+            targets.push(target.clone());
+            keys.push(item.message.outbox_key());
+        }
+    }
+    let consumed: Vec<String> = items.iter().map(|i| i.message.outbox_key()).collect();
+    ops.push(Op::new(
+        "DELETE FROM outbox WHERE key = ANY($1)",
+        vec![Box::new(consumed)],
+    ));
+    ops.push(
+        Op::new(
+            "INSERT INTO outbox (delay_ms, key, due_at)
+             SELECT owed.delay_ms, owed.key, now() + owed.delay_ms * interval '1 millisecond'
+             FROM (SELECT m.key,
+                          greatest(0, ceil(extract(epoch FROM min(d.next_at) - now()) * 1000))::bigint
+                            AS delay_ms
+                   FROM unnest($1::text[], $2::text[], $3::text[]) AS m(delivery_id, target, key)
+                   JOIN notification_deliveries d
+                     ON d.delivery_id = m.delivery_id AND d.target = m.target
+                    AND d.delivered_at IS NULL AND d.dead_at IS NULL
+                   GROUP BY m.key) owed
+             RETURNING id, key, delay_ms",
+            vec![Box::new(ids), Box::new(targets), Box::new(keys)],
+        )
+        .expect(Expect::Rows),
+    );
+    ops
+}
+
 /// A delivery's row as an operator reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryRow {
@@ -223,52 +270,19 @@ impl Store {
     /// [`Store::record_deliveries`] for several deliveries at once: one
     /// transaction, one round trip. Returns the retries it wrote (each
     /// published once committed).
+    ///
+    /// Two records of the same deliveries (a message handled twice, a
+    /// batch of sends beside a worker's record) can deadlock; the one
+    /// Postgres aborts runs again, rather than leaving what its targets
+    /// answered unrecorded until the reaper publishes the message again.
     pub async fn record_many(&self, items: &[RecordItem]) -> Result<Vec<OutboxRow>> {
         if items.is_empty() {
             return Ok(Vec::new());
         }
-        let mut ops = Vec::new();
-        for item in items {
-            for attempted in &item.results {
-                ops.push(attempt_op(&item.delivery_id, attempted));
-            }
-        }
-        // Whatever is still owed, the next message comes at the earliest of
-        // it: each message handled is done, and one owing a target is
-        // written again, due then (NULL min: nothing owed).
-        let mut ids = Vec::new();
-        let mut targets = Vec::new();
-        let mut keys = Vec::new();
-        for item in items {
-            for target in &item.targets {
-                ids.push(item.delivery_id.clone());
-                targets.push(target.clone());
-                keys.push(item.message.outbox_key());
-            }
-        }
-        let consumed: Vec<String> = items.iter().map(|i| i.message.outbox_key()).collect();
-        ops.push(Op::new(
-            "DELETE FROM outbox WHERE key = ANY($1)",
-            vec![Box::new(consumed)],
-        ));
-        ops.push(
-            Op::new(
-                "INSERT INTO outbox (delay_ms, key, due_at)
-                 SELECT owed.delay_ms, owed.key, now() + owed.delay_ms * interval '1 millisecond'
-                 FROM (SELECT m.key,
-                              greatest(0, ceil(extract(epoch FROM min(d.next_at) - now()) * 1000))::bigint
-                                AS delay_ms
-                       FROM unnest($1::text[], $2::text[], $3::text[]) AS m(delivery_id, target, key)
-                       JOIN notification_deliveries d
-                         ON d.delivery_id = m.delivery_id AND d.target = m.target
-                        AND d.delivered_at IS NULL AND d.dead_at IS NULL
-                       GROUP BY m.key) owed
-                 RETURNING id, key, delay_ms",
-                vec![Box::new(ids), Box::new(targets), Box::new(keys)],
-            )
-            .expect(Expect::Rows),
-        );
-        let answers = crate::pipeline::transact(&self.client().await?, ops).await?;
+        let answers = crate::pipeline::retry_conflicts(|| async {
+            crate::pipeline::transact(&self.client().await?, record_ops(items)).await
+        })
+        .await?;
         let written = answers.into_iter().last().map(Answer::rows);
         let retries = outbox::returned_rows(&written.unwrap_or_default())?;
         self.publish(&retries).await;

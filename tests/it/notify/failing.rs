@@ -220,3 +220,82 @@ async fn a_receiver_that_never_answers_does_not_hold_up_runs() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// Two records of the same deliveries, taking their rows in opposite
+/// orders, deadlock; the one Postgres aborts runs again instead of leaving
+/// what the targets answered unrecorded until the reaper's next pass.
+#[tokio::test]
+async fn a_record_aborted_by_a_deadlock_runs_again() {
+    use agentenkit_core::{QueueMessage, RunId};
+    use agentenkit_store::{Attempted, DeliveryAttempt, DeliveryResult, RecordItem};
+
+    let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
+    let rule = RetryRule {
+        max_attempts: 5,
+        first_retry: Duration::from_millis(100),
+    };
+    let targets = vec!["ops".to_owned()];
+    let item = |delivery: &str| {
+        let attempt = DeliveryAttempt {
+            target: "ops".into(),
+            attempt: 1,
+        };
+        RecordItem {
+            message: QueueMessage::Remind {
+                run_id: RunId(uuid::Uuid::now_v7()),
+                tool_call_id: delivery.into(),
+            },
+            delivery_id: delivery.to_owned(),
+            targets: targets.clone(),
+            results: vec![Attempted {
+                attempt,
+                result: DeliveryResult::Delivered { status: 204 },
+                rule,
+            }],
+        }
+    };
+    for delivery in ["d-a", "d-b"] {
+        let claimed = env
+            .store
+            .claim_deliveries(delivery, &targets, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+    }
+    // Another transaction holds d-b's row, and waits long before it looks
+    // for a deadlock: the record is the one Postgres aborts.
+    let other = env.pg_client().await;
+    other
+        .batch_execute(
+            "SET deadlock_timeout = '20s'; BEGIN;
+             UPDATE notification_deliveries SET last_error = 'held' WHERE delivery_id = 'd-b'",
+        )
+        .await
+        .unwrap();
+    let store = env.store.clone();
+    let items = vec![item("d-a"), item("d-b")];
+    let record = tokio::spawn(async move { store.record_many(&items).await });
+    // The record holds d-a and waits for d-b; now the other waits for d-a.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let crossing = tokio::spawn(async move {
+        other
+            .batch_execute(
+                "UPDATE notification_deliveries SET last_error = 'held' WHERE delivery_id = 'd-a';
+                 COMMIT",
+            )
+            .await
+    });
+    record
+        .await
+        .unwrap()
+        .expect("the record runs again after the deadlock");
+    crossing.await.unwrap().unwrap();
+    for delivery in ["d-a", "d-b"] {
+        assert_eq!(
+            deliveries(&env, delivery).await,
+            [("ops".to_owned(), 1, true, false, Some(204))],
+            "{delivery}"
+        );
+    }
+    env.finish().await;
+}
