@@ -138,3 +138,94 @@ async fn a_run_no_worker_serves_fails_naming_its_version_and_tool() {
     lacking.stop().await.unwrap();
     env.finish().await;
 }
+
+/// An agent whose http tool's URL carries a token in its query; `system`
+/// tells its versions apart.
+fn fetching(system: &str, tool_url: &str) -> Registry {
+    Registry::from_toml(&format!(
+        r#"
+[agents.agent]
+system = "{system}"
+tools = ["fetch"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "f1", name = "fetch", arguments = {{}} }} ] }},
+  {{ text = "Fetched." }},
+] }}
+
+[tools.fetch]
+type = "http"
+url = "{tool_url}"
+"#
+    ))
+    .expect("agent file")
+}
+
+/// A run pinned to v1, served only by a worker of v2 (a deploy with
+/// `serving`'s file): what the run ended as, and the tool's calls.
+async fn served_elsewhere(tamper: &str, serving: impl FnOnce(&str) -> Registry) -> (Value, usize) {
+    let tool = ToolServer::ok().await;
+    let v1_url = format!("{}?token=s3cret", tool.url);
+    let mut env = TestEnv::start(fetching("v1", &v1_url)).await;
+    env.worker_config.unserved_timeout = Duration::from_secs(1);
+    env.worker_config.hand_back_delay = Duration::from_millis(100);
+    env.worker_config.max_deliveries = 100;
+    let stored = env
+        .rows("SELECT definition::text FROM agent_versions", |r| {
+            r.get::<_, String>(0)
+        })
+        .await;
+    assert!(!stored.is_empty());
+    assert!(
+        stored.iter().all(|d| !d.contains("s3cret")),
+        "a URL's query is not stored: {stored:?}"
+    );
+    env.sql(tamper).await;
+    let v2 = env.spawn_worker_of(Arc::new(serving(&v1_url)));
+    let (_, run_id) = env.start_turn("agent", "fetch it").await;
+    let run = env.wait_run_finished(&run_id).await;
+    v2.stop().await.unwrap();
+    env.finish().await;
+    (run, tool.calls())
+}
+
+/// A deploy whose file names the same URL, token and all, serves a run of
+/// the version stored without the token.
+#[tokio::test]
+async fn a_stored_version_is_served_with_the_deployments_own_urls() {
+    let (run, calls) = served_elsewhere("SELECT 1", |url| fetching("v2", url)).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(calls, 1);
+}
+
+/// A stored version changed after it was recorded no longer hashes to
+/// its version: no worker takes it, and nothing is called.
+#[tokio::test]
+async fn a_stored_version_that_does_not_hash_to_itself_is_not_served() {
+    let (run, calls) = served_elsewhere(
+        "UPDATE agent_versions
+         SET definition = jsonb_set(definition, '{agents,agent,system}', '\"v1, edited\"')
+         WHERE definition->'agents'->'agent'->>'system' = 'v1'",
+        |url| fetching("v2", url),
+    )
+    .await;
+    assert_eq!(run["status"], "failed", "{run}");
+    let error = run["error"].as_str().unwrap();
+    assert!(error.contains("does not hash to its version"), "{error}");
+    assert_eq!(calls, 0);
+}
+
+/// A version that sends where this deployment's file does not is not
+/// served by it, whatever the row says: the run fails naming the setting.
+#[tokio::test]
+async fn a_stored_version_sending_where_the_deployment_does_not_is_not_served() {
+    let (run, calls) =
+        served_elsewhere("SELECT 1", |_| fetching("v2", "http://127.0.0.1:9/other")).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    let error = run["error"].as_str().unwrap();
+    assert!(
+        error.contains("its url")
+            && error.contains("is not one this deployment's agent file names"),
+        "{error}"
+    );
+    assert_eq!(calls, 0);
+}

@@ -15,13 +15,14 @@ fn mailer(tool: &str, system: &str, done: &str, url: &str) -> Registry {
 }
 
 /// A run parks on `send_email`; the agent file is redeployed with the tool
-/// renamed `send_mail`, a new prompt and a new script; the person then
-/// approves. The approval is honoured by v1's tool and the run ends with
-/// v1's script, on the version it recorded when it started.
+/// renamed `send_mail` (the same service), a new prompt and a new script;
+/// the person then approves. The approval is honoured by v1's tool and the
+/// run ends with v1's script, on the version it recorded when it started.
+/// (A deploy that no longer names v1's URL does not send for v1: see
+/// `unserved::a_stored_version_sending_where_the_deployment_does_not_is_not_served`.)
 #[tokio::test]
 async fn a_parked_run_finishes_on_its_version_after_a_deploy_renames_its_tool() {
     let v1_tool = ToolServer::ok().await;
-    let v2_tool = ToolServer::ok().await;
     let v1 = mailer("send_email", "v1", "Done v1.", &v1_tool.url);
     let v1_hash = v1.agent_version("mailer").expect("a version").hash.clone();
     let env = TestEnv::start(v1).await;
@@ -38,7 +39,7 @@ async fn a_parked_run_finishes_on_its_version_after_a_deploy_renames_its_tool() 
     old.stop().await.unwrap();
 
     // The deploy: the old workers are gone, the new ones load v2.
-    let v2 = mailer("send_mail", "v2", "Done v2.", &v2_tool.url);
+    let v2 = mailer("send_mail", "v2", "Done v2.", &v1_tool.url);
     assert_ne!(v2.agent_version("mailer").unwrap().hash, v1_hash);
     let new = env.spawn_worker_of(Arc::new(v2));
     // The person is shown the version the call will be run by, and the
@@ -72,7 +73,6 @@ async fn a_parked_run_finishes_on_its_version_after_a_deploy_renames_its_tool() 
     assert_eq!(run["output"], "Done v1.", "{run}");
     assert_eq!(v1_tool.calls(), 1, "v1's tool ran the approved call");
     assert_eq!(v1_tool.bodies()[0]["arguments"], json!({ "to": "a@b.c" }));
-    assert_eq!(v2_tool.calls(), 0);
     let tool_message = tool_message(&env, &thread_id).await;
     assert!(
         tool_message.get("error").is_none(),
@@ -145,11 +145,10 @@ requires_confirmation = true
 
 /// A sub-agent's run records the version of its own agent, apart from its
 /// parent's, and both finish on their versions after a deploy changed the
-/// sub-agent.
+/// sub-agent (its script; the tool's service is the same).
 #[tokio::test]
 async fn a_sub_agents_run_is_pinned_to_its_own_agents_version() {
     let v1_tool = ToolServer::ok().await;
-    let v2_tool = ToolServer::ok().await;
     let v1 = delegating("child done v1", &v1_tool.url);
     let (root_v1, child_v1) = (
         v1.agent_version("root").unwrap().hash.clone(),
@@ -168,7 +167,7 @@ async fn a_sub_agents_run_is_pinned_to_its_own_agents_version() {
     assert_eq!(root["agentVersion"], root_v1.as_str());
     old.stop().await.unwrap();
 
-    let v2 = delegating("child done v2", &v2_tool.url);
+    let v2 = delegating("child done v2", &v1_tool.url);
     assert_ne!(v2.agent_version("child").unwrap().hash, child_v1);
     let new = env.spawn_worker_of(Arc::new(v2));
     env.reply(
@@ -182,7 +181,7 @@ async fn a_sub_agents_run_is_pinned_to_its_own_agents_version() {
     assert_eq!(root["output"], "root done");
     let child = env.get(&format!("/runs/{child_run}")).await;
     assert_eq!(child["output"], "child done v1", "{child}");
-    assert_eq!((v1_tool.calls(), v2_tool.calls()), (1, 0));
+    assert_eq!(v1_tool.calls(), 1);
     new.stop().await.unwrap();
     env.finish().await;
 }

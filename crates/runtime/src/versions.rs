@@ -10,6 +10,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use agentenkit_core::canonical::{canonical, sha256_hex};
 use serde_json::{Map, Value};
 
+pub mod endpoints;
+
 /// The file's settings that bound every run and so belong to each version.
 const LIMITS: [&str; 4] = [
     "max_depth",
@@ -184,10 +186,17 @@ impl crate::Registry {
         &self,
         store: &agentenkit_store::Store,
     ) -> agentenkit_store::Result<()> {
+        // Stored without the tokens URLs may carry (the hash covers them).
+        let stored: Vec<Value> = self
+            .versions
+            .values()
+            .map(|v| endpoints::stored_form(&v.definition))
+            .collect();
         let versions: Vec<(&str, &str, &Value)> = self
             .versions
             .values()
-            .map(|v| (v.hash.as_str(), v.agent.as_str(), &v.definition))
+            .zip(&stored)
+            .map(|(v, definition)| (v.hash.as_str(), v.agent.as_str(), definition))
             .collect();
         store.record_agent_versions(&versions).await
     }
@@ -201,11 +210,31 @@ impl crate::Registry {
         crate::Registry::from_agent_file(file, definition.clone(), &HashMap::new())
     }
 
-    /// The registry a run pinned to `definition` is served from: that
-    /// version's agents, tools and limits, with this deployment's
-    /// notification targets and the tools this process registered in code.
-    pub fn pinned(&self, definition: &Value) -> crate::Result<crate::Registry> {
-        let tree = with_deployment(definition, &self.file);
+    /// The registry a run pinned to version `hash`, stored as `definition`,
+    /// is served from: that version's agents, tools and limits, with this
+    /// deployment's notification targets and the tools this process
+    /// registered in code; and, when its endpoints are not all ones this
+    /// deployment's file names (`endpoints`), why this process does not
+    /// send for it (its rules still decide answers and upgrades).
+    ///
+    /// `agent_versions` is trusted configuration, yet a row is checked
+    /// before it configures anything: with the endpoints this deployment
+    /// names restored, it must hash to `hash`.
+    pub fn pinned(
+        &self,
+        hash: &str,
+        definition: &Value,
+    ) -> crate::Result<(crate::Registry, Option<String>)> {
+        let (definition, unnamed) = endpoints::restored(definition, &self.file);
+        if sha256_hex(canonical(&definition).as_bytes()) != hash {
+            // A URL stored without its token, which this deployment does
+            // not name, cannot be checked: say so rather than "changed".
+            return Err(crate::Error::Config(unnamed.unwrap_or_else(|| {
+                "its stored definition does not hash to its version (changed after it was recorded?)"
+                    .into()
+            })));
+        }
+        let tree = with_deployment(&definition, &self.file);
         let file: crate::config::AgentFile = serde_json::from_value(tree.clone())
             .map_err(|e| crate::Error::Config(format!("a stored agent version: {e}")))?;
         let defined: BTreeSet<&str> = self
@@ -220,17 +249,22 @@ impl crate::Registry {
             .filter(|(name, _)| !defined.contains(name.as_str()))
             .map(|(name, tool)| (name.clone(), tool.clone()))
             .collect();
-        crate::Registry::from_agent_file(file, tree, &code_tools)
+        let registry = crate::Registry::from_agent_file(file, tree, &code_tools)?;
+        Ok((registry, unnamed))
     }
 }
 
 /// The registries a worker serves runs from: the one it loaded, and one
 /// per other version a run it took is pinned to, built once from the
-/// stored definition and kept.
+/// stored definition and kept, with why this process does not send for
+/// it, if it does not (see [`crate::Registry::pinned`]).
 pub struct PinnedRegistries {
     current: std::sync::Arc<crate::Registry>,
-    built: std::sync::Mutex<HashMap<String, std::sync::Arc<crate::Registry>>>,
+    built: std::sync::Mutex<HashMap<String, Built>>,
 }
+
+/// A version's registry as built here.
+type Built = (std::sync::Arc<crate::Registry>, Option<String>);
 
 /// Why a worker cannot serve a run's version.
 #[derive(Debug, thiserror::Error)]
@@ -274,7 +308,7 @@ impl PinnedRegistries {
         {
             return Ok(self.current.clone());
         }
-        if let Some(built) = self.built.lock().expect("pinned registries").get(hash) {
+        if let Some((built, _)) = self.built.lock().expect("pinned registries").get(hash) {
             return Ok(built.clone());
         }
         let stored =
@@ -285,20 +319,39 @@ impl PinnedRegistries {
                     agent: agent.to_owned(),
                     hash: hash.to_owned(),
                 })?;
-        let registry = self
-            .current
-            .pinned(&stored.definition)
-            .map_err(|e| Unserved::Unusable {
-                agent: agent.to_owned(),
-                hash: hash.to_owned(),
-                message: e.to_string(),
-            })?;
+        let (registry, unnamed) =
+            self.current
+                .pinned(hash, &stored.definition)
+                .map_err(|e| Unserved::Unusable {
+                    agent: agent.to_owned(),
+                    hash: hash.to_owned(),
+                    message: e.to_string(),
+                })?;
         let registry = std::sync::Arc::new(registry);
         self.built
             .lock()
             .expect("pinned registries")
-            .insert(hash.to_owned(), registry.clone());
+            .insert(hash.to_owned(), (registry.clone(), unnamed));
         Ok(registry)
+    }
+
+    /// Whether this process sends (calls models and tools) for a run of
+    /// `agent` on `version`, whose registry [`PinnedRegistries::for_run`]
+    /// built: not when the version's endpoints are not all ones this
+    /// deployment's file names.
+    pub fn sends_for(&self, agent: &str, version: Option<&str>) -> Result<(), Unserved> {
+        let Some(hash) = version else {
+            return Ok(());
+        };
+        let built = self.built.lock().expect("pinned registries");
+        match built.get(hash) {
+            Some((_, Some(unnamed))) => Err(Unserved::Unusable {
+                agent: agent.to_owned(),
+                hash: hash.to_owned(),
+                message: unnamed.clone(),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -405,8 +458,9 @@ model = { provider = "scripted", script = [] }
         gone["agents"]["mailer"]["tools"] = json!(["send_email"]);
         gone["tools"]["send_email"]["remind_after"] = json!("30m");
         gone["tools"]["send_email"]["escalate_to"] = json!("chat");
-        let pinned = registry.pinned(&versions_of(&gone)["mailer"].definition);
-        assert!(pinned.is_ok(), "{:?}", pinned.err());
+        let gone = &versions_of(&gone)["mailer"];
+        let pinned = registry.pinned(&gone.hash, &gone.definition);
+        assert!(matches!(pinned, Ok((_, None))), "{:?}", pinned.err());
     }
 
     #[test]

@@ -351,6 +351,14 @@ impl Worker {
             Err(e) => return self.unserved(&ctx, e).await,
         };
         let registry = self.take_newer_version(registry, &mut ctx).await;
+        // Its rules decide the upgrade; its endpoints must be this
+        // deployment's for this worker to send for it.
+        if let Err(e) = inner
+            .pinned
+            .sends_for(&ctx.lease.run_name, ctx.agent_version.as_deref())
+        {
+            return self.unserved(&ctx, e).await;
+        }
         let mut cp = Checkpointer::new(
             &inner.store,
             &ctx.lease,

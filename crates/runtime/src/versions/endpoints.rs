@@ -1,0 +1,231 @@
+//! Where a version sends, and with what: the settings of a stored version
+//! that a worker does not take on the stored row's word.
+//!
+//! A row of `agent_versions` configures the workers that serve runs pinned
+//! to it. What it says about prompts and tools is checked by its hash; what
+//! it says about endpoints (a model's `base_url`, `api_key_env` and
+//! `ca_file`, an http tool's `url`) is taken only when the serving
+//! deployment's own file names the same values: a row written by hand
+//! cannot send a provider key, or a tool's arguments, anywhere the
+//! deployment does not already send them.
+//!
+//! URLs are stored without their userinfo, query and fragment (where
+//! tokens live); the hash covers them whole, so a version is restored with
+//! the deployment's own URL of the same address before its hash is
+//! checked.
+
+use serde_json::Value;
+
+/// Where in an agent file an endpoint setting lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// `agents.NAME.model.KEY`
+    Model,
+    /// `tools.NAME.KEY`
+    Tool,
+}
+
+/// One endpoint setting: where, its key, and whether it is a URL.
+#[derive(Debug, Clone, Copy)]
+struct Setting {
+    place: Place,
+    key: &'static str,
+    url: bool,
+}
+
+/// Every setting a stored version must share with the serving file.
+const SETTINGS: [Setting; 4] = [
+    Setting {
+        place: Place::Model,
+        key: "base_url",
+        url: true,
+    },
+    Setting {
+        place: Place::Model,
+        key: "api_key_env",
+        url: false,
+    },
+    Setting {
+        place: Place::Model,
+        key: "ca_file",
+        url: false,
+    },
+    Setting {
+        place: Place::Tool,
+        key: "url",
+        url: true,
+    },
+];
+
+/// The objects of `file` that hold settings of `place` (each agent's
+/// model, each tool), mutably.
+fn holders_mut(file: &mut Value, place: Place) -> Vec<&mut serde_json::Map<String, Value>> {
+    let section = match place {
+        Place::Model => "agents",
+        Place::Tool => "tools",
+    };
+    let Some(entries) = file.get_mut(section).and_then(Value::as_object_mut) else {
+        return Vec::new();
+    };
+    entries
+        .values_mut()
+        .filter_map(|entry| match place {
+            Place::Model => entry.get_mut("model")?.as_object_mut(),
+            Place::Tool => entry.as_object_mut(),
+        })
+        .collect()
+}
+
+/// The values `file` gives `setting`, anywhere.
+fn values_of(file: &Value, setting: Setting) -> Vec<String> {
+    let mut file = file.clone();
+    holders_mut(&mut file, setting.place)
+        .into_iter()
+        .filter_map(|holder| holder.get(setting.key)?.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// `url` without userinfo, query and fragment; a text that is no URL is
+/// kept (its file would not load).
+pub fn address_of(url: &str) -> String {
+    let Ok(mut parsed) = reqwest::Url::parse(url) else {
+        return url.to_owned();
+    };
+    let _ = parsed.set_username("");
+    let _ = parsed.set_password(None);
+    parsed.set_query(None);
+    parsed.set_fragment(None);
+    parsed.into()
+}
+
+/// `definition` as it is stored: every URL setting reduced to its address.
+pub fn stored_form(definition: &Value) -> Value {
+    let mut stored = definition.clone();
+    for setting in SETTINGS.iter().filter(|s| s.url) {
+        for holder in holders_mut(&mut stored, setting.place) {
+            if let Some(Value::String(url)) = holder.get_mut(setting.key) {
+                *url = address_of(url);
+            }
+        }
+    }
+    stored
+}
+
+/// `stored` (a version as read back) with each endpoint setting the
+/// serving file (the deployment's) names taken from it: a URL it names at
+/// the same address comes back whole; a name or path must be one it names.
+/// A setting it does not name stays as stored, and the first such is
+/// returned as the reason this deployment does not send for the version.
+pub fn restored(stored: &Value, serving: &Value) -> (Value, Option<String>) {
+    let mut restored = stored.clone();
+    let mut unnamed = None;
+    for setting in SETTINGS {
+        let named = values_of(serving, setting);
+        for holder in holders_mut(&mut restored, setting.place) {
+            let Some(Value::String(value)) = holder.get_mut(setting.key) else {
+                continue;
+            };
+            let found = if setting.url {
+                let address = address_of(value);
+                named.iter().find(|url| address_of(url) == address)
+            } else {
+                named.iter().find(|name| *name == value)
+            };
+            match found {
+                Some(own) => *value = own.clone(),
+                None if unnamed.is_none() => {
+                    let shown = if setting.url {
+                        address_of(value)
+                    } else {
+                        value.clone()
+                    };
+                    unnamed = Some(format!(
+                        "its {} {shown:?} is not one this deployment's agent file names",
+                        setting.key
+                    ));
+                }
+                None => {}
+            }
+        }
+    }
+    (restored, unnamed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn file(base_url: &str, key_env: &str, tool_url: &str) -> Value {
+        json!({
+            "agents": { "a": { "system": "s", "tools": ["t"], "model": {
+                "provider": "openai", "model": "m", "base_url": base_url,
+                "api_key_env": key_env, "ca_file": "/etc/ca.pem" } } },
+            "tools": { "t": { "type": "http", "url": tool_url } },
+        })
+    }
+
+    #[test]
+    fn urls_are_stored_without_userinfo_query_or_fragment() {
+        let stored = stored_form(&file(
+            "https://user:pw@llm.example/v1?key=s#f",
+            "K",
+            "https://tools.example/t?token=s",
+        ));
+        assert_eq!(
+            stored["agents"]["a"]["model"]["base_url"],
+            "https://llm.example/v1"
+        );
+        assert_eq!(stored["tools"]["t"]["url"], "https://tools.example/t");
+        assert_eq!(stored["agents"]["a"]["model"]["api_key_env"], "K");
+    }
+
+    #[test]
+    fn a_version_is_restored_with_the_serving_files_own_urls() {
+        let full = file(
+            "https://llm.example/v1?key=s",
+            "K",
+            "https://tools.example/t?token=s",
+        );
+        assert_eq!(restored(&stored_form(&full), &full), (full, None));
+    }
+
+    #[test]
+    fn an_endpoint_the_serving_file_does_not_name_is_refused() {
+        let serving = file("https://llm.example/v1", "K", "https://tools.example/t");
+        for (stored, named) in [
+            (
+                file("https://evil.example/v1", "K", "https://tools.example/t"),
+                "base_url",
+            ),
+            (
+                file(
+                    "https://llm.example/v1",
+                    "AWS_SECRET",
+                    "https://tools.example/t",
+                ),
+                "api_key_env",
+            ),
+            (
+                file("https://llm.example/v1", "K", "https://evil.example/t"),
+                "url",
+            ),
+        ] {
+            let (kept, refused) = restored(&stored, &serving);
+            let refused = refused.expect("refused");
+            assert!(refused.contains(named), "{refused}");
+            assert_eq!(kept, stored, "an unnamed setting stays as stored");
+        }
+        let mut other_ca = file("https://llm.example/v1", "K", "https://tools.example/t");
+        other_ca["agents"]["a"]["model"]["ca_file"] = json!("/tmp/mine.pem");
+        assert!(restored(&other_ca, &serving)
+            .1
+            .is_some_and(|refused| refused.contains("ca_file")));
+    }
+
+    #[test]
+    fn a_setting_the_version_does_not_have_needs_nothing() {
+        let stored = json!({ "agents": { "a": { "model": { "provider": "scripted" } } } });
+        assert_eq!(restored(&stored, &json!({})), (stored, None));
+    }
+}
