@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentenkit_core::reply::Verdict;
-use agentenkit_core::{Owner, QueueMessage, RunId, ToolCallId};
+use agentenkit_core::{Owner, QueueMessage, RunId};
 use agentenkit_queue::QueueAdapter;
+use agentenkit_runtime::replies::{Approve, Replies};
 use agentenkit_runtime::{Registry, Worker, WorkerConfig};
-use agentenkit_store::{AnswerChecks, AnswerTarget, OutboxRow, Store};
+use agentenkit_store::{OutboxRow, Store};
 use anyhow::{bail, Context};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +27,8 @@ pub struct Ctx {
     /// The clients' store: it publishes what its calls write to the
     /// outbox through the hooked queue.
     pub store: Store,
+    /// How the clients answer: the product's one answer path, over `store`.
+    pub replies: Replies,
     pub hub: Arc<Hub>,
     pub owner: Owner,
     pub content: String,
@@ -194,7 +196,7 @@ pub async fn resume_phase(
         let run = parked[i].run;
         async move {
             let t0 = Instant::now();
-            let answered = approve_c1(&ctx.store, &ctx.owner, run).await?;
+            let answered = approve_c1(&ctx.replies, &ctx.owner, run).await?;
             let stored = Instant::now();
             let seq = segment_seq(&answered.outbox, run)?;
             let executed = ctx.hub.wait(Key::Executed(run), WAIT).await?;
@@ -214,21 +216,16 @@ pub async fn resume_phase(
     Ok((columns(rows), wall))
 }
 
-/// Approves call `c1` of `run` as `owner`, as the clients of every pass do;
-/// a refusal is an error.
+/// Approves call `c1` of `run` as `owner`, as the clients of every pass do,
+/// through the answer path of the API and the library (`Replies`); a
+/// refusal is an error.
 pub(crate) async fn approve_c1(
-    store: &agentenkit_store::Store,
-    owner: &agentenkit_core::Owner,
+    replies: &Replies,
+    owner: &Owner,
     run: RunId,
 ) -> anyhow::Result<agentenkit_store::Answered> {
-    let answered = store
-        .answer(
-            owner,
-            AnswerTarget::Run(run),
-            &ToolCallId::from("c1"),
-            &Verdict::approve(),
-            AnswerChecks::default(),
-        )
+    let answered = replies
+        .approve(owner, run, "c1", Approve::default())
         .await?;
     if !answered.delivered {
         bail!("answer to run {run} refused: {:?}", answered.error);

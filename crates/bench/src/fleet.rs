@@ -40,6 +40,8 @@ pub struct FleetConfig {
 pub struct Fleet {
     config: FleetConfig,
     store: Store,
+    /// How the clients answer (the product's answer path).
+    replies: agentenkit_runtime::replies::Replies,
     queue: Arc<dyn QueueAdapter>,
     owner: Owner,
     dir: PathBuf,
@@ -96,9 +98,15 @@ impl Fleet {
         // The clients' store publishes what they write through the fleet's
         // own connection, and pins the runs it starts to the fleet's agent
         // file (its workers' version), not to the in-process bench's.
-        let store = registry.prepare(Relay::new(queue.clone()).attach(store));
+        let relay = Relay::new(queue.clone());
+        let store = registry.prepare(relay.attach(store));
         Ok(Fleet {
             queue,
+            replies: agentenkit_runtime::replies::Replies::new(
+                store.clone(),
+                relay,
+                Arc::new(registry),
+            ),
             store,
             owner: Owner("bench-fleet".into()),
             dir,
@@ -164,7 +172,7 @@ impl Fleet {
         self.fan_out(n, c, move |fleet, i| {
             let run = answering[i];
             async move {
-                crate::cycle::approve_c1(&fleet.store, &fleet.owner, run).await?;
+                crate::cycle::approve_c1(&fleet.replies, &fleet.owner, run).await?;
                 anyhow::Ok(())
             }
         })
@@ -196,6 +204,7 @@ impl Fleet {
     {
         let clients = Arc::new(Clients {
             store: self.store.clone(),
+            replies: self.replies.clone(),
             owner: self.owner.clone(),
         });
         let per_item = Arc::new(per_item);
@@ -259,6 +268,7 @@ impl Fleet {
 /// What a client task holds.
 pub struct Clients {
     store: Store,
+    replies: agentenkit_runtime::replies::Replies,
     owner: Owner,
 }
 

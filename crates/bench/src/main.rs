@@ -36,6 +36,7 @@ use agentenkit_core::Owner;
 use agentenkit_queue::memory::MemoryQueue;
 use agentenkit_queue::rabbit::RabbitQueue;
 use agentenkit_queue::{QueueAdapter, Topology};
+use agentenkit_runtime::replies::Replies;
 use agentenkit_runtime::Relay;
 use agentenkit_store::{Store, StoreConfig};
 use anyhow::{bail, Context};
@@ -217,16 +218,19 @@ async fn bench(
     let queue: Arc<dyn QueueAdapter> = hooked.clone();
     let max_c = args.concurrency.iter().copied().max().unwrap_or(1);
     let prefetch = u16::try_from((max_c * 2).max(16)).unwrap_or(u16::MAX);
+    // Its answers write INPUT_RESOLVED, for the targets if any, and send it
+    // as an API process does.
+    let relay = Relay::new(queue.clone());
+    let clients = agentenkit_runtime::notify::SendsHere::attach_new(
+        registry.prepare(relay.attach(store.clone())),
+        registry.clone(),
+        agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
+    )
+    .0;
     let ctx = Arc::new(Ctx {
         hooked,
-        // Its answers write INPUT_RESOLVED, for the targets if any, and
-        // send it as an API process does.
-        store: agentenkit_runtime::notify::SendsHere::attach_new(
-            registry.prepare(Relay::new(queue.clone()).attach(store.clone())),
-            registry.clone(),
-            agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
-        )
-        .0,
+        replies: Replies::new(clients.clone(), relay, registry.clone()),
+        store: clients,
         hub,
         owner: Owner("bench".into()),
         content: hub::body_text(),
@@ -416,9 +420,12 @@ async fn round_trip_pass(
     let mut config = StoreConfig::new(proxy.database_url(&args.database_url)?);
     config.schema = Some(schema.to_owned());
     config.max_connections = 4;
+    let relay = Relay::new(main.hooked.clone());
+    let store = relay.attach(Store::connect(&config)?);
     let ctx = Arc::new(Ctx {
         hooked: main.hooked.clone(),
-        store: Relay::new(main.hooked.clone()).attach(Store::connect(&config)?),
+        replies: Replies::new(store.clone(), relay, registry.clone()),
+        store,
         hub: main.hub.clone(),
         owner: main.owner.clone(),
         content: main.content.clone(),

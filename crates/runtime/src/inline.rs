@@ -6,14 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentenkit_core::answer_rules::{rule, Policy};
 use agentenkit_core::reply::Verdict;
-use agentenkit_core::{Owner, RunId, ThreadId, ThreadStatus, ToolCallId, ToolKind};
+use agentenkit_core::{Owner, ThreadId, ThreadStatus, ToolKind};
 use agentenkit_queue::memory::MemoryQueue;
 use agentenkit_queue::QueueAdapter;
-use agentenkit_store::{retry_conflicts, AnswerTarget, PendingInput, RunView, Store};
+use agentenkit_store::{PendingInput, RunView, Store};
 
-use crate::replies::edit_issues;
+use crate::replies::Replies;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -42,8 +41,9 @@ pub trait Hooks: Send + Sync {
 
 pub struct InlineRunner {
     store: Store,
-    /// Whose tool schemas edited arguments must fit.
-    registry: Arc<Registry>,
+    /// How the person at this terminal answers: as an API's key of the
+    /// owner does, by the run's version of its agent.
+    replies: Replies,
     owner: Owner,
     shutdown: CancellationToken,
     worker: tokio::task::JoinHandle<()>,
@@ -67,16 +67,18 @@ impl InlineRunner {
                 tracing::error!(error = %e, "inline worker stopped");
             }
         });
+        // What its calls write to the outbox is published by the store,
+        // and the events they claim for this process are sent by it.
+        let relay = Relay::new(queue);
+        let store = crate::notify::SendsHere::attach_new(
+            registry.prepare(relay.attach(store)),
+            registry.clone(),
+            crate::notify::DEFAULT_CONCURRENCY,
+        )
+        .0;
         InlineRunner {
-            // What its calls write to the outbox is published by the store.
-            // and the events they claim for this process are sent by it.
-            store: crate::notify::SendsHere::attach_new(
-                registry.prepare(Relay::new(queue).attach(store)),
-                registry.clone(),
-                crate::notify::DEFAULT_CONCURRENCY,
-            )
-            .0,
-            registry,
+            replies: Replies::new(store.clone(), relay, registry),
+            store,
             owner,
             shutdown,
             worker,
@@ -150,50 +152,13 @@ impl InlineRunner {
     }
 
     async fn answer(&self, input: &PendingInput, verdict: Verdict) -> Result<()> {
-        let call = ToolCallId(input.tool_call_id.clone());
-        let run: RunId = input.run_id;
-        let nobody = agentenkit_core::approvals::Approver::default();
-        let caller = agentenkit_core::answer_rules::Caller {
-            owner: self.owner.as_str(),
-            scopes: None,
-            approver: &nobody,
-            shown_hash: None,
-        };
-        // The person at this terminal answers alone, by this process's
-        // agent file: edits are checked by its tools' schemas. In a trace,
-        // as an answer through the API is (`replies::answer_checked`).
-        let outcome = crate::trace::outcome_of(&verdict);
-        let span = std::sync::OnceLock::new();
-        let answered = retry_conflicts(|| async {
-            let locked = self
-                .store
-                .lock_answer(&self.owner, AnswerTarget::Run(run), &call, None)
-                .await?;
-            let addressed = locked.addressed();
-            let policy = Policy {
-                edit_issues: Some(edit_issues(&self.registry, &addressed, &verdict, None)),
-                ..Policy::default()
-            };
-            let ruling = rule(&addressed, &verdict, &caller, &policy);
-            let run_trace = locked.trace().cloned();
-            let span = span
-                .get_or_init(|| {
-                    crate::trace::answer_span(run_trace.as_ref(), call.as_str(), outcome)
-                })
-                .clone();
-            let answered = locked.write(ruling, None).instrument(span).await?;
-            crate::trace::answer_ended_wait(
-                run_trace.as_ref(),
-                call.as_str(),
-                &answered,
-                outcome,
-                || self.owner.as_str().to_owned(),
-            );
-            Ok(answered)
-        })
-        .await?;
+        // The person at this terminal answers alone, as the owner.
+        let answered = self
+            .replies
+            .settle(&self.owner, input.run_id, &input.tool_call_id, verdict)
+            .await?;
         if let Some(error) = answered.error {
-            tracing::info!(tool_call_id = %call, %error, "reply not delivered");
+            tracing::info!(tool_call_id = %input.tool_call_id, %error, "reply not delivered");
         }
         Ok(())
     }

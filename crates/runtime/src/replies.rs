@@ -37,8 +37,6 @@ use crate::{metrics, trace, Error, Registry, Relay, Result};
 pub struct Replies {
     store: Store,
     relay: Relay,
-    /// The deployment's tools, whose input schemas edited arguments must fit.
-    registry: Arc<Registry>,
     /// What the caller's key allows (every answer when `None`).
     scopes: Option<KeyScopes>,
     /// Who the caller's key speaks for (the owner when `None`).
@@ -114,8 +112,7 @@ impl Replies {
         Self {
             store: relay.attach(store),
             relay,
-            pinned: Arc::new(crate::versions::PinnedRegistries::new(registry.clone())),
-            registry,
+            pinned: Arc::new(crate::versions::PinnedRegistries::new(registry)),
             scopes: None,
             approver: None,
         }
@@ -234,6 +231,19 @@ impl Replies {
             .await
     }
 
+    /// Settles `run`'s open request `call` with a verdict the caller made
+    /// itself (a terminal's hooks), by the same path as every answer.
+    pub async fn settle(
+        &self,
+        owner: &Owner,
+        run: RunId,
+        call: &str,
+        verdict: Verdict,
+    ) -> Result<Answered> {
+        self.deliver(owner, AnswerTarget::Run(run), call, verdict, None, None)
+            .await
+    }
+
     /// `reclaimIfOrphaned`: expires `thread`'s overdue requests now rather
     /// than at the reaper's next pass (what a client connecting triggers).
     pub async fn reclaim_if_orphaned(&self, thread: ThreadId) -> Result<ReapReport> {
@@ -286,37 +296,29 @@ impl Replies {
         let edit_checked = edit_checked
             .as_ref()
             .map(|(tool, by)| (tool.as_str(), &**by));
-        // Checked by this deployment's agent file, or, for a run pinned to
-        // another version of its agent, by that version's.
-        let first = self
-            .answer_by(
-                &self.registry,
-                owner,
-                target,
-                &call,
-                &verdict,
-                (arguments_hash, record, edit_checked),
-            )
-            .await;
-        let answered = match first {
-            Err(Error::Store(agentenkit_store::Error::PinnedToOtherVersion { agent, version })) => {
-                let registry = self
-                    .pinned
-                    .for_run(&self.store, &agent, Some(&version))
-                    .await
-                    .map_err(|e| Error::VersionUnavailable(e.to_string()))?;
-                self.answer_by(
-                    &registry,
-                    owner,
-                    target,
-                    &call,
-                    &verdict,
-                    (arguments_hash, record, edit_checked),
-                )
-                .await?
-            }
-            other => other?,
+        // Checked by the version of its agent the run is pinned to (this
+        // deployment's, or the stored one), picked under the run's lock.
+        let nobody = Approver::default();
+        let caller = Caller {
+            owner: owner.as_str(),
+            scopes: self.scopes,
+            approver: self.approver.as_ref().unwrap_or(&nobody),
+            shown_hash: arguments_hash,
         };
+        let asked = Asked {
+            target,
+            call: &call,
+            verdict: &verdict,
+        };
+        let answered = answer_checked(
+            &self.store,
+            &self.pinned,
+            asked,
+            &caller,
+            record,
+            edit_checked,
+        )
+        .await?;
         let outcome = if answered.delivered {
             "delivered"
         } else {
@@ -345,55 +347,20 @@ impl Replies {
             .store
             .addressed_tool(owner, target, call, self.scopes)
             .await?;
-        let ours = self
-            .registry
-            .agent_version(&addressed.agent)
-            .map(|v| v.hash.as_str());
-        let registry = match addressed.agent_version.as_deref() {
-            Some(pinned) if ours.is_some_and(|ours| ours != pinned) => self
-                .pinned
-                .for_run(&self.store, &addressed.agent, Some(pinned))
-                .await
-                .map_err(|e| Error::VersionUnavailable(e.to_string()))?,
-            _ => self.registry.clone(),
-        };
+        let registry = self
+            .pinned
+            .for_run(
+                &self.store,
+                &addressed.agent,
+                addressed.agent_version.as_deref(),
+            )
+            .await
+            .map_err(|e| Error::VersionUnavailable(e.to_string()))?;
         let issues = schema_issues(&registry, &addressed.tool_name, edited);
         if !issues.is_empty() {
             return Err(agentenkit_store::Error::InvalidArguments(issues).into());
         }
         Ok((addressed.tool_name, registry))
-    }
-
-    /// The answer, checked by `registry`'s tools and rules (refused with
-    /// `PinnedToOtherVersion` for a run of another version). Edits that
-    /// `edit_checked` says fit (that tool, by that registry) are not
-    /// checked again under the lock.
-    async fn answer_by(
-        &self,
-        registry: &Registry,
-        owner: &Owner,
-        target: AnswerTarget,
-        call: &ToolCallId,
-        verdict: &Verdict,
-        (arguments_hash, record, edit_checked): (
-            Option<&str>,
-            Option<RecordedItem<'_>>,
-            Option<(&str, &Registry)>,
-        ),
-    ) -> Result<Answered> {
-        let nobody = Approver::default();
-        let caller = Caller {
-            owner: owner.as_str(),
-            scopes: self.scopes,
-            approver: self.approver.as_ref().unwrap_or(&nobody),
-            shown_hash: arguments_hash,
-        };
-        let asked = Asked {
-            target,
-            call,
-            verdict,
-        };
-        answer_checked(&self.store, registry, asked, &caller, record, edit_checked).await
     }
 }
 
@@ -405,14 +372,16 @@ struct Asked<'a> {
     pub verdict: &'a Verdict,
 }
 
-/// The answer, decided by the rules of `agentenkit_core::answer_rules` on
-/// the call as read under its run's lock, with `registry`'s version of the
-/// run's agent as the policy; then written (or rolled back). Edits that
-/// `edit_checked` says fit (that tool, by that registry) are not checked
-/// again.
+/// The one way an answer is decided: the run's lock taken and the call
+/// read under it; the registry of the version of its agent the run is
+/// pinned to picked (`pinned`: this deployment's, or built once from the
+/// stored version); the rules of `agentenkit_core::answer_rules` applied
+/// with that version as the policy; the ruling written (or rolled back).
+/// Edits that `edit_checked` says fit (that tool, by that registry) are
+/// not checked again.
 async fn answer_checked(
     store: &Store,
-    registry: &Registry,
+    pinned: &crate::versions::PinnedRegistries,
     asked: Asked<'_>,
     caller: &Caller<'_>,
     record: Option<RecordedItem<'_>>,
@@ -422,12 +391,21 @@ async fn answer_checked(
     // One span for the answer, however often a conflict retries it: made
     // on the first attempt, once the run's trace is read under its lock.
     let span = std::sync::OnceLock::new();
-    let answered = retry_conflicts(|| async {
+    retry_conflicts(|| async {
         let locked = store
             .lock_answer(&owner, asked.target, asked.call, caller.scopes)
             .await?;
         let addressed = locked.addressed();
-        let policy = policy_of(registry, &addressed, asked.verdict, edit_checked);
+        // Built at most once per version and process: the first answer to
+        // a run of another version reads it while holding the run's lock.
+        let registry = match pinned
+            .for_run(store, addressed.agent, addressed.agent_version)
+            .await
+        {
+            Ok(registry) => registry,
+            Err(e) => return Ok(Err(Error::VersionUnavailable(e.to_string()))),
+        };
+        let policy = policy_of(&registry, &addressed, asked.verdict, edit_checked);
         let ruling = rule(&addressed, asked.verdict, caller, &policy);
         let run_trace = locked.trace().cloned();
         let outcome = trace::outcome_of(asked.verdict);
@@ -442,15 +420,16 @@ async fn answer_checked(
             outcome,
             || caller.approver.principal(caller.owner),
         );
-        Ok(answered)
+        Ok(Ok(answered))
     })
-    .await?;
-    Ok(answered)
+    .await?
 }
 
 /// What `registry`'s version of the run's agent says of the addressed
-/// call: whether it is the run's version, the tool's approval rule, and
-/// the issues of edited arguments against the tool's input schema.
+/// call: whether it is the run's version (`answer_checked` picks it so;
+/// the rules refuse to judge by another, should a caller not), the tool's
+/// approval rule, and the issues of edited arguments against the tool's
+/// input schema.
 fn policy_of(
     registry: &Registry,
     addressed: &Addressed<'_>,
@@ -471,7 +450,7 @@ fn policy_of(
 
 /// The issues of the arguments `verdict` edits (none when it edits none)
 /// against the input schema of the addressed call's tool in `registry`.
-pub(crate) fn edit_issues(
+fn edit_issues(
     registry: &Registry,
     addressed: &Addressed<'_>,
     verdict: &Verdict,
@@ -483,8 +462,8 @@ pub(crate) fn edit_issues(
             arguments: Some(edited),
             ..
         } => match edit_checked {
-            // The run's lock holds its version to the registry's (else
-            // `PinnedToOtherVersion`), and a call's tool never changes.
+            // The registry is the one of the run's version, picked under
+            // its lock, and a call's tool never changes.
             Some((checked, by)) if checked == tool && std::ptr::eq(by, registry) => Vec::new(),
             _ => schema_issues(registry, tool, edited),
         },

@@ -6,9 +6,9 @@
 //! (first answer wins), `INPUT_RESOLVED` is written, and when no request of
 //! the run is left open the resume segment goes into the outbox.
 
-use agentenkit_core::answer_rules::{rule, Addressed, AnswerError, Caller, Policy, Ruling};
-use agentenkit_core::approvals::{Approver, Vote};
-use agentenkit_core::reply::{SettledReply, Verdict};
+use agentenkit_core::answer_rules::{Addressed, AnswerError, Ruling};
+use agentenkit_core::approvals::Vote;
+use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
     CallEvent, EventType, KeyScopes, Owner, QueueMessage, RunId, ThreadId, ToolCallId,
 };
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::event_insert::{event_ops, returned_outbox};
 use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
-use crate::pipeline::{retry_conflicts, Op, OpenTx};
+use crate::pipeline::{Op, OpenTx};
 use crate::{Error, Result, Store};
 
 mod locate;
@@ -59,28 +59,6 @@ impl Answered {
             approvals: None,
         }
     }
-}
-
-/// What an answer is checked against besides its call's own rules, for a
-/// caller that brings no agent version's policy (a Rust caller that knows
-/// its agents): one person approves, edits are refused.
-#[derive(Default, Clone, Copy)]
-pub struct AnswerChecks<'a> {
-    /// The `argumentsHash` the person was shown: when the call's arguments
-    /// hash otherwise, the answer is refused ([`Error::ArgumentsHashMismatch`]).
-    pub arguments_hash: Option<&'a str>,
-    /// A batch item's result, recorded under its idempotency key in the
-    /// transaction that delivers the answer (nothing is recorded when the
-    /// answer is refused).
-    pub record: Option<crate::idempotency::RecordedItem<'a>>,
-    /// The scopes of the caller's key: an answer to a request whose kind
-    /// needs another scope is refused ([`Error::Forbidden`]). `None`
-    /// allows every answer.
-    pub scopes: Option<KeyScopes>,
-    /// Who the caller's key speaks for: its id (recorded with the
-    /// decision), its holder and groups (multi-party approvals). `None`:
-    /// the owner, as a key of `AGENTENKIT_API_KEYS`.
-    pub approver: Option<&'a Approver>,
 }
 
 /// An open transaction holding the run's lock, with the call an answer
@@ -195,33 +173,6 @@ impl From<AnswerError> for Error {
 }
 
 impl Store {
-    /// Settles an open request with `verdict` on behalf of `owner`, by the
-    /// call's own rules and `checks` (see [`AnswerChecks`]). `NotFound`
-    /// when the owner has no such call, or it has not parked yet (an
-    /// answer can never arrive for a call the history does not have).
-    pub async fn answer(
-        &self,
-        owner: &Owner,
-        target: AnswerTarget,
-        call: &ToolCallId,
-        verdict: &Verdict,
-        checks: AnswerChecks<'_>,
-    ) -> Result<Answered> {
-        let nobody = Approver::default();
-        let caller = Caller {
-            owner: owner.as_str(),
-            scopes: checks.scopes,
-            approver: checks.approver.unwrap_or(&nobody),
-            shown_hash: checks.arguments_hash,
-        };
-        retry_conflicts(|| async {
-            let locked = self.lock_answer(owner, target, call, checks.scopes).await?;
-            let ruling = rule(&locked.addressed(), verdict, &caller, &Policy::default());
-            locked.write(ruling, checks.record).await
-        })
-        .await
-    }
-
     /// Opens the answer's transaction: the run's row lock (which
     /// serializes replies to its requests, expiries, and the worker's
     /// fence), and the addressed call read after it. `NotFound` when the

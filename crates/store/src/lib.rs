@@ -47,7 +47,7 @@ mod views;
 mod wait;
 mod watch;
 
-pub use answer::{AddressedTool, AnswerChecks, AnswerTarget, Answered, LockedCall};
+pub use answer::{AddressedTool, AnswerTarget, Answered, LockedCall};
 pub use bounded::{ReadBound, ReadPage};
 pub use change::Change;
 pub use engine::RunEngine;
