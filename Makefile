@@ -26,7 +26,7 @@ export DATABASE_URL TEST_DATABASE_URL AMQP_URL
 
 PEERS_RUN ?= $(CURDIR)/../shared/peers/run.sh
 
-.PHONY: help services build migrate demo fmt-check clippy validate-k8s test web-test ui screenshots bench bench-peers bench-park-many bench-callgrind chaos clean-test-schemas
+.PHONY: help services build migrate demo fmt-check clippy shape validate-k8s test web-test ui screenshots bench bench-peers bench-park-many bench-callgrind chaos clean-test-schemas
 
 help: ## list the targets
 	@echo "agentenkit — make targets:"
@@ -54,10 +54,13 @@ fmt-check: ## rustfmt, check only
 clippy: ## clippy on everything, warnings are errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+shape: ## no product file over 600 lines, no product function over 80 (scripts/shape.py --check)
+	python3 scripts/shape.py --check
+
 validate-k8s: ## the Kubernetes manifests against the API schemas (kubernetes-validate from PyPI, strict)
 	@bash scripts/validate-k8s.sh
 
-test: services fmt-check clippy validate-k8s ## services, fmt-check, clippy, manifests, then every test against real Postgres and RabbitMQ
+test: services fmt-check clippy shape validate-k8s ## services, fmt-check, clippy, shape, manifests, then every test against real Postgres and RabbitMQ
 	@export DATABASE_URL="$$TEST_DATABASE_URL"; rc=0; \
 	if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  echo "+ cargo test --workspace --doc"; \
