@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use agentenkit_core::questions::{MAX_ISSUES, MAX_ISSUE_CHARS};
-use agentenkit_core::reply::{MAX_EDITED_ARGUMENTS_BYTES, MAX_NOTE_CHARS};
+use agentenkit_core::reply::{MAX_EDITED_ARGUMENTS_BYTES, MAX_FREE_FORM_BYTES, MAX_NOTE_CHARS};
 use agentenkit_core::KeyScope;
 use agentenkit_runtime::Registry;
 use agentenkit_tests::*;
@@ -157,6 +157,32 @@ async fn edits_with_countless_issues_are_answered_with_the_first_twenty() {
     assert_eq!(replayed["results"][0]["status"], 422);
     assert_eq!(replayed["results"][0]["body"]["error"], "InvalidArguments");
 
+    // The same past the cap in a batch: the whole request is refused.
+    let (status, answer) = env
+        .reply(
+            "/agent/decisions",
+            ALICE,
+            json!({ "decisions": [{ "action": "approve", "runId": run_id, "toolCallId": "c1",
+                                    "payload": "p".repeat(MAX_FREE_FORM_BYTES) }] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer:.300}");
+    assert_eq!(answer["message"], "payload: at most 262144 bytes of JSON");
+    // A thread's metadata past its own cap makes no thread.
+    let (status, answer) = env
+        .reply(
+            "/threads",
+            ALICE,
+            json!({ "agent": "agent", "metadata": { "k": "m".repeat(64 * 1024) } }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer:.300}");
+    assert_eq!(answer["message"], "metadata: at most 65536 bytes of JSON");
+    assert_eq!(
+        env.rows("SELECT 1 FROM threads", |_| ()).await.len(),
+        1,
+        "only the first thread"
+    );
     assert_eq!(env.wait_pending(&thread_id, 1).await.len(), 1, "still open");
     assert_eq!(tool.calls(), 0);
     worker.stop().await.unwrap();
@@ -240,6 +266,16 @@ async fn notes_reasons_and_edits_past_their_bounds_change_nothing() {
             "/agent/tool-call/approve",
             json!({ "arguments": big_edits }),
             "arguments",
+        ),
+        (
+            "/agent/tool-call/approve",
+            json!({ "payload": { "zeros": vec![0; MAX_FREE_FORM_BYTES / 2] } }),
+            "payload",
+        ),
+        (
+            "/agent/tool-call/answer",
+            json!({ "answers": { "q": ["a".repeat(MAX_FREE_FORM_BYTES)] } }),
+            "answers",
         ),
     ] {
         let mut request = json!({ "runId": run_id, "toolCallId": "c1" });

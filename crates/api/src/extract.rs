@@ -35,18 +35,30 @@ where
 /// from an array too (`["mailer"]` as `{agent}`), so the shape is checked
 /// first, then every string (keys included) for a NUL character, which a
 /// Postgres `text` or `jsonb` cannot hold.
+///
+/// The body is read into `T` straight from its text: no `Value` of the
+/// whole body is built on the way (JSON text is up to sixteen times its
+/// size as one), and free-form fields are capped before they are parsed
+/// (`free_form`). Only a body with the escape of a NUL is read as a
+/// `Value` too, to name where it is.
 pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
-    if !value.is_object() {
+    let invalid = |e: serde_json::Error| {
+        ApiError::BadRequest(
+            crate::free_form::refusal(&e).unwrap_or_else(|| format!("invalid JSON body: {e}")),
+        )
+    };
+    if first_token(bytes) != Some(b'{') {
+        // Not an object, or not JSON: which, read without keeping it.
+        serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(invalid)?;
         return Err(ApiError::BadRequest(format!(
             "invalid JSON body: expected an object, found {}",
-            kind_of(&value)
+            kind_of(first_token(bytes))
         )));
     }
     // Valid JSON holds a NUL only as the escape `\u0000` (a raw control
     // character is a syntax error), so a body without one is not walked.
     if may_hold_nul(bytes) {
+        let value: Value = serde_json::from_slice(bytes).map_err(invalid)?;
         if let Some(path) = nul_at(&value) {
             return Err(ApiError::BadRequest(format!(
                 "invalid JSON body: text at {} contains a NUL character (\\u0000), which cannot be stored",
@@ -54,8 +66,15 @@ pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             )));
         }
     }
-    serde_json::from_value(value)
-        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+    serde_json::from_slice(bytes).map_err(invalid)
+}
+
+/// The first byte of `bytes` that is not JSON white space.
+fn first_token(bytes: &[u8]) -> Option<u8> {
+    bytes
+        .iter()
+        .copied()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
 }
 
 /// Whether the JSON text `bytes` has the escape of a NUL (`\u0000`,
@@ -66,14 +85,15 @@ fn may_hold_nul(bytes: &[u8]) -> bool {
     bytes.windows(6).any(|w| w == br"\u0000")
 }
 
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+/// What a valid JSON text that starts with `first` is.
+fn kind_of(first: Option<u8>) -> &'static str {
+    match first {
+        Some(b'n') => "null",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'"') => "a string",
+        Some(b'[') => "an array",
+        Some(b'{') => "an object",
+        _ => "a number",
     }
 }
 
@@ -180,6 +200,9 @@ pub fn parse_id<T: std::str::FromStr>(text: &str, what: &str) -> Result<T, ApiEr
     text.parse()
         .map_err(|_| ApiError::NotFound(format!("{what} not found")))
 }
+
+#[cfg(test)]
+mod peak;
 
 #[cfg(test)]
 mod tests {
@@ -301,5 +324,35 @@ mod tests {
                 .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Capped {
+        #[allow(dead_code)]
+        agent: String,
+        #[serde(default, deserialize_with = "crate::free_form::metadata")]
+        #[allow(dead_code)]
+        metadata: Option<Value>,
+    }
+
+    /// A body of 1 MiB of zeros was read as a `Value` of the whole body
+    /// (16 MiB and more), then again as the request; now the field is
+    /// refused once it passes its cap, having held a few MiB.
+    #[test]
+    fn a_huge_free_form_field_is_refused_before_it_is_built_whole() {
+        let zeros = vec!["0"; 500_000].join(",");
+        let body = format!(r#"{{"agent":"a","metadata":{{"k":[{zeros}]}}}}"#);
+        assert!(body.len() <= 1024 * 1024);
+        let (parsed, held) = super::peak::during(|| parse_body::<Capped>(body.as_bytes()));
+        let refused = message(parsed.unwrap_err());
+        assert_eq!(refused, "metadata: at most 65536 bytes of JSON");
+        assert!(held < 4 << 20, "held {held} bytes");
+        // Within its cap it reads, holding about its own size as a value.
+        let zeros = vec!["0"; 30_000].join(",");
+        let body = format!(r#"{{"agent":"a","metadata":{{"k":[{zeros}]}}}}"#);
+        let (parsed, held) = super::peak::during(|| parse_body::<Capped>(body.as_bytes()));
+        assert!(parsed.is_ok());
+        assert!(held < 4 << 20, "held {held} bytes");
     }
 }

@@ -13,6 +13,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 mod auth;
 mod error;
 mod extract;
+mod free_form;
 mod hub;
 mod openapi;
 mod page;

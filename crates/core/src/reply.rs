@@ -24,6 +24,11 @@ pub const MAX_NOTE_CHARS: usize = 4096;
 /// with the decision and sent to the tool.
 pub const MAX_EDITED_ARGUMENTS_BYTES: usize = 256 * 1024;
 
+/// A payload (a job's result, what an approval hands the tool) and a
+/// question set's answers are at most this many bytes of JSON: each is
+/// stored with the decision and read by the model or the tool.
+pub const MAX_FREE_FORM_BYTES: usize = 256 * 1024;
+
 /// What a person (or a webhook) sent about a parked call.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
@@ -49,15 +54,30 @@ pub enum Verdict {
 impl Verdict {
     /// What makes this verdict too large to take, if anything: a note or
     /// reason past [`MAX_NOTE_CHARS`], edits past
-    /// [`MAX_EDITED_ARGUMENTS_BYTES`].
+    /// [`MAX_EDITED_ARGUMENTS_BYTES`], a payload or answers past
+    /// [`MAX_FREE_FORM_BYTES`].
     pub fn oversized(&self) -> Option<String> {
+        let past = |value: &Value, max: usize| crate::canonical::json_len(value) > max;
         let (text, name) = match self {
             Verdict::Approve {
                 arguments: Some(arguments),
                 ..
-            } if crate::canonical::json_len(arguments) > MAX_EDITED_ARGUMENTS_BYTES => {
+            } if past(arguments, MAX_EDITED_ARGUMENTS_BYTES) => {
                 return Some(format!(
                     "arguments: edited arguments are at most {MAX_EDITED_ARGUMENTS_BYTES} bytes of JSON"
+                ))
+            }
+            Verdict::Approve {
+                payload: Some(payload),
+                ..
+            } if past(payload, MAX_FREE_FORM_BYTES) => {
+                return Some(format!(
+                    "payload: at most {MAX_FREE_FORM_BYTES} bytes of JSON"
+                ))
+            }
+            Verdict::Answer { answers } if past(answers, MAX_FREE_FORM_BYTES) => {
+                return Some(format!(
+                    "answers: at most {MAX_FREE_FORM_BYTES} bytes of JSON"
                 ))
             }
             Verdict::Approve { message, .. } => (message, "message"),
@@ -328,7 +348,8 @@ mod tests {
     fn notes_reasons_and_edits_past_their_bounds_are_too_large() {
         let note = |n: usize| Some("é".repeat(n));
         let approve = |arguments: Option<Value>, message: Option<String>| Verdict::Approve {
-            payload: Some(json!("x".repeat(MAX_EDITED_ARGUMENTS_BYTES))),
+            // At its own cap: `"…"` is 2 bytes around the text.
+            payload: Some(json!("x".repeat(MAX_FREE_FORM_BYTES - 2))),
             arguments,
             message,
         };
@@ -354,6 +375,29 @@ mod tests {
             .unwrap()
             .starts_with("arguments:"));
         assert_eq!(Verdict::Skip.oversized(), None);
+    }
+
+    #[test]
+    fn payloads_and_answers_past_their_bound_are_too_large() {
+        let payload = |n: usize| Verdict::Approve {
+            payload: Some(json!("x".repeat(n))),
+            arguments: None,
+            message: None,
+        };
+        assert_eq!(payload(MAX_FREE_FORM_BYTES - 2).oversized(), None);
+        assert!(payload(MAX_FREE_FORM_BYTES - 1)
+            .oversized()
+            .unwrap()
+            .starts_with("payload:"));
+        // `{"q":["…"]}` is 10 bytes around the text.
+        let answers = |n: usize| Verdict::Answer {
+            answers: json!({ "q": ["x".repeat(n)] }),
+        };
+        assert_eq!(answers(MAX_FREE_FORM_BYTES - 10).oversized(), None);
+        assert!(answers(MAX_FREE_FORM_BYTES - 9)
+            .oversized()
+            .unwrap()
+            .starts_with("answers:"));
     }
 
     #[test]

@@ -45,14 +45,16 @@ pub struct Approve {
     run_id: String,
     #[schema(value_type = crate::schemas::ToolCallIdText)]
     tool_call_id: String,
-    /// Given to the tool (approvals) or returned as the job's result.
-    #[serde(default)]
+    /// Given to the tool (approvals) or returned as the job's result; at
+    /// most 256 KiB of JSON.
+    #[serde(default, deserialize_with = "crate::free_form::payload")]
     #[schema(value_type = Option<crate::schemas::StorableJson>)]
     payload: Option<Value>,
     /// Edited arguments: the call runs with these instead of the proposed
     /// ones (approvals only; they must fit the tool's input schema, else
-    /// 422 and nothing changes). The model is told they were edited.
-    #[serde(default)]
+    /// 422 and nothing changes; at most 256 KiB of JSON). The model is told
+    /// they were edited.
+    #[serde(default, deserialize_with = "crate::free_form::arguments")]
     #[schema(value_type = Option<crate::schemas::StorableJson>)]
     arguments: Option<Value>,
     /// A note the model reads with the tool's result.
@@ -90,6 +92,8 @@ pub struct Answer {
     run_id: String,
     #[schema(value_type = crate::schemas::ToolCallIdText)]
     tool_call_id: String,
+    /// At most 256 KiB of JSON.
+    #[serde(deserialize_with = "crate::free_form::answers")]
     #[schema(value_type = crate::schemas::AnswerMap)]
     answers: Value,
 }
@@ -111,8 +115,9 @@ pub struct Respond {
     #[schema(value_type = crate::schemas::ToolCallIdText)]
     tool_call_id: String,
     approved: bool,
-    /// Given to the tool (approvals) or returned as the job's result.
-    #[serde(default)]
+    /// Given to the tool (approvals) or returned as the job's result; at
+    /// most 256 KiB of JSON.
+    #[serde(default, deserialize_with = "crate::free_form::payload")]
     #[schema(value_type = Option<crate::schemas::StorableJson>)]
     payload: Option<Value>,
     /// As for approve: 409 when the call's arguments hash otherwise.

@@ -132,8 +132,11 @@ pub async fn decide(
         None => key,
     });
     let request_hash = arguments_hash(&body);
-    let decisions: Decisions = serde_json::from_value(body)
-        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
+    let decisions: Decisions = serde_json::from_value(body).map_err(|e| {
+        ApiError::BadRequest(
+            crate::free_form::refusal(&e).unwrap_or_else(|| format!("invalid JSON body: {e}")),
+        )
+    })?;
     let count = decisions.decisions.len();
     if !(1..=MAX_DECISIONS).contains(&count) {
         return Err(ApiError::BadRequest(format!(

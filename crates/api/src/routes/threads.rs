@@ -23,8 +23,8 @@ const MAX_CONTENT_BYTES: usize = 256 * 1024;
 pub struct CreateThread {
     /// An agent of the agent file (`GET /agents`).
     agent: String,
-    /// Kept with the thread and returned with it.
-    #[serde(default)]
+    /// Kept with the thread and returned with it; at most 64 KiB of JSON.
+    #[serde(default, deserialize_with = "crate::free_form::metadata")]
     #[schema(value_type = Option<crate::schemas::StorableObject>)]
     metadata: Option<Value>,
 }
