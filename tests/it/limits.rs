@@ -98,6 +98,11 @@ async fn an_owner_past_its_stream_limit_gets_429_and_a_closed_stream_frees_a_pla
     assert!(refused.headers().contains_key("retry-after"));
     let body: serde_json::Value = refused.json().await.unwrap();
     assert_eq!(body["error"], "TooManyRequests");
+    // The limit is the owner's, and says so.
+    assert_eq!(
+        body["message"],
+        "the owner of this key already holds 2 open streams (counted over all its keys); close one first"
+    );
     // Another owner has places of its own.
     let (status, _) = env.call("GET", &path, Some(BOB), None).await;
     assert_eq!(

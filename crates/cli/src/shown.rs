@@ -42,6 +42,11 @@ mod tests {
         assert_eq!(shown("one\ntwo", true), "one\ntwo");
         assert_eq!(shown("tab\there", true), "tab\\u{9}here");
         assert_eq!(shown("pay\u{200b}pal", false), "pay\\u{200b}pal");
+        // Tag characters (U+E0000–U+E007F) hide text a model reads.
+        assert_eq!(
+            shown("ok\u{E0068}\u{E0069}", false),
+            "ok\\u{e0068}\\u{e0069}"
+        );
         assert_eq!(shown("\u{feff}a\u{2060}b", false), "\\u{feff}a\\u{2060}b");
     }
 

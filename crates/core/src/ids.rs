@@ -84,7 +84,10 @@ impl ToolCallId {
         if chars > Self::MAX_LEN {
             return Err(InvalidToolCallId::TooLong(chars));
         }
-        match id.chars().find(|c| c.is_control() || is_bidi_control(*c)) {
+        match id
+            .chars()
+            .find(|c| c.is_control() || is_bidi_control(*c) || is_tag(*c))
+        {
             Some(c) => Err(InvalidToolCallId::Character(c)),
             None => Ok(()),
         }
@@ -114,12 +117,19 @@ pub fn is_bidi_control(c: char) -> bool {
 /// Characters that take no width and show nothing, which a person cannot
 /// see in text (`pay\u{200b}pal`): zero-width space, non-joiner and joiner,
 /// word joiner and the invisible operators, the byte-order mark, the
-/// Mongolian vowel separator, soft hyphen.
+/// Mongolian vowel separator, soft hyphen, and the tag characters.
 pub fn is_invisible(c: char) -> bool {
     matches!(
         c,
         '\u{00AD}' | '\u{180E}' | '\u{200B}'..='\u{200D}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}'
-    )
+    ) || is_tag(c)
+}
+
+/// Unicode's tag characters (U+E0000–U+E007F): invisible, yet each spells
+/// an ASCII character to whatever reads the text (a model does), so text
+/// can hide words from the person shown it.
+pub fn is_tag(c: char) -> bool {
+    ('\u{E0000}'..='\u{E007F}').contains(&c)
 }
 
 impl fmt::Display for ToolCallId {
@@ -192,6 +202,10 @@ mod tests {
             "a\u{202E}gnp.exe",
             "c\u{2066}1",
             "\u{9b}",
+            // Tag characters spell "ok" to a model, nothing to a person.
+            "c1\u{E006F}\u{E006B}",
+            "\u{E0001}",
+            "c\u{E007F}",
         ] {
             assert!(
                 matches!(ToolCallId::check(bad), Err(InvalidToolCallId::Character(_))),

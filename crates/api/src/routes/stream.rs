@@ -82,7 +82,7 @@ pub async fn stream(
         .await
         .map_err(|too_many| {
             ApiError::TooManyRequests(format!(
-                "this key already holds {} open streams; close one first",
+                "the owner of this key already holds {} open streams (counted over all its keys); close one first",
                 too_many.max
             ))
         })?;

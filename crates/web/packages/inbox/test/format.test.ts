@@ -49,6 +49,7 @@ describe("shown", () => {
     expect(shown("invoice\u202egnp.exe")).toBe("invoice\\u{202e}gnp.exe");
     expect(shown("a\u2066b\u2069")).toBe("a\\u{2066}b\\u{2069}");
     expect(shown("pay\u200bpal")).toBe("pay\\u{200b}pal");
+    expect(shown("ok\u{e0068}\u{e0069}")).toBe("ok\\u{e0068}\\u{e0069}");
     expect(shown("\ufeffa\u2060b\u00ad")).toBe("\\u{feff}a\\u{2060}b\\u{ad}");
     expect(shown("x\u009by\u0007")).toBe("x\\u{9b}y\\u{7}");
     expect(shown("one\ntwo")).toBe("one\\u{a}two");
