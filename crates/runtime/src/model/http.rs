@@ -240,7 +240,7 @@ impl ProviderClient {
                 },
             };
         }
-        let message = self.redact(&error_message(&text));
+        let message = self.provider_message(&text);
         let code = status.as_u16();
         if matches!(code, 408 | 409 | 429) || status.is_server_error() {
             Attempt::Failed {
@@ -275,6 +275,13 @@ impl ProviderClient {
             .and_then(|u| u.host_str().map(str::to_owned))
             .unwrap_or_default();
         self.redact(&format!("{} at {host}: {what} ({cause})", self.provider))
+    }
+
+    /// The provider's message in `body`, the key redacted from all of it
+    /// before it is cut to what is quoted: a key across the cut would
+    /// otherwise be quoted in part.
+    fn provider_message(&self, body: &str) -> String {
+        quoted(self.redact(&whole_error_message(body)))
     }
 
     fn redact(&self, text: &str) -> String {
@@ -335,8 +342,13 @@ fn is_loopback(url: &reqwest::Url) -> bool {
 /// The provider's own message: `error.message` (OpenAI and Anthropic),
 /// `error` or `message` as text, else the start of the body; at most
 /// [`ERROR_MESSAGE_CHARS`] of it.
+#[cfg(test)]
 fn error_message(body: &str) -> String {
-    let message = whole_error_message(body);
+    quoted(whole_error_message(body))
+}
+
+/// At most [`ERROR_MESSAGE_CHARS`] of `message`, an ellipsis after a cut.
+fn quoted(message: String) -> String {
     if message.chars().count() <= ERROR_MESSAGE_CHARS {
         return message;
     }
@@ -409,6 +421,22 @@ mod tests {
         assert!(!format!("{settings:?}").contains("sk-secret"));
         assert_eq!(settings.base_url, "http://x");
         assert!(ApiKey::new("  ").is_none());
+    }
+
+    #[test]
+    fn a_key_across_the_cut_of_a_message_is_redacted_whole() {
+        let key = "sk-live-0123456789abcdef";
+        let settings = ProviderSettings::new("http://127.0.0.1", ApiKey::new(key));
+        let client = ProviderClient::new("openai", settings).unwrap();
+        // The key starts 6 characters before the cut at 512.
+        let body = format!(
+            r#"{{"error":{{"message":"{}{key} was refused"}}}}"#,
+            "x".repeat(ERROR_MESSAGE_CHARS - 6)
+        );
+        let quoted = client.provider_message(&body);
+        assert!(!quoted.contains("sk-liv"), "{quoted}");
+        assert!(quoted.ends_with("[redac…"), "{quoted}");
+        assert_eq!(quoted.chars().count(), ERROR_MESSAGE_CHARS + 1);
     }
 
     #[test]
