@@ -132,6 +132,12 @@ impl Cursor {
                         .data(data),
                 );
             }
+            // Before every read, not only after a wait: a stream with a
+            // backlog (or a busy thread) never waits, and a revoked key or
+            // a stream past its lifetime must still end.
+            if !self.may_go_on().await {
+                return None;
+            }
             // Wake-ups from here on are news this read may not include.
             self.wake.mark_seen();
             // A thread's event ids are handed out in commit order, so what
@@ -165,14 +171,22 @@ impl Cursor {
     }
 
     /// Until this thread has news, or the re-read timer fires; `false`
-    /// when the stream ends: the server is stopping, the stream lived its
-    /// time, or its key was revoked.
+    /// when the stream ends: the server is stopping or the stream lived
+    /// its time (its key is asked before the next read).
     async fn wait(&mut self) -> bool {
-        let woke = tokio::select! {
+        tokio::select! {
             () = self.state.shutdown.cancelled() => false,
             () = tokio::time::sleep_until(self.ends_at) => false,
             _ = tokio::time::timeout(self.state.stream_reread, self.wake.changed()) => true,
-        };
-        woke && self.caller.still_valid(&self.state).await
+        }
+    }
+
+    /// Whether the stream may read on: the server is not stopping, the
+    /// stream has not lived its time, and its key still holds (the key
+    /// cache's answer: one lookup per few seconds at most).
+    async fn may_go_on(&self) -> bool {
+        !self.state.shutdown.is_cancelled()
+            && tokio::time::Instant::now() < self.ends_at
+            && self.caller.still_valid(&self.state).await
     }
 }
