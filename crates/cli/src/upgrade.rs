@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use agentenkit_runtime::upgrade::{upgrade_runs, UpgradeReport};
 use agentenkit_runtime::versions::AgentVersion;
 
-use crate::ops::Outcome;
+use crate::outcome::Outcome;
 use crate::shown::shown;
 
 /// Exit code when some runs could not move.

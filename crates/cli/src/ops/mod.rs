@@ -170,21 +170,7 @@ fn parse_json(text: &str) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
 }
 
-/// What a command printed, and how the process should exit.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
-    pub output: String,
-    pub exit_code: i32,
-}
-
-impl Outcome {
-    fn ok(output: String) -> Self {
-        Outcome {
-            output,
-            exit_code: 0,
-        }
-    }
-}
+pub use crate::outcome::Outcome;
 
 /// Exit code of a reply that was not delivered.
 pub const NOT_DELIVERED: i32 = 3;

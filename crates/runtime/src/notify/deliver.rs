@@ -11,13 +11,10 @@ use agentenkit_store::{Attempted, DeliveryAttempt, DeliveryResult, Store};
 use serde_json::json;
 
 use super::payload::{body, Delivery, REMINDER_EVENT};
-use super::Target;
+use super::{Target, CLAIM_MARGIN};
 use crate::agent::Registry;
 use crate::agent_loop::CrashPoint;
 use crate::metrics;
-
-/// How much longer than its slowest attempt a claim holds.
-pub(super) const CLAIM_MARGIN: Duration = Duration::from_secs(2);
 
 /// What became of a notification message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

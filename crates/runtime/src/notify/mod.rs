@@ -27,6 +27,9 @@ pub use deliver::{Handled, Notifier};
 pub use here::SendsHere;
 pub use payload::{body, summary, Delivery, REMINDER_EVENT};
 
+/// How much longer than its slowest attempt a claim of a delivery holds.
+const CLAIM_MARGIN: Duration = Duration::from_secs(2);
+
 /// Attempts of a delivery before it is dead, unless the target says.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
 /// The wait after a first failure, unless the target says.
@@ -331,7 +334,7 @@ impl Notifications {
     /// How long a claim of an event's delivery to every target holds: the
     /// slowest attempt, and a margin.
     pub fn claim(&self) -> Duration {
-        self.longest_timeout() + deliver::CLAIM_MARGIN
+        self.longest_timeout() + CLAIM_MARGIN
     }
 
     pub fn targets_for(&self, event: EventType) -> Vec<&Target> {
