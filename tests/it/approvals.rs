@@ -444,11 +444,7 @@ async fn a_rust_caller_approves_through_the_runtime_without_http() {
     let worker = env.spawn_worker();
     let (thread_id, run_id) = env.start_turn("agent", "go").await;
     env.wait_pending(&thread_id, 1).await;
-    let replies = agentenkit_runtime::Replies::new(
-        env.store.clone(),
-        env.relay.clone(),
-        env.registry.clone(),
-    );
+    let replies = env.deployment_of(env.registry.clone(), 1).replies();
     let alice = agentenkit_core::Owner("alice".into());
     let run: agentenkit_core::RunId = run_id.parse().unwrap();
     let thread: agentenkit_core::ThreadId = thread_id.parse().unwrap();

@@ -220,11 +220,7 @@ async fn a_retry_after_a_cut_off_attempt_answers_what_it_settled_as_it_was_settl
     };
     assert!(recorded.is_empty());
     let delivered = json!({ "delivered": true });
-    let replies = agentenkit_runtime::Replies::new(
-        env.store.clone(),
-        env.relay.clone(),
-        env.registry.clone(),
-    );
+    let replies = env.deployment_of(env.registry.clone(), 1).replies();
     let answered = replies
         .decide(
             &alice,
@@ -355,11 +351,7 @@ async fn an_attempt_whose_key_was_taken_over_writes_nothing_more() {
         .await;
     let second = claim(&env).await;
     assert_ne!(first, second);
-    let replies = agentenkit_runtime::Replies::new(
-        env.store.clone(),
-        env.relay.clone(),
-        env.registry.clone(),
-    );
+    let replies = env.deployment_of(env.registry.clone(), 1).replies();
     let delivered = json!({ "delivered": true });
     let record = |hold| RecordedItem {
         key: "batch-f",

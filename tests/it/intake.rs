@@ -236,12 +236,7 @@ model = { provider = "scripted", script = [ { text = "Done." } ] }
 "#,
     )
     .unwrap();
-    let new = env.spawn(agentenkit_runtime::Worker::new(
-        env.store.clone(),
-        env.queue.clone(),
-        std::sync::Arc::new(without_intake),
-        env.worker_config.clone(),
-    ));
+    let new = env.spawn_worker_of(std::sync::Arc::new(without_intake));
     env.reply(
         "/agent/tool-call/answer",
         ALICE,
@@ -302,12 +297,7 @@ requires_confirmation = true
 "#
     ))
     .unwrap();
-    let new = env.spawn(agentenkit_runtime::Worker::new(
-        env.store.clone(),
-        env.queue.clone(),
-        std::sync::Arc::new(after),
-        env.worker_config.clone(),
-    ));
+    let new = env.spawn_worker_of(std::sync::Arc::new(after));
     env.reply("/agent/tool-call/approve", ALICE, target(&input))
         .await;
     let run = env.wait_run_finished(&run_id).await;

@@ -130,9 +130,7 @@ async fn serve_with(
 ) {
     use agentenkit_api::{ApiKeys, AppState};
     let state = AppState::new(
-        env.store.clone(),
-        env.queue.clone(),
-        env.registry.clone(),
+        env.deployment_of(env.registry.clone(), 1),
         ApiKeys::parse("").unwrap(),
     );
     let shutdown = tokio_util::sync::CancellationToken::new();

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use agentenkit_runtime::{Registry, Worker};
+use agentenkit_runtime::Registry;
 use agentenkit_tests::*;
 use serde_json::{json, Value};
 
@@ -99,12 +99,7 @@ async fn a_denied_call_proposed_again_is_refused_without_asking_and_replay_agree
     // A new deploy that would ask again resumes the run: the journaled
     // refusal stands (no journal mismatch, c2 not asked).
     worker.stop().await.unwrap();
-    let new = env.spawn(Worker::new(
-        env.store.clone(),
-        env.queue.clone(),
-        Arc::new(registry(ASKS_AGAIN, &tool.url, false)),
-        env.worker_config.clone(),
-    ));
+    let new = env.spawn_worker_of(Arc::new(registry(ASKS_AGAIN, &tool.url, false)));
     let (_, answer) = env
         .reply(
             "/agent/tool-call/approve",

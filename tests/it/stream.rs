@@ -309,12 +309,7 @@ async fn a_stopping_api_ends_its_open_streams_and_exits() {
     let thread_id = thread["id"].as_str().unwrap().to_owned();
     // A second API process on the same store, stopped while a stream is open.
     let keys = agentenkit_api::ApiKeys::parse(&format!("alice:{ALICE}")).unwrap();
-    let state = agentenkit_api::AppState::new(
-        env.store.clone(),
-        env.queue.clone(),
-        env.registry.clone(),
-        keys,
-    );
+    let state = agentenkit_api::AppState::new(env.deployment_of(env.registry.clone(), 1), keys);
     let shutdown = tokio_util::sync::CancellationToken::new();
     let (addr, served) =
         agentenkit::serve_api(state, "127.0.0.1:0".parse().unwrap(), shutdown.clone())

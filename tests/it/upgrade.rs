@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use agentenkit::ops::{OpsCommand, RunsCommand};
-use agentenkit_runtime::worker::Worker;
 use agentenkit_runtime::Registry;
 use agentenkit_tests::*;
 
@@ -140,13 +139,8 @@ async fn a_parked_run_moves_to_a_compatible_version_and_replays_across_the_switc
     // A worker of v2 dies right after the tool ran; the next one replays
     // over the switch and finishes with v2's script.
     let crashing = env.spawn(
-        Worker::new(
-            env.store.clone(),
-            env.queue.clone(),
-            v2.clone(),
-            env.worker_config.clone(),
-        )
-        .with_crash_point(Arc::new(|point: &str| point == "exec:c1")),
+        env.worker_of(v2.clone())
+            .with_crash_point(Arc::new(|point: &str| point == "exec:c1")),
     );
     let answer = approve(&env, &run_id, "c1").await;
     assert_eq!(answer["delivered"], true, "{answer}");

@@ -18,7 +18,7 @@ use agentenkit_queue::rabbit::RabbitQueue;
 use agentenkit_queue::{QueueAdapter, Topology};
 use agentenkit_runtime::agent_loop::CrashPoint;
 use agentenkit_runtime::worker::WorkerError;
-use agentenkit_runtime::{Registry, Relay, Worker, WorkerConfig};
+use agentenkit_runtime::{Deployment, Registry, Relay, Worker, WorkerConfig};
 use agentenkit_store::{Store, StoreConfig};
 use axum::http::StatusCode;
 use serde_json::Value;
@@ -69,6 +69,9 @@ pub struct TestEnv {
     pub http: reqwest::Client,
     pub worker_config: WorkerConfig,
     pub topology: Topology,
+    /// The store as connected: each worker and API process of the test
+    /// assembles its own deployment on it.
+    connected: Store,
     shutdown: CancellationToken,
 }
 
@@ -127,8 +130,10 @@ impl TestEnv {
                 .await
                 .expect("RabbitMQ (is it up? `make services`)"),
         );
+        let connected = store.clone();
         // As every process of a deployment: the events its targets want
-        // are written to the outbox with them.
+        // are written to the outbox with them (the test's own writes are
+        // published by nobody, as if their process died at once).
         let store = registry.prepare(store);
         registry
             .record_versions(&store)
@@ -136,7 +141,15 @@ impl TestEnv {
             .expect("record the agent versions");
         let registry = Arc::new(registry);
         let keys = ApiKeys::parse(&format!("alice:{ALICE},bob:{BOB}")).expect("keys");
-        let mut state = AppState::new(store.clone(), queue.clone(), registry.clone(), keys);
+        let mut state = AppState::new(
+            Deployment::assemble(
+                connected.clone(),
+                Relay::new(queue.clone()),
+                registry.clone(),
+                agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
+            ),
+            keys,
+        );
         // Streams must be woken by the event watch: the re-read safety net is
         // pushed out of any test's reach.
         state.stream_reread = Duration::from_secs(3600);
@@ -160,15 +173,33 @@ impl TestEnv {
                 .expect("http client"),
             worker_config: test_worker_config(),
             topology,
+            connected,
             shutdown,
         }
     }
 
+    /// The deployment a process of `registry`'s agent file assembles on
+    /// this test's store and broker, sending `concurrency` notifications
+    /// at once.
+    pub fn deployment_of(&self, registry: Arc<Registry>, concurrency: usize) -> Deployment {
+        Deployment::assemble(
+            self.connected.clone(),
+            Relay::new(self.queue.clone()),
+            registry,
+            concurrency,
+        )
+    }
+
+    /// A worker process of this test's agent file.
     pub fn worker(&self) -> Worker {
+        self.worker_of(self.registry.clone())
+    }
+
+    /// A worker process of `registry`'s agent file.
+    pub fn worker_of(&self, registry: Arc<Registry>) -> Worker {
+        let concurrency = usize::from(self.worker_config.notify_prefetch);
         Worker::new(
-            self.store.clone(),
-            self.queue.clone(),
-            self.registry.clone(),
+            &self.deployment_of(registry, concurrency),
             self.worker_config.clone(),
         )
     }
@@ -196,12 +227,7 @@ impl TestEnv {
 
     /// Starts a worker of another agent file (a new deploy's).
     pub fn spawn_worker_of(&self, registry: Arc<Registry>) -> WorkerHandle {
-        self.spawn(Worker::new(
-            self.store.clone(),
-            self.queue.clone(),
-            registry,
-            self.worker_config.clone(),
-        ))
+        self.spawn(self.worker_of(registry))
     }
 
     /// Another API process on this store and broker, of `registry`'s agent
@@ -209,7 +235,9 @@ impl TestEnv {
     /// stops it.
     pub async fn serve_api_of(&self, registry: Arc<Registry>) -> OtherApi {
         let keys = ApiKeys::parse(&format!("alice:{ALICE},bob:{BOB}")).expect("keys");
-        let state = AppState::new(self.store.clone(), self.queue.clone(), registry, keys);
+        let deployment =
+            self.deployment_of(registry, agentenkit_runtime::notify::DEFAULT_CONCURRENCY);
+        let state = AppState::new(deployment, keys);
         let shutdown = CancellationToken::new();
         let (addr, served) =
             agentenkit::serve_api(state, "127.0.0.1:0".parse().unwrap(), shutdown.clone())

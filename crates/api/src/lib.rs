@@ -4,7 +4,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use agentenkit_queue::QueueAdapter;
-use agentenkit_runtime::{Registry, Relay};
+use agentenkit_runtime::{Deployment, Registry, Relay};
 use agentenkit_store::Store;
 use axum::extract::DefaultBodyLimit;
 use axum::Router;
@@ -73,47 +73,33 @@ pub struct AppState {
     /// a key (the deployment's agents listed), and for anyone.
     openapi: Arc<OnceLock<bytes::Bytes>>,
     openapi_public: Arc<OnceLock<bytes::Bytes>>,
-    /// The registries of the agent versions runs are pinned to, as the
-    /// answers checked by them built them.
-    pinned: Arc<agentenkit_runtime::versions::PinnedRegistries>,
+    /// What the process serves with (its relay, notifier and the
+    /// registries of the agent versions runs are pinned to).
+    deployment: Deployment,
     /// Sends the events this process's answers and stops claimed for it
     /// (when the deployment has notification targets).
     pub sends_here: Option<agentenkit_runtime::notify::SendsHere>,
 }
 
 impl AppState {
-    pub fn new(
-        store: Store,
-        queue: Arc<dyn QueueAdapter>,
-        registry: Arc<Registry>,
-        keys: ApiKeys,
-    ) -> Self {
-        let relay = Relay::new(queue.clone());
-        // Answers and stops write events the notification targets want;
-        // a turn's run is pinned to its agent's version.
-        let store = registry.prepare(relay.attach(store));
-        // ... which this process sends itself, once committed.
-        let (store, sends_here) = agentenkit_runtime::notify::SendsHere::attach_new(
-            store,
-            registry.clone(),
-            agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
-        );
+    /// The API of `deployment`: its answers and stops write as the
+    /// deployment's processes do (published through its relay, notified,
+    /// sent from here), and check a run of another version by the
+    /// deployment's registries of it.
+    pub fn new(deployment: Deployment, keys: ApiKeys) -> Self {
         Self {
-            sends_here,
-            pinned: Arc::new(agentenkit_runtime::versions::PinnedRegistries::new(
-                registry.clone(),
-            )),
-            relay,
+            sends_here: deployment.sends_here().cloned(),
+            relay: deployment.relay().clone(),
             hub: Arc::new(hub::EventHub::new(
-                store.clone(),
+                deployment.store().clone(),
                 STREAM_POLL,
                 DEFAULT_MAX_STREAMS,
             )),
             stream_reread: Duration::from_secs(5),
             stream_lifetime: STREAM_LIFETIME,
-            store,
-            queue,
-            registry,
+            store: deployment.store().clone(),
+            queue: deployment.queue(),
+            registry: deployment.registry().clone(),
             keys: Arc::new(keys),
             key_cache: Arc::new(auth::KeyCache::new(KEY_CACHE_TTL)),
             metrics: metrics_handle(),
@@ -121,19 +107,19 @@ impl AppState {
             idempotency: agentenkit_store::KeyTimes::default(),
             openapi: Arc::default(),
             openapi_public: Arc::default(),
+            deployment,
         }
     }
 
-    /// Replies and reclaims as the runtime offers them to Rust callers.
-    /// Replies of this API, sharing the registries of the agent versions
-    /// its answers were checked by.
+    /// Replies and reclaims as the runtime offers them to Rust callers,
+    /// sharing the registries of the agent versions its answers were
+    /// checked by.
     pub fn replies(&self) -> agentenkit_runtime::Replies {
         agentenkit_runtime::Replies::new(
             self.store.clone(),
             self.relay.clone(),
-            self.registry.clone(),
+            self.deployment.pinned().clone(),
         )
-        .with_pinned(self.pinned.clone())
     }
 
     /// Says of each open approval that needs several people how many: the
@@ -180,11 +166,18 @@ impl AppState {
             .clone()
     }
 
-    /// The same state publishing through `relay` (its store's writes too).
-    pub fn with_relay(mut self, relay: Relay) -> Self {
-        self.store = relay.attach(self.store);
-        self.relay = relay;
-        self
+    /// The same state publishing through `relay` (its store's writes and
+    /// its notifier's retries too).
+    pub fn with_relay(self, relay: Relay) -> Self {
+        let deployment = self.deployment.with_relay(relay);
+        Self {
+            store: deployment.store().clone(),
+            relay: deployment.relay().clone(),
+            queue: deployment.queue(),
+            sends_here: deployment.sends_here().cloned(),
+            deployment,
+            ..self
+        }
     }
 
     /// The same state with another per-owner limit of open streams.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agentenkit_core::{Owner, QueueMessage, RunId};
 use agentenkit_queue::QueueAdapter;
 use agentenkit_runtime::replies::{Approve, Replies};
-use agentenkit_runtime::{Registry, Worker, WorkerConfig};
+use agentenkit_runtime::{Deployment, Registry, Relay, Worker, WorkerConfig};
 use agentenkit_store::{OutboxRow, Store};
 use anyhow::{bail, Context};
 use serde_json::json;
@@ -29,6 +29,8 @@ pub struct Ctx {
     pub store: Store,
     /// How the clients answer: the product's one answer path, over `store`.
     pub replies: Replies,
+    /// What `store` and `replies` are of: the clients' process.
+    pub deployment: Deployment,
     pub hub: Arc<Hub>,
     pub owner: Owner,
     pub content: String,
@@ -58,16 +60,20 @@ impl RunningWorker {
 
 pub fn start_worker(ctx: &Ctx, registry: Arc<Registry>, prefetch: u16) -> RunningWorker {
     let queue: Arc<dyn QueueAdapter> = ctx.hooked.clone();
-    let worker = Worker::new(
-        ctx.store.clone(),
-        queue,
+    let config = WorkerConfig {
+        prefetch,
+        shutdown_grace: Duration::from_secs(5),
+        ..WorkerConfig::default()
+    };
+    // A deployment of its own on the clients' store, as a worker process
+    // of the same agent file would have.
+    let deployment = Deployment::assemble(
+        ctx.deployment.connected().clone(),
+        Relay::new(queue),
         registry,
-        WorkerConfig {
-            prefetch,
-            shutdown_grace: Duration::from_secs(5),
-            ..WorkerConfig::default()
-        },
+        usize::from(config.notify_prefetch),
     );
+    let worker = Worker::new(&deployment, config);
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     RunningWorker {

@@ -71,17 +71,20 @@ async fn measure(
     queue: Arc<dyn QueueAdapter>,
     n: usize,
 ) -> anyhow::Result<Vec<f64>> {
-    // The clients' store publishes what they write.
-    let clients = Relay::new(queue.clone()).attach(store.clone());
-    let worker = Worker::new(
+    // The clients and the worker share a deployment: what either writes
+    // is published.
+    let config = WorkerConfig {
+        prefetch: 64,
+        ..WorkerConfig::default()
+    };
+    let deployment = agentenkit_runtime::Deployment::assemble(
         store.clone(),
-        queue,
+        Relay::new(queue),
         Arc::new(registry()?),
-        WorkerConfig {
-            prefetch: 64,
-            ..WorkerConfig::default()
-        },
+        usize::from(config.notify_prefetch),
     );
+    let clients = deployment.store().clone();
+    let worker = Worker::new(&deployment, config);
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     let worker_task = tokio::spawn(async move { worker.run(token).await });

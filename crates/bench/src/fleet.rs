@@ -98,16 +98,16 @@ impl Fleet {
         // The clients' store publishes what they write through the fleet's
         // own connection, and pins the runs it starts to the fleet's agent
         // file (its workers' version), not to the in-process bench's.
-        let relay = Relay::new(queue.clone());
-        let store = registry.prepare(relay.attach(store));
+        let clients = agentenkit_runtime::Deployment::assemble(
+            store,
+            Relay::new(queue.clone()),
+            Arc::new(registry),
+            agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
+        );
         Ok(Fleet {
             queue,
-            replies: agentenkit_runtime::replies::Replies::new(
-                store.clone(),
-                relay,
-                Arc::new(registry),
-            ),
-            store,
+            replies: clients.replies(),
+            store: clients.store().clone(),
             owner: Owner("bench-fleet".into()),
             dir,
             topology,

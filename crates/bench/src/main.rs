@@ -36,7 +36,7 @@ use agentenkit_core::Owner;
 use agentenkit_queue::memory::MemoryQueue;
 use agentenkit_queue::rabbit::RabbitQueue;
 use agentenkit_queue::{QueueAdapter, Topology};
-use agentenkit_runtime::replies::Replies;
+use agentenkit_runtime::Deployment;
 use agentenkit_runtime::Relay;
 use agentenkit_store::{Store, StoreConfig};
 use anyhow::{bail, Context};
@@ -220,17 +220,17 @@ async fn bench(
     let prefetch = u16::try_from((max_c * 2).max(16)).unwrap_or(u16::MAX);
     // Its answers write INPUT_RESOLVED, for the targets if any, and send it
     // as an API process does.
-    let relay = Relay::new(queue.clone());
-    let clients = agentenkit_runtime::notify::SendsHere::attach_new(
-        registry.prepare(relay.attach(store.clone())),
+    let clients = Deployment::assemble(
+        store.clone(),
+        Relay::new(queue.clone()),
         registry.clone(),
         agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
-    )
-    .0;
+    );
     let ctx = Arc::new(Ctx {
         hooked,
-        replies: Replies::new(clients.clone(), relay, registry.clone()),
-        store: clients,
+        replies: clients.replies(),
+        store: clients.store().clone(),
+        deployment: clients,
         hub,
         owner: Owner("bench".into()),
         content: hub::body_text(),
@@ -346,10 +346,10 @@ impl Measured {
             &self.params,
             &self.results,
             &self.baselines,
-            peers.as_ref(),
             passes,
             started.elapsed(),
         );
+        against_peers::print(&self.results, &self.baselines, peers.as_ref());
         if let Some(path) = &args.json {
             let value = report::to_json(
                 &self.params,
@@ -420,12 +420,17 @@ async fn round_trip_pass(
     let mut config = StoreConfig::new(proxy.database_url(&args.database_url)?);
     config.schema = Some(schema.to_owned());
     config.max_connections = 4;
-    let relay = Relay::new(main.hooked.clone());
-    let store = relay.attach(Store::connect(&config)?);
+    let clients = Deployment::assemble(
+        Store::connect(&config)?,
+        Relay::new(main.hooked.clone()),
+        registry.clone(),
+        agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
+    );
     let ctx = Arc::new(Ctx {
         hooked: main.hooked.clone(),
-        replies: Replies::new(store.clone(), relay, registry.clone()),
-        store,
+        replies: clients.replies(),
+        store: clients.store().clone(),
+        deployment: clients,
         hub: main.hub.clone(),
         owner: main.owner.clone(),
         content: main.content.clone(),

@@ -145,11 +145,12 @@ pub(crate) fn baseline_at(baselines: &[Baseline], c: usize) -> Option<&Baseline>
     baselines.iter().find(|b| b.clients == c)
 }
 
+/// The report's own tables; the comparison with the peers follows it
+/// (`against_peers::print`).
 pub fn print_markdown(
     params: &Params,
     results: &[ConfigResult],
     baselines: &[Baseline],
-    peers: Option<&Peers>,
     passes: &Passes,
     total: Duration,
 ) {
@@ -172,7 +173,6 @@ pub fn print_markdown(
         })
         .collect();
     crate::statements::print(&by_statement, 15);
-    super::against_peers::print(results, baselines, peers);
 }
 
 fn print_parameters(params: &Params, results: &[ConfigResult], total: Duration) {

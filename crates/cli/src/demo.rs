@@ -68,18 +68,15 @@ pub async fn run(mut connections: Connections) -> anyhow::Result<()> {
                 .tool("send_email"),
         );
     let registry = Arc::new(registry);
-    let worker_task = crate::spawn_worker(
+    // One process: the worker and the API share one deployment.
+    let deployment = agentenkit_runtime::Deployment::assemble(
         store.clone(),
-        queue.clone(),
-        registry.clone(),
-        shutdown.clone(),
-    );
-    let state = AppState::new(
-        store.clone(),
-        queue.clone(),
+        agentenkit_runtime::Relay::new(queue.clone()),
         registry,
-        ApiKeys::parse(&format!("demo:{KEY}"))?,
+        agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
     );
+    let worker_task = crate::spawn_worker(&deployment, shutdown.clone());
+    let state = AppState::new(deployment, ApiKeys::parse(&format!("demo:{KEY}"))?);
     let (addr, _served) = serve_api(state, "127.0.0.1:0".parse()?, shutdown.clone()).await?;
 
     let result = converse(addr).await;

@@ -9,6 +9,7 @@ pub mod demo;
 pub mod http_server;
 pub mod keys;
 pub mod ops;
+pub mod outcome;
 pub mod paging;
 pub mod shown;
 pub mod telemetry;
@@ -337,17 +338,11 @@ pub fn init_tracing_at(
 /// A worker with the default settings, running until `shutdown`: what
 /// `agentenkit dev` and the demo run beside their API.
 pub fn spawn_worker(
-    store: Store,
-    queue: Arc<dyn QueueAdapter>,
-    registry: Arc<Registry>,
+    deployment: &agentenkit_runtime::Deployment,
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<Result<(), agentenkit_runtime::worker::WorkerError>> {
-    let worker = agentenkit_runtime::Worker::new(
-        store,
-        queue,
-        registry,
-        agentenkit_runtime::WorkerConfig::default(),
-    );
+    let worker =
+        agentenkit_runtime::Worker::new(deployment, agentenkit_runtime::WorkerConfig::default());
     tokio::spawn(async move { worker.run(shutdown).await })
 }
 

@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::{Error, Registry, Relay, Result, Worker, WorkerConfig};
+use crate::{Deployment, Error, Registry, Relay, Result, Worker, WorkerConfig};
 
 /// How often a turn in progress asks the store for news of its thread.
 const POLL: Duration = Duration::from_millis(10);
@@ -54,12 +54,16 @@ impl InlineRunner {
     /// earlier process are picked up by a reaper pass, not by this one.
     pub fn start(store: Store, registry: Arc<Registry>, owner: Owner) -> InlineRunner {
         let queue: Arc<dyn QueueAdapter> = Arc::new(MemoryQueue::new());
-        let worker = Worker::new(
-            store.clone(),
-            queue.clone(),
-            registry.clone(),
-            WorkerConfig::default(),
+        // One deployment for the worker and the person at the terminal:
+        // what either writes is published on the in-process queue, and
+        // the events they claim are sent from here.
+        let deployment = Deployment::assemble(
+            store,
+            Relay::new(queue),
+            registry,
+            crate::notify::DEFAULT_CONCURRENCY,
         );
+        let worker = Worker::new(&deployment, WorkerConfig::default());
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
         let worker = tokio::spawn(async move {
@@ -67,18 +71,9 @@ impl InlineRunner {
                 tracing::error!(error = %e, "inline worker stopped");
             }
         });
-        // What its calls write to the outbox is published by the store,
-        // and the events they claim for this process are sent by it.
-        let relay = Relay::new(queue);
-        let store = crate::notify::SendsHere::attach_new(
-            registry.prepare(relay.attach(store)),
-            registry.clone(),
-            crate::notify::DEFAULT_CONCURRENCY,
-        )
-        .0;
         InlineRunner {
-            replies: Replies::new(store.clone(), relay, registry),
-            store,
+            replies: deployment.replies(),
+            store: deployment.store().clone(),
             owner,
             shutdown,
             worker,

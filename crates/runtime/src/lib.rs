@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod agent_loop;
 pub mod config;
+pub mod deployment;
 pub mod error;
 pub mod inline;
 pub mod metrics;
@@ -21,6 +22,7 @@ pub mod versions;
 pub mod worker;
 
 pub use agent::{Agent, DelegationLimits, Registry};
+pub use deployment::Deployment;
 pub use error::{Error, Result};
 pub use model::{
     AnthropicModel, ApiKey, Model, ModelError, ModelRequest, OpenAiModel, ScriptEntry,

@@ -58,6 +58,11 @@ impl Relay {
         }
     }
 
+    /// The queue it publishes to.
+    pub fn queue(&self) -> Arc<dyn QueueAdapter> {
+        self.queue.clone()
+    }
+
     /// The same relay with another publish timeout.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;

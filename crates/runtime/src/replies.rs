@@ -1,5 +1,5 @@
 //! Replies to open requests as library calls: what the HTTP handlers do,
-//! for a Rust webhook handler that has the store and the relay at hand.
+//! for a Rust webhook handler of the deployment (`Deployment::replies`).
 //!
 //! Each call commits the reply in one transaction and publishes what the
 //! commit put in the outbox (the resume segment, when the reply closed the
@@ -105,24 +105,19 @@ impl Decision {
 }
 
 impl Replies {
-    /// Replies written through `store`; what they write to the outbox is
-    /// published through `relay`; edited arguments are checked against
-    /// `registry`'s tools.
-    pub fn new(store: Store, relay: Relay, registry: Arc<Registry>) -> Self {
+    /// Replies written through a deployment's `store` (what they write
+    /// to the outbox published through its `relay`), each checked by the
+    /// version of its agent the run is pinned to, from the registries the
+    /// deployment shares (`pinned`). A process has them from its
+    /// deployment: `Deployment::replies`.
+    pub fn new(store: Store, relay: Relay, pinned: Arc<crate::versions::PinnedRegistries>) -> Self {
         Self {
-            store: relay.attach(store),
+            store,
             relay,
-            pinned: Arc::new(crate::versions::PinnedRegistries::new(registry)),
+            pinned,
             scopes: None,
             approver: None,
         }
-    }
-
-    /// These replies sharing `pinned`: the registries of the agent versions
-    /// built for earlier answers (an API keeps one for all its requests).
-    pub fn with_pinned(mut self, pinned: Arc<crate::versions::PinnedRegistries>) -> Self {
-        self.pinned = pinned;
-        self
     }
 
     /// These replies as a key with `scopes`, speaking for `approver` (its

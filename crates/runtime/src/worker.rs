@@ -23,7 +23,6 @@ use crate::agent::Registry;
 use crate::agent_loop::segment::{self, RetryPolicy};
 use crate::agent_loop::{Checkpointer, CrashPoint, SegmentError};
 use crate::metrics;
-use crate::relay::Relay;
 use crate::trace;
 
 mod config;
@@ -79,37 +78,31 @@ struct Inner {
     /// The registry of each agent version a run this worker took is
     /// pinned to.
     pinned: Arc<crate::versions::PinnedRegistries>,
+    /// What it was built from (a crash point's worker is built again).
+    deployment: crate::Deployment,
 }
 
 impl Worker {
-    pub fn new(
-        store: Store,
-        queue: Arc<dyn QueueAdapter>,
-        registry: Arc<Registry>,
-        config: WorkerConfig,
-    ) -> Self {
-        // What the worker's commits write to the outbox is published by
-        // its store, through this relay.
-        let relay = Relay::new(queue.clone());
-        // Its commits' events go to the deployment's notification targets.
-        let store = registry.prepare(relay.attach(store));
-        // ... and this worker sends them itself, once committed.
-        let notifier = crate::notify::Notifier::new(store.clone(), registry.clone(), None);
-        let (store, sends_here) = crate::notify::SendsHere::attach(
-            store,
-            notifier.clone(),
-            usize::from(config.notify_prefetch),
-        );
+    /// A worker of `deployment`: its commits are wired as the
+    /// deployment's (published through its relay, notified, sent from
+    /// here), and it serves runs pinned to other versions from the
+    /// deployment's registries of them.
+    pub fn new(deployment: &crate::Deployment, config: WorkerConfig) -> Self {
+        Self::of(deployment.clone(), config, None)
+    }
+
+    fn of(deployment: crate::Deployment, config: WorkerConfig, crash: Option<CrashPoint>) -> Self {
         Self {
             inner: Arc::new(Inner {
-                notifier,
-                sends_here,
-                pinned: Arc::new(crate::versions::PinnedRegistries::new(registry.clone())),
-                store,
-                queue,
-                registry,
+                store: deployment.store().clone(),
+                queue: deployment.queue(),
+                registry: deployment.registry().clone(),
+                notifier: deployment.notifier().clone(),
+                sends_here: deployment.sends_here().cloned(),
+                pinned: deployment.pinned().clone(),
+                deployment,
                 config,
-                crash: None,
+                crash,
                 busy: Arc::default(),
             }),
         }
@@ -120,29 +113,11 @@ impl Worker {
     /// of crash safety.
     pub fn with_crash_point(self, crash: CrashPoint) -> Self {
         let inner = &self.inner;
-        let notifier = crate::notify::Notifier::new(
-            inner.store.clone(),
-            inner.registry.clone(),
-            Some(crash.clone()),
-        );
-        let (store, sends_here) = crate::notify::SendsHere::attach(
-            inner.store.clone(),
-            notifier.clone(),
-            usize::from(inner.config.notify_prefetch),
-        );
-        Self {
-            inner: Arc::new(Inner {
-                store,
-                sends_here,
-                queue: inner.queue.clone(),
-                registry: inner.registry.clone(),
-                config: inner.config.clone(),
-                notifier,
-                crash: Some(crash),
-                busy: Arc::default(),
-                pinned: inner.pinned.clone(),
-            }),
-        }
+        Self::of(
+            inner.deployment.with_crash_point(crash.clone()),
+            inner.config.clone(),
+            Some(crash),
+        )
     }
 
     /// Consumes segments until `shutdown`, then drains in-flight segments

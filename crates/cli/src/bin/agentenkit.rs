@@ -177,25 +177,25 @@ async fn dev(
     let store = connections.store()?;
     store.migrate().await?;
     let registry = agents.load_for_sending()?;
-    // The reaper loop below writes events too.
-    let store = registry.prepare(store);
     let queue = connections.queue(&registry.delay_lanes()).await?;
     let shutdown = shutdown_on_signal();
-    let worker_task = agentenkit::spawn_worker(
-        store.clone(),
-        queue.clone(),
-        registry.clone(),
-        shutdown.clone(),
+    // One process, one deployment: the worker, the reaper loop and the
+    // API write, publish and notify alike.
+    let deployment = agentenkit_runtime::Deployment::assemble(
+        store,
+        Relay::new(queue),
+        registry,
+        agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
     );
+    let worker_task = agentenkit::spawn_worker(&deployment, shutdown.clone());
     let reaper = tokio::spawn(reap_every(
-        store.clone(),
-        Relay::new(queue.clone()),
+        deployment.store().clone(),
+        deployment.relay().clone(),
         ReaperConfig::default(),
         every,
         shutdown.clone(),
     ));
-    let state =
-        AppState::new(store, queue, registry, keys.load()?).with_max_streams(keys.max_streams);
+    let state = AppState::new(deployment, keys.load()?).with_max_streams(keys.max_streams);
     let (addr, served) = serve_api(state, listen, shutdown).await?;
     tracing::info!(%addr, queue = ?connections.queue, "agentenkit dev: API, worker and reaper running");
     println!("agentenkit dev: the inbox page is at http://{addr}/ui/ (sign in with an API key)");

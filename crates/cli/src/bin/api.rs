@@ -33,14 +33,14 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let _telemetry = init_tracing(cli.log.log_format, "agentenkit-api")?;
     let shutdown = shutdown_on_signal();
-    let state = AppState::new(
+    let deployment = agentenkit_runtime::Deployment::assemble(
         cli.connections.store()?,
         // Served at once, the broker or not: see `queue_in_background`.
-        cli.connections.queue_in_background(&[], &shutdown),
+        agentenkit_runtime::Relay::new(cli.connections.queue_in_background(&[], &shutdown)),
         cli.agents.load()?,
-        cli.keys.load()?,
-    )
-    .with_max_streams(cli.keys.max_streams);
+        agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
+    );
+    let state = AppState::new(deployment, cli.keys.load()?).with_max_streams(cli.keys.max_streams);
     let (addr, served) = serve_api(state, cli.listen, shutdown).await?;
     tracing::info!(%addr, "API listening");
     served.await?;

@@ -97,7 +97,13 @@ async fn main() -> anyhow::Result<()> {
         let addr = agentenkit::serve_metrics(listen, shutdown.clone()).await?;
         tracing::info!(%addr, "metrics at /metrics");
     }
-    let worker = Worker::new(store, queue, registry, config);
+    let deployment = agentenkit_runtime::Deployment::assemble(
+        store,
+        agentenkit_runtime::Relay::new(queue),
+        registry,
+        usize::from(config.notify_prefetch),
+    );
+    let worker = Worker::new(&deployment, config);
     tracing::info!("worker started");
     worker.run(shutdown).await?;
     tracing::info!("worker stopped");

@@ -103,17 +103,6 @@ impl SendsHere {
         (store, Some(sends))
     }
 
-    /// [`SendsHere::attach`] with a notifier of its own (a process that
-    /// consumes no notifications queue: the API, inline mode).
-    pub fn attach_new(
-        store: Store,
-        registry: Arc<crate::agent::Registry>,
-        concurrency: usize,
-    ) -> (Store, Option<SendsHere>) {
-        let notifier = Notifier::new(store.clone(), registry, None);
-        SendsHere::attach(store, notifier, concurrency)
-    }
-
     /// Cancelled when a send stopped at a crash point.
     pub fn crashed(&self) -> CancellationToken {
         self.inner.crashed.clone()
