@@ -27,12 +27,13 @@ async fn raw(port: u16, head: &str) -> String {
         .to_owned()
 }
 
-/// The resident memory of process `pid`, in KiB.
-fn resident_kib(pid: u32) -> u64 {
+/// Field `field` of process `pid`'s status (`VmRSS`: its resident memory;
+/// `VmHWM`: the most it has held), in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
@@ -83,7 +84,7 @@ async fn an_api_exporting_traces_keeps_nothing_of_a_flood_of_huge_requests() {
         )
         .await;
     }
-    let before = resident_kib(pid);
+    let before = status_kib(pid, "VmRSS");
 
     let method = "X".repeat(150 * 1024);
     let path = format!("/threads/{}", "p".repeat(60 * 1024));
@@ -109,7 +110,7 @@ async fn an_api_exporting_traces_keeps_nothing_of_a_flood_of_huge_requests() {
     }
     // The batch processor takes spans off the queue as they come.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = resident_kib(pid);
+    let after = status_kib(pid, "VmRSS");
     stop(api).await;
     held.abort();
     d.finish().await;
@@ -122,16 +123,6 @@ async fn an_api_exporting_traces_keeps_nothing_of_a_flood_of_huge_requests() {
         grown_mib < 64,
         "the API grew by {grown_mib} MiB ({before} KiB -> {after} KiB) under 1,000 requests"
     );
-}
-
-/// The peak resident memory of process `pid`, in KiB.
-fn peak_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
 }
 
 /// A thread with 40 tool results of 900 KiB: reading its messages on a
@@ -189,12 +180,12 @@ async fn a_page_of_large_messages_holds_about_a_page() {
     let first = read(1).await.unwrap();
     assert!(first.status().is_success(), "{}", first.status());
     let _ = first.bytes().await.unwrap();
-    let before = peak_kib(pid);
+    let before = status_kib(pid, "VmHWM");
     let page = read(100).await.unwrap();
     assert!(page.status().is_success(), "{}", page.status());
     let next = page.headers().get("link").cloned();
     let body: serde_json::Value = page.json().await.unwrap();
-    let after = peak_kib(pid);
+    let after = status_kib(pid, "VmHWM");
     stop(api).await;
     d.finish().await;
     let kept = body.as_array().unwrap().len();
