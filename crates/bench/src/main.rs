@@ -189,8 +189,9 @@ async fn bench(
     let mut registry = hub::registry(hub.clone())?;
     if let Some(receiver) = &receiver {
         use agentenkit_runtime::notify::{Notifications, Target, TargetSecret};
-        let target = Target::new("bench", &receiver.url)?
-            .secret(TargetSecret::Key(b"bench-secret".to_vec()));
+        let target = Target::new("bench", &receiver.url)?.secret(TargetSecret::Key(
+            b"bench-secret-of-at-least-32-bytes".to_vec(),
+        ));
         registry = registry.with_notifications(Notifications::default().with_target(target));
     }
     let registry = Arc::new(registry);

@@ -116,12 +116,12 @@ impl AgentConfig {
     /// could not sign would only fail its deliveries).
     pub fn load_for_sending(&self) -> anyhow::Result<Arc<Registry>> {
         let registry = self.load()?;
-        let missing = registry.notifications().missing_secrets();
-        if !missing.is_empty() {
+        let unusable = registry.notifications().unusable_secrets();
+        if !unusable.is_empty() {
             anyhow::bail!(
-                "{}: notification secrets not set in the environment: {}",
+                "{}: notification secrets not set in the environment, or too short to sign: {}",
                 self.path.display(),
-                missing.join(", ")
+                unusable.join("; ")
             );
         }
         Ok(registry)

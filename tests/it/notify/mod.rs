@@ -20,7 +20,7 @@ mod failing;
 mod here;
 mod reminders;
 
-const SECRET: &[u8] = b"whsec_test_0123456789";
+const SECRET: &[u8] = b"whsec_test_0123456789abcdefghijklmnop";
 
 /// One request the receiver got.
 #[derive(Debug, Clone)]

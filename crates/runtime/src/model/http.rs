@@ -327,7 +327,7 @@ async fn read_at_most(
 }
 
 /// Whether `url` names this machine: `localhost` or a loopback address.
-fn is_loopback(url: &reqwest::Url) -> bool {
+pub(crate) fn is_loopback(url: &reqwest::Url) -> bool {
     let Some(host) = url.host_str() else {
         return false;
     };

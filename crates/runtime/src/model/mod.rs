@@ -20,6 +20,7 @@ mod scripted;
 
 pub use anthropic::{AnthropicConfig, AnthropicModel};
 pub use def::ModelDef;
+pub(crate) use http::is_loopback;
 pub use http::{ApiKey, ProviderSettings};
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use scripted::{ScriptEntry, ScriptedModel};

@@ -27,6 +27,9 @@ pub use deliver::{Handled, Notifier};
 pub use here::SendsHere;
 pub use payload::{body, summary, Delivery, REMINDER_EVENT};
 
+/// The shortest signing secret a target may have (256 bits).
+pub const MIN_SECRET_BYTES: usize = 32;
+
 /// How much longer than its slowest attempt a claim of a delivery holds.
 const CLAIM_MARGIN: Duration = Duration::from_secs(2);
 
@@ -80,6 +83,13 @@ impl Target {
     pub fn new(name: impl Into<String>, url: &str) -> Result<Target> {
         let name = name.into();
         let url = parse_url(&name, url)?;
+        // What is sent is signed, not hidden: a request's text and its
+        // signature cross the network in the clear over http.
+        if url.scheme() == "http" && !crate::model::is_loopback(&url) {
+            return Err(Error::Config(format!(
+                "notification target {name}: the url must be https (http only to this machine)"
+            )));
+        }
         Ok(Target {
             name,
             url,
@@ -125,16 +135,28 @@ impl Target {
         self
     }
 
-    /// The secret's bytes now; `Err` names the variable when it is unset.
+    /// The secret's bytes now; `Err` names the variable when it is unset,
+    /// and says so when the secret is shorter than [`MIN_SECRET_BYTES`]
+    /// (a signature is only as strong as its key: nothing is sent signed
+    /// with a short one).
     fn secret_bytes(&self) -> std::result::Result<Option<Vec<u8>>, String> {
-        match &self.secret {
-            TargetSecret::None => Ok(None),
-            TargetSecret::Key(key) => Ok(Some(key.clone())),
+        let (secret, named) = match &self.secret {
+            TargetSecret::None => return Ok(None),
+            TargetSecret::Key(key) => (key.clone(), "the secret".to_owned()),
             TargetSecret::Env(name) => match std::env::var(name) {
-                Ok(value) if !value.is_empty() => Ok(Some(value.into_bytes())),
-                _ => Err(format!("the secret's variable {name} is not set")),
+                Ok(value) if !value.is_empty() => {
+                    (value.into_bytes(), format!("the secret in {name}"))
+                }
+                _ => return Err(format!("the secret's variable {name} is not set")),
             },
+        };
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(format!(
+                "{named} is {} bytes; a signing secret has at least {MIN_SECRET_BYTES}",
+                secret.len()
+            ));
         }
+        Ok(Some(secret))
     }
 }
 
@@ -344,15 +366,15 @@ impl Notifications {
             .collect()
     }
 
-    /// The secrets' environment variables that are not set here: a worker
-    /// refuses to start without them (it would sign nothing).
-    pub fn missing_secrets(&self) -> Vec<String> {
+    /// What is wrong with each secret from the environment that cannot
+    /// sign (its variable unset, or the secret too short), naming the
+    /// variable: a worker refuses to start with any (it would sign
+    /// nothing).
+    pub fn unusable_secrets(&self) -> Vec<String> {
         self.targets
             .values()
-            .filter_map(|t| match &t.secret {
-                TargetSecret::Env(name) if t.secret_bytes().is_err() => Some(name.clone()),
-                _ => None,
-            })
+            .filter(|t| matches!(t.secret, TargetSecret::Env(_)))
+            .filter_map(|t| t.secret_bytes().err())
             .collect()
     }
 }
@@ -402,6 +424,34 @@ format = "slack"
     }
 
     #[test]
+    fn http_is_for_this_machine_and_a_secret_is_long_enough() {
+        for url in [
+            "http://127.0.0.1:9000/h",
+            "http://localhost/h",
+            "http://[::1]/h",
+            "https://x/h",
+        ] {
+            assert!(Target::new("t", url).is_ok(), "{url}");
+        }
+        assert!(Target::new("t", "http://10.0.0.1/h").is_err());
+        let with = |key: &[u8]| {
+            Target::new("t", "https://x/h")
+                .unwrap()
+                .secret(TargetSecret::Key(key.to_vec()))
+                .secret_bytes()
+        };
+        assert_eq!(
+            with(&[7; MIN_SECRET_BYTES]),
+            Ok(Some(vec![7; MIN_SECRET_BYTES]))
+        );
+        let short = with(b"whsec_short").unwrap_err();
+        assert!(
+            short.contains("11 bytes") && short.contains("at least 32"),
+            "{short}"
+        );
+    }
+
+    #[test]
     fn bad_targets_are_refused_with_where() {
         for (text, says) in [
             ("[notifications.a]\nurl = \"https://x\"\n", "secret_env"),
@@ -412,6 +462,7 @@ format = "slack"
             ("[notifications.a]\nurl = \"https://x\"\nsecret_env = \"S\"\ntimeout_ms = 0\n", "timeout_ms"),
             ("[notifications.a]\nurl = \"https://x\"\nsecret_env = \"S\"\nformat = \"xml\"\n", "xml"),
             ("[notifications.a]\nurl = \"https://x\"\nsecret = \"S\"\n", "secret"),
+            ("[notifications.a]\nurl = \"http://hooks.example.com/h\"\nsecret_env = \"S\"\n", "must be https"),
         ] {
             let err = defs(text).unwrap_err().to_string();
             assert!(err.contains(says), "{text}: {err}");
@@ -449,7 +500,10 @@ format = "slack"
                     .unwrap()
                     .secret(TargetSecret::Key(b"k".to_vec())),
             );
-        assert_eq!(n.missing_secrets(), ["AGENTENKIT_TEST_SURELY_UNSET_7F3A"]);
+        assert_eq!(
+            n.unusable_secrets(),
+            ["the secret's variable AGENTENKIT_TEST_SURELY_UNSET_7F3A is not set"]
+        );
         assert!(!format!("{:?}", n.target("b").unwrap()).contains("[107]"));
     }
 }
