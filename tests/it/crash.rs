@@ -297,7 +297,7 @@ async fn a_run_the_reaper_re_enqueues_after_a_death_keeps_its_failed_attempts() 
         // No worker consumes: the reaper finds the lease run out.
         let mut reenqueued = 0;
         for _ in 0..100 {
-            let report = reap_once(&env.store, &env.relay, &ReaperConfig::default())
+            let report = reap_once(&env.reaper(), &ReaperConfig::default())
                 .await
                 .unwrap();
             reenqueued += report.expired_leases;

@@ -157,7 +157,7 @@ async fn an_answer_is_given_when_the_broker_blocks_publishers_and_the_reaper_pub
         ..Default::default()
     };
     eventually("the reaper's publish resumes the run", || async {
-        agentenkit_runtime::reaper::reap_once(&env.store, &env.relay, &config)
+        agentenkit_runtime::reaper::reap_once(&env.reaper(), &config)
             .await
             .unwrap();
         let run = env.get(&format!("/runs/{run_id}")).await;

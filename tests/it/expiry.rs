@@ -170,12 +170,12 @@ async fn when_the_expiry_message_is_lost_one_reaper_pass_expires_the_request() {
     // Well past expiresAt, the request is still open: nothing is coming.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     env.wait_pending(&thread_id, 1).await;
-    let report = reap_once(&env.store, &env.relay, &ReaperConfig::default())
+    let report = reap_once(&env.reaper(), &ReaperConfig::default())
         .await
         .unwrap();
     assert_eq!(report.expired_requests, 1);
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
-    let again = reap_once(&env.store, &env.relay, &ReaperConfig::default())
+    let again = reap_once(&env.reaper(), &ReaperConfig::default())
         .await
         .unwrap();
     assert_eq!(again.expired_requests, 0, "idempotent");
@@ -197,7 +197,7 @@ async fn a_request_parked_without_an_expiry_is_given_one_by_the_reaper() {
         default_ttl: Duration::from_millis(500),
         ..ReaperConfig::default()
     };
-    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    let report = reap_once(&env.reaper(), &config).await.unwrap();
     assert_eq!(report.scheduled_expiries, 1);
     let thread = env.get(&format!("/threads/{thread_id}")).await;
     assert!(thread["pendingInputs"][0]["expiresAt"].is_string());
@@ -226,10 +226,9 @@ async fn two_reapers_racing_expire_each_request_once() {
         batch: 2,
         ..ReaperConfig::default()
     };
-    let (a, b) = tokio::join!(
-        reap_once(&env.store, &env.relay, &config),
-        reap_once(&env.store, &env.relay, &config)
-    );
+    // Two reaper processes.
+    let (one, two) = (env.reaper(), env.reaper());
+    let (a, b) = tokio::join!(reap_once(&one, &config), reap_once(&two, &config));
     assert_eq!(a.unwrap().expired_requests + b.unwrap().expired_requests, 6);
     for (thread_id, run_id) in &threads {
         assert_eq!(env.wait_run_finished(run_id).await["status"], "completed");

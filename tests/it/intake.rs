@@ -169,7 +169,7 @@ async fn nobody_answering_leaves_the_questions_parked_after_the_reaper_ran() {
         default_ttl: std::time::Duration::from_millis(1),
         ..ReaperConfig::default()
     };
-    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    let report = reap_once(&env.reaper(), &config).await.unwrap();
     assert_eq!((report.expired_requests, report.scheduled_expiries), (0, 0));
     let input = env.wait_pending(&thread_id, 1).await.remove(0);
     assert_eq!(input["expiresAt"], Value::Null);

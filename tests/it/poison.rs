@@ -73,9 +73,11 @@ async fn a_segment_failing_past_its_last_delivery_is_dead_lettered_and_the_run_r
     // 2 runs in 3 beside the other poison tests).
     let mut reaper_config = agentenkit_store::StoreConfig::new(database_url());
     reaper_config.schema = env.store.schema().map(str::to_owned);
-    let reaper_store = env
-        .relay
-        .attach(agentenkit_store::Store::connect(&reaper_config).unwrap());
+    let reaper = agentenkit_runtime::Deployment::without_sending(
+        agentenkit_store::Store::connect(&reaper_config).unwrap(),
+        env.relay.clone(),
+        env.registry.clone(),
+    );
     let config = ReaperConfig {
         stalled_after: Duration::ZERO,
         ..ReaperConfig::default()
@@ -83,7 +85,7 @@ async fn a_segment_failing_past_its_last_delivery_is_dead_lettered_and_the_run_r
     eventually(
         "the reaper re-enqueues the run and it completes",
         || async {
-            reap_once(&reaper_store, &env.relay, &config).await.unwrap();
+            reap_once(&reaper, &config).await.unwrap();
             let run = env.get(&format!("/runs/{run_id}")).await;
             (run["status"] == "completed").then_some(())
         },

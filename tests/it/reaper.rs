@@ -24,7 +24,7 @@ async fn the_reaper_publishes_what_a_dead_committer_left_in_the_outbox() {
         runs.push(env.start_run_unpublished("agent").await.1.run_id);
     }
     let worker = env.spawn_worker();
-    let report = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+    let report = reap_once(&env.reaper(), &eager()).await.unwrap();
     assert_eq!(
         report.outbox_published, 3,
         "batches of 2 until done: {report:?}"
@@ -36,7 +36,7 @@ async fn the_reaper_publishes_what_a_dead_committer_left_in_the_outbox() {
         );
     }
     // Nothing left: a second pass finds no work.
-    let again = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+    let again = reap_once(&env.reaper(), &eager()).await.unwrap();
     assert_eq!(again.outbox_published, 0);
     assert_eq!(tool.calls(), 3);
     worker.stop().await.unwrap();
@@ -69,14 +69,14 @@ async fn an_orphaned_segment_is_published_again_early_unless_the_queue_has_a_bac
         .await
         .unwrap();
     wait_for_backlog(&env, 1).await;
-    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    let report = reap_once(&env.reaper(), &config).await.unwrap();
     assert_eq!(report.outbox_published, 0, "behind a backlog it waits");
 
     // The backlog drains (the unknown run's message is dropped): now the
     // row cannot be in the queue, and goes again at once.
     let worker = env.spawn_worker();
     wait_for_backlog(&env, 0).await;
-    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    let report = reap_once(&env.reaper(), &config).await.unwrap();
     assert_eq!(report.outbox_published, 1, "{report:?}");
     assert_eq!(
         env.wait_run_finished(&run.to_string()).await["status"],
@@ -116,7 +116,7 @@ async fn the_reaper_re_enqueues_a_run_whose_worker_died_with_its_message_gone() 
     let report = eventually(
         "the lease runs out and the reaper re-enqueues the run",
         || async {
-            let report = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+            let report = reap_once(&env.reaper(), &eager()).await.unwrap();
             (report.expired_leases == 1).then_some(report)
         },
     )
@@ -150,7 +150,7 @@ async fn an_outbox_row_lives_until_its_message_is_handled_and_no_longer() {
     // expiry is not due for 15 minutes: its row stays, and a reaper that
     // re-publishes everything overdue leaves it alone.
     assert_eq!(outbox_keys(&env).await, [format!("expiry:{run_id}:c1")]);
-    let report = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+    let report = reap_once(&env.reaper(), &eager()).await.unwrap();
     assert_eq!(report.outbox_published, 0, "{report:?}");
 
     // The answer settles the request: its expiry has nothing left to do.
@@ -187,7 +187,7 @@ async fn the_reaper_publishes_a_row_from_its_key_and_skips_one_naming_nothing() 
     .unwrap();
 
     let worker = env.spawn_worker();
-    let report = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+    let report = reap_once(&env.reaper(), &eager()).await.unwrap();
     assert_eq!(report.outbox_published, 1, "{report:?}");
     assert_eq!(
         env.wait_run_finished(&run.to_string()).await["status"],
@@ -212,7 +212,7 @@ async fn the_reaper_deletes_idempotency_keys_past_their_retention() {
          VALUES ('alice', 'young', 'h', 200, '{}')",
     )
     .await;
-    let report = reap_once(&env.store, &env.relay, &eager()).await.unwrap();
+    let report = reap_once(&env.reaper(), &eager()).await.unwrap();
     assert_eq!(report.idempotency_keys_deleted, 3, "{report:?}");
     let left = env
         .rows("SELECT key FROM idempotency_keys", |row| {

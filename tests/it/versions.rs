@@ -376,7 +376,7 @@ async fn the_reaper_drops_old_versions_no_run_needs() {
         .await
     };
     let config = ReaperConfig::default();
-    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    let report = reap_once(&env.reaper(), &config).await.unwrap();
     assert_eq!(report.versions_dropped, 1);
     assert_eq!(
         kept().await,
@@ -384,7 +384,7 @@ async fn the_reaper_drops_old_versions_no_run_needs() {
         "v2 dropped"
     );
     // v1 has an open run: kept, and not looked at again within a day.
-    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    let report = reap_once(&env.reaper(), &config).await.unwrap();
     assert_eq!(report.versions_dropped, 0);
 
     // Once its run is done and was started long ago, v1 goes too; v3,
@@ -404,7 +404,7 @@ async fn the_reaper_drops_old_versions_no_run_needs() {
                                    first_seen = first_seen - interval '40 days'",
     )
     .await;
-    let report = reap_once(&env.store, &env.relay, &config).await.unwrap();
+    let report = reap_once(&env.reaper(), &config).await.unwrap();
     assert_eq!(report.versions_dropped, 1);
     assert_eq!(kept().await, [v3_hash]);
     env.finish().await;

@@ -190,6 +190,16 @@ impl TestEnv {
         )
     }
 
+    /// A reaper process of this test's agent file (it sends no
+    /// notification itself, as the reaper binary does not).
+    pub fn reaper(&self) -> Deployment {
+        Deployment::without_sending(
+            self.connected.clone(),
+            self.relay.clone(),
+            self.registry.clone(),
+        )
+    }
+
     /// A worker process of this test's agent file.
     pub fn worker(&self) -> Worker {
         self.worker_of(self.registry.clone())

@@ -115,11 +115,7 @@ impl AppState {
     /// sharing the registries of the agent versions its answers were
     /// checked by.
     pub fn replies(&self) -> agentenkit_runtime::Replies {
-        agentenkit_runtime::Replies::new(
-            self.store.clone(),
-            self.relay.clone(),
-            self.deployment.pinned().clone(),
-        )
+        agentenkit_runtime::Replies::new(self.store.clone(), self.deployment.pinned().clone())
     }
 
     /// Says of each open approval that needs several people how many: the

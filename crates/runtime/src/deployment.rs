@@ -25,8 +25,10 @@ use crate::Relay;
 /// A process's store, agent file and what sends for them, wired once.
 #[derive(Clone)]
 pub struct Deployment {
-    /// The store as the process connected it, before any wiring: what a
-    /// deployment of another agent file (`of_registry`) starts from.
+    /// The store as the process connected it, before any wiring: what the
+    /// deployment is assembled again from (`with_crash_point`,
+    /// `with_relay`), and what a process of the same store (a bench's
+    /// worker) starts from.
     connected: Store,
     /// `connected` publishing through `relay`, notifying the targets'
     /// events, pinning turns, and claiming the notified events its commits
@@ -39,8 +41,8 @@ pub struct Deployment {
     pinned: Arc<PinnedRegistries>,
     notifier: Notifier,
     sends_here: Option<SendsHere>,
-    /// Notifications this process sends at once.
-    concurrency: usize,
+    /// Notifications this process sends at once, if it sends any.
+    sending: Option<usize>,
 }
 
 impl Deployment {
@@ -55,19 +57,31 @@ impl Deployment {
         registry: Arc<Registry>,
         concurrency: usize,
     ) -> Deployment {
-        Self::wired(store, relay, registry, concurrency, None)
+        Self::wired(store, relay, registry, Some(concurrency), None)
     }
 
+    /// [`Deployment::assemble`] for a process that sends no notification
+    /// itself (the reaper, which may not hold the targets' secrets): the
+    /// `Notify` rows its commits write are published for the workers.
+    pub fn without_sending(store: Store, relay: Relay, registry: Arc<Registry>) -> Deployment {
+        Self::wired(store, relay, registry, None, None)
+    }
+
+    /// `sending`: how many notifications this process sends at once, if
+    /// it sends those its commits claim.
     fn wired(
         connected: Store,
         relay: Relay,
         registry: Arc<Registry>,
-        concurrency: usize,
+        sending: Option<usize>,
         crash: Option<CrashPoint>,
     ) -> Deployment {
         let publishing = registry.prepare(relay.attach(connected.clone()));
         let notifier = Notifier::new(publishing.clone(), registry.clone(), crash);
-        let (store, sends_here) = SendsHere::attach(publishing, notifier.clone(), concurrency);
+        let (store, sends_here) = match sending {
+            Some(concurrency) => SendsHere::attach(publishing, notifier.clone(), concurrency),
+            None => (publishing, None),
+        };
         Deployment {
             pinned: Arc::new(PinnedRegistries::new(registry.clone())),
             connected,
@@ -76,7 +90,7 @@ impl Deployment {
             registry,
             notifier,
             sends_here,
-            concurrency,
+            sending,
         }
     }
 
@@ -87,7 +101,7 @@ impl Deployment {
             self.connected.clone(),
             self.relay.clone(),
             self.registry.clone(),
-            self.concurrency,
+            self.sending,
             Some(crash),
         );
         Deployment {
@@ -105,21 +119,10 @@ impl Deployment {
                 self.connected.clone(),
                 relay,
                 self.registry.clone(),
-                self.concurrency,
+                self.sending,
                 None,
             )
         }
-    }
-
-    /// A deployment of another agent file on the same store and broker
-    /// (a new deploy's process).
-    pub fn of_registry(&self, registry: Arc<Registry>) -> Deployment {
-        Self::assemble(
-            self.connected.clone(),
-            Relay::new(self.relay.queue()),
-            registry,
-            self.concurrency,
-        )
     }
 
     /// The store every part of the process writes with.
@@ -164,6 +167,6 @@ impl Deployment {
     /// Replies and reclaims through this deployment (the answer path of
     /// the API, the library and the terminal).
     pub fn replies(&self) -> Replies {
-        Replies::new(self.store.clone(), self.relay.clone(), self.pinned.clone())
+        Replies::new(self.store.clone(), self.pinned.clone())
     }
 }

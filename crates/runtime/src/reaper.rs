@@ -7,7 +7,7 @@ use std::time::Duration;
 use agentenkit_store::{Expiry, Scope, Store};
 
 use crate::metrics;
-use crate::relay::Relay;
+use crate::Deployment;
 use crate::Result;
 
 #[derive(Debug, Clone)]
@@ -77,14 +77,13 @@ pub struct ReapReport {
 /// overdue (its expiry message was lost, or its adapter ignored the delay)
 /// and gives an expiry to open approvals that have none. What the API runs
 /// for one thread on every stream or inbox connect.
+/// `store` is a deployment's: what the pass writes to the outbox is
+/// published through its relay.
 pub async fn reclaim_requests(
     store: &Store,
-    relay: &Relay,
     config: &ReaperConfig,
     scope: &Scope,
 ) -> Result<ReapReport> {
-    // What the pass writes to the outbox is published through `relay`.
-    let store = &relay.attach(store.clone());
     let mut report = ReapReport::default();
     loop {
         let overdue = store.overdue_requests(scope, config.batch).await?;
@@ -125,10 +124,12 @@ pub async fn reclaim_requests(
     Ok(report)
 }
 
-/// One reclaim pass over all threads.
-pub async fn reap_once(store: &Store, relay: &Relay, config: &ReaperConfig) -> Result<ReapReport> {
-    let mut report = reclaim_requests(store, relay, config, &Scope::All).await?;
-    let store = &relay.attach(store.clone());
+/// One reclaim pass over all threads, writing as `deployment`'s processes
+/// do (what it writes to the outbox is published through its relay).
+pub async fn reap_once(deployment: &Deployment, config: &ReaperConfig) -> Result<ReapReport> {
+    let store = deployment.store();
+    let relay = deployment.relay();
+    let mut report = reclaim_requests(store, config, &Scope::All).await?;
     loop {
         let reclaimed = store
             .reclaim_stuck_runs(config.stalled_after.as_millis() as u64, config.batch)
@@ -213,14 +214,13 @@ async fn republish_outbox(
 
 /// Runs [`reap_once`] every `every` until `shutdown`.
 pub async fn reap_every(
-    store: Store,
-    relay: Relay,
+    deployment: Deployment,
     config: ReaperConfig,
     every: Duration,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     loop {
-        match reap_once(&store, &relay, &config).await {
+        match reap_once(&deployment, &config).await {
             Ok(report) if report != ReapReport::default() => {
                 tracing::info!(?report, "reaper pass");
             }

@@ -30,13 +30,14 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::reaper::{reclaim_requests, ReapReport, ReaperConfig};
-use crate::{metrics, trace, Error, Registry, Relay, Result};
+use crate::{metrics, trace, Error, Registry, Result};
 
 /// Replies on behalf of an owner. Cheap to clone.
 #[derive(Clone)]
 pub struct Replies {
+    /// A deployment's store: what it writes to the outbox is published
+    /// through the deployment's relay.
     store: Store,
-    relay: Relay,
     /// What the caller's key allows (every answer when `None`).
     scopes: Option<KeyScopes>,
     /// Who the caller's key speaks for (the owner when `None`).
@@ -106,14 +107,13 @@ impl Decision {
 
 impl Replies {
     /// Replies written through a deployment's `store` (what they write
-    /// to the outbox published through its `relay`), each checked by the
+    /// to the outbox published through its relay), each checked by the
     /// version of its agent the run is pinned to, from the registries the
     /// deployment shares (`pinned`). A process has them from its
     /// deployment: `Deployment::replies`.
-    pub fn new(store: Store, relay: Relay, pinned: Arc<crate::versions::PinnedRegistries>) -> Self {
+    pub fn new(store: Store, pinned: Arc<crate::versions::PinnedRegistries>) -> Self {
         Self {
             store,
-            relay,
             pinned,
             scopes: None,
             approver: None,
@@ -255,7 +255,7 @@ impl Replies {
         if !self.store.has_reclaimable_requests(&scope).await? {
             return Ok(ReapReport::default());
         }
-        reclaim_requests(&self.store, &self.relay, &ReaperConfig::default(), &scope).await
+        reclaim_requests(&self.store, &ReaperConfig::default(), &scope).await
     }
 
     async fn deliver(

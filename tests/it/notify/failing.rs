@@ -91,13 +91,12 @@ async fn a_target_that_never_answers_is_dead_after_its_last_attempt_and_runs_go_
         .contains("agentenkit_notifications_total{outcome=\"dead\"} 1"));
     // The reaper deletes settled deliveries past their keeping.
     let keep = agentenkit_runtime::reaper::ReaperConfig::default();
-    let report = agentenkit_runtime::reaper::reap_once(&env.store, &env.relay, &keep)
+    let report = agentenkit_runtime::reaper::reap_once(&env.reaper(), &keep)
         .await
         .unwrap();
     assert_eq!(report.deliveries_deleted, 0, "kept a week");
     let report = agentenkit_runtime::reaper::reap_once(
-        &env.store,
-        &env.relay,
+        &env.reaper(),
         &agentenkit_runtime::reaper::ReaperConfig {
             deliveries_keep_for: Duration::ZERO,
             ..keep

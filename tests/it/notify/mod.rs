@@ -342,12 +342,12 @@ async fn a_worker_killed_after_sending_leaves_the_event_to_be_sent_again_under_i
         outbox_stale_after: Duration::ZERO,
         ..ReaperConfig::default()
     };
-    let early = reap_once(&env.store, &env.relay, &reaper).await.unwrap();
+    let early = reap_once(&env.reaper(), &reaper).await.unwrap();
     assert_eq!(early.outbox_published, 0, "not due while claimed");
     eventually(
         "the reaper published the row once the claim ran out",
         || async {
-            let report = reap_once(&env.store, &env.relay, &reaper).await.unwrap();
+            let report = reap_once(&env.reaper(), &reaper).await.unwrap();
             (report.outbox_published == 1).then_some(())
         },
     )

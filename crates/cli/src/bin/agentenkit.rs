@@ -189,8 +189,7 @@ async fn dev(
     );
     let worker_task = agentenkit::spawn_worker(&deployment, shutdown.clone());
     let reaper = tokio::spawn(reap_every(
-        deployment.store().clone(),
-        deployment.relay().clone(),
+        deployment.clone(),
         ReaperConfig::default(),
         every,
         shutdown.clone(),

@@ -1,11 +1,12 @@
 //! agentenkit-reaper: reclaims what the queue lost. Run it from cron with
 //! `--once`, or as a loop with `--every 30s`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentenkit::{init_tracing, parse_duration, shutdown_on_signal, Connections, LogConfig};
 use agentenkit_runtime::reaper::{reap_every, reap_once, ReaperConfig};
-use agentenkit_runtime::Relay;
+use agentenkit_runtime::{Deployment, Relay};
 use clap::Parser;
 
 #[global_allocator]
@@ -46,11 +47,14 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let _telemetry = init_tracing(cli.log.log_format, "agentenkit-reaper")?;
-    let mut store = cli.connections.store()?;
-    if let Some(path) = &cli.config {
-        let registry = agentenkit_runtime::Registry::from_file(path)?;
-        store = registry.prepare(store);
-    }
+    let store = cli.connections.store()?;
+    // With the agent file, the events this reaper writes (a run it fails,
+    // a request it expires) get the `Notify` rows its targets want, for the
+    // workers to send.
+    let registry = match &cli.config {
+        Some(path) => agentenkit_runtime::Registry::from_file(path)?,
+        None => agentenkit_runtime::Registry::new(),
+    };
     let looping = cli.every.is_some() && !cli.once;
     let shutdown = shutdown_on_signal();
     // A loop waits for the broker; a cron pass (`--once`) fails at once.
@@ -59,7 +63,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         cli.connections.queue(&[]).await?
     };
-    let relay = Relay::new(queue);
+    let deployment = Deployment::without_sending(store, Relay::new(queue), Arc::new(registry));
     let config = ReaperConfig {
         default_ttl: cli.default_ttl,
         outbox_stale_after: cli.outbox_stale_after,
@@ -68,10 +72,10 @@ async fn main() -> anyhow::Result<()> {
     };
     match cli.every {
         Some(every) if !cli.once => {
-            reap_every(store, relay, config, every, shutdown).await;
+            reap_every(deployment, config, every, shutdown).await;
         }
         _ => {
-            let report = reap_once(&store, &relay, &config).await?;
+            let report = reap_once(&deployment, &config).await?;
             println!(
                 "{}",
                 serde_json::json!({
