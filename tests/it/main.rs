@@ -36,6 +36,7 @@ mod reads;
 mod reaper;
 mod repeated_denials;
 mod stream;
+mod stream_revocation;
 mod subagents;
 mod tls;
 mod turn;
