@@ -416,3 +416,35 @@ async fn keys_list_warns_of_a_rule_no_set_of_keys_can_meet() {
     std::fs::remove_dir_all(dir).unwrap();
     env.finish().await;
 }
+
+/// An API of a deploy whose tool needs one approval shows a run pinned to
+/// the version that needs two as needing two: what its answers are
+/// counted by, not what the API's own file says.
+#[tokio::test]
+async fn an_approval_shows_the_rule_of_its_runs_version() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(two_of_ops_or_security(&tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread_id, _) = env.start_turn("agent", "send it").await;
+    env.wait_pending(&thread_id, 1).await;
+    let single = approval_registry(CALL_THEN_DONE, &tool.url);
+    let api = env.serve_api_of(std::sync::Arc::new(single)).await;
+    for path in ["/agent/inbox".to_owned(), format!("/threads/{thread_id}")] {
+        let (status, read) = env
+            .send(env.http.get(api.url(&path)).bearer_auth(ALICE))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{read}");
+        let input = read
+            .get("pendingInputs")
+            .map_or(&read[0], |inputs| &inputs[0])
+            .clone();
+        assert_eq!(
+            (&input["approvalsGiven"], &input["approvalsRequired"]),
+            (&json!(0), &json!(2)),
+            "{path}: {input}"
+        );
+    }
+    api.stop().await;
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

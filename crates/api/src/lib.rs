@@ -119,12 +119,26 @@ impl AppState {
     }
 
     /// Says of each open approval that needs several people how many: the
-    /// rule of its tool in this deployment (its count so far comes from
-    /// the row).
-    pub(crate) fn count_approvals(&self, inputs: &mut [agentenkit_store::PendingInput]) {
-        for input in inputs {
-            let rule = self.registry.approval_rule(&input.tool_name);
-            if input.kind == agentenkit_core::ToolKind::Approval && !rule.is_single() {
+    /// rule of its tool in the version of its agent the run is pinned to,
+    /// which is what its answers are counted by (its count so far comes
+    /// from the row). A version this process cannot build leaves the card
+    /// without a count (an answer then says why).
+    pub(crate) async fn count_approvals(&self, inputs: &mut [agentenkit_store::PendingInput]) {
+        let approvals = inputs
+            .iter_mut()
+            .filter(|input| input.kind == agentenkit_core::ToolKind::Approval);
+        for input in approvals {
+            let pinned = self.deployment.pinned();
+            let version = input.agent_version.as_deref();
+            let registry = match pinned.for_run(&self.store, &input.run_name, version).await {
+                Ok(registry) => registry,
+                Err(e) => {
+                    tracing::warn!(error = %e, run_id = %input.run_id, "approval rule of a version not known here");
+                    continue;
+                }
+            };
+            let rule = registry.approval_rule(&input.tool_name);
+            if !rule.is_single() {
                 input.approvals_required = Some(rule.required);
                 input.approvals_given.get_or_insert(0);
             }

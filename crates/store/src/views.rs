@@ -55,8 +55,9 @@ pub struct PendingInput {
     /// For a call that needs several approvals: how many it has so far.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approvals_given: Option<u32>,
-    /// For a call that needs several approvals: how many (the deployment's
-    /// rule for its tool, which the API fills in).
+    /// For a call that needs several approvals: how many (the rule of its
+    /// tool in the version of its agent the run is pinned to, which the
+    /// API fills in).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approvals_required: Option<u32>,
     /// The version of its agent the run is pinned to: what it will do once

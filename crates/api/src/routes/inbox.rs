@@ -38,7 +38,7 @@ pub async fn inbox(
         .store
         .inbox(&owner, after.as_ref(), bound(limit))
         .await?;
-    state.count_approvals(&mut open.items);
+    state.count_approvals(&mut open.items).await;
     Ok(Page::of(open, limit, "/agent/inbox", |input| {
         cursor(&input.position())
     }))
@@ -71,7 +71,7 @@ pub async fn thread_pending_inputs(
         .store
         .thread_pending_inputs(thread, &owner, after.as_ref(), bound(limit))
         .await?;
-    state.count_approvals(&mut open.items);
+    state.count_approvals(&mut open.items).await;
     Ok(Page::of(
         open,
         limit,

@@ -98,7 +98,7 @@ pub async fn get(
 ) -> Result<Json<ThreadView>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     let mut view = state.store.get_thread(thread, &owner).await?;
-    state.count_approvals(&mut view.pending_inputs);
+    state.count_approvals(&mut view.pending_inputs).await;
     Ok(Json(view))
 }
 
