@@ -64,22 +64,32 @@ pub struct Worker {
 }
 
 struct Inner {
-    store: Store,
-    queue: Arc<dyn QueueAdapter>,
-    registry: Arc<Registry>,
+    /// What it serves with: its store, queue, agent file, notifier, the
+    /// sender of the events its commits claim, and the registries of the
+    /// versions runs are pinned to.
+    deployment: crate::Deployment,
     config: WorkerConfig,
     crash: Option<CrashPoint>,
     /// Segments being handled right now, across this worker's clones.
     busy: Arc<std::sync::atomic::AtomicUsize>,
-    /// Sends notifications and reminders (one HTTP client for all).
-    notifier: crate::notify::Notifier,
-    /// Sends the events this worker's commits claimed for it.
-    sends_here: Option<crate::notify::SendsHere>,
-    /// The registry of each agent version a run this worker took is
-    /// pinned to.
-    pinned: Arc<crate::versions::PinnedRegistries>,
-    /// What it was built from (a crash point's worker is built again).
-    deployment: crate::Deployment,
+}
+
+impl Inner {
+    fn store(&self) -> &Store {
+        self.deployment.store()
+    }
+
+    fn registry(&self) -> &Arc<Registry> {
+        self.deployment.registry()
+    }
+
+    fn pinned(&self) -> &Arc<crate::versions::PinnedRegistries> {
+        self.deployment.pinned()
+    }
+
+    fn queue(&self) -> Arc<dyn QueueAdapter> {
+        self.deployment.queue()
+    }
 }
 
 impl Worker {
@@ -94,12 +104,6 @@ impl Worker {
     fn of(deployment: crate::Deployment, config: WorkerConfig, crash: Option<CrashPoint>) -> Self {
         Self {
             inner: Arc::new(Inner {
-                store: deployment.store().clone(),
-                queue: deployment.queue(),
-                registry: deployment.registry().clone(),
-                notifier: deployment.notifier().clone(),
-                sends_here: deployment.sends_here().cloned(),
-                pinned: deployment.pinned().clone(),
                 deployment,
                 config,
                 crash,
@@ -124,21 +128,30 @@ impl Worker {
     /// for up to `shutdown_grace`; what is left is redelivered elsewhere.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), WorkerError> {
         // Other workers may serve runs pinned to this worker's versions.
-        if let Err(e) = self.inner.registry.record_versions(&self.inner.store).await {
+        if let Err(e) = self
+            .inner
+            .registry()
+            .record_versions(self.inner.store())
+            .await
+        {
             tracing::warn!(error = %e, "could not record the agent versions");
         }
-        let mut deliveries = self.inner.queue.consume(self.inner.config.prefetch).await?;
+        let mut deliveries = self
+            .inner
+            .queue()
+            .consume(self.inner.config.prefetch)
+            .await?;
         let mut notifications = self
             .inner
-            .queue
+            .queue()
             .consume_notifications(self.inner.config.notify_prefetch)
             .await?;
         let statistics = self.keep_statistics(shutdown.child_token());
         let mut in_flight: JoinSet<Disposition> = JoinSet::new();
         let sent_here_crashed = self
             .inner
-            .sends_here
-            .as_ref()
+            .deployment
+            .sends_here()
             .map(crate::notify::SendsHere::crashed)
             .unwrap_or_default();
         loop {
@@ -184,7 +197,7 @@ impl Worker {
             );
             in_flight.abort_all();
         }
-        if let Some(sends) = &self.inner.sends_here {
+        if let Some(sends) = self.inner.deployment.sends_here() {
             sends.drain(self.inner.config.shutdown_grace).await;
         }
         Ok(())
@@ -314,9 +327,9 @@ impl Worker {
         // The run continues on the version of its agent it started on (or
         // was moved to), unless its agent takes newer ones.
         let registry = match inner
-            .pinned
+            .pinned()
             .for_run(
-                &inner.store,
+                inner.store(),
                 &ctx.lease.run_name,
                 ctx.agent_version.as_deref(),
             )
@@ -329,13 +342,13 @@ impl Worker {
         // Its rules decide the upgrade; its endpoints must be this
         // deployment's for this worker to send for it.
         if let Err(e) = inner
-            .pinned
+            .pinned()
             .sends_for(&ctx.lease.run_name, ctx.agent_version.as_deref())
         {
             return self.unserved(&ctx, e).await;
         }
         let mut cp = Checkpointer::new(
-            &inner.store,
+            inner.store(),
             &ctx.lease,
             ctx.journal.clone(),
             ctx.calls.clone(),
@@ -388,7 +401,7 @@ impl Worker {
     /// Fails `run_id` with `error` outside any step (it cannot be taken or
     /// served): acked once failed, handed back when the store would not.
     async fn fail_run(&self, run_id: RunId, error: &str) -> Disposition {
-        match self.inner.store.fail_run(run_id, error).await {
+        match self.inner.store().fail_run(run_id, error).await {
             Ok(outbox) => {
                 ::metrics::counter!(metrics::SEGMENTS, "outcome" => "run_failed").increment(1);
                 if outbox.is_some() {
@@ -404,7 +417,7 @@ impl Worker {
     }
 
     fn notifier(&self) -> &crate::notify::Notifier {
-        &self.inner.notifier
+        self.inner.deployment.notifier()
     }
 
     /// Takes the lease. When another worker holds it (a redelivery after a
@@ -418,7 +431,12 @@ impl Worker {
         let ttl = self.inner.config.lease_ttl;
         let ttl_ms = ttl.as_millis() as u64;
         for attempt in 0..2 {
-            match self.inner.store.acquire_lease(run_id, seq, ttl_ms).await? {
+            match self
+                .inner
+                .store()
+                .acquire_lease(run_id, seq, ttl_ms)
+                .await?
+            {
                 LeaseAttempt::Acquired(ctx) => return Ok(Some(*ctx)),
                 LeaseAttempt::Stale => return Ok(None),
                 LeaseAttempt::Held { left, .. } if attempt == 0 => {
@@ -443,7 +461,7 @@ impl Worker {
         lost: CancellationToken,
         given_up: CancellationToken,
     ) -> AbortOnDrop {
-        let store = self.inner.store.clone();
+        let store = self.inner.store().clone();
         let ttl = self.inner.config.lease_ttl;
         let every = ttl / 4;
         AbortOnDrop(tokio::spawn(async move {

@@ -25,6 +25,16 @@ enum Place {
     Tool,
 }
 
+impl Place {
+    /// The section of an agent file whose entries hold such settings.
+    fn section(self) -> &'static str {
+        match self {
+            Place::Model => "agents",
+            Place::Tool => "tools",
+        }
+    }
+}
+
 /// One endpoint setting: where, its key, and whether it is a URL.
 #[derive(Debug, Clone, Copy)]
 struct Setting {
@@ -60,11 +70,7 @@ const SETTINGS: [Setting; 4] = [
 /// The objects of `file` that hold settings of `place` (each agent's
 /// model, each tool), mutably.
 fn holders_mut(file: &mut Value, place: Place) -> Vec<&mut serde_json::Map<String, Value>> {
-    let section = match place {
-        Place::Model => "agents",
-        Place::Tool => "tools",
-    };
-    let Some(entries) = file.get_mut(section).and_then(Value::as_object_mut) else {
+    let Some(entries) = file.get_mut(place.section()).and_then(Value::as_object_mut) else {
         return Vec::new();
     };
     entries
@@ -78,9 +84,15 @@ fn holders_mut(file: &mut Value, place: Place) -> Vec<&mut serde_json::Map<Strin
 
 /// The values `file` gives `setting`, anywhere.
 fn values_of(file: &Value, setting: Setting) -> Vec<String> {
-    let mut file = file.clone();
-    holders_mut(&mut file, setting.place)
-        .into_iter()
+    let Some(entries) = file.get(setting.place.section()).and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    entries
+        .values()
+        .filter_map(|entry| match setting.place {
+            Place::Model => entry.get("model"),
+            Place::Tool => Some(entry),
+        })
         .filter_map(|holder| holder.get(setting.key)?.as_str().map(str::to_owned))
         .collect()
 }

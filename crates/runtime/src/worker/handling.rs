@@ -71,7 +71,7 @@ impl Worker {
         run_id: RunId,
         call: agentenkit_core::ToolCallId,
     ) -> Disposition {
-        match self.inner.store.expire(run_id, &call).await {
+        match self.inner.store().expire(run_id, &call).await {
             Ok(Expiry::Expired {
                 late_ms,
                 waited_ms,

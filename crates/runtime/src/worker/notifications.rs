@@ -15,7 +15,7 @@ impl Worker {
         trace: Option<&TraceContext>,
     ) -> Disposition {
         let now = std::time::Duration::ZERO;
-        match self.inner.queue.publish_traced(message, now, trace).await {
+        match self.inner.queue().publish_traced(message, now, trace).await {
             Ok(()) => Disposition::Ack,
             Err(e) => {
                 tracing::warn!(error = %e, "could not forward a notification to its queue; handed back");

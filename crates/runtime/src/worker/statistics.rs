@@ -11,7 +11,7 @@ impl Worker {
     /// `statistics_every`, until `stop` (see `agentenkit_store`'s
     /// `statistics`): plans follow the tables from the first rows.
     pub(super) fn keep_statistics(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-        let store = self.inner.store.clone();
+        let store = self.inner.store().clone();
         let every = self.inner.config.statistics_every;
         tokio::spawn(async move {
             let Some(every) = every else { return };

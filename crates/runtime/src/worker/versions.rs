@@ -25,7 +25,7 @@ impl Worker {
         let agent = ctx.lease.run_name.clone();
         let (Some(from), Some(ours)) = (
             ctx.agent_version.clone(),
-            inner.registry.agent_version(&agent),
+            inner.registry().agent_version(&agent),
         ) else {
             return pinned;
         };
@@ -35,7 +35,7 @@ impl Worker {
         if !upgrades || ours.hash == from {
             return pinned;
         }
-        match inner.store.is_newer_version(&ours.hash, &from).await {
+        match inner.store().is_newer_version(&ours.hash, &from).await {
             Ok(true) => {}
             Ok(false) => return pinned,
             Err(e) => {
@@ -43,9 +43,9 @@ impl Worker {
                 return pinned;
             }
         }
-        let current = inner.registry.clone();
+        let current = inner.registry().clone();
         let switched = async {
-            let Some(locked) = inner.store.lock_for_switch(&ctx.lease, &from).await? else {
+            let Some(locked) = inner.store().lock_for_switch(&ctx.lease, &from).await? else {
                 return Ok(Err("the lease was lost".to_owned()));
             };
             // Judged here, on the calls read under the run's lock.
@@ -85,7 +85,7 @@ impl Worker {
     ) -> Disposition {
         ::metrics::counter!(metrics::UNSERVED_VERSIONS).increment(1);
         let inner = &self.inner;
-        let unserved_for = match inner.store.let_go(&ctx.lease).await {
+        let unserved_for = match inner.store().let_go(&ctx.lease).await {
             Ok(Some(unserved_for)) => unserved_for,
             // Taken over or stopped meanwhile: not this worker's to judge.
             Ok(None) => return Disposition::Ack,
