@@ -199,13 +199,7 @@ async fn a_job_webhook_key_settles_its_job_and_a_revoked_key_is_refused() {
         listed.contains(&webhook_id) && listed.contains("settle:jobs"),
         "{listed}"
     );
-    let (said, done) = KeysCommand::Revoke {
-        id: webhook_id.parse().unwrap(),
-    }
-    .run(&env.store)
-    .await
-    .unwrap();
-    assert!(done, "{said}");
+    revoke_key(&env, &webhook_id).await;
     eventually("the revoked key is refused", || async {
         let (status, _) = env
             .call(

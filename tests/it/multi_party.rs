@@ -275,8 +275,6 @@ async fn two_approvers_sending_one_batch_with_one_key_are_both_counted() {
 /// revoking a key drops the approval it gave to a call still waiting.
 #[tokio::test]
 async fn one_holders_keys_count_once_and_a_revoked_keys_vote_is_dropped() {
-    use agentenkit::keys::KeysCommand;
-
     let Waiting {
         tool,
         env,
@@ -305,13 +303,7 @@ async fn one_holders_keys_count_once_and_a_revoked_keys_vote_is_dropped() {
     );
 
     // Revoking the key that gave ann's approval takes the approval back.
-    let (said, done) = KeysCommand::Revoke {
-        id: ann_ops_id.parse().unwrap(),
-    }
-    .run(&env.store)
-    .await
-    .unwrap();
-    assert!(done, "{said}");
+    revoke_key(&env, &ann_ops_id).await;
     assert_eq!(
         env.wait_pending(&thread_id, 1).await[0]["approvalsGiven"],
         0

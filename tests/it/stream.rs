@@ -499,7 +499,6 @@ async fn ends_within(stream: &mut reqwest::Response, within: Duration) -> bool {
 /// `stream_lifetime` whatever its key.
 #[tokio::test]
 async fn a_revoked_keys_stream_ends_and_every_stream_ends_in_time() {
-    use agentenkit::keys::KeysCommand;
     use agentenkit_core::KeyScope;
 
     let env = TestEnv::start_with(
@@ -531,13 +530,7 @@ async fn a_revoked_keys_stream_ends_and_every_stream_ends_in_time() {
         !ends_within(&mut revoked, Duration::from_millis(500)).await,
         "a valid key's stream stays open"
     );
-    let (said, done) = KeysCommand::Revoke {
-        id: key_id.parse().unwrap(),
-    }
-    .run(&env.store)
-    .await
-    .unwrap();
-    assert!(done, "{said}");
+    revoke_key(&env, &key_id).await;
     assert!(
         ends_within(&mut revoked, Duration::from_secs(8)).await,
         "the revoked key's stream ended within the key cache's window"

@@ -13,7 +13,6 @@ use serde_json::json;
 /// reads an event written after the revocation.
 #[tokio::test]
 async fn a_revoked_keys_busy_stream_ends_before_its_next_batch() {
-    use agentenkit::keys::KeysCommand;
     use agentenkit_core::KeyScope;
 
     let env = TestEnv::start(registry(CALL_THEN_DONE, "http://127.0.0.1:9/")).await;
@@ -37,13 +36,7 @@ async fn a_revoked_keys_busy_stream_ends_before_its_next_batch() {
     assert_eq!(stream.status(), StatusCode::OK);
     assert!(stream.chunk().await.unwrap().is_some(), "the stream began");
     // Not read for a while: the stream waits behind full sockets.
-    let (said, done) = KeysCommand::Revoke {
-        id: key_id.parse().unwrap(),
-    }
-    .run(&env.store)
-    .await
-    .unwrap();
-    assert!(done, "{said}");
+    revoke_key(&env, &key_id).await;
     // Past the key cache's window, an event is written after the backlog.
     tokio::time::sleep(agentenkit_api::KEY_CACHE_TTL + Duration::from_secs(1)).await;
     env.sql(&format!(

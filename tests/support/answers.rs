@@ -24,6 +24,18 @@ pub async fn make_key(
     make_held_key(env, owner, scopes, groups, None).await
 }
 
+/// Revokes the key `id` (`agentenkit keys revoke`), as an operator does;
+/// panics unless a live key was revoked.
+pub async fn revoke_key(env: &TestEnv, id: &str) {
+    let (said, done) = agentenkit::keys::KeysCommand::Revoke {
+        id: id.parse().expect("a key id"),
+    }
+    .run(&env.store)
+    .await
+    .expect("keys revoke");
+    assert!(done, "{said}");
+}
+
 /// [`make_key`] held by `holder` (`keys create --holder`).
 pub async fn make_held_key(
     env: &TestEnv,
