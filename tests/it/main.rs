@@ -22,6 +22,7 @@ mod intake;
 mod jobs;
 mod keys;
 mod limits;
+mod mcp;
 mod migrations;
 mod multi_party;
 mod notify;

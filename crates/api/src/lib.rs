@@ -82,6 +82,17 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// 503 for a turn of `agent` when this process left it out because an
+    /// MCP server it names could not be listed at start.
+    pub(crate) fn refuse_delayed(&self, agent: &str) -> Result<(), error::ApiError> {
+        match self.registry.delayed_agents().get(agent) {
+            Some(why) => Err(error::ApiError::Unavailable(format!(
+                "agent {agent:?} is not served here now: {why}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// The API of `deployment`: its answers and stops write as the
     /// deployment's processes do (published through its relay, notified,
     /// sent from here), and check a run of another version by the

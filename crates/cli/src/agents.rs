@@ -55,6 +55,38 @@ pub fn render_versions(agent: &str, versions: &[(StoredVersion, i64)]) -> String
             },
         );
         let _ = writeln!(out, "    {}", version.hash);
+        render_servers(&mut out, &version.definition);
     }
     out
+}
+
+/// A line per MCP server of a version: the tools it listed, and a short
+/// hash of what it listed (names, descriptions, schemas, annotations), so
+/// a server's change between two versions shows.
+fn render_servers(out: &mut String, definition: &serde_json::Value) {
+    use agentenkit_core::canonical::{canonical, sha256_hex};
+    let servers = definition["mcp"].as_object().into_iter().flatten();
+    for (name, server) in servers {
+        let listed = &server["discovered"];
+        let names: Vec<String> = listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|tool| tool["name"].as_str())
+            .map(|tool| crate::shown::shown(tool, false))
+            .collect();
+        let _ = writeln!(
+            out,
+            "    mcp {}  listed {}  ({} tool{}: {})",
+            crate::shown::shown(name, false),
+            AgentVersion::short(&sha256_hex(canonical(listed).as_bytes())),
+            names.len(),
+            if names.len() == 1 { "" } else { "s" },
+            if names.is_empty() {
+                "-".to_owned()
+            } else {
+                names.join(",")
+            },
+        );
+    }
 }

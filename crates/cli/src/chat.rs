@@ -142,7 +142,7 @@ pub async fn run(
     agent: String,
     owner: String,
 ) -> anyhow::Result<()> {
-    let registry = agents.load()?;
+    let registry = agents.load().await?;
     if registry.agent(&agent).is_none() {
         let known: Vec<&str> = registry.agent_names().collect();
         anyhow::bail!("unknown agent {agent:?}; the agent file has {known:?}");

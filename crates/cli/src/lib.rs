@@ -107,15 +107,21 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
-    pub fn load(&self) -> anyhow::Result<Arc<Registry>> {
-        Ok(Arc::new(Registry::from_file(&self.path)?))
+    /// The agent file, with the tools of the MCP servers its agents name
+    /// listed (an agent whose server cannot be listed is delayed, logged).
+    pub async fn load(&self) -> anyhow::Result<Arc<Registry>> {
+        let registry = Registry::load(&self.path, Vec::new()).await?;
+        for (agent, why) in registry.delayed_agents() {
+            tracing::warn!(agent = %agent, "not served by this process: {why}");
+        }
+        Ok(Arc::new(registry))
     }
 
     /// The agent file, for a process that sends notifications: every
     /// target's signing secret must be in the environment (a worker that
     /// could not sign would only fail its deliveries).
-    pub fn load_for_sending(&self) -> anyhow::Result<Arc<Registry>> {
-        let registry = self.load()?;
+    pub async fn load_for_sending(&self) -> anyhow::Result<Arc<Registry>> {
+        let registry = self.load().await?;
         let unusable = registry.notifications().unusable_secrets();
         if !unusable.is_empty() {
             anyhow::bail!(

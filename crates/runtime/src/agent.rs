@@ -142,6 +142,9 @@ pub struct Registry {
     /// registry built in code), and the version of each of its agents.
     pub(crate) file: Arc<serde_json::Value>,
     pub(crate) versions: Arc<HashMap<String, crate::versions::AgentVersion>>,
+    /// Agents left out because an MCP server they name could not be
+    /// listed when the file was loaded, with why.
+    pub(crate) delayed: Arc<std::collections::BTreeMap<String, String>>,
 }
 
 /// What bounds delegation, so that one model response or one turn cannot
@@ -240,10 +243,22 @@ impl Registry {
         for agent in self.agents.values() {
             for tool in &agent.tools {
                 if !self.tools.contains_key(tool) {
-                    return Err(Error::Config(format!(
-                        "agent {:?} names unknown tool {tool:?}",
-                        agent.name
-                    )));
+                    let why = match crate::mcp::split(tool) {
+                        Some((server, _)) if self.file.pointer(&format!("/mcp/{server}")).is_some_and(|s| s.get("discovered").is_none()) => format!(
+                            "agent {:?} names {tool:?}, a tool of mcp server {server}, whose tools were not listed (load the file with Registry::load)",
+                            agent.name
+                        ),
+                        Some((server, _)) if self.file.pointer(&format!("/mcp/{server}")).is_none() => format!(
+                            "agent {:?} names {tool:?}, but there is no [mcp.{server}]",
+                            agent.name
+                        ),
+                        Some((server, _)) => format!(
+                            "agent {:?} names {tool:?}, which mcp server {server} does not offer",
+                            agent.name
+                        ),
+                        None => format!("agent {:?} names unknown tool {tool:?}", agent.name),
+                    };
+                    return Err(Error::Config(why));
                 }
             }
             for sub in &agent.subagents {
@@ -401,6 +416,13 @@ impl Registry {
     /// Who is reminded of a call of `tool` still open, and when.
     pub fn escalation(&self, tool: &str) -> Option<&crate::notify::Escalation> {
         self.escalations.get(tool)
+    }
+
+    /// Agents left out because an MCP server they name could not be
+    /// listed when the file was loaded, with why: their turns are refused
+    /// until a process that could list it serves them.
+    pub fn delayed_agents(&self) -> &std::collections::BTreeMap<String, String> {
+        &self.delayed
     }
 
     pub fn agent_names(&self) -> impl Iterator<Item = &str> {

@@ -47,6 +47,9 @@ pub struct AgentFile {
     pub agents: BTreeMap<String, AgentDef>,
     #[serde(default)]
     pub tools: BTreeMap<String, ToolDef>,
+    /// `[mcp.<name>]`: MCP servers whose tools agents name as `NAME/TOOL`.
+    #[serde(default)]
+    pub mcp: BTreeMap<String, crate::mcp::ServerDef>,
     /// The deployment's address as people reach it (`https://agents.example.com`):
     /// notifications link to its `/ui` inbox.
     #[serde(default)]

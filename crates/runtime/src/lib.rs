@@ -8,6 +8,7 @@ pub mod config;
 pub mod deployment;
 pub mod error;
 pub mod inline;
+pub mod mcp;
 pub mod metrics;
 pub mod model;
 pub mod notify;

@@ -46,3 +46,10 @@ pub const NOTIFICATIONS_GIVEN_BACK: &str = "agentenkit_notifications_given_back_
 /// Reminders of requests still open (`outcome`: `sent`, or `dropped` when
 /// the request was answered first).
 pub const REMINDERS: &str = "agentenkit_reminders_total";
+/// Calls of MCP servers' tools, one per attempt (`server`; `outcome`: `ok`,
+/// `tool_error` (the tool said `isError`), `refused` (a JSON-RPC error or
+/// an answer that is none), `unreachable` (no session, no answer in time,
+/// a hang-up)).
+pub const MCP_CALLS: &str = "agentenkit_mcp_calls_total";
+/// One attempt of a call of an MCP server's tool, seconds (`server`).
+pub const MCP_CALL_SECONDS: &str = "agentenkit_mcp_call_duration_seconds";

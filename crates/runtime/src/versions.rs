@@ -102,10 +102,20 @@ fn definition_of(file: &Value, agent: &str) -> Value {
         }
     }
     let chosen_tools: Map<String, Value> = named_tools
-        .into_iter()
+        .iter()
         .filter_map(|name| {
-            let def = tools.and_then(|t| t.get(&name))?.clone();
-            Some((name, def))
+            let def = tools.and_then(|t| t.get(name))?.clone();
+            Some((name.clone(), def))
+        })
+        .collect();
+    // The MCP servers they name tools of, with what discovery listed.
+    let servers = file.get("mcp").and_then(Value::as_object);
+    let chosen_servers: Map<String, Value> = named_tools
+        .iter()
+        .filter_map(|tool| crate::mcp::split(tool))
+        .filter_map(|(server, _)| {
+            let def = servers.and_then(|s| s.get(server))?.clone();
+            Some((server.to_owned(), def))
         })
         .collect();
     let mut definition = Map::new();
@@ -115,6 +125,9 @@ fn definition_of(file: &Value, agent: &str) -> Value {
     );
     if !chosen_tools.is_empty() {
         definition.insert("tools".into(), Value::Object(chosen_tools));
+    }
+    if !chosen_servers.is_empty() {
+        definition.insert("mcp".into(), Value::Object(chosen_servers));
     }
     for limit in LIMITS {
         if let Some(value) = file.get(limit) {

@@ -16,6 +16,11 @@ pub struct Health {
     /// (the API serves on: what must follow a commit waits in the outbox).
     #[serde(skip_serializing_if = "Option::is_none")]
     broker: Option<&'static str>,
+    /// With readiness, when some are: how many agents this process does
+    /// not serve because an MCP server they name could not be listed at
+    /// start (which, and why, is logged; the others are served).
+    #[serde(rename = "delayedAgents", skip_serializing_if = "Option::is_none")]
+    delayed_agents: Option<usize>,
 }
 
 /// Liveness: the process answers.
@@ -25,6 +30,7 @@ pub async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok",
         broker: None,
+        delayed_agents: None,
     })
 }
 
@@ -54,9 +60,11 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
     } else {
         0.0
     });
+    let delayed = state.registry.delayed_agents().len();
     Ok(Json(Health {
         status: "ready",
         broker: Some(broker),
+        delayed_agents: (delayed > 0).then_some(delayed),
     }))
 }
 

@@ -47,13 +47,14 @@ pub struct CreatedThread {
         (status = 413, body = ErrorBody),
         (status = 422, description = "`UnknownAgent`", body = ErrorBody),
         (status = 500, body = ErrorBody),
-        (status = 503, body = ErrorBody),
+        (status = 503, description = "`Unavailable`: the database or broker, or the agent waits for an MCP server this process could not list", body = ErrorBody),
     ))]
 pub async fn create(
     State(state): State<AppState>,
     Scoped(owner, ..): Scoped<ThreadsWrite>,
     JsonBody(body): JsonBody<CreateThread>,
 ) -> Result<(StatusCode, Json<CreatedThread>), ApiError> {
+    state.refuse_delayed(&body.agent)?;
     if state.registry.agent(&body.agent).is_none() {
         return Err(ApiError::Unprocessable {
             code: "UnknownAgent",
@@ -155,6 +156,12 @@ pub async fn post_message(
         return Err(ApiError::BadRequest(format!(
             "content is longer than {MAX_CONTENT_BYTES} bytes"
         )));
+    }
+    // Only a process that could not list an MCP server reads the thread's
+    // agent first: every other turn costs what it did.
+    if !state.registry.delayed_agents().is_empty() {
+        let agent = state.store.get_thread(thread, &owner).await?.agent;
+        state.refuse_delayed(&agent)?;
     }
     let started = state
         .store

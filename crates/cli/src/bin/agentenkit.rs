@@ -176,7 +176,7 @@ async fn dev(
 ) -> anyhow::Result<()> {
     let store = connections.store()?;
     store.migrate().await?;
-    let registry = agents.load_for_sending()?;
+    let registry = agents.load_for_sending().await?;
     let queue = connections.queue(&registry.delay_lanes()).await?;
     let shutdown = shutdown_on_signal();
     // One process, one deployment: the worker, the reaper loop and the

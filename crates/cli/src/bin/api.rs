@@ -37,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
         cli.connections.store()?,
         // Served at once, the broker or not: see `queue_in_background`.
         agentenkit_runtime::Relay::new(cli.connections.queue_in_background(&[], &shutdown)),
-        cli.agents.load()?,
+        cli.agents.load().await?,
         agentenkit_runtime::notify::DEFAULT_CONCURRENCY,
     );
     let state = AppState::new(deployment, cli.keys.load()?).with_max_streams(cli.keys.max_streams);

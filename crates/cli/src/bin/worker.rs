@@ -73,7 +73,7 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let _telemetry = init_tracing(cli.log.log_format, "agentenkit-worker")?;
-    let registry = cli.agents.load_for_sending()?;
+    let registry = cli.agents.load_for_sending().await?;
     let store = cli.connections.store()?;
     let config = WorkerConfig {
         prefetch: cli.prefetch,

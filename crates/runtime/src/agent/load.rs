@@ -41,14 +41,63 @@ impl Registry {
     /// version of such an agent names them; a worker serving it must have
     /// them registered too, or it hands the run on (README, "Deploying
     /// changes").
+    ///
+    /// A file whose agents name tools of `[mcp.*]` servers needs their
+    /// tools listed first: load it with [`Registry::load_toml`].
     pub fn from_toml_with_tools(text: &str, tools: Vec<Arc<dyn Tool>>) -> Result<Registry> {
-        let file = AgentFile::parse(text).map_err(Error::Config)?;
-        // What parsed as an agent file parses as TOML; as JSON it is what
-        // versions are made of.
-        let tree = toml::from_str::<toml::Value>(text)
-            .ok()
-            .and_then(|value| serde_json::to_value(value).ok())
-            .unwrap_or_default();
+        let (_, tree) = parse_written(text)?;
+        Self::with_delayed(tree, &Default::default(), tools)
+    }
+
+    /// Reads an agent file and lists the tools of the MCP servers its
+    /// agents name (see [`Registry::load_toml`]).
+    pub async fn load(path: &Path, tools: Vec<Arc<dyn Tool>>) -> Result<Registry> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::AgentFile {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::load_toml(&text, tools).await.map_err(|e| match e {
+            Error::Config(message) => Error::AgentFile {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// [`Registry::from_toml_with_tools`], after listing the tools of the
+    /// `[mcp.*]` servers its agents name: what each lists becomes part of
+    /// the versions of the agents that name it. An agent naming a server
+    /// that could not be listed (after a few tries) is left out and
+    /// delayed, with why ([`Registry::delayed_agents`]); the others are
+    /// served.
+    pub async fn load_toml(text: &str, tools: Vec<Arc<dyn Tool>>) -> Result<Registry> {
+        let (_, mut tree) = parse_written(text)?;
+        let failed = crate::mcp::discover_into(&mut tree).await;
+        Self::with_delayed(tree, &failed, tools)
+    }
+
+    /// The registry of `tree` (an agent file as JSON), without the agents
+    /// that name a server whose tools were not listed (`failed` says why,
+    /// for the servers whose listing failed): those are delayed.
+    fn with_delayed(
+        mut tree: serde_json::Value,
+        failed: &std::collections::BTreeMap<String, String>,
+        tools: Vec<Arc<dyn Tool>>,
+    ) -> Result<Registry> {
+        let delayed = crate::mcp::delay_unlisted(&mut tree, failed);
+        let file: AgentFile = serde_json::from_value(tree.clone())
+            .map_err(|e| Error::Config(format!("the agent file: {e}")))?;
+        let mut registry = Self::from_parsed(file, tree, tools)?;
+        registry.delayed = Arc::new(delayed);
+        Ok(registry)
+    }
+
+    fn from_parsed(
+        file: AgentFile,
+        tree: serde_json::Value,
+        tools: Vec<Arc<dyn Tool>>,
+    ) -> Result<Registry> {
         let mut code_tools = HashMap::new();
         for tool in tools {
             let registered = super::code_tool(tool)?;
@@ -110,7 +159,12 @@ impl Registry {
         for (tool, escalation) in escalations {
             registry = registry.with_escalation(&tool, escalation)?;
         }
-        for (name, def) in file.agents {
+        let (mcp_tools, mcp_all) = crate::mcp::registered_tools(&file.mcp)?;
+        for tool in mcp_tools {
+            registry.tools.insert(tool.spec.name.clone(), tool);
+        }
+        for (name, mut def) in file.agents {
+            def.tools = crate::mcp::expand(def.tools, &mcp_all);
             registry = registry.with_agent(file_agent(name, def)?);
         }
         for (name, tool) in code_tools {
@@ -124,6 +178,27 @@ impl Registry {
         registry.check()?;
         Ok(registry)
     }
+}
+
+/// An agent file as written, and as JSON (what versions are made of):
+/// what discovery fills in may not be written by hand.
+fn parse_written(text: &str) -> Result<(AgentFile, serde_json::Value)> {
+    let file = AgentFile::parse(text).map_err(Error::Config)?;
+    if let Some(name) = file
+        .mcp
+        .iter()
+        .find_map(|(name, def)| def.discovered.is_some().then_some(name))
+    {
+        return Err(Error::Config(format!(
+            "mcp server {name}: discovered is what listing the server finds, not a setting"
+        )));
+    }
+    // What parsed as an agent file parses as TOML.
+    let tree = toml::from_str::<toml::Value>(text)
+        .ok()
+        .and_then(|value| serde_json::to_value(value).ok())
+        .unwrap_or_default();
+    Ok((file, tree))
 }
 
 /// The tool a `[tools.<name>]` table of an agent file defines.

@@ -61,7 +61,9 @@ impl Model for AnthropicModel {
             .client
             .post("/v1/messages", headers, &self.body(&request))
             .await?;
-        parse(&answer).map_err(|e| ModelError::Transient(format!("anthropic: {e}")))
+        parse(&answer)
+            .map(|response| super::names_from_wire(response, request.tools))
+            .map_err(|e| ModelError::Transient(format!("anthropic: {e}")))
     }
 
     fn id(&self) -> super::ModelId<'_> {
@@ -96,7 +98,7 @@ pub(crate) fn messages(conversation: &[Message]) -> Vec<Value> {
                         Value::Object(map) => Value::Object(map),
                         _ => Value::Object(Map::new()),
                     };
-                    blocks.push(json!({ "type": "tool_use", "id": call.id, "name": call.name, "input": input }));
+                    blocks.push(json!({ "type": "tool_use", "id": call.id, "name": super::wire_name(&call.name), "input": input }));
                 }
                 ("assistant", blocks)
             }
@@ -135,7 +137,7 @@ fn tools(specs: &[ToolSpec]) -> Value {
         .iter()
         .map(|spec| {
             json!({
-                "name": spec.name,
+                "name": super::wire_name(&spec.name),
                 "description": spec.description,
                 "input_schema": spec.input_schema,
             })

@@ -54,6 +54,37 @@ pub enum ModelError {
     Unusable(String),
 }
 
+/// A tool's name as a provider is shown it: OpenAI and Anthropic allow
+/// only letters, digits, `_` and `-`, so an MCP tool's `SERVER/TOOL` is
+/// `SERVER__TOOL` there (a server's name has no `__`).
+pub(crate) fn wire_name(name: &str) -> std::borrow::Cow<'_, str> {
+    match name.split_once(crate::mcp::SEPARATOR) {
+        Some((server, tool)) => format!("{server}__{tool}").into(),
+        None => name.into(),
+    }
+}
+
+/// A tool name a provider called, as the registry knows it: the offered
+/// tool whose [`wire_name`] it is, else as called (an unknown tool, which
+/// the model is told of).
+pub(crate) fn from_wire(called: String, tools: &[ToolSpec]) -> String {
+    if !called.contains("__") {
+        return called;
+    }
+    tools
+        .iter()
+        .find(|spec| spec.name != called && wire_name(&spec.name) == called)
+        .map_or(called, |spec| spec.name.clone())
+}
+
+/// `response` with each call's name mapped back from its wire name.
+pub(crate) fn names_from_wire(mut response: ModelResponse, tools: &[ToolSpec]) -> ModelResponse {
+    for call in &mut response.tool_calls {
+        call.name = from_wire(std::mem::take(&mut call.name), tools);
+    }
+    response
+}
+
 #[async_trait]
 pub trait Model: Send + Sync {
     async fn complete(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError>;
@@ -274,6 +305,36 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_mcp_tools_name_goes_to_providers_without_its_slash_and_comes_back() {
+        let spec = |name: &str| ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            input_schema: serde_json::json!({}),
+        };
+        let tools = [spec("tickets/close"), spec("send_email"), spec("a__b")];
+        assert_eq!(wire_name("tickets/close"), "tickets__close");
+        assert_eq!(wire_name("send_email"), "send_email");
+        assert_eq!(from_wire("tickets__close".into(), &tools), "tickets/close");
+        assert_eq!(from_wire("send_email".into(), &tools), "send_email");
+        // A tool whose own name has `__` stays itself; an unknown one too.
+        assert_eq!(from_wire("a__b".into(), &tools), "a__b");
+        assert_eq!(from_wire("x__y".into(), &tools), "x__y");
+        let response = ModelResponse {
+            text: None,
+            tool_calls: vec![agentenkit_core::conversation::ToolCallRequest {
+                id: "c1".into(),
+                name: "tickets__close".into(),
+                arguments: serde_json::json!({}),
+            }],
+            usage: Default::default(),
+        };
+        assert_eq!(
+            names_from_wire(response, &tools).tool_calls[0].name,
+            "tickets/close"
+        );
+    }
 
     /// Each test its own variable: tests run in parallel in one process.
     fn with_key(name: &str) -> &str {

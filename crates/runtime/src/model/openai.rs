@@ -60,7 +60,9 @@ impl Model for OpenAiModel {
             .client
             .post("/chat/completions", headers, &self.body(&request))
             .await?;
-        parse(&answer).map_err(|e| ModelError::Transient(format!("openai: {e}")))
+        parse(&answer)
+            .map(|response| super::names_from_wire(response, request.tools))
+            .map_err(|e| ModelError::Transient(format!("openai: {e}")))
     }
 
     fn id(&self) -> super::ModelId<'_> {
@@ -93,7 +95,7 @@ pub(crate) fn messages(system: &str, conversation: &[Message]) -> Vec<Value> {
                             json!({
                                 "id": call.id,
                                 "type": "function",
-                                "function": { "name": call.name, "arguments": arguments_text(&call.arguments) },
+                                "function": { "name": super::wire_name(&call.name), "arguments": arguments_text(&call.arguments) },
                             })
                         })
                         .collect();
@@ -130,7 +132,7 @@ fn tools(specs: &[ToolSpec]) -> Value {
             json!({
                 "type": "function",
                 "function": {
-                    "name": spec.name,
+                    "name": super::wire_name(&spec.name),
                     "description": spec.description,
                     "parameters": spec.input_schema,
                 },

@@ -113,6 +113,11 @@ pub fn address_of(url: &str) -> String {
 /// `definition` as it is stored: every URL setting reduced to its address.
 pub fn stored_form(definition: &Value) -> Value {
     let mut stored = definition.clone();
+    for server in servers_mut(&mut stored) {
+        if let Some(Value::String(url)) = server.get_mut("url") {
+            *url = address_of(url);
+        }
+    }
     for setting in SETTINGS.iter().filter(|s| s.url) {
         for holder in holders_mut(&mut stored, setting.place) {
             if let Some(Value::String(url)) = holder.get_mut(setting.key) {
@@ -130,7 +135,7 @@ pub fn stored_form(definition: &Value) -> Value {
 /// returned as the reason this deployment does not send for the version.
 pub fn restored(stored: &Value, serving: &Value) -> (Value, Option<String>) {
     let mut restored = stored.clone();
-    let mut unnamed = None;
+    let mut unnamed = restore_servers(&mut restored, serving);
     for setting in SETTINGS {
         let named = values_of(serving, setting);
         for holder in holders_mut(&mut restored, setting.place) {
@@ -161,6 +166,61 @@ pub fn restored(stored: &Value, serving: &Value) -> (Value, Option<String>) {
         }
     }
     (restored, unnamed)
+}
+
+/// Each `[mcp.NAME]` of `file`, mutably.
+fn servers_mut(file: &mut Value) -> Vec<&mut serde_json::Map<String, Value>> {
+    file.get_mut("mcp")
+        .and_then(Value::as_object_mut)
+        .map(|servers| {
+            servers
+                .values_mut()
+                .filter_map(Value::as_object_mut)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The settings of an MCP server that say what runs (stdio: the program,
+/// its arguments and environment) or where calls go (http: the URL and
+/// the variables its headers are read from).
+const CONNECTION: [&str; 6] = ["transport", "command", "args", "env", "url", "headers"];
+
+/// Restores each MCP server of `stored` from the serving file's server of
+/// the same name, when that one connects the same way (its URL at the same
+/// address): a version may start a program, or send arguments, only as the
+/// deployment's own file does. The first server it does not name so is
+/// the reason returned.
+fn restore_servers(stored: &mut Value, serving: &Value) -> Option<String> {
+    let mut unnamed = None;
+    let servers = stored.get_mut("mcp").and_then(Value::as_object_mut)?;
+    for (name, server) in servers.iter_mut() {
+        let own = serving.pointer(&format!("/mcp/{name}"));
+        let same = |key: &str| {
+            let theirs = server.get(key);
+            let ours = own.and_then(|o| o.get(key));
+            match (key, theirs, ours) {
+                ("url", Some(Value::String(a)), Some(Value::String(b))) => {
+                    address_of(a) == address_of(b)
+                }
+                _ => theirs == ours,
+            }
+        };
+        match own {
+            Some(own) if CONNECTION.iter().all(|key| same(key)) => {
+                if let (Some(url), Some(slot)) = (own.get("url"), server.get_mut("url")) {
+                    *slot = url.clone();
+                }
+            }
+            _ if unnamed.is_none() => {
+                unnamed = Some(format!(
+                    "its mcp server {name} is not one this deployment's agent file names, connected the same way"
+                ));
+            }
+            _ => {}
+        }
+    }
+    unnamed
 }
 
 #[cfg(test)]
@@ -233,6 +293,56 @@ mod tests {
         assert!(restored(&other_ca, &serving)
             .1
             .is_some_and(|refused| refused.contains("ca_file")));
+    }
+
+    fn with_servers(stdio_args: &[&str], http_url: &str) -> Value {
+        json!({
+            "agents": { "a": { "tools": ["fs/*", "tix/*"], "model": { "provider": "scripted" } } },
+            "mcp": {
+                "fs": { "transport": "stdio", "command": "npx", "args": stdio_args, "env": ["HOME"],
+                        "discovered": [{ "name": "read", "inputSchema": { "type": "object" } }] },
+                "tix": { "transport": "http", "url": http_url, "headers": { "Authorization": "TIX_TOKEN" },
+                         "discovered": [] },
+            },
+        })
+    }
+
+    #[test]
+    fn an_mcp_server_is_taken_only_as_the_serving_file_connects_it() {
+        let full = with_servers(&["server-fs", "/data"], "https://tix.example/mcp?k=s");
+        let stored = stored_form(&full);
+        assert_eq!(stored["mcp"]["tix"]["url"], "https://tix.example/mcp");
+        // The same connection (what was listed may differ: the version's
+        // own is kept) is restored whole.
+        let mut serving = full.clone();
+        serving["mcp"]["fs"]["discovered"] = json!([]);
+        let (back, refused) = restored(&stored, &serving);
+        assert_eq!(refused, None);
+        assert_eq!(back, full);
+        for (other, named) in [
+            (
+                with_servers(&["server-fs", "/"], "https://tix.example/mcp"),
+                "fs",
+            ),
+            (
+                with_servers(&["server-fs", "/data"], "https://evil.example/mcp"),
+                "tix",
+            ),
+        ] {
+            let refused = restored(&stored, &other).1.expect("refused");
+            assert!(
+                refused.contains(&format!("mcp server {named}")),
+                "{refused}"
+            );
+        }
+        let mut other_env = full.clone();
+        other_env["mcp"]["fs"]["env"] = json!(["HOME", "AWS_SECRET_ACCESS_KEY"]);
+        assert!(restored(&stored, &other_env).1.is_some());
+        let mut gone = full.clone();
+        gone["mcp"].as_object_mut().unwrap().remove("tix");
+        assert!(restored(&stored, &gone)
+            .1
+            .is_some_and(|r| r.contains("tix")));
     }
 
     #[test]

@@ -1,0 +1,317 @@
+//! One MCP server as a process talks to it: a session opened on first use
+//! (spawning the stdio child, or initialising over Streamable HTTP), shared
+//! by every call, and dropped (the child killed with it) when the server
+//! hangs up or stops answering, so the next call starts a new one.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResponse, ClientConfig, RequestMetaObject};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::ServiceExt;
+use serde_json::{Map, Value};
+
+use super::def::{DiscoveredTool, ServerDef, Transport};
+
+/// The `_meta` key of a call's idempotency key (`<runId>:<callId>`): the
+/// same on every attempt of one call, so a server can tell a call a
+/// crashed worker already sent.
+pub const IDEMPOTENCY_KEY: &str = "dev.agentenkit/idempotencyKey";
+
+/// How much of one line a server writes to stderr is logged.
+const STDERR_LINE_CHARS: usize = 1024;
+
+/// Why a server could not be used for a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ServerError {
+    /// It could not be reached, hung up, or did not answer in time: try
+    /// again later.
+    #[error("{0}")]
+    Unreachable(String),
+    /// It answered, with an error or something that is not an answer.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// An open session, and the stdio child it talks to (killed when the last
+/// holder of the session lets go of it).
+struct Session {
+    service: RunningService<RoleClient, ClientConfig>,
+    _child: Option<tokio::process::Child>,
+}
+
+/// A server, and its session when one is open.
+pub struct Server {
+    name: String,
+    def: ServerDef,
+    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+}
+
+/// Every server this process talks to, by connection: a registry loaded
+/// from the file and one built from a pinned version share the session
+/// (and the child process) of the same server.
+pub fn shared(name: &str, def: &ServerDef) -> Arc<Server> {
+    static SERVERS: OnceLock<Mutex<HashMap<String, Arc<Server>>>> = OnceLock::new();
+    let key = format!("{name}\n{}\n{}", def.connection(), def.max_response_bytes());
+    let mut servers = SERVERS
+        .get_or_init(Mutex::default)
+        .lock()
+        .expect("mcp servers");
+    servers
+        .entry(key)
+        .or_insert_with(|| Arc::new(Server::new(name, def.clone())))
+        .clone()
+}
+
+impl Server {
+    pub fn new(name: &str, def: ServerDef) -> Server {
+        Server {
+            name: name.to_owned(),
+            def,
+            session: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every tool the server lists (all pages), within the server's
+    /// timeout.
+    pub async fn list_tools(&self) -> Result<Vec<DiscoveredTool>, ServerError> {
+        let session = self.session().await?;
+        let listed =
+            tokio::time::timeout(self.def.timeout(), session.service.list_all_tools()).await;
+        let tools = match listed {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(e)) => return Err(self.failed(&session, e).await),
+            Err(_) => return Err(self.timed_out(&session, "tools/list").await),
+        };
+        tools.into_iter().map(discovered).collect()
+    }
+
+    /// One `tools/call` of `tool` (its name on the server), `idempotency_key`
+    /// in its `_meta`, within the server's timeout.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: Map<String, Value>,
+        idempotency_key: &str,
+    ) -> Result<CallToolResponse, ServerError> {
+        let session = self.session().await?;
+        let mut meta = Map::new();
+        meta.insert(IDEMPOTENCY_KEY.into(), Value::from(idempotency_key));
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = Some(arguments);
+        params.meta = Some(RequestMetaObject(rmcp::model::MetaObject(meta)));
+        let called =
+            tokio::time::timeout(self.def.timeout(), session.service.call_tool_once(params)).await;
+        match called {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(self.failed(&session, e).await),
+            Err(_) => Err(self.timed_out(&session, "tools/call").await),
+        }
+    }
+
+    /// `e` as the caller sees it; a session that failed below the protocol
+    /// is closed, so the next request opens another.
+    async fn failed(&self, session: &Arc<Session>, e: ServiceError) -> ServerError {
+        match e {
+            ServiceError::McpError(error) => ServerError::Refused(format!(
+                "mcp server {}: error {}: {}",
+                self.name, error.code.0, error.message
+            )),
+            ServiceError::UnexpectedResponse => ServerError::Refused(format!(
+                "mcp server {}: answered something that is not an answer to the request",
+                self.name
+            )),
+            other => {
+                self.close(session).await;
+                ServerError::Unreachable(format!("mcp server {}: {other}", self.name))
+            }
+        }
+    }
+
+    /// A request that took longer than the timeout: the session may be
+    /// stuck (a stdio child that stopped reading), so it is closed.
+    async fn timed_out(&self, session: &Arc<Session>, request: &str) -> ServerError {
+        self.close(session).await;
+        ServerError::Unreachable(format!(
+            "mcp server {}: {request} timed out: no answer within {} ms (the server's timeout_ms)",
+            self.name,
+            self.def.timeout().as_millis()
+        ))
+    }
+
+    /// Forgets `session` if it is still the open one; its child process is
+    /// killed when the last call holding it returns.
+    async fn close(&self, session: &Arc<Session>) {
+        let mut open = self.session.lock().await;
+        if open.as_ref().is_some_and(|s| Arc::ptr_eq(s, session)) {
+            *open = None;
+            session.service.cancellation_token().cancel();
+        }
+    }
+
+    /// The open session, or a new one.
+    async fn session(&self) -> Result<Arc<Session>, ServerError> {
+        let mut open = self.session.lock().await;
+        if let Some(session) = open.as_ref().filter(|s| !s.service.is_closed()) {
+            return Ok(session.clone());
+        }
+        let connecting = tokio::time::timeout(self.def.timeout(), self.connect()).await;
+        let session = match connecting {
+            Ok(result) => Arc::new(result?),
+            Err(_) => {
+                return Err(ServerError::Unreachable(format!(
+                    "mcp server {}: no answer to initialize within {} ms",
+                    self.name,
+                    self.def.timeout().as_millis()
+                )))
+            }
+        };
+        *open = Some(session.clone());
+        Ok(session)
+    }
+
+    async fn connect(&self) -> Result<Session, ServerError> {
+        let unreachable =
+            |what: String| ServerError::Unreachable(format!("mcp server {}: {what}", self.name));
+        // Offered nothing (no sampling, roots or elicitation): the client
+        // answers no request of the server's.
+        let info = ClientConfig::default();
+        let cap = usize::try_from(self.def.max_response_bytes()).unwrap_or(usize::MAX);
+        match self.def.transport {
+            Transport::Stdio => {
+                let mut child = self.spawn().map_err(&unreachable)?;
+                let stdout = child
+                    .stdout
+                    .take()
+                    .ok_or_else(|| unreachable("no stdout".into()))?;
+                let stdin = child
+                    .stdin
+                    .take()
+                    .ok_or_else(|| unreachable("no stdin".into()))?;
+                if let Some(stderr) = child.stderr.take() {
+                    tokio::spawn(log_stderr(self.name.clone(), stderr));
+                }
+                let transport =
+                    rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin)
+                        .with_max_line_length(cap);
+                let service = info
+                    .serve(transport)
+                    .await
+                    .map_err(|e| unreachable(format!("initialize: {e}")))?;
+                Ok(Session {
+                    service,
+                    _child: Some(child),
+                })
+            }
+            Transport::Http => {
+                use rmcp::transport::streamable_http_client::{
+                    StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
+                };
+                let url = self.def.url.clone().unwrap_or_default();
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+                config.max_json_response_size = cap;
+                config.max_sse_event_size = cap;
+                for (header, variable) in &self.def.headers {
+                    let value = std::env::var(variable).map_err(|_| {
+                        unreachable(format!("header {header}: {variable} is not set"))
+                    })?;
+                    let name = reqwest::header::HeaderName::from_bytes(header.as_bytes())
+                        .map_err(|e| unreachable(format!("header {header}: {e}")))?;
+                    let value = reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
+                        unreachable(format!("header {header}: its value is not a header value"))
+                    })?;
+                    config.custom_headers.insert(name, value);
+                }
+                let client = crate::tls::http_client()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .connect_timeout(self.def.timeout().min(Duration::from_secs(10)))
+                    .build()
+                    .map_err(|e| unreachable(format!("http client: {e}")))?;
+                let transport = StreamableHttpClientTransport::with_client(client, config);
+                let service = info
+                    .serve(transport)
+                    .await
+                    .map_err(|e| unreachable(format!("initialize: {e}")))?;
+                Ok(Session {
+                    service,
+                    _child: None,
+                })
+            }
+        }
+    }
+
+    /// The stdio child: its program found on this process's `PATH`, its
+    /// environment only the variables the server's `env` names.
+    fn spawn(&self) -> Result<tokio::process::Child, String> {
+        let command = self.def.command.as_deref().unwrap_or_default();
+        let program = find_program(command).ok_or_else(|| format!("{command:?} not found"))?;
+        let mut child = tokio::process::Command::new(program);
+        child
+            .args(&self.def.args)
+            .env_clear()
+            .envs(
+                self.def
+                    .env
+                    .iter()
+                    .filter_map(|name| Some((name, std::env::var_os(name)?))),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        child.spawn().map_err(|e| format!("{command:?}: {e}"))
+    }
+}
+
+/// `command` as a path to run: as given when it names a directory, else
+/// the first match on this process's `PATH` (the child's own environment
+/// has no `PATH` unless its `env` passes it on).
+fn find_program(command: &str) -> Option<std::path::PathBuf> {
+    if command.contains('/') {
+        return Some(command.into());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(command))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A server's stderr, line by line, into the log (cut: a server may write
+/// anything there).
+async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    use futures::StreamExt;
+    let codec = tokio_util::codec::LinesCodec::new_with_max_length(STDERR_LINE_CHARS);
+    let mut lines = tokio_util::codec::FramedRead::new(stderr, codec);
+    while let Some(line) = lines.next().await {
+        match line {
+            Ok(line) => tracing::info!(mcp.server = %server, "stderr: {line}"),
+            // A longer line is skipped to its end; the stream goes on.
+            Err(tokio_util::codec::LinesCodecError::MaxLineLengthExceeded) => {
+                tracing::info!(mcp.server = %server, "stderr: a line over {STDERR_LINE_CHARS} bytes, not shown")
+            }
+            Err(tokio_util::codec::LinesCodecError::Io(_)) => break,
+        }
+    }
+}
+
+/// A listed tool as a version keeps it.
+fn discovered(tool: rmcp::model::Tool) -> Result<DiscoveredTool, ServerError> {
+    let annotations = tool
+        .annotations
+        .as_ref()
+        .map(|a| serde_json::to_value(a).and_then(serde_json::from_value))
+        .transpose()
+        .map_err(|e| ServerError::Refused(format!("tool {}: annotations: {e}", tool.name)))?;
+    Ok(DiscoveredTool {
+        name: tool.name.to_string(),
+        description: tool.description.as_deref().unwrap_or_default().to_owned(),
+        input_schema: Value::Object((*tool.input_schema).clone()),
+        annotations,
+    })
+}

@@ -1,0 +1,175 @@
+//! A tool of an MCP server, as a model calls it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rmcp::model::{CallToolResponse, CallToolResult};
+use serde_json::{json, Value};
+use tracing::Instrument;
+
+use super::client::{Server, ServerError};
+use super::def::{DiscoveredTool, SEPARATOR};
+use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
+
+/// Attempts of a call to a server that cannot be reached or does not
+/// answer in time before the model is told it failed, and the wait before
+/// the second (doubled after each next). A server that hangs, dies or
+/// writes garbage never leaves a run stuck: the model decides what next.
+const ATTEMPTS: u32 = 3;
+const FIRST_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// `tool` of `server`, offered to models as `SERVER/TOOL`.
+pub struct McpTool {
+    server: Arc<Server>,
+    /// Its name on the server.
+    tool: String,
+    spec: ToolSpec,
+    asks_first: bool,
+}
+
+impl McpTool {
+    pub fn new(server: Arc<Server>, tool: &DiscoveredTool, asks_first: bool) -> McpTool {
+        McpTool {
+            spec: ToolSpec {
+                name: format!("{}{SEPARATOR}{}", server.name(), tool.name),
+                description: tool.description.clone(),
+                input_schema: tool.input_schema.clone(),
+            },
+            server,
+            tool: tool.name.clone(),
+            asks_first,
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn requires_confirmation(&self) -> bool {
+        self.asks_first
+    }
+
+    async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        let arguments = match arguments {
+            Value::Object(map) => map,
+            Value::Null => Default::default(),
+            other => {
+                return Err(ToolError::Failed(format!(
+                    "the arguments must be an object, not {other}"
+                )))
+            }
+        };
+        // Never the arguments or the result: what a trace viewer may show
+        // of a call is its server, its tool and how it went.
+        let span = tracing::info_span!(
+            "mcp tools/call",
+            otel.name = format!("tools/call {}", self.tool),
+            mcp.method.name = "tools/call",
+            mcp.server.name = %self.server.name(),
+            gen_ai.tool.name = %self.tool,
+            mcp.attempts = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let outcome = self.call(arguments, ctx).instrument(span.clone()).await;
+        if outcome.is_err() {
+            span.record("error.type", "tool_error");
+        }
+        outcome
+    }
+}
+
+impl McpTool {
+    /// The call, tried again while the server cannot be reached.
+    async fn call(
+        &self,
+        arguments: serde_json::Map<String, Value>,
+        ctx: &ToolContext,
+    ) -> Result<Value, ToolError> {
+        let key = ctx.idempotency_key();
+        let mut wait = FIRST_RETRY;
+        let mut attempt = 1;
+        let response = loop {
+            tracing::Span::current().record("mcp.attempts", attempt);
+            let started = std::time::Instant::now();
+            let answer = self.server.call(&self.tool, arguments.clone(), &key).await;
+            self.measure(&answer, started);
+            match answer {
+                Ok(response) => break response,
+                Err(ServerError::Refused(message)) => return Err(ToolError::Failed(message)),
+                // Each attempt carries the same idempotency key: a server
+                // that did the work before hanging up can tell.
+                Err(ServerError::Unreachable(message)) if attempt >= ATTEMPTS => {
+                    return Err(ToolError::Failed(format!(
+                        "{message} (after {ATTEMPTS} attempts)"
+                    )))
+                }
+                Err(ServerError::Unreachable(message)) => {
+                    tracing::info!(mcp.server = %self.server.name(), attempt, "call failed: {message}");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                    attempt += 1;
+                }
+            }
+        };
+        match response {
+            CallToolResponse::Complete(result) => outcome(result),
+            CallToolResponse::InputRequired(_) => Err(ToolError::Failed(format!(
+                "mcp server {} asked for input this client did not offer to give",
+                self.server.name()
+            ))),
+            CallToolResponse::Task(_) => Err(ToolError::Failed(format!(
+                "mcp server {} started a task this client did not ask for",
+                self.server.name()
+            ))),
+            _ => Err(ToolError::Failed(format!(
+                "mcp server {} answered a kind of result this client does not know",
+                self.server.name()
+            ))),
+        }
+    }
+}
+
+impl McpTool {
+    /// One attempt in `/metrics`.
+    fn measure(&self, answer: &Result<CallToolResponse, ServerError>, started: std::time::Instant) {
+        let outcome = match answer {
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => "tool_error",
+            Ok(_) => "ok",
+            Err(ServerError::Refused(_)) => "refused",
+            Err(ServerError::Unreachable(_)) => "unreachable",
+        };
+        let server = self.server.name().to_owned();
+        ::metrics::counter!(crate::metrics::MCP_CALLS, "server" => server.clone(), "outcome" => outcome)
+            .increment(1);
+        ::metrics::histogram!(crate::metrics::MCP_CALL_SECONDS, "server" => server)
+            .record(started.elapsed().as_secs_f64());
+    }
+}
+
+/// A finished call as the model sees it: its structured content when it has
+/// some, else its text, else its content blocks; `isError` a failure.
+pub(crate) fn outcome(result: CallToolResult) -> Result<Value, ToolError> {
+    let texts: Vec<&str> = result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|t| t.text.as_str()))
+        .collect();
+    if result.is_error == Some(true) {
+        let message = if texts.is_empty() {
+            "the tool failed and said nothing".to_owned()
+        } else {
+            texts.join("\n")
+        };
+        return Err(ToolError::Failed(message));
+    }
+    if let Some(structured) = result.structured_content {
+        return Ok(structured);
+    }
+    if texts.len() == result.content.len() {
+        return Ok(Value::String(texts.join("\n")));
+    }
+    Ok(json!({ "content": result.content }))
+}

@@ -1,0 +1,141 @@
+//! What a process lists from a server at start: tools with their schemas
+//! and annotations, in each agent's version; approvals from annotations.
+
+use serde_json::json;
+
+use super::*;
+
+#[tokio::test]
+async fn a_servers_tools_are_listed_into_the_version_and_annotations_decide_who_asks() {
+    let log = CallLog::new();
+    let text = agent_file(
+        "\"tickets/*\"",
+        "",
+        &tickets_stdio(&log, "require_approval = { flaky = \"always\" }"),
+    );
+    let registry = load(&text).await;
+    assert!(registry.delayed_agents().is_empty());
+    let agent = registry.agent("agent").unwrap();
+    for tool in [
+        "search_tickets",
+        "close_ticket",
+        "create_ticket",
+        "flaky",
+        "hang",
+    ] {
+        assert!(
+            agent.tools.contains(&format!("tickets/{tool}")),
+            "tickets/* names {tool}: {:?}",
+            agent.tools
+        );
+    }
+    let asks = |tool: &str| {
+        registry
+            .tool(&format!("tickets/{tool}"))
+            .unwrap_or_else(|| panic!("tickets/{tool} registered"))
+            .tool
+            .requires_confirmation()
+    };
+    assert!(!asks("search_tickets"), "read-only runs without asking");
+    assert!(asks("close_ticket"), "destructive asks");
+    assert!(asks("create_ticket"), "unannotated asks (failing closed)");
+    assert!(asks("flaky"), "the table overrides the annotations");
+    let spec = &registry.tool("tickets/search_tickets").unwrap().spec;
+    assert_eq!(spec.input_schema["properties"]["query"]["type"], "string");
+    assert!(spec.description.contains("Find tickets"));
+
+    // The version holds what was listed, annotations included.
+    let version = registry.agent_version("agent").unwrap();
+    let discovered = &version.definition["mcp"]["tickets"]["discovered"];
+    let search = discovered
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "search_tickets")
+        .expect("search_tickets in the version");
+    assert_eq!(search["annotations"]["readOnlyHint"], json!(true));
+    assert!(log.calls().is_empty(), "listing calls nothing");
+}
+
+#[tokio::test]
+async fn an_allow_list_offers_only_its_tools_and_a_tool_not_offered_is_refused_at_load() {
+    let log = CallLog::new();
+    let allowed = tickets_stdio(&log, "tools = [\"search_tickets\"]");
+    let registry = load(&agent_file("\"tickets/*\"", "", &allowed)).await;
+    assert_eq!(
+        registry.agent("agent").unwrap().tools,
+        ["tickets/search_tickets"]
+    );
+    let refused = Registry::load_toml(
+        &agent_file("\"tickets/close_ticket\"", "", &allowed),
+        Vec::new(),
+    )
+    .await
+    .err()
+    .expect("refused");
+    assert!(refused.to_string().contains("does not offer"), "{refused}");
+    // Loaded without listing (as the reaper does), its agents are
+    // delayed, saying how to load it.
+    let unlisted = Registry::from_toml(&agent_file("\"tickets/*\"", "", &allowed)).unwrap();
+    assert!(unlisted.agent("agent").is_none());
+    assert!(
+        unlisted.delayed_agents()["agent"].contains("Registry::load"),
+        "{:?}",
+        unlisted.delayed_agents()
+    );
+    let written = format!("{allowed}discovered = []\n");
+    let refused = Registry::from_toml(&agent_file("\"tickets/*\"", "", &written))
+        .err()
+        .expect("refused");
+    assert!(refused.to_string().contains("not a setting"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_be_listed_delays_its_agents_and_no_other() {
+    let log = CallLog::new();
+    let text = format!(
+        "{}\n[agents.other]\nmodel = {{ provider = \"scripted\", script = [] }}\n[agents.boss]\nsubagents = [\"agent\"]\nmodel = {{ provider = \"scripted\", script = [] }}\n[mcp.gone]\ntransport = \"stdio\"\ncommand = \"/nonexistent/mcp-server\"\ntimeout_ms = 500\n",
+        agent_file("\"gone/*\", \"tickets/search_tickets\"", "", &tickets_stdio(&log, ""))
+    );
+    let registry = load(&text).await;
+    let delayed = registry.delayed_agents();
+    assert!(delayed["agent"].contains("mcp server gone"), "{delayed:?}");
+    assert!(delayed["boss"].contains("sub-agent"), "{delayed:?}");
+    assert!(registry.agent("agent").is_none());
+    assert!(registry.agent("other").is_some(), "others are served");
+    assert!(registry.agent_version("other").is_some());
+}
+
+#[tokio::test]
+async fn the_reference_server_everything_is_listed_over_stdio() {
+    let everything = installed("--everything");
+    let text = agent_file(
+        "\"everything/*\"",
+        "",
+        &format!(
+            "[mcp.everything]\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [{everything:?}, \"stdio\"]\nenv = [\"PATH\"]\n"
+        ),
+    );
+    let registry = load(&text).await;
+    let tools = &registry.agent("agent").unwrap().tools;
+    assert!(tools.contains(&"everything/echo".to_owned()), "{tools:?}");
+    // A text result reaches the model as its text.
+    let ctx = agentenkit_runtime::ToolContext {
+        run_id: agentenkit_core::RunId::new(),
+        thread_id: agentenkit_core::ThreadId::new(),
+        tool_call_id: "c1".into(),
+        approval: None,
+    };
+    let echo = registry.tool("everything/echo").unwrap();
+    let answer = echo
+        .tool
+        .execute(json!({ "message": "hello there" }), &ctx)
+        .await
+        .expect("echo answers");
+    assert!(
+        answer
+            .as_str()
+            .is_some_and(|text| text.contains("hello there")),
+        "{answer}"
+    );
+}
