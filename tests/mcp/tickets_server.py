@@ -82,6 +82,13 @@ def flaky(ctx: Context) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def big(size: int, ctx: Context) -> str:
+    """Answers `size` characters."""
+    record("big", ctx, size=size)
+    return "x" * size
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def hang(ctx: Context) -> str:
     """Never answers."""
     record("hang", ctx)

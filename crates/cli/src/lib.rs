@@ -8,6 +8,7 @@ pub mod decide;
 pub mod demo;
 pub mod http_server;
 pub mod keys;
+pub mod mcp;
 pub mod ops;
 pub mod outcome;
 pub mod paging;

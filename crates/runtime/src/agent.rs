@@ -418,6 +418,12 @@ impl Registry {
         self.escalations.get(tool)
     }
 
+    /// The agent file this registry was built from, as JSON, with what
+    /// discovery listed (`Null` for a registry built in code).
+    pub fn file(&self) -> &serde_json::Value {
+        &self.file
+    }
+
     /// Agents left out because an MCP server they name could not be
     /// listed when the file was loaded, with why: their turns are refused
     /// until a process that could list it serves them.

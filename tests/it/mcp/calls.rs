@@ -131,67 +131,164 @@ async fn over_streamable_http_a_destructive_call_waits_for_approval_and_runs_onc
     search_then_close(&servers, &log).await;
 }
 
-#[tokio::test]
-async fn failures_of_every_kind_reach_the_model_and_the_run_goes_on() {
+/// A turn calling `tool` of the tickets server (`timeout_ms = 3000`) as
+/// call `c1`, then `search_tickets` as `c2`: the error the model read of
+/// `c1`, what the server logged, and the process's metrics.
+async fn fails_then_goes_on(tool: &str, arguments: &str) -> (String, CallLog, String) {
     let log = CallLog::new();
-    let script = r#"
-  { tool_calls = [ { id = "c1", name = "tickets/flaky", arguments = {} } ] },
-  { tool_calls = [ { id = "c2", name = "tickets/hang", arguments = {} } ] },
-  { tool_calls = [ { id = "c3", name = "tickets/exit_now", arguments = {} } ] },
-  { tool_calls = [ { id = "c4", name = "tickets/garbage", arguments = {} } ] },
-  { tool_calls = [ { id = "c5", name = "tickets/search_tickets", arguments = { query = 7 } } ] },
-  { tool_calls = [ { id = "c6", name = "tickets/search_tickets", arguments = { query = "after" } } ] },
-  { text = "Done." },
-"#;
+    let script = format!(
+        r#"
+  {{ tool_calls = [ {{ id = "c1", name = "tickets/{tool}", arguments = {arguments} }} ] }},
+  {{ tool_calls = [ {{ id = "c2", name = "tickets/search_tickets", arguments = {{ query = "after" }} }} ] }},
+  {{ text = "Done." }},
+"#
+    );
     let registry = load(&agent_file(
         "\"tickets/*\"",
-        script,
-        &tickets_stdio(&log, "timeout_ms = 1500"),
+        &script,
+        &tickets_stdio(&log, "timeout_ms = 3000"),
     ))
     .await;
     let env = TestEnv::start(registry).await;
     let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "try everything").await;
-    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
-    let error = |content: Value| content["error"].as_str().unwrap_or_default().to_owned();
-    let flaky = error(tool_result(&env, &thread_id, "c1").await);
-    assert!(flaky.contains("read-only today"), "isError: {flaky}");
-    let hang = error(tool_result(&env, &thread_id, "c2").await);
+    let (thread_id, run_id) = env.start_turn("agent", "try it").await;
+    // Three attempts of a call that times out take a while on a busy
+    // machine: longer than `eventually` waits.
+    let run = tokio::time::timeout(std::time::Duration::from_secs(90), async {
+        loop {
+            let run = env.get(&format!("/runs/{run_id}")).await;
+            if run["status"] == "completed" || run["status"] == "failed" {
+                return run;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the run finishes");
+    assert_eq!(run["status"], "completed");
+    let failure = tool_result(&env, &thread_id, "c1").await;
     assert!(
-        hang.contains("timed out") && hang.contains("attempts"),
-        "{hang}"
+        tool_result(&env, &thread_id, "c2").await["tickets"].is_array(),
+        "the server is used again after {tool}"
     );
-    let exited = error(tool_result(&env, &thread_id, "c3").await);
-    assert!(exited.contains("mcp server tickets"), "{exited}");
-    let garbage = error(tool_result(&env, &thread_id, "c4").await);
-    assert!(garbage.contains("mcp server tickets"), "{garbage}");
-    let invalid = tool_result(&env, &thread_id, "c5").await;
-    assert_eq!(
-        invalid["error"], "invalid arguments",
-        "checked against the server's schema"
-    );
-    assert!(
-        tool_result(&env, &thread_id, "c6").await["tickets"].is_array(),
-        "the server is used again after all that"
-    );
-    // Each attempt is counted by its server and how it went.
     let metrics = env.metrics_text().await;
+    worker.stop().await.unwrap();
+    env.finish().await;
+    let error = failure["error"].as_str().unwrap_or_default().to_owned();
+    // Each attempt of c1 carried c1's key.
+    let key = json!(format!("{run_id}:c1"));
+    assert!(log
+        .calls_of(tool)
+        .iter()
+        .filter(|c| c["arguments"]["query"] != "after")
+        .all(|c| c["meta"]["dev.agentenkit/idempotencyKey"] == key));
+    (error, log, metrics)
+}
+
+#[tokio::test]
+async fn a_tool_error_reaches_the_model_and_is_counted() {
+    let (error, log, metrics) = fails_then_goes_on("flaky", "{}").await;
+    assert!(error.contains("read-only today"), "isError: {error}");
+    assert_eq!(
+        log.calls_of("flaky").len(),
+        1,
+        "a tool error is not tried again"
+    );
     for line in [
         r#"agentenkit_mcp_calls_total{server="tickets",outcome="tool_error"} 1"#,
-        // c5's arguments never left: the schema refused them here.
         r#"agentenkit_mcp_calls_total{server="tickets",outcome="ok"} 1"#,
-        // Three attempts each of hang, exit_now and garbage.
-        r#"agentenkit_mcp_calls_total{server="tickets",outcome="unreachable"} 9"#,
-        r#"agentenkit_mcp_call_duration_seconds_count{server="tickets"} 11"#,
+        r#"agentenkit_mcp_call_duration_seconds_count{server="tickets"} 2"#,
     ] {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
-    // Each attempt of one call carried the same key.
-    let hangs = log.calls_of("hang");
-    assert_eq!(hangs.len(), 3, "{hangs:?}");
-    assert!(hangs
-        .iter()
-        .all(|c| c["meta"]["dev.agentenkit/idempotencyKey"] == json!(format!("{run_id}:c2"))));
+}
+
+#[tokio::test]
+async fn arguments_the_servers_schema_refuses_never_leave() {
+    let (error, log, _) = fails_then_goes_on("search_tickets", "{ query = 7 }").await;
+    assert_eq!(error, "invalid arguments");
+    assert_eq!(log.calls_of("search_tickets").len(), 1, "only c2's");
+}
+
+#[tokio::test]
+async fn a_server_that_hangs_is_tried_three_times_then_the_model_is_told() {
+    let (error, log, metrics) = fails_then_goes_on("hang", "{}").await;
+    assert!(
+        error.contains("timed out") && error.contains("after 3 attempts"),
+        "{error}"
+    );
+    // An attempt whose new child was slow to start never reached it.
+    assert!((1..=3).contains(&log.calls_of("hang").len()));
+    assert!(
+        metrics.contains(r#"agentenkit_mcp_calls_total{server="tickets",outcome="unreachable"} 3"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_exits_mid_call_is_started_again() {
+    let (error, log, _) = fails_then_goes_on("exit_now", "{}").await;
+    assert!(
+        error.contains("mcp server tickets") && error.contains("after 3 attempts"),
+        "{error}"
+    );
+    assert_eq!(
+        log.calls_of("exit_now").len(),
+        3,
+        "a new child each attempt"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_writes_garbage_is_given_up_on() {
+    let (error, log, _) = fails_then_goes_on("garbage", "{}").await;
+    assert!(
+        error.contains("mcp server tickets") && error.contains("after 3 attempts"),
+        "{error}"
+    );
+    assert!((1..=3).contains(&log.calls_of("garbage").len()));
+}
+
+/// A call whose answer is larger than the server's `max_response_bytes`
+/// over `servers`: the model's failure message.
+async fn too_large(servers: &str) -> String {
+    let script = r#"
+  { tool_calls = [ { id = "c1", name = "tickets/big", arguments = { size = 200000 } } ] },
+  { tool_calls = [ { id = "c2", name = "tickets/big", arguments = { size = 10 } } ] },
+  { text = "Done." },
+"#;
+    let registry = load(&agent_file("\"tickets/big\"", script, servers)).await;
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "big").await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    let refused = tool_result(&env, &thread_id, "c1").await;
+    assert_eq!(
+        tool_result(&env, &thread_id, "c2").await,
+        json!({ "result": "xxxxxxxxxx" }),
+        "a small answer after a large one"
+    );
     worker.stop().await.unwrap();
     env.finish().await;
+    refused["error"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn an_answer_over_max_response_bytes_is_a_failure_the_model_sees() {
+    let log = CallLog::new();
+    let stdio = too_large(&tickets_stdio(&log, "max_response_bytes = 65536")).await;
+    assert!(
+        stdio.contains("mcp server tickets: answered more than 65536 bytes"),
+        "{stdio}"
+    );
+    let server = HttpTickets::start(&log).await;
+    let http = too_large(&format!(
+        "[mcp.tickets]\ntransport = \"http\"\nurl = {:?}\nmax_response_bytes = 65536\n",
+        server.url
+    ))
+    .await;
+    // Over HTTP the transport cannot tell a hang-up from an answer past
+    // the cap: the message says both.
+    assert!(http.contains("mcp server tickets"), "{http}");
+    assert!(http.contains("more than 65536 bytes"), "{http}");
 }

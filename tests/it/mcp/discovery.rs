@@ -139,3 +139,44 @@ async fn the_reference_server_everything_is_listed_over_stdio() {
         "{answer}"
     );
 }
+
+#[tokio::test]
+async fn mcp_list_shows_each_servers_tools_whether_they_ask_and_what_is_unreachable() {
+    let log = CallLog::new();
+    let dir = std::env::temp_dir().join(format!("aek-mcp-list-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("agentenkit.toml");
+    let text = format!(
+        "{}\n[agents.other]\ntools = [\"gone/x\"]\nmodel = {{ provider = \"scripted\", script = [] }}\n[mcp.gone]\ntransport = \"stdio\"\ncommand = \"/nonexistent/mcp-server\"\ntimeout_ms = 300\n",
+        agent_file("\"tickets/*\"", "", &tickets_stdio(&log, ""))
+    );
+    std::fs::write(&path, text).unwrap();
+    let list = |agent: Option<&str>| {
+        agentenkit::mcp::McpCommand::List {
+            agent: agent.map(str::to_owned),
+        }
+        .run(&path)
+    };
+    let (all, all_listed) = list(None).await.unwrap();
+    assert!(!all_listed, "{all}");
+    assert!(all.contains("tickets  stdio "), "{all}");
+    assert!(
+        all.contains("  tickets/search_tickets  read-only  runs at once"),
+        "{all}"
+    );
+    assert!(
+        all.contains("  tickets/close_ticket  writes, destructive  asks first"),
+        "{all}"
+    );
+    assert!(
+        all.contains("  tickets/create_ticket  no annotations  asks first"),
+        "{all}"
+    );
+    assert!(all.contains("gone  stdio /nonexistent/mcp-server  unreachable: "), "{all}");
+    let (one, listed) = list(Some("agent")).await.unwrap();
+    assert!(listed, "{one}");
+    assert!(!one.contains("gone"), "only the agent's servers: {one}");
+    let (other, _) = list(Some("other")).await.unwrap();
+    assert!(other.starts_with("gone  "), "{other}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

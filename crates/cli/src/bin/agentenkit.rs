@@ -72,6 +72,13 @@ enum Command {
         #[command(subcommand)]
         command: agentenkit::agents::AgentsCommand,
     },
+    /// The agent file's MCP servers as this machine reaches them now.
+    Mcp {
+        #[command(flatten)]
+        agents: AgentConfig,
+        #[command(subcommand)]
+        command: agentenkit::mcp::McpCommand,
+    },
     /// API keys with scopes, in the database: create, list, revoke.
     Keys {
         #[command(flatten)]
@@ -102,6 +109,7 @@ async fn main() -> anyhow::Result<()> {
         | Command::Demo { .. }
         | Command::Ops(_)
         | Command::Keys { .. }
+        | Command::Mcp { .. }
         | Command::Agents { .. } => init_tracing_at("warn,lapin=off", cli.log.log_format, SERVICE),
         Command::Migrate { .. } | Command::Dev { .. } | Command::Openapi => {
             init_tracing(cli.log.log_format, SERVICE)
@@ -135,6 +143,13 @@ async fn main() -> anyhow::Result<()> {
             let (output, found) = command.run(&store).await?;
             print!("{output}");
             if !found {
+                std::process::exit(1);
+            }
+        }
+        Command::Mcp { agents, command } => {
+            let (output, all_listed) = command.run(&agents.path).await?;
+            print!("{output}");
+            if !all_listed {
                 std::process::exit(1);
             }
         }

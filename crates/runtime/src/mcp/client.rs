@@ -4,8 +4,11 @@
 //! hangs up or stops answering, so the next call starts a new one.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ClientConfig, RequestMetaObject};
@@ -40,6 +43,10 @@ pub enum ServerError {
 struct Session {
     service: RunningService<RoleClient, ClientConfig>,
     _child: Option<tokio::process::Child>,
+    /// Set when the server wrote a message longer than its
+    /// `max_response_bytes` (stdio): the session ended for that, and the
+    /// request that was waiting is refused rather than tried again.
+    oversized: Arc<AtomicBool>,
 }
 
 /// A server, and its session when one is open.
@@ -118,6 +125,10 @@ impl Server {
     /// `e` as the caller sees it; a session that failed below the protocol
     /// is closed, so the next request opens another.
     async fn failed(&self, session: &Arc<Session>, e: ServiceError) -> ServerError {
+        if session.oversized.load(Ordering::Relaxed) {
+            self.close(session).await;
+            return self.too_large();
+        }
         match e {
             ServiceError::McpError(error) => ServerError::Refused(format!(
                 "mcp server {}: error {}: {}",
@@ -127,6 +138,16 @@ impl Server {
                 "mcp server {}: answered something that is not an answer to the request",
                 self.name
             )),
+            // Over HTTP the transport ends the session on an answer past
+            // its cap as on a hang-up, and does not say which.
+            ServiceError::TransportClosed if self.def.transport == Transport::Http => {
+                self.close(session).await;
+                ServerError::Unreachable(format!(
+                    "mcp server {}: the session closed (the server hung up, or answered more than {} bytes, its max_response_bytes)",
+                    self.name,
+                    self.def.max_response_bytes()
+                ))
+            }
             other => {
                 self.close(session).await;
                 ServerError::Unreachable(format!("mcp server {}: {other}", self.name))
@@ -134,10 +155,21 @@ impl Server {
         }
     }
 
+    fn too_large(&self) -> ServerError {
+        ServerError::Refused(format!(
+            "mcp server {}: answered more than {} bytes (the server's max_response_bytes)",
+            self.name,
+            self.def.max_response_bytes()
+        ))
+    }
+
     /// A request that took longer than the timeout: the session may be
     /// stuck (a stdio child that stopped reading), so it is closed.
     async fn timed_out(&self, session: &Arc<Session>, request: &str) -> ServerError {
         self.close(session).await;
+        if session.oversized.load(Ordering::Relaxed) {
+            return self.too_large();
+        }
         ServerError::Unreachable(format!(
             "mcp server {}: {request} timed out: no answer within {} ms (the server's timeout_ms)",
             self.name,
@@ -197,6 +229,13 @@ impl Server {
                 if let Some(stderr) = child.stderr.take() {
                     tokio::spawn(log_stderr(self.name.clone(), stderr));
                 }
+                let oversized = Arc::new(AtomicBool::new(false));
+                let stdout = CappedLines {
+                    inner: stdout,
+                    line: 0,
+                    cap,
+                    tripped: oversized.clone(),
+                };
                 let transport =
                     rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin)
                         .with_max_line_length(cap);
@@ -207,6 +246,7 @@ impl Server {
                 Ok(Session {
                     service,
                     _child: Some(child),
+                    oversized,
                 })
             }
             Transport::Http => {
@@ -241,6 +281,7 @@ impl Server {
                 Ok(Session {
                     service,
                     _child: None,
+                    oversized: Arc::default(),
                 })
             }
         }
@@ -266,6 +307,44 @@ impl Server {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         child.spawn().map_err(|e| format!("{command:?}: {e}"))
+    }
+}
+
+/// A stdio child's output, ended with an error at the first line longer
+/// than `cap` (which the transport would otherwise drop without a word,
+/// leaving the request it answered to time out).
+struct CappedLines<R> {
+    inner: R,
+    /// Bytes of the current line so far.
+    line: usize,
+    cap: usize,
+    tripped: Arc<AtomicBool>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CappedLines<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                for &byte in &buf.filled()[before..] {
+                    this.line = if byte == b'\n' { 0 } else { this.line + 1 };
+                    if this.line > this.cap {
+                        this.tripped.store(true, Ordering::Relaxed);
+                        return Poll::Ready(Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "a message longer than max_response_bytes",
+                        )));
+                    }
+                }
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
     }
 }
 
