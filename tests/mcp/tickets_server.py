@@ -11,8 +11,9 @@ Tools: annotated read-only (`search_tickets`), annotated destructive
 (`flaky`), and tools that misbehave on purpose (`hang`, `exit_now`,
 `garbage`). Every call appends a JSON line to the file LOG: the tool, its
 arguments, the `_meta` the client sent and the names of the variables in
-the server's environment, so a test can tell how often a call reached the
-server, with which idempotency key, and what the server was given.
+the server's environment and the `X-Tickets-Token` header it was sent (over
+HTTP), so a test can tell how often a call reached the server, with which
+idempotency key, and what the server was given.
 """
 
 import json
@@ -43,7 +44,14 @@ def record(tool: str, ctx: Context, **arguments) -> None:
     meta = ctx.request_context.meta
     if meta is not None and not isinstance(meta, dict):
         meta = meta.model_dump(mode="json", by_alias=True, exclude_none=True)
-    line = {"tool": tool, "arguments": arguments, "meta": meta or {}, "env": sorted(os.environ)}
+    headers = ctx.headers or {}
+    line = {
+        "tool": tool,
+        "arguments": arguments,
+        "meta": meta or {},
+        "env": sorted(os.environ),
+        "token": headers.get("x-tickets-token"),
+    }
     with open(path, "a", encoding="utf-8") as log:
         log.write(json.dumps(line) + "\n")
 

@@ -124,11 +124,19 @@ impl Drop for HttpTickets {
 async fn over_streamable_http_a_destructive_call_waits_for_approval_and_runs_once() {
     let log = CallLog::new();
     let server = HttpTickets::start(&log).await;
+    // Each test is a process of its own: this variable is this test's.
+    std::env::set_var("AEK_TEST_TICKETS_TOKEN", "s3cret-token");
     let servers = format!(
-        "[mcp.tickets]\ntransport = \"http\"\nurl = {:?}\n",
+        "[mcp.tickets]\ntransport = \"http\"\nurl = {:?}\nheaders = {{ X-Tickets-Token = \"AEK_TEST_TICKETS_TOKEN\" }}\n",
         server.url
     );
     search_then_close(&servers, &log).await;
+    // The header's value is read from the variable the table names.
+    let calls = log.calls();
+    assert!(
+        calls.iter().all(|c| c["token"] == "s3cret-token"),
+        "{calls:?}"
+    );
 }
 
 /// A turn calling `tool` of the tickets server (`timeout_ms = 3000`) as

@@ -172,7 +172,10 @@ async fn mcp_list_shows_each_servers_tools_whether_they_ask_and_what_is_unreacha
         all.contains("  tickets/create_ticket  no annotations  asks first"),
         "{all}"
     );
-    assert!(all.contains("gone  stdio /nonexistent/mcp-server  unreachable: "), "{all}");
+    assert!(
+        all.contains("gone  stdio /nonexistent/mcp-server  unreachable: "),
+        "{all}"
+    );
     let (one, listed) = list(Some("agent")).await.unwrap();
     assert!(listed, "{one}");
     assert!(!one.contains("gone"), "only the agent's servers: {one}");
