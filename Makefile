@@ -84,7 +84,7 @@ web-test: services ## crates/web alone: npm ci, typecheck, the committed page bu
 ui: ## rebuild the inbox page into crates/api/ui (commit the result: the API embeds it)
 	cd crates/web && npm ci --no-audit --no-fund --loglevel=error && npm run -w agentenkit-inbox build
 
-screenshots: services ## the README's screenshots (docs/screenshots), taken by the page's end-to-end tests
+screenshots: services ## the inbox guide's screenshots (docs/screenshots, shown by docs/inbox.md), taken by the page's end-to-end tests
 	@export DATABASE_URL="$$TEST_DATABASE_URL" AGENTENKIT_SCREENSHOTS="$(CURDIR)/docs/screenshots"; bash scripts/web-test.sh
 
 bench: ## the agentenkit benchmark (release build)

@@ -16,7 +16,7 @@ pub fn document() -> Value {
     doc
 }
 
-/// The request a deployment's notification targets receive (README,
+/// The request a deployment's notification targets receive (docs/notifications.md,
 /// "Notifications and reminders"): an OpenAPI 3.1 webhook, with the
 /// envelope as a schema of its own.
 fn add_notification_webhook(doc: &mut Value) {

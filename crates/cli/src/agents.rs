@@ -1,5 +1,5 @@
 //! `agentenkit agents versions NAME`: the versions of an agent that
-//! processes recorded (README, "Deploying changes"), oldest first, each
+//! processes recorded (docs/deployment.md, "Deploying changes"), oldest first, each
 //! with its open runs: what a deploy left running on which definition.
 
 use std::fmt::Write as _;

@@ -1,6 +1,6 @@
 //! `agentenkit runs upgrade --agent NAME [--to VERSION] [--dry-run]`: moves
 //! the queued and parked runs of an agent to a newer version where that is
-//! safe, and says which it left and why (README, "Deploying changes").
+//! safe, and says which it left and why (docs/deployment.md, "Deploying changes").
 
 use std::fmt::Write as _;
 

@@ -334,7 +334,7 @@ async fn a_run_is_one_trace_across_the_api_two_workers_and_the_reaper() {
             .join("\n")
     };
 
-    // The picture of the README's "Traces" section (`--no-capture`).
+    // The picture of docs/observability.md's "Traces" section (`--no-capture`).
     println!("{}", waterfall(&run));
 
     // One trace: every process's part of the run is in the caller's trace.

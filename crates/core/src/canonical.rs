@@ -2,7 +2,7 @@
 //! Scheme) and the `argumentsHash` built on it: SHA-256 of a call's
 //! arguments in that form, as lowercase hex. A person approves what they
 //! saw; an answer that names the hash it was shown is refused when the
-//! call's arguments are no longer those (SPEC-level: README, "Decisions").
+//! call's arguments are no longer those (SPEC-level: docs/approvals.md, "Decisions").
 //!
 //! JCS because anyone can compute it again: keys sorted by their UTF-16
 //! code units, no whitespace, strings escaped minimally, numbers as
@@ -160,7 +160,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// RFC 8785 reads numbers as doubles: integers past 2^53 that differ
-    /// only below a double's precision hash alike (the README says so).
+    /// only below a double's precision hash alike (docs/approvals.md says so).
     #[test]
     fn integers_past_two_to_the_53_hash_as_doubles() {
         let a = serde_json::json!({ "n": 9_007_199_254_740_993_u64 });

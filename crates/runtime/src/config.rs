@@ -59,7 +59,7 @@ pub struct AgentFile {
     pub notifications: BTreeMap<String, NotificationDef>,
 }
 
-/// `[notifications.<name>]`: a webhook target (README, "Notifications").
+/// `[notifications.<name>]`: a webhook target (docs/notifications.md).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NotificationDef {
@@ -129,7 +129,7 @@ pub struct AgentDef {
     pub on_deploy: OnDeploy,
 }
 
-/// What a deploy means for an agent's runs in flight (README, "Deploying
+/// What a deploy means for an agent's runs in flight (docs/deployment.md, "Deploying
 /// changes").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

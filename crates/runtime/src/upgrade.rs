@@ -1,5 +1,5 @@
 //! Moving queued and parked runs to a newer version of their agent, on
-//! purpose (`agentenkit runs upgrade`; README, "Deploying changes").
+//! purpose (`agentenkit runs upgrade`; docs/deployment.md, "Deploying changes").
 //!
 //! A run moves only where that is safe: every call of it whose tool has not
 //! run yet (a parked request, an approved call waiting to run) must still

@@ -192,7 +192,7 @@ pub(crate) struct AnsweredColumns {
     /// What the model reads at once: the answers or the denial (an
     /// approved call's comes when its tool ran).
     pub(crate) result: Option<Value>,
-    /// What a person decided beyond yes or no (README, "Decisions"):
+    /// What a person decided beyond yes or no (docs/approvals.md, "Decisions"):
     /// `{arguments?, message?, argumentsHash, keyId?, approvals?}`.
     pub(crate) decision: Option<Value>,
 }

@@ -103,7 +103,7 @@ pub struct StoreConfig {
     /// custom plans, made while the tables were small: once an `ANALYZE`
     /// shows them grown, the generic plan looks dearer than that stale
     /// average and the statement is planned again at every execution
-    /// (README, "Performance"). A statement without an index still scans.
+    /// (docs/performance.md). A statement without an index still scans.
     pub plan_for_growth: bool,
 }
 

@@ -5,7 +5,7 @@ use crate::{Error, Result, Store};
 
 /// `(version, name, sql)`, in order. Embedded at build time so a binary
 /// migrates without the source tree beside it. A version, once released,
-/// is never edited: a change to the schema is a new file (README.md,
+/// is never edited: a change to the schema is a new file (docs/architecture.md,
 /// "Changing the schema").
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (

@@ -1,4 +1,4 @@
-//! Moving a run to another version of its agent, on purpose (README,
+//! Moving a run to another version of its agent, on purpose (docs/deployment.md,
 //! "Deploying changes"): `agentenkit runs upgrade`.
 //!
 //! The move is one transaction under the run's lock: the run must still be

@@ -68,7 +68,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
     }))
 }
 
-/// Prometheus text: the counters and histograms the README lists.
+/// Prometheus text: the counters and histograms docs/observability.md lists.
 #[utoipa::path(get, path = "/metrics", tag = "operations", security(()),
     responses((status = 200, content_type = "text/plain; version=0.0.4", body = String)))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {

@@ -39,7 +39,7 @@ impl Registry {
     /// [`Registry::from_toml`], whose agents may also name `tools`,
     /// registered in code (Rust tools), beside the file's `[tools.*]`. A
     /// version of such an agent names them; a worker serving it must have
-    /// them registered too, or it hands the run on (README, "Deploying
+    /// them registered too, or it hands the run on (docs/deployment.md, "Deploying
     /// changes").
     ///
     /// A file whose agents name tools of `[mcp.*]` servers needs their

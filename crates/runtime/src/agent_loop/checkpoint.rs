@@ -16,7 +16,7 @@
 //!
 //! A worker that dies with entries still buffered loses only what it can
 //! compute again: a value derived from durable state, or a model call
-//! (which a replay then makes again; the README's guarantees say so).
+//! (which a replay then makes again; docs/architecture.md says so).
 //!
 //! Crash points (for tests) are named where the transitions are: each entry
 //! name right after the commit that made it durable, `before:<name>` right

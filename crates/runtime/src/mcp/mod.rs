@@ -1,4 +1,4 @@
-//! MCP servers as tools (README, "MCP tools"): `[mcp.NAME]` in the agent
+//! MCP servers as tools (docs/mcp.md): `[mcp.NAME]` in the agent
 //! file names a server; the process that loads the file lists its tools
 //! (discovery), and what it found becomes part of each agent's version, so
 //! a server that changes a tool's schema makes a new version while runs in

@@ -1,4 +1,4 @@
-//! Signed outbound notifications and reminders (README, "Notifications").
+//! Signed outbound notifications and reminders (docs/notifications.md).
 //!
 //! A deployment lists webhook targets; the events they want are written to
 //! the outbox with the event (the store's `with_notified`), and a worker
