@@ -151,7 +151,11 @@ pub(crate) fn with_deployment(definition: &Value, current: &Value) -> Value {
         };
     }
     let targets = current.get("notifications").and_then(Value::as_object);
-    if let Some(Value::Object(tools)) = file.get_mut("tools") {
+    // Tools and MCP servers both hold reminders.
+    for section in ["tools", "mcp"] {
+        let Some(Value::Object(tools)) = file.get_mut(section) else {
+            continue;
+        };
         for tool in tools.values_mut().filter_map(Value::as_object_mut) {
             let known = tool
                 .get("escalate_to")

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use agentenkit_runtime::Registry;
 use serde_json::Value;
 
+mod approvals;
 mod calls;
 mod crash;
 mod discovery;

@@ -153,15 +153,18 @@ impl Registry {
             }
             registry = registry.with_tool(file_tool(&name, def)?)?;
         }
+        let (mcp_tools, mcp_all) = crate::mcp::registered_tools(&file.mcp)?;
+        for tool in mcp_tools {
+            registry.tools.insert(tool.spec.name.clone(), tool);
+        }
+        let (mcp_rules, mcp_escalations) = crate::mcp::rules_and_escalations(&file.mcp, &registry)?;
+        rules.extend(mcp_rules);
+        escalations.extend(mcp_escalations);
         for (tool, rule) in rules {
             registry = registry.with_approval_rule(&tool, rule)?;
         }
         for (tool, escalation) in escalations {
             registry = registry.with_escalation(&tool, escalation)?;
-        }
-        let (mcp_tools, mcp_all) = crate::mcp::registered_tools(&file.mcp)?;
-        for tool in mcp_tools {
-            registry.tools.insert(tool.spec.name.clone(), tool);
         }
         for (name, mut def) in file.agents {
             def.tools = crate::mcp::expand(def.tools, &mcp_all);

@@ -76,6 +76,17 @@ pub struct ServerDef {
     /// Per tool: `"always"`, `"never"` or `"annotations"` (the default).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub require_approval: BTreeMap<String, ApprovalMode>,
+    /// Per tool: several people must approve each call (`{ required = 2,
+    /// from = ["ops"] }`), as an http tool's `approvals`; the tool must ask
+    /// first.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub approvals: BTreeMap<String, agentenkit_core::approvals::ApprovalRule>,
+    /// Remind `escalate_to` (a notification target) of a call of any of its
+    /// tools still waiting for a person after this long (`"30m"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remind_after: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalate_to: Option<String>,
     /// What discovery listed, filled in by the process that loads the file
     /// (and kept in each version): never written by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -235,11 +246,15 @@ impl ServerDef {
             _ => {}
         }
         if let Some(allowed) = &self.tools {
-            for tool in &self.require_approval {
-                if !allowed.contains(tool.0) {
+            let named = self
+                .require_approval
+                .keys()
+                .map(|tool| ("require_approval", tool))
+                .chain(self.approvals.keys().map(|tool| ("approvals", tool)));
+            for (setting, tool) in named {
+                if !allowed.contains(tool) {
                     return problem(format!(
-                        "require_approval names {:?}, which its tools list leaves out",
-                        tool.0
+                        "{setting} names {tool:?}, which its tools list leaves out"
                     ));
                 }
             }

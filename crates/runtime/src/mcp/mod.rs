@@ -193,6 +193,54 @@ pub(crate) fn registered_tools(
     Ok((registered, all))
 }
 
+/// The multi-party rules and reminders of the servers' tools, by their
+/// names as agents name them: a rule for each tool its `approvals` names
+/// (which the server must offer), a reminder for each offered tool that
+/// asks first when it sets `remind_after` and `escalate_to`.
+pub(crate) fn rules_and_escalations(
+    servers: &BTreeMap<String, ServerDef>,
+    registry: &crate::Registry,
+) -> Result<RulesAndEscalations> {
+    let mut rules = Vec::new();
+    let mut escalations = Vec::new();
+    for (name, def) in servers {
+        let Some(offered) = def.offered() else {
+            continue;
+        };
+        let offered: Vec<&DiscoveredTool> = offered.collect();
+        for (tool, rule) in &def.approvals {
+            if !offered.iter().any(|t| &t.name == tool) {
+                return Err(Error::Config(format!(
+                    "mcp server {name}: approvals names {tool:?}, which it does not offer"
+                )));
+            }
+            rules.push((format!("{name}{SEPARATOR}{tool}"), rule.clone()));
+        }
+        for tool in offered {
+            let full = format!("{name}{SEPARATOR}{}", tool.name);
+            let asks = registry
+                .tool(&full)
+                .is_some_and(|t| t.tool.requires_confirmation());
+            if !asks {
+                continue;
+            }
+            let escalation = crate::notify::Escalation::from_def(
+                &full,
+                def.remind_after.as_deref(),
+                def.escalate_to.as_deref(),
+            )?;
+            escalations.extend(escalation.map(|e| (full, e)));
+        }
+    }
+    Ok((rules, escalations))
+}
+
+/// Rules and reminders by tool name.
+pub(crate) type RulesAndEscalations = (
+    Vec<(String, agentenkit_core::approvals::ApprovalRule)>,
+    Vec<(String, crate::notify::Escalation)>,
+);
+
 /// An agent's `tools` with each `NAME/*` replaced by the server's tools
 /// (as listed; left as written when the server was not listed, which
 /// [`crate::Registry::check`] then refuses).

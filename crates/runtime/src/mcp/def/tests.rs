@@ -13,6 +13,9 @@ fn stdio() -> ServerDef {
         max_response_bytes: None,
         tools: None,
         require_approval: BTreeMap::new(),
+        approvals: BTreeMap::new(),
+        remind_after: None,
+        escalate_to: None,
         discovered: None,
     }
 }
@@ -176,7 +179,15 @@ fn names_limits_and_lists_are_checked_with_errors_that_say_what() {
     unlisted
         .require_approval
         .insert("b".into(), ApprovalMode::Never);
-    refused(unlisted, "t", "leaves out");
+    refused(
+        unlisted,
+        "t",
+        "require_approval names \"b\", which its tools list leaves out",
+    );
+    let mut unlisted = stdio();
+    unlisted.tools = Some(vec!["a".into()]);
+    unlisted.approvals.insert("b".into(), Default::default());
+    refused(unlisted, "t", "approvals names \"b\"");
     for name in ["", "a/b", "a__b", "a b", "ä"] {
         refused(stdio(), name, "a server's name");
     }
