@@ -239,15 +239,7 @@ impl Server {
                 let transport =
                     rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin)
                         .with_max_line_length(cap);
-                let service = info
-                    .serve(transport)
-                    .await
-                    .map_err(|e| unreachable(format!("initialize: {e}")))?;
-                Ok(Session {
-                    service,
-                    _child: Some(child),
-                    oversized,
-                })
+                self.opened(info.serve(transport).await, Some(child), oversized)
             }
             Transport::Http => {
                 use rmcp::transport::streamable_http_client::{
@@ -274,17 +266,27 @@ impl Server {
                     .build()
                     .map_err(|e| unreachable(format!("http client: {e}")))?;
                 let transport = StreamableHttpClientTransport::with_client(client, config);
-                let service = info
-                    .serve(transport)
-                    .await
-                    .map_err(|e| unreachable(format!("initialize: {e}")))?;
-                Ok(Session {
-                    service,
-                    _child: None,
-                    oversized: Arc::default(),
-                })
+                self.opened(info.serve(transport).await, None, Arc::default())
             }
         }
+    }
+
+    /// The session `served` opened (its initialize answered), with the
+    /// stdio child it talks to.
+    fn opened(
+        &self,
+        served: Result<RunningService<RoleClient, ClientConfig>, impl std::fmt::Display>,
+        child: Option<tokio::process::Child>,
+        oversized: Arc<AtomicBool>,
+    ) -> Result<Session, ServerError> {
+        let service = served.map_err(|e| {
+            ServerError::Unreachable(format!("mcp server {}: initialize: {e}", self.name))
+        })?;
+        Ok(Session {
+            service,
+            _child: child,
+            oversized,
+        })
     }
 
     /// The stdio child: its program found on this process's `PATH`, its
