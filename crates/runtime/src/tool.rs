@@ -176,7 +176,14 @@ pub struct RegisteredTool {
 impl RegisteredTool {
     pub fn new(tool: Arc<dyn Tool>) -> Result<Self, String> {
         let spec = tool.spec();
-        let validator = jsonschema::validator_for(&spec.input_schema)
+        // `pattern`s run on the linear-time engine: a schema's pattern meets
+        // arguments a model (or whoever steers it) wrote, and a
+        // backtracking engine lets a few kilobytes of them burn seconds of
+        // CPU per call. Lookaround and backreferences are refused here,
+        // when the file (or a server's listing) loads.
+        let validator = jsonschema::options()
+            .with_pattern_options(jsonschema::PatternOptions::regex())
+            .build(&spec.input_schema)
             .map_err(|e| format!("tool {}: invalid input_schema: {e}", spec.name))?;
         Ok(Self {
             tool,

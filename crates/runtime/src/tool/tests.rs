@@ -73,6 +73,42 @@ fn validation_reports_path_and_message() {
     assert_eq!(tool.validate(&json!({})).len(), 1);
 }
 
+fn with_schema(input_schema: serde_json::Value) -> Result<RegisteredTool, String> {
+    RegisteredTool::new(Arc::new(EchoTool::new(
+        ToolSpec {
+            name: "patterned".into(),
+            description: String::new(),
+            input_schema,
+        },
+        false,
+    )))
+}
+
+/// Patterns run on the linear-time engine: what only a backtracking engine
+/// can run (lookaround, backreferences) is refused when the schema loads,
+/// and a pattern that would backtrack exponentially answers at once.
+#[test]
+fn schema_patterns_cannot_backtrack() {
+    for pattern in ["^(?=a)a$", "^(a)\\1$", "(?<!x)y"] {
+        let refused = with_schema(json!({
+            "type": "object",
+            "properties": { "s": { "type": "string", "pattern": pattern } }
+        }))
+        .err()
+        .unwrap_or_else(|| panic!("{pattern} refused"));
+        assert!(refused.contains("invalid input_schema"), "{refused}");
+    }
+    let nested = with_schema(json!({
+        "type": "object",
+        "properties": { "s": { "type": "string", "pattern": "^(a+)+$" } }
+    }))
+    .unwrap();
+    // Exponential on a backtracking engine (2^4000 paths); linear here.
+    let issues = nested.validate(&json!({ "s": format!("{}!", "a".repeat(4000)) }));
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    assert!(nested.validate(&json!({ "s": "aaaa" })).is_empty());
+}
+
 /// A 1 MiB object of wrong values is hundreds of thousands of issues:
 /// the check stops one past the cap, and a message quoting a long value
 /// is cut.
