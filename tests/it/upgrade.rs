@@ -244,3 +244,74 @@ async fn an_agent_that_takes_newer_versions_moves_at_the_next_segment_where_it_c
     newest.stop().await.unwrap();
     env.finish().await;
 }
+
+/// `mailer` with two approval calls in one step (`c1`, `c2`) of `tool`,
+/// whose `to` is at most `max_len` characters.
+fn two_calls(url: &str, max_len: u32, system: &str) -> Registry {
+    Registry::from_toml(&format!(
+        r#"
+[agents.mailer]
+system = "{system}"
+tools = ["send_email"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "send_email", arguments = {{ to = "a@b.c" }} }},
+                   {{ id = "c2", name = "send_email", arguments = {{ to = "d@e.f" }} }} ] }},
+  {{ text = "Done." }},
+] }}
+
+[tools.send_email]
+type = "http"
+url = "{url}"
+requires_confirmation = true
+input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ type = "string", maxLength = {max_len} }} }} }}
+"#
+    ))
+    .expect("agent file")
+}
+
+/// An approved call waiting to run (its sibling still parked) runs with
+/// the arguments its approver edited it to: a version those do not fit is
+/// refused, though the proposed arguments fit it.
+#[tokio::test]
+async fn a_run_whose_approved_edit_does_not_fit_the_new_schema_is_left() {
+    let tool = ToolServer::ok().await;
+    let v1 = two_calls(&tool.url, 100, "v1");
+    let v1_hash = v1.agent_version("mailer").unwrap().hash.clone();
+    let env = TestEnv::start(v1).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("mailer", "send both").await;
+    env.wait_pending(&thread_id, 2).await;
+    let (_, answer) = env
+        .reply(
+            "/agent/tool-call/approve",
+            ALICE,
+            serde_json::json!({ "runId": run_id, "toolCallId": "c1",
+                                "arguments": { "to": "someone.far.away@example.com" } }),
+        )
+        .await;
+    assert_eq!(answer["delivered"], true, "{answer}");
+    env.wait_pending(&thread_id, 1).await;
+    worker.stop().await.unwrap();
+
+    // v2 allows 10 characters: both proposals fit, c1's edit does not.
+    let v2 = two_calls(&tool.url, 10, "v2");
+    v2.record_versions(&env.store).await.unwrap();
+    let v2_hash = v2.agent_version("mailer").unwrap().hash.clone();
+    let refused = upgrade(&env, Some(&v2_hash), false).run().await.unwrap();
+    assert_eq!(
+        refused.exit_code,
+        agentenkit::upgrade::SOME_LEFT,
+        "{}",
+        refused.output
+    );
+    assert!(
+        refused
+            .output
+            .contains("call c1: its edited arguments do not fit \"send_email\""),
+        "{}",
+        refused.output
+    );
+    assert_eq!(version_of(&env, &run_id).await, v1_hash);
+    assert_eq!(tool.calls(), 0);
+    env.finish().await;
+}

@@ -60,14 +60,23 @@ pub fn compatible(
                         "call {id} is of tool {name:?}, which the new version does not have"
                     ));
                 }
-                let issues = crate::replies::schema_issues(registry, name, &call.arguments);
-                if let Some(first) = issues.first() {
-                    return Err(format!(
-                        "call {id}: its arguments do not fit {name:?} in the new version ({}{}{})",
-                        first.path,
-                        if first.path.is_empty() { "" } else { ": " },
-                        first.message
-                    ));
+                // The arguments proposed, and those an approver edited the
+                // call to (what the tool will run with), must both fit.
+                let checked = std::iter::once(("arguments", &call.arguments)).chain(
+                    call.edited
+                        .as_ref()
+                        .map(|edited| ("edited arguments", edited)),
+                );
+                for (which, arguments) in checked {
+                    let issues = crate::replies::schema_issues(registry, name, arguments);
+                    if let Some(first) = issues.first() {
+                        return Err(format!(
+                            "call {id}: its {which} do not fit {name:?} in the new version ({}{}{})",
+                            first.path,
+                            if first.path.is_empty() { "" } else { ": " },
+                            first.message
+                        ));
+                    }
                 }
             }
         }
@@ -211,7 +220,21 @@ input_schema = { type = "object", required = ["to"], properties = { to = { type 
             name: name.into(),
             kind,
             arguments,
+            edited: None,
         }
+    }
+
+    /// An approved call waiting to run runs with the arguments its
+    /// approver edited it to: those must fit the new schema too.
+    #[test]
+    fn an_approvers_edited_arguments_are_checked_too() {
+        let r = registry();
+        let mut approved = call("send", ToolKind::Approval, json!({ "to": "a@b.c" }));
+        approved.edited = Some(json!({ "to": 7 }));
+        let err = compatible(&r, "mailer", &[approved.clone()]).unwrap_err();
+        assert!(err.contains("its edited arguments do not fit"), "{err}");
+        approved.edited = Some(json!({ "to": "c@d.e" }));
+        assert_eq!(compatible(&r, "mailer", &[approved]), Ok(()));
     }
 
     #[test]

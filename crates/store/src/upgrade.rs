@@ -33,6 +33,9 @@ pub struct OpenCall {
     pub name: String,
     pub kind: ToolKind,
     pub arguments: Value,
+    /// The arguments an approver edited the call to, when one did: what
+    /// the tool will run with.
+    pub edited: Option<Value>,
 }
 
 impl Store {
@@ -109,7 +112,7 @@ impl Store {
         // Calls whose tool has not run: parked, or answered and not run yet
         // (an approval's tool runs when the run resumes).
         let open_calls = Op::new(
-            "SELECT id, name, kind, arguments_whole FROM tool_calls_whole
+            "SELECT id, name, kind, arguments_whole, decision -> 'arguments' FROM tool_calls_whole
              WHERE run_id = $1 AND result IS NULL
                AND status IN ('proposed', 'pending_approval', 'executed')
              ORDER BY created_at, id",
@@ -137,6 +140,7 @@ impl Store {
                     name: row.get(1),
                     kind: row.get::<_, &str>(2).parse()?,
                     arguments: row.get(3),
+                    edited: row.get(4),
                 })
             })
             .collect::<Result<_>>()?;
