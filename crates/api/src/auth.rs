@@ -211,9 +211,14 @@ pub struct KeyCache {
     /// Tokens of a key's form that named no live key, lately: asked again
     /// within `ttl`, they cost no lookup.
     missing: Mutex<HashMap<String, Instant>>,
-    /// Lookups in flight: a flood of made-up tokens holds at most this
-    /// many of the store's connections, never the whole pool.
+    /// Lookups in flight of tokens never seen valid: a flood of made-up
+    /// tokens holds at most this many of the store's connections, never
+    /// the whole pool.
     lookups: tokio::sync::Semaphore,
+    /// Lookups in flight of tokens seen valid before (their cache entry
+    /// expired): slots of their own, so that such a flood cannot keep the
+    /// keys people use from being looked up again.
+    known_lookups: tokio::sync::Semaphore,
 }
 
 /// Key lookups the store serves at once; a request past them waits up to
@@ -232,6 +237,7 @@ impl KeyCache {
             found: Mutex::new(HashMap::new()),
             missing: Mutex::new(HashMap::new()),
             lookups: tokio::sync::Semaphore::new(KEY_LOOKUPS_AT_ONCE),
+            known_lookups: tokio::sync::Semaphore::new(KEY_LOOKUPS_AT_ONCE),
         }
     }
 
@@ -240,29 +246,46 @@ impl KeyCache {
         store: &Store,
         key: &str,
     ) -> Result<Option<KeyRecord>, ApiError> {
+        self.find_with(key, || async { store.find_api_key(key).await })
+            .await
+    }
+
+    /// [`KeyCache::find`], the store's lookup being `lookup`.
+    async fn find_with<F, Fut>(&self, key: &str, lookup: F) -> Result<Option<KeyRecord>, ApiError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = agentenkit_store::Result<Option<KeyRecord>>>,
+    {
         // Only the form of a key made here costs a lookup.
         if !agentenkit_store::is_key_form(key) {
             return Ok(None);
         }
         // Kept by digest: the cache holds no key.
         let digest = hex_sha256(key);
+        let mut seen_valid = false;
         if let Some((record, at)) = self.found.lock().expect("key cache").get(&digest) {
             if at.elapsed() < self.ttl {
                 return Ok(Some(record.clone()));
             }
+            seen_valid = true;
         }
         if let Some(at) = self.missing.lock().expect("key cache").get(&digest) {
             if at.elapsed() < self.ttl {
                 return Ok(None);
             }
         }
-        let _lookup = tokio::time::timeout(KEY_LOOKUP_WAIT, self.lookups.acquire())
+        let slots = if seen_valid {
+            &self.known_lookups
+        } else {
+            &self.lookups
+        };
+        let _lookup = tokio::time::timeout(KEY_LOOKUP_WAIT, slots.acquire())
             .await
             .map_err(|_| {
                 ApiError::Unavailable("too many API keys are being looked up at once".into())
             })?
             .expect("never closed");
-        let record = store.find_api_key(key).await?;
+        let record = lookup().await?;
         match &record {
             Some(record) => {
                 let mut found = self.found.lock().expect("key cache");
@@ -318,6 +341,62 @@ mod tests {
         assert_eq!(keys.owner("k2"), Some(&Owner("bob".into())));
         assert_eq!(keys.owner("k3"), None);
         assert!(ApiKeys::parse("").unwrap().is_empty());
+    }
+
+    /// A key made here, and its record.
+    fn made_key(n: u8) -> (String, KeyRecord) {
+        let key = format!(
+            "{}{}",
+            agentenkit_store::KEY_PREFIX,
+            format!("{n:02x}").repeat(32)
+        );
+        assert!(agentenkit_store::is_key_form(&key), "{key}");
+        let record = KeyRecord {
+            id: uuid::Uuid::now_v7(),
+            owner: "alice".into(),
+            name: "k".into(),
+            scopes: agentenkit_core::KeyScopes::all(),
+            groups: vec![],
+            holder: None,
+            created_at: chrono::Utc::now(),
+            revoked_at: None,
+        };
+        (key, record)
+    }
+
+    /// Made-up keys whose lookups never end hold every slot of the unknown;
+    /// a key seen valid before is still looked up again (its entry
+    /// expired: the TTL is zero), not refused as "too many at once".
+    #[tokio::test]
+    async fn a_flood_of_made_up_keys_leaves_keys_seen_valid_answered() {
+        let cache = std::sync::Arc::new(KeyCache::new(Duration::ZERO));
+        let (valid, record) = made_key(1);
+        let found = cache
+            .find_with(&valid, || async { Ok(Some(record.clone())) })
+            .await
+            .unwrap();
+        assert!(found.is_some());
+        let mut flood = Vec::new();
+        for n in 0..(KEY_LOOKUPS_AT_ONCE as u8 + 2) {
+            let cache = cache.clone();
+            let (made_up, _) = made_key(100 + n);
+            flood.push(tokio::spawn(async move {
+                cache.find_with(&made_up, std::future::pending).await
+            }));
+        }
+        tokio::task::yield_now().await;
+        assert_eq!(
+            cache.lookups.available_permits(),
+            0,
+            "the flood holds the slots"
+        );
+        let again = cache
+            .find_with(&valid, || async { Ok(Some(record.clone())) })
+            .await;
+        assert!(matches!(again, Ok(Some(_))), "{again:?}");
+        for task in flood {
+            task.abort();
+        }
     }
 
     #[test]
