@@ -409,3 +409,41 @@ async fn the_reaper_drops_old_versions_no_run_needs() {
     assert_eq!(kept().await, [v3_hash]);
     env.finish().await;
 }
+
+/// An API that cannot record its agent versions at start serves on but is
+/// not ready, and records them (and is ready) once the store takes them.
+#[tokio::test]
+async fn an_api_is_not_ready_until_its_versions_are_recorded() {
+    let tool = ToolServer::ok().await;
+    let env = TestEnv::start(mailer("send_email", "v1", "Done.", &tool.url)).await;
+    // The store refuses the next deploy's versions for now.
+    env.sql("ALTER TABLE agent_versions RENAME TO agent_versions_away")
+        .await;
+    let v2 = Arc::new(mailer("send_email", "v2", "Done v2.", &tool.url));
+    let v2_hash = v2.agent_version("mailer").unwrap().hash.clone();
+    let api = env.serve_api_of(v2).await;
+    let ready = env.http.get(api.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status().as_u16(), 503);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("agent versions are not recorded"),
+        "{body}"
+    );
+    let (status, _) = env.call("GET", "/agents", None, None).await;
+    assert_eq!(status.as_u16(), 401, "the API serves on meanwhile");
+
+    env.sql("ALTER TABLE agent_versions_away RENAME TO agent_versions")
+        .await;
+    eventually("the API records its versions and is ready", || async {
+        let ready = env.http.get(api.url("/readyz")).send().await.ok()?;
+        (ready.status().as_u16() == 200).then_some(())
+    })
+    .await;
+    let recorded = env.store.stored_agent_version(&v2_hash).await.unwrap();
+    assert!(recorded.is_some(), "v2 recorded");
+    api.stop().await;
+    env.finish().await;
+}

@@ -79,6 +79,10 @@ pub struct AppState {
     /// Sends the events this process's answers and stops claimed for it
     /// (when the deployment has notification targets).
     pub sends_here: Option<agentenkit_runtime::notify::SendsHere>,
+    /// Set once this process's agent versions are recorded: `/readyz`
+    /// fails until then (the server sets it; see
+    /// `Registry::record_versions_until_done`).
+    pub versions_recorded: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {
@@ -118,6 +122,7 @@ impl AppState {
             idempotency: agentenkit_store::KeyTimes::default(),
             openapi: Arc::default(),
             openapi_public: Arc::default(),
+            versions_recorded: Arc::default(),
             deployment,
         }
     }

@@ -92,17 +92,19 @@ pub async fn serve_api_with(
     shutdown: CancellationToken,
     limits: ServerLimits,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    // Workers with another agent file may serve the runs this API starts.
-    if let Err(e) = state.registry.record_versions(&state.store).await {
-        tracing::warn!(error = %e, "could not record the agent versions");
-    }
+    // Workers with another agent file may serve the runs this API starts:
+    // until its versions are recorded, it is not ready.
+    let mut state = state;
+    state.versions_recorded = state
+        .registry
+        .record_versions_until_done(&state.store)
+        .await;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
     // Streams end when the server is asked to stop, so that the graceful
     // shutdown (which waits for open connections) does not wait for ever.
-    let mut state = state;
     state.shutdown = shutdown.clone();
     let sends_here = state.sends_here.clone();
     let app = agentenkit_api::router(state);

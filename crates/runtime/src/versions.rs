@@ -24,6 +24,11 @@ const LIMITS: [&str; 4] = [
 /// where events are sent. A pinned run uses the deployment's.
 pub(crate) const DEPLOYMENT: [&str; 2] = ["notifications", "ui_url"];
 
+/// The wait before recording the versions again after a failure, and
+/// the longest it grows to.
+const RECORD_FIRST_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+const RECORD_LONGEST_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One agent's definition as a version: what it is, and its hash.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentVersion {
@@ -216,6 +221,45 @@ impl crate::Registry {
             .map(|(v, definition)| (v.hash.as_str(), v.agent.as_str(), definition))
             .collect();
         store.record_agent_versions(&versions).await
+    }
+
+    /// Records this registry's versions: at once when the store takes
+    /// them, else in the background, trying again (1 s, doubling to 30 s)
+    /// until it has. The flag returned is set once they are recorded; a
+    /// process serves on meanwhile (the API says it is not ready), since
+    /// a run it pins to an unrecorded version can be served only by a
+    /// process whose own file has that version.
+    pub async fn record_versions_until_done(
+        self: &std::sync::Arc<Self>,
+        store: &agentenkit_store::Store,
+    ) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let recorded = std::sync::Arc::new(AtomicBool::new(false));
+        match self.record_versions(store).await {
+            Ok(()) => recorded.store(true, Ordering::Relaxed),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not record the agent versions; trying again");
+                let (registry, store, flag) = (self.clone(), store.clone(), recorded.clone());
+                tokio::spawn(async move {
+                    let mut wait = RECORD_FIRST_RETRY;
+                    loop {
+                        tokio::time::sleep(wait).await;
+                        match registry.record_versions(&store).await {
+                            Ok(()) => {
+                                tracing::info!("agent versions recorded");
+                                flag.store(true, Ordering::Relaxed);
+                                return;
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "could not record the agent versions; trying again");
+                                wait = (wait * 2).min(RECORD_LONGEST_WAIT);
+                            }
+                        }
+                    }
+                });
+            }
+        }
+        recorded
     }
 
     /// A stored version's definition on its own (without a deployment's

@@ -128,14 +128,10 @@ impl Worker {
     /// for up to `shutdown_grace`; what is left is redelivered elsewhere.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), WorkerError> {
         // Other workers may serve runs pinned to this worker's versions.
-        if let Err(e) = self
-            .inner
+        self.inner
             .registry()
-            .record_versions(self.inner.store())
-            .await
-        {
-            tracing::warn!(error = %e, "could not record the agent versions");
-        }
+            .record_versions_until_done(self.inner.store())
+            .await;
         let mut deliveries = self
             .inner
             .queue()

@@ -34,13 +34,15 @@ pub async fn healthz() -> Json<Health> {
     })
 }
 
-/// Readiness: the database answers. The broker is reported, not required:
+/// Readiness: the database answers and this process's agent versions are
+/// recorded (workers of another file serve its runs by them). The broker
+/// is reported, not required:
 /// while it is away, reads, answers and new turns still commit, and their
 /// messages wait in the outbox for it (`agentenkit_broker_up` is 0).
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
     responses(
         (status = 200, body = Health),
-        (status = 503, description = "The database is unreachable", body = ErrorBody),
+        (status = 503, description = "The database is unreachable, or this process's agent versions are not recorded yet", body = ErrorBody),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     // The cause is logged, not echoed: this route needs no key.
@@ -48,6 +50,14 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
         tracing::warn!(error = %e, "not ready: database");
         ApiError::Unavailable("the database is unreachable".into())
     })?;
+    if !state
+        .versions_recorded
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return Err(ApiError::Unavailable(
+            "the agent versions are not recorded yet (retrying)".into(),
+        ));
+    }
     let broker = match state.queue.ready().await {
         Ok(()) => "up",
         Err(e) => {
