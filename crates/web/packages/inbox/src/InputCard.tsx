@@ -45,9 +45,11 @@ export interface Selection {
   toggle(): void;
 }
 
-/** Whether `input` waits for a person's approve or deny. */
+/** Whether `input` waits for a person's approve or deny: by its kind alone
+ * (a tool that parks itself may give any reason, "approval" too, and is
+ * answered as a job). */
 export function isApproval(input: PendingInput): boolean {
-  return input.kind === "approval" || input.reason === "approval";
+  return input.kind === "approval";
 }
 
 export function InputCard(props: {

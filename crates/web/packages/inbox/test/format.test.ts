@@ -3,6 +3,7 @@
 
 import { describe, expect, it } from "vitest";
 
+import { isApproval } from "../src/InputCard";
 import { changedAnswers } from "../src/QuestionForm";
 import { shown } from "../src/shown";
 import { formatTimeLeft } from "../src/TimeLeft";
@@ -55,5 +56,17 @@ describe("shown", () => {
     expect(shown("one\ntwo")).toBe("one\\u{a}two");
     expect(shown("one\ntwo", true)).toBe("one\ntwo");
     expect(shown("é, ü, 日本")).toBe("é, ü, 日本");
+  });
+});
+
+describe("isApproval", () => {
+  const input = (kind: string, reason: string) => ({ kind, reason }) as unknown as Parameters<typeof isApproval>[0];
+
+  it("goes by the request's kind, whatever its reason says", () => {
+    expect(isApproval(input("approval", "approval"))).toBe(true);
+    expect(isApproval(input("approval", "wire"))).toBe(true);
+    // A tool that parked itself with the reason "approval" is a job.
+    expect(isApproval(input("park", "approval"))).toBe(false);
+    expect(isApproval(input("ask", "approval"))).toBe(false);
   });
 });
