@@ -288,3 +288,50 @@ async fn connections_are_capped_and_a_request_head_must_arrive_in_time() {
     server.await.unwrap();
     env.finish().await;
 }
+
+/// A body sent a little at a time cannot hold a connection and a handler
+/// for long: past the API's `body_read_timeout` the request is 408 and
+/// nothing is done; a body that arrives in time is served.
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_is_408_and_changes_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let env = TestEnv::start_with(
+        registry(CALL_THEN_DONE, "http://127.0.0.1:9/"),
+        |_| {},
+        |mut state| {
+            state.body_read_timeout = Duration::from_millis(300);
+            state
+        },
+    )
+    .await;
+    let addr = env.url("").trim_start_matches("http://").to_owned();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let body = br#"{"agent":"agent"}"#;
+    let head = format!(
+        "POST /threads HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {ALICE}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&body[..5]).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the server answered and closed");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("RequestTimeout"), "{answer}");
+    let threads = env
+        .rows("SELECT count(*) FROM threads", |row| row.get::<_, i64>(0))
+        .await;
+    assert_eq!(threads, [0], "nothing was created");
+    // A body that arrives in time is served.
+    let (status, _) = env
+        .call(
+            "POST",
+            "/threads",
+            Some(ALICE),
+            Some(json!({ "agent": "agent" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    env.finish().await;
+}

@@ -33,6 +33,8 @@ pub enum ApiError {
     InvalidArguments(Vec<agentenkit_core::questions::Issue>),
     /// 409 with the runs whose open requests share the call id.
     AmbiguousToolCall(Vec<agentenkit_core::RunId>),
+    /// 408: the request's body did not arrive within the API's deadline.
+    RequestTimeout(std::time::Duration),
     /// 429: a per-owner limit (open streams) is reached.
     TooManyRequests(String),
     /// 503 with `Retry-After`: a dependency is unreachable or saturated.
@@ -93,6 +95,14 @@ impl ApiError {
                     "{} open requests of this thread have this toolCallId (runs {}); answer one by runId through /agent/tool-call/*",
                     runs.len(),
                     runs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                ),
+            ),
+            ApiError::RequestTimeout(deadline) => (
+                StatusCode::REQUEST_TIMEOUT,
+                "RequestTimeout",
+                format!(
+                    "the request's body did not arrive within {} ms; nothing was done",
+                    deadline.as_millis()
                 ),
             ),
             ApiError::TooManyRequests(m) => {

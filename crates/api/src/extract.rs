@@ -12,15 +12,21 @@ use crate::ApiError;
 
 pub struct JsonBody<T>(pub T);
 
-impl<S, T> FromRequest<S> for JsonBody<T>
+impl<T> FromRequest<crate::AppState> for JsonBody<T>
 where
-    S: Send + Sync,
     T: DeserializeOwned,
 {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+    /// The body whole within the API's `body_read_timeout`: a client that
+    /// sends its body a byte at a time cannot hold a connection and a
+    /// handler for long.
+    async fn from_request(req: Request, state: &crate::AppState) -> Result<Self, ApiError> {
+        let deadline = state.body_read_timeout;
+        let read = tokio::time::timeout(deadline, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| ApiError::RequestTimeout(deadline))?;
+        let bytes = read.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge
             } else {

@@ -42,6 +42,9 @@ pub const DEFAULT_MAX_STREAMS: usize = 64;
 /// lookup: a revoked key is refused within this.
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
 
+/// How long a request's body may take to arrive whole.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long one event stream lasts before the server ends it.
 pub const STREAM_LIFETIME: Duration = Duration::from_secs(3600);
 
@@ -83,6 +86,8 @@ pub struct AppState {
     /// fails until then (the server sets it; see
     /// `Registry::record_versions_until_done`).
     pub versions_recorded: Arc<std::sync::atomic::AtomicBool>,
+    /// A request's body must arrive whole within this (408 otherwise).
+    pub body_read_timeout: Duration,
 }
 
 impl AppState {
@@ -123,6 +128,7 @@ impl AppState {
             openapi: Arc::default(),
             openapi_public: Arc::default(),
             versions_recorded: Arc::default(),
+            body_read_timeout: BODY_READ_TIMEOUT,
             deployment,
         }
     }

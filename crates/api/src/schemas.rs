@@ -174,7 +174,7 @@ fn built(schema: Value) -> RefOr<Schema> {
 pub struct ErrorBody {
     /// `BadRequest`, `Unauthorized`, `Forbidden`, `NotFound`, `MethodNotAllowed`,
     /// `RunActive`, `HumanReplyMismatchError`, `AmbiguousToolCallId`,
-    /// `PayloadTooLarge`, `UnknownAgent`, `InvalidAnswers`,
+    /// `PayloadTooLarge`, `UnknownAgent`, `InvalidAnswers`, `RequestTimeout`,
     /// `TooManyRequests`, `Unavailable` or `Internal`.
     pub error: String,
     pub message: String,
