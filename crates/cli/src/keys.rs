@@ -86,7 +86,9 @@ impl KeysCommand {
                 let keys = store.list_api_keys(owner.as_deref()).await?;
                 let mut out = render_keys(&keys);
                 if let Some(path) = config {
-                    let registry = agentenkit_runtime::Registry::from_file(&path)?;
+                    // Listed as a serving process lists it: the rules of
+                    // MCP servers' tools count too.
+                    let registry = agentenkit_runtime::Registry::load(&path, Vec::new()).await?;
                     // Every owner's keys can approve a call of a tool.
                     let all = match owner {
                         Some(_) => store.list_api_keys(None).await?,

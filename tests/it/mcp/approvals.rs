@@ -133,3 +133,41 @@ async fn a_servers_reminder_applies_to_each_of_its_tools_that_asks() {
     assert_eq!(unnamed, None);
     assert!(pinned.escalation("tickets/close_ticket").is_none());
 }
+
+/// `keys list` with the agent file lists the MCP servers' tools as a
+/// serving process does: a server's rule no set of live keys can meet is
+/// warned of.
+#[tokio::test]
+async fn keys_list_warns_of_an_mcp_tools_rule_no_keys_can_meet() {
+    use agentenkit::keys::KeysCommand;
+
+    let log = CallLog::new();
+    let env = TestEnv::start(Registry::new()).await;
+    let dir = std::env::temp_dir().join(format!("aek-mcp-keys-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("agentenkit.toml");
+    let file = agent_file(
+        "\"tickets/close_ticket\"",
+        "",
+        &tickets_stdio(
+            &log,
+            "approvals = { close_ticket = { required = 2, from = [\"ops\"] } }",
+        ),
+    );
+    std::fs::write(&config, file).unwrap();
+    make_key(&env, "alice", &[KeyScope::RespondApprovals], &["ops"]).await;
+    let (listed, done) = KeysCommand::List {
+        owner: None,
+        config: Some(config.clone()),
+    }
+    .run(&env.store)
+    .await
+    .unwrap();
+    assert!(done);
+    assert!(
+        listed.contains("warning: tool tickets/close_ticket needs 2 approvals from ops"),
+        "{listed}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+    env.finish().await;
+}
