@@ -77,12 +77,9 @@ pub fn render(registry: &Registry, written: &Value, agent: Option<&str>) -> (Str
         let Some(offered) = def.offered() else {
             all_listed = false;
             let why = registry
-                .delayed_agents()
-                .values()
-                .find(|why| why.contains(&format!("mcp server {name} ")))
-                .map_or("not named by any agent, so not listed".to_owned(), |why| {
-                    shown(why, false)
-                });
+                .unlisted_servers()
+                .get(name)
+                .map_or_else(|| "not listed".to_owned(), |why| shown(why, false));
             let _ = writeln!(out, "{}  {place}  unreachable: {why}", shown(name, false));
             continue;
         };
@@ -114,12 +111,7 @@ pub fn render(registry: &Registry, written: &Value, agent: Option<&str>) -> (Str
 
 /// Whether `agent` of `file` names a tool of server `server`.
 fn names_server(file: &Value, agent: &str, server: &str) -> bool {
-    file["agents"][agent]["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .any(|tool| agentenkit_runtime::mcp::split(tool).is_some_and(|(s, _)| s == server))
+    agentenkit_runtime::mcp::servers_named_by(&file["agents"][agent]).any(|s| s == server)
 }
 
 /// A tool's annotations as a person reads them.

@@ -145,6 +145,8 @@ pub struct Registry {
     /// Agents left out because an MCP server they name could not be
     /// listed when the file was loaded, with why.
     pub(crate) delayed: Arc<std::collections::BTreeMap<String, String>>,
+    /// The MCP servers of the file whose tools were not listed, with why.
+    pub(crate) unlisted: Arc<std::collections::BTreeMap<String, String>>,
 }
 
 /// What bounds delegation, so that one model response or one turn cannot
@@ -243,22 +245,11 @@ impl Registry {
         for agent in self.agents.values() {
             for tool in &agent.tools {
                 if !self.tools.contains_key(tool) {
-                    let why = match crate::mcp::split(tool) {
-                        Some((server, _)) if self.file.pointer(&format!("/mcp/{server}")).is_some_and(|s| s.get("discovered").is_none()) => format!(
-                            "agent {:?} names {tool:?}, a tool of mcp server {server}, whose tools were not listed (load the file with Registry::load)",
-                            agent.name
-                        ),
-                        Some((server, _)) if self.file.pointer(&format!("/mcp/{server}")).is_none() => format!(
-                            "agent {:?} names {tool:?}, but there is no [mcp.{server}]",
-                            agent.name
-                        ),
-                        Some((server, _)) => format!(
-                            "agent {:?} names {tool:?}, which mcp server {server} does not offer",
-                            agent.name
-                        ),
-                        None => format!("agent {:?} names unknown tool {tool:?}", agent.name),
-                    };
-                    return Err(Error::Config(why));
+                    return Err(Error::Config(format!(
+                        "agent {:?} names {tool:?}, {}",
+                        agent.name,
+                        self.why_unknown(tool)
+                    )));
                 }
             }
             for sub in &agent.subagents {
@@ -277,6 +268,20 @@ impl Registry {
             )));
         }
         Ok(())
+    }
+
+    /// Why no tool is registered as `tool`, which an agent names.
+    fn why_unknown(&self, tool: &str) -> String {
+        let Some((server, _)) = crate::mcp::split(tool) else {
+            return "an unknown tool".into();
+        };
+        match self.file.pointer(&format!("/mcp/{server}")) {
+            None => format!("but there is no [mcp.{server}]"),
+            Some(def) if def.get("discovered").is_none() => format!(
+                "a tool of mcp server {server}, whose tools were not listed (load the file with Registry::load)"
+            ),
+            Some(_) => format!("which mcp server {server} does not offer"),
+        }
     }
 
     /// A cycle of delegations (an agent that can reach itself through its
@@ -429,6 +434,13 @@ impl Registry {
     /// until a process that could list it serves them.
     pub fn delayed_agents(&self) -> &std::collections::BTreeMap<String, String> {
         &self.delayed
+    }
+
+    /// The file's MCP servers whose tools were not listed when it was
+    /// loaded, with why (could not be reached, named by no agent, or the
+    /// file loaded without listing).
+    pub fn unlisted_servers(&self) -> &std::collections::BTreeMap<String, String> {
+        &self.unlisted
     }
 
     pub fn agent_names(&self) -> impl Iterator<Item = &str> {

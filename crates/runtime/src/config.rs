@@ -49,7 +49,7 @@ pub struct AgentFile {
     pub tools: BTreeMap<String, ToolDef>,
     /// `[mcp.<name>]`: MCP servers whose tools agents name as `NAME/TOOL`.
     #[serde(default)]
-    pub mcp: BTreeMap<String, crate::mcp::ServerDef>,
+    pub mcp: BTreeMap<String, crate::mcp::def::ServerDef>,
     /// The deployment's address as people reach it (`https://agents.example.com`):
     /// notifications link to its `/ui` inbox.
     #[serde(default)]

@@ -11,6 +11,7 @@ pub mod inline;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
+pub mod net;
 pub mod notify;
 pub mod reaper;
 pub mod relay;

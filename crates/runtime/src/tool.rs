@@ -23,6 +23,10 @@ pub struct ToolSpec {
     pub input_schema: Value,
 }
 
+/// Between an MCP server's name and its tool's in a tool's name
+/// (`tickets/close_ticket`): no tool of the file or of code has one.
+pub const SERVER_SEPARATOR: char = '/';
+
 /// A person's (or an outside system's) answer to a parked call, as the
 /// resumed tool sees it.
 #[derive(Debug, Clone, PartialEq)]

@@ -241,18 +241,14 @@ impl crate::Registry {
                 tracing::warn!(error = %e, "could not record the agent versions; trying again");
                 let (registry, store, flag) = (self.clone(), store.clone(), recorded.clone());
                 tokio::spawn(async move {
-                    let mut wait = RECORD_FIRST_RETRY;
-                    loop {
-                        tokio::time::sleep(wait).await;
+                    for attempt in 1.. {
+                        let wait =
+                            agentenkit_core::notify::retry_delay(RECORD_FIRST_RETRY, attempt);
+                        tokio::time::sleep(wait.min(RECORD_LONGEST_WAIT)).await;
                         match registry.record_versions(&store).await {
-                            Ok(()) => {
-                                tracing::info!("agent versions recorded");
-                                flag.store(true, Ordering::Relaxed);
-                                return;
-                            }
+                            Ok(()) => return flag.store(true, Ordering::Relaxed),
                             Err(e) => {
-                                tracing::warn!(error = %e, "could not record the agent versions; trying again");
-                                wait = (wait * 2).min(RECORD_LONGEST_WAIT);
+                                tracing::warn!(error = %e, "could not record the agent versions; trying again")
                             }
                         }
                     }

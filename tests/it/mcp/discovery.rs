@@ -183,3 +183,25 @@ async fn mcp_list_shows_each_servers_tools_whether_they_ask_and_what_is_unreacha
     assert!(other.starts_with("gone  "), "{other}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A server's table is checked before anything is started or sent to: a
+/// file that will be refused starts no program (and sends no header to
+/// an http URL it names).
+#[tokio::test]
+async fn a_server_table_that_will_be_refused_starts_nothing() {
+    let marker = std::env::temp_dir().join(format!("aek-mcp-started-{}", uuid::Uuid::now_v7()));
+    let text = agent_file(
+        "\"bad/*\"",
+        "",
+        &format!(
+            "[mcp.bad]\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"touch {}\"]\ntimeout_ms = 0\n",
+            marker.display()
+        ),
+    );
+    let refused = Registry::load_toml(&text, Vec::new())
+        .await
+        .err()
+        .expect("refused");
+    assert!(refused.to_string().contains("timeout_ms 0"), "{refused}");
+    assert!(!marker.exists(), "the server's program was started");
+}

@@ -45,7 +45,7 @@ impl Registry {
     /// A file whose agents name tools of `[mcp.*]` servers needs their
     /// tools listed first: load it with [`Registry::load_toml`].
     pub fn from_toml_with_tools(text: &str, tools: Vec<Arc<dyn Tool>>) -> Result<Registry> {
-        let (_, tree) = parse_written(text)?;
+        let tree = parse_written(text)?;
         Self::with_delayed(tree, &Default::default(), tools)
     }
 
@@ -72,8 +72,8 @@ impl Registry {
     /// delayed, with why ([`Registry::delayed_agents`]); the others are
     /// served.
     pub async fn load_toml(text: &str, tools: Vec<Arc<dyn Tool>>) -> Result<Registry> {
-        let (_, mut tree) = parse_written(text)?;
-        let failed = crate::mcp::discover_into(&mut tree).await;
+        let mut tree = parse_written(text)?;
+        let failed = crate::mcp::discover_into(&mut tree).await?;
         Self::with_delayed(tree, &failed, tools)
     }
 
@@ -85,11 +85,12 @@ impl Registry {
         failed: &std::collections::BTreeMap<String, String>,
         tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Registry> {
-        let delayed = crate::mcp::delay_unlisted(&mut tree, failed);
+        let (delayed, unlisted) = crate::mcp::delay_unlisted(&mut tree, failed);
         let file: AgentFile = serde_json::from_value(tree.clone())
             .map_err(|e| Error::Config(format!("the agent file: {e}")))?;
         let mut registry = Self::from_parsed(file, tree, tools)?;
         registry.delayed = Arc::new(delayed);
+        registry.unlisted = Arc::new(unlisted);
         Ok(registry)
     }
 
@@ -157,7 +158,7 @@ impl Registry {
         for tool in mcp_tools {
             registry.tools.insert(tool.spec.name.clone(), tool);
         }
-        let (mcp_rules, mcp_escalations) = crate::mcp::rules_and_escalations(&file.mcp, &registry)?;
+        let (mcp_rules, mcp_escalations) = crate::mcp::rules_and_escalations(&file.mcp)?;
         rules.extend(mcp_rules);
         escalations.extend(mcp_escalations);
         for (tool, rule) in rules {
@@ -183,9 +184,9 @@ impl Registry {
     }
 }
 
-/// An agent file as written, and as JSON (what versions are made of):
-/// what discovery fills in may not be written by hand.
-fn parse_written(text: &str) -> Result<(AgentFile, serde_json::Value)> {
+/// An agent file as written, checked, as JSON (what versions are made
+/// of): what discovery fills in may not be written by hand.
+fn parse_written(text: &str) -> Result<serde_json::Value> {
     let file = AgentFile::parse(text).map_err(Error::Config)?;
     if let Some(name) = file
         .mcp
@@ -201,7 +202,7 @@ fn parse_written(text: &str) -> Result<(AgentFile, serde_json::Value)> {
         .ok()
         .and_then(|value| serde_json::to_value(value).ok())
         .unwrap_or_default();
-    Ok((file, tree))
+    Ok(tree)
 }
 
 /// The tool a `[tools.<name>]` table of an agent file defines.

@@ -42,7 +42,17 @@ pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 /// The largest `max_response_bytes`: 64 MiB (one answer is held whole).
 pub const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 /// The separator of a server's name and its tool's in an agent's `tools`.
-pub const SEPARATOR: char = '/';
+pub use crate::tool::SERVER_SEPARATOR as SEPARATOR;
+
+/// The settings of a server's table that say what runs (stdio: the
+/// program, its arguments and the variables it is given) or where calls
+/// go (http: the URL and the variables its headers are read from).
+pub const CONNECTION: [&str; 6] = ["transport", "command", "args", "env", "url", "headers"];
+
+/// `SERVER/TOOL`: a server's tool as agents and models name it.
+pub fn tool_name(server: &str, tool: &str) -> String {
+    format!("{server}{SEPARATOR}{tool}")
+}
 
 /// `[mcp.NAME]` as written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -176,14 +186,12 @@ impl ServerDef {
     /// server, and a stored version may use a server only when the
     /// serving file names the same connection.
     pub fn connection(&self) -> Value {
-        serde_json::json!({
-            "transport": self.transport,
-            "command": self.command,
-            "args": self.args,
-            "env": self.env,
-            "url": self.url,
-            "headers": self.headers,
-        })
+        let all = serde_json::to_value(self).unwrap_or_default();
+        CONNECTION
+            .iter()
+            .map(|key| (key.to_string(), all.get(key).cloned().unwrap_or_default()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
     }
 
     /// Why the definition of server `name` cannot be used, if it cannot.
@@ -268,10 +276,8 @@ impl ServerDef {
 fn check_url(url: &str) -> Result<(), String> {
     let parsed = reqwest::Url::parse(url)
         .map_err(|e| format!("invalid url {}: {e}", crate::tool::redact_url(url)))?;
-    let loopback = crate::model::is_loopback(&parsed);
     match parsed.scheme() {
-        "https" => Ok(()),
-        "http" if loopback => Ok(()),
+        "https" | "http" if !crate::net::clear_text_elsewhere(&parsed) => Ok(()),
         _ => Err(format!(
             "url {} must be https (plain http only to this machine)",
             crate::tool::redact_url(url)

@@ -17,8 +17,12 @@ pub mod def;
 pub mod tool;
 
 pub use client::{Server, ServerError, IDEMPOTENCY_KEY};
-pub use def::{Annotations, ApprovalMode, DiscoveredTool, ServerDef, Transport, SEPARATOR};
+pub use def::{
+    tool_name, Annotations, ApprovalMode, DiscoveredTool, ServerDef, Transport, SEPARATOR,
+};
 pub use tool::McpTool;
+
+use agentenkit_core::notify::retry_delay;
 
 use crate::tool::RegisteredTool;
 use crate::{Error, Result};
@@ -34,38 +38,58 @@ pub fn split(name: &str) -> Option<(&str, &str)> {
     name.split_once(SEPARATOR)
 }
 
-/// The servers `agents` (an agent file's `agents`, as JSON) name tools of.
-fn named_servers(agents: Option<&serde_json::Map<String, Value>>) -> BTreeSet<String> {
-    agents
+/// The names `key` (`tools`, `subagents`) of `agent` (an agent's table of
+/// an agent file, as JSON) lists.
+fn listed<'a>(agent: &'a Value, key: &str) -> impl Iterator<Item = &'a str> {
+    agent
+        .get(key)
+        .and_then(Value::as_array)
         .into_iter()
-        .flat_map(|agents| agents.values())
-        .filter_map(|agent| agent.get("tools")?.as_array())
         .flatten()
         .filter_map(Value::as_str)
-        .filter_map(|tool| Some(split(tool)?.0.to_owned()))
-        .collect()
+}
+
+/// The servers `agent` (an agent's table, as JSON) names tools of.
+pub fn servers_named_by(agent: &Value) -> impl Iterator<Item = &str> {
+    listed(agent, "tools").filter_map(|tool| Some(split(tool)?.0))
 }
 
 /// Lists the tools of each server `tree` (an agent file as JSON) has
 /// agents name, into `tree` (`mcp.NAME.discovered`); returns why each
-/// server that could not be listed was not.
-pub(crate) async fn discover_into(tree: &mut Value) -> BTreeMap<String, String> {
-    let servers: BTreeMap<String, ServerDef> = tree
-        .get("mcp")
-        .cloned()
-        .and_then(|mcp| serde_json::from_value(mcp).ok())
-        .unwrap_or_default();
-    let named = named_servers(tree.get("agents").and_then(Value::as_object));
+/// server that could not be listed was not. Every server's table is
+/// checked first: nothing is started or sent to before the file is known
+/// to be good (an http URL to another machine, say, is refused unsent).
+pub(crate) async fn discover_into(tree: &mut Value) -> Result<BTreeMap<String, String>> {
+    let servers: BTreeMap<String, ServerDef> = match tree.get("mcp") {
+        Some(mcp) => {
+            serde_json::from_value(mcp.clone()).map_err(|e| Error::Config(format!("mcp: {e}")))?
+        }
+        None => BTreeMap::new(),
+    };
+    for (name, def) in &servers {
+        def.check(name).map_err(Error::Config)?;
+    }
+    let named: BTreeSet<&str> = tree
+        .get("agents")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|agents| agents.values())
+        .flat_map(servers_named_by)
+        .collect();
     let listings = futures::future::join_all(
         servers
             .iter()
-            .filter(|(name, _)| named.contains(*name))
+            .filter(|(name, _)| named.contains(name.as_str()))
             .map(|(name, def)| async move { (name.clone(), list_with_retries(name, def).await) }),
     )
     .await;
-    let mut failed = BTreeMap::new();
-    for (name, listed) in listings {
-        match listed {
+    let mut failed: BTreeMap<String, String> = servers
+        .keys()
+        .filter(|name| !named.contains(name.as_str()))
+        .map(|name| (name.clone(), "is named by no agent, so not listed".into()))
+        .collect();
+    for (name, listing) in listings {
+        match listing {
             Ok(tools) => {
                 tree["mcp"][&name]["discovered"] = serde_json::to_value(tools).unwrap_or_default();
             }
@@ -75,16 +99,17 @@ pub(crate) async fn discover_into(tree: &mut Value) -> BTreeMap<String, String> 
             }
         }
     }
-    failed
+    Ok(failed)
 }
 
 /// Removes from `tree` the agents that name a tool of a server whose tools
 /// were not listed (`failed` says why, for those whose listing failed), and
-/// those that delegate to one removed: the agents delayed, with why.
+/// those that delegate to one removed: the agents delayed, and the servers
+/// not listed, each with why.
 pub(crate) fn delay_unlisted(
     tree: &mut Value,
     failed: &BTreeMap<String, String>,
-) -> BTreeMap<String, String> {
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let mut unlisted = failed.clone();
     if let Some(servers) = tree.get("mcp").and_then(Value::as_object) {
         for (name, server) in servers {
@@ -96,7 +121,7 @@ pub(crate) fn delay_unlisted(
             }
         }
     }
-    delay_agents(tree, &unlisted)
+    (delay_agents(tree, &unlisted), unlisted)
 }
 
 /// Removes from `tree` the agents that name a tool of a `failed` server,
@@ -108,24 +133,13 @@ fn delay_agents(tree: &mut Value, failed: &BTreeMap<String, String>) -> BTreeMap
     };
     loop {
         let next = agents.iter().find_map(|(name, agent)| {
-            let names = |key: &str| -> Vec<String> {
-                agent
-                    .get(key)
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            };
-            let server = names("tools").into_iter().find_map(|tool| {
-                let (server, _) = split(&tool)?;
+            let server = servers_named_by(agent).find_map(|server| {
                 let why = failed.get(server)?;
                 Some(format!("mcp server {server} {why}"))
             });
-            let sub = names("subagents").into_iter().find_map(|sub| {
+            let sub = listed(agent, "subagents").find_map(|sub| {
                 delayed
-                    .contains_key(&sub)
+                    .contains_key(sub)
                     .then(|| format!("its sub-agent {sub:?} is delayed"))
             });
             Some((name.clone(), server.or(sub)?))
@@ -144,7 +158,6 @@ async fn list_with_retries(
     def: &ServerDef,
 ) -> Result<Vec<DiscoveredTool>, ServerError> {
     let server = client::shared(name, def);
-    let mut wait = DISCOVERY_FIRST_RETRY;
     let mut attempt = 1;
     loop {
         match server.list_tools().await {
@@ -152,8 +165,7 @@ async fn list_with_retries(
             Err(e) if attempt >= DISCOVERY_ATTEMPTS => return Err(e),
             Err(e) => {
                 tracing::info!(mcp.server = %name, attempt, "listing its tools failed: {e}");
-                tokio::time::sleep(wait).await;
-                wait *= 2;
+                tokio::time::sleep(retry_delay(DISCOVERY_FIRST_RETRY, attempt)).await;
                 attempt += 1;
             }
         }
@@ -199,7 +211,6 @@ pub(crate) fn registered_tools(
 /// asks first when it sets `remind_after` and `escalate_to`.
 pub(crate) fn rules_and_escalations(
     servers: &BTreeMap<String, ServerDef>,
-    registry: &crate::Registry,
 ) -> Result<RulesAndEscalations> {
     let mut rules = Vec::new();
     let mut escalations = Vec::new();
@@ -214,16 +225,10 @@ pub(crate) fn rules_and_escalations(
                     "mcp server {name}: approvals names {tool:?}, which it does not offer"
                 )));
             }
-            rules.push((format!("{name}{SEPARATOR}{tool}"), rule.clone()));
+            rules.push((tool_name(name, tool), rule.clone()));
         }
-        for tool in offered {
-            let full = format!("{name}{SEPARATOR}{}", tool.name);
-            let asks = registry
-                .tool(&full)
-                .is_some_and(|t| t.tool.requires_confirmation());
-            if !asks {
-                continue;
-            }
+        for tool in offered.into_iter().filter(|tool| def.asks_first(tool)) {
+            let full = tool_name(name, &tool.name);
             let escalation = crate::notify::Escalation::from_def(
                 &full,
                 def.remind_after.as_deref(),

@@ -39,7 +39,9 @@ fn agents_naming_an_unlisted_server_and_those_delegating_to_them_are_delayed() {
         },
     });
     let failed = BTreeMap::from([("down".to_owned(), "could not be listed: refused".to_owned())]);
-    let delayed = delay_unlisted(&mut tree, &failed);
+    let (delayed, unlisted) = delay_unlisted(&mut tree, &failed);
+    let servers: Vec<&str> = unlisted.keys().map(String::as_str).collect();
+    assert_eq!(servers, ["down", "never"]);
     let names: Vec<&str> = delayed.keys().map(String::as_str).collect();
     assert_eq!(names, ["a", "b", "c", "e"]);
     assert!(delayed["a"].contains("mcp server down could not be listed: refused"));
@@ -56,6 +58,13 @@ fn the_servers_agents_name_are_found() {
         "b": { "tools": [1, "t/y"] },
         "c": {},
     });
-    let named: Vec<String> = named_servers(agents.as_object()).into_iter().collect();
-    assert_eq!(named, ["t", "u"]);
+    let named: BTreeSet<&str> = agents
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(servers_named_by)
+        .collect();
+    assert_eq!(named.into_iter().collect::<Vec<_>>(), ["t", "u"]);
+    let b: Vec<&str> = servers_named_by(&agents["b"]).collect();
+    assert_eq!(b, ["t"], "a name that is not text is passed over");
 }

@@ -2,13 +2,14 @@
 
 use std::sync::Arc;
 
+use agentenkit_core::notify::retry_delay;
 use async_trait::async_trait;
 use rmcp::model::{CallToolResponse, CallToolResult};
 use serde_json::{json, Value};
 use tracing::Instrument;
 
 use super::client::{Server, ServerError};
-use super::def::{DiscoveredTool, SEPARATOR};
+use super::def::{tool_name, DiscoveredTool};
 use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
 /// Attempts of a call to a server that cannot be reached or does not
@@ -31,7 +32,7 @@ impl McpTool {
     pub fn new(server: Arc<Server>, tool: &DiscoveredTool, asks_first: bool) -> McpTool {
         McpTool {
             spec: ToolSpec {
-                name: format!("{}{SEPARATOR}{}", server.name(), tool.name),
+                name: tool_name(server.name(), &tool.name),
                 description: tool.description.clone(),
                 input_schema: tool.input_schema.clone(),
             },
@@ -53,26 +54,25 @@ impl Tool for McpTool {
     }
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
-        let arguments = match arguments {
-            Value::Object(map) => map,
-            Value::Null => Default::default(),
-            other => {
-                return Err(ToolError::Failed(format!(
-                    "the arguments must be an object, not {other}"
-                )))
-            }
+        // The loop sends only objects its schema checked; a caller in code
+        // may not.
+        let Value::Object(arguments) = arguments else {
+            return Err(ToolError::Failed("the arguments must be an object".into()));
         };
         // Never the arguments or the result: what a trace viewer may show
         // of a call is its server, its tool and how it went.
         let span = tracing::info_span!(
             "mcp tools/call",
-            otel.name = format!("tools/call {}", self.tool),
+            otel.name = tracing::field::Empty,
             mcp.method.name = "tools/call",
             mcp.server.name = %self.server.name(),
             gen_ai.tool.name = %self.tool,
             mcp.attempts = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
+        if crate::trace::exporting() {
+            span.record("otel.name", format!("tools/call {}", self.tool));
+        }
         let outcome = self.call(arguments, ctx).instrument(span.clone()).await;
         if outcome.is_err() {
             span.record("error.type", "tool_error");
@@ -89,7 +89,6 @@ impl McpTool {
         ctx: &ToolContext,
     ) -> Result<Value, ToolError> {
         let key = ctx.idempotency_key();
-        let mut wait = FIRST_RETRY;
         let mut attempt = 1;
         let response = loop {
             tracing::Span::current().record("mcp.attempts", attempt);
@@ -108,8 +107,7 @@ impl McpTool {
                 }
                 Err(ServerError::Unreachable(message)) => {
                     tracing::info!(mcp.server = %self.server.name(), attempt, "call failed: {message}");
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
+                    tokio::time::sleep(retry_delay(FIRST_RETRY, attempt)).await;
                     attempt += 1;
                 }
             }
@@ -130,9 +128,7 @@ impl McpTool {
             ))),
         }
     }
-}
 
-impl McpTool {
     /// One attempt in `/metrics`.
     fn measure(&self, answer: &Result<CallToolResponse, ServerError>, started: std::time::Instant) {
         let outcome = match answer {

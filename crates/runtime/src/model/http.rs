@@ -109,7 +109,7 @@ impl ProviderClient {
         }
         // A key sent in clear text can be read by anyone on the way; only
         // this machine is trusted with one over plain http.
-        if settings.api_key.is_some() && url.scheme() == "http" && !is_loopback(&url) {
+        if settings.api_key.is_some() && crate::net::clear_text_elsewhere(&url) {
             return Err(format!(
                 "{provider}: base_url {:?} is plain http to another machine, and a key would \
                  travel in clear text: use https, or send no key (a base_url of the agent file \
@@ -326,19 +326,6 @@ async fn read_at_most(
     Ok((body, true))
 }
 
-/// Whether `url` names this machine: `localhost` or a loopback address.
-pub(crate) fn is_loopback(url: &reqwest::Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host.to_ascii_lowercase().ends_with(".localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// The provider's own message: `error.message` (OpenAI and Anthropic),
 /// `error` or `message` as text, else the start of the body; at most
 /// [`ERROR_MESSAGE_CHARS`] of it.
@@ -492,19 +479,6 @@ mod tests {
             error_message(&long).chars().count(),
             ERROR_MESSAGE_CHARS + 1
         );
-    }
-
-    #[test]
-    fn only_this_machine_counts_as_loopback() {
-        let loopback = |url: &str| is_loopback(&reqwest::Url::parse(url).unwrap());
-        assert!(loopback("http://127.0.0.1:1/"));
-        assert!(loopback("http://127.9.9.9/"));
-        assert!(loopback("http://[::1]:8080/"));
-        assert!(loopback("http://localhost/"));
-        assert!(loopback("http://api.localhost/"));
-        assert!(!loopback("http://gpu-box:11434/"));
-        assert!(!loopback("http://10.0.0.1/"));
-        assert!(!loopback("http://localhost.example/"));
     }
 
     #[test]

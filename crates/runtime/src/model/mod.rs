@@ -20,7 +20,6 @@ mod scripted;
 
 pub use anthropic::{AnthropicConfig, AnthropicModel};
 pub use def::ModelDef;
-pub(crate) use http::is_loopback;
 pub use http::{ApiKey, ProviderSettings};
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use scripted::{ScriptEntry, ScriptedModel};
@@ -58,7 +57,7 @@ pub enum ModelError {
 /// only letters, digits, `_` and `-`, so an MCP tool's `SERVER/TOOL` is
 /// `SERVER__TOOL` there (a server's name has no `__`).
 pub(crate) fn wire_name(name: &str) -> std::borrow::Cow<'_, str> {
-    match name.split_once(crate::mcp::SEPARATOR) {
+    match name.split_once(crate::tool::SERVER_SEPARATOR) {
         Some((server, tool)) => format!("{server}__{tool}").into(),
         None => name.into(),
     }

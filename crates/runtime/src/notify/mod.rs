@@ -85,7 +85,7 @@ impl Target {
         let url = parse_url(&name, url)?;
         // What is sent is signed, not hidden: a request's text and its
         // signature cross the network in the clear over http.
-        if url.scheme() == "http" && !crate::model::is_loopback(&url) {
+        if crate::net::clear_text_elsewhere(&url) {
             return Err(Error::Config(format!(
                 "notification target {name}: the url must be https (http only to this machine)"
             )));

@@ -181,11 +181,6 @@ fn servers_mut(file: &mut Value) -> Vec<&mut serde_json::Map<String, Value>> {
         .unwrap_or_default()
 }
 
-/// The settings of an MCP server that say what runs (stdio: the program,
-/// its arguments and environment) or where calls go (http: the URL and
-/// the variables its headers are read from).
-const CONNECTION: [&str; 6] = ["transport", "command", "args", "env", "url", "headers"];
-
 /// Restores each MCP server of `stored` from the serving file's server of
 /// the same name, when that one connects the same way (its URL at the same
 /// address): a version may start a program, or send arguments, only as the
@@ -207,7 +202,7 @@ fn restore_servers(stored: &mut Value, serving: &Value) -> Option<String> {
             }
         };
         match own {
-            Some(own) if CONNECTION.iter().all(|key| same(key)) => {
+            Some(own) if crate::mcp::def::CONNECTION.iter().all(|key| same(key)) => {
                 if let (Some(url), Some(slot)) = (own.get("url"), server.get_mut("url")) {
                     *slot = url.clone();
                 }
