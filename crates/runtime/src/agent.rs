@@ -245,11 +245,7 @@ impl Registry {
         for agent in self.agents.values() {
             for tool in &agent.tools {
                 if !self.tools.contains_key(tool) {
-                    return Err(Error::Config(format!(
-                        "agent {:?} names {tool:?}, {}",
-                        agent.name,
-                        self.why_unknown(tool)
-                    )));
+                    return Err(Error::Config(self.unknown_tool(&agent.name, tool)));
                 }
             }
             for sub in &agent.subagents {
@@ -270,18 +266,19 @@ impl Registry {
         Ok(())
     }
 
-    /// Why no tool is registered as `tool`, which an agent names.
-    fn why_unknown(&self, tool: &str) -> String {
+    /// Why `agent` may not name `tool`, which no tool is registered as.
+    fn unknown_tool(&self, agent: &str, tool: &str) -> String {
         let Some((server, _)) = crate::mcp::split(tool) else {
-            return "an unknown tool".into();
+            return format!("agent {agent:?} names unknown tool {tool:?}");
         };
-        match self.file.pointer(&format!("/mcp/{server}")) {
+        let why = match self.file.pointer(&format!("/mcp/{server}")) {
             None => format!("but there is no [mcp.{server}]"),
             Some(def) if def.get("discovered").is_none() => format!(
                 "a tool of mcp server {server}, whose tools were not listed (load the file with Registry::load)"
             ),
             Some(_) => format!("which mcp server {server} does not offer"),
-        }
+        };
+        format!("agent {agent:?} names {tool:?}, {why}")
     }
 
     /// A cycle of delegations (an agent that can reach itself through its
