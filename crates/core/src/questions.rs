@@ -1,5 +1,11 @@
-//! Question sets (intake and the `ask` tool): their validation, and the
-//! resolution of a person's answers against the stored set.
+//! Question sets (intake, the `ask` tool, and a tool's own questions such
+//! as an MCP server's): their validation, and the resolution of a person's
+//! answers against the stored set.
+//!
+//! A question is a choice among options (the seeds' kind, and the default),
+//! or asks for a text, a number or an integer. Answers keep one shape for
+//! every kind: `{ "<questionId>": ["value", …] }`, a typed answer as its one
+//! string (`["42"]`), checked against the question's bounds.
 //!
 //! Both run on the server against what the run holds, never in a client: an
 //! omitted question takes its defaults (and is recorded as defaulted), a
@@ -28,10 +34,125 @@ pub struct QuestionSet {
 pub struct Question {
     pub id: String,
     pub prompt: String,
+    /// A choice question's options; none (`[]`) for the other kinds.
     pub options: Vec<QuestionOption>,
     pub defaults: Vec<String>,
     #[serde(default)]
     pub multiple: bool,
+    /// What the answer is: a choice (omitted), a text, a number.
+    #[serde(default, skip_serializing_if = "AnswerKind::is_choice")]
+    pub kind: AnswerKind,
+    /// The person must answer it: leaving it out is refused rather than
+    /// taking its defaults, and a choice question may then pre-pick none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
+    /// The person may leave it empty: a choice question then needs no
+    /// default (a server's form may ask so; the model's `ask` pre-picks).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+    /// Bounds of a text's length in characters, or of a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>))]
+    pub min: Option<serde_json::Number>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>))]
+    pub max: Option<serde_json::Number>,
+}
+
+/// What a question's answer is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerKind {
+    /// One (or, `multiple`, several) of the options.
+    #[default]
+    Choice,
+    /// Free text, at most [`MAX_STRING_BYTES`].
+    Text,
+    /// A finite decimal number.
+    Number,
+    /// A whole number.
+    Integer,
+}
+
+impl AnswerKind {
+    pub fn is_choice(&self) -> bool {
+        *self == AnswerKind::Choice
+    }
+}
+
+impl Question {
+    /// A choice question with no bounds, as the seeds have them.
+    pub fn choice(
+        id: impl Into<String>,
+        prompt: impl Into<String>,
+        options: Vec<QuestionOption>,
+        defaults: Vec<String>,
+        multiple: bool,
+    ) -> Question {
+        Question {
+            id: id.into(),
+            prompt: prompt.into(),
+            options,
+            defaults,
+            multiple,
+            kind: AnswerKind::Choice,
+            required: false,
+            optional: false,
+            min: None,
+            max: None,
+        }
+    }
+
+    /// Why `value` cannot answer this (typed) question, if it cannot.
+    fn value_issue(&self, value: &str) -> Option<String> {
+        let bound = |n: &Option<serde_json::Number>| n.as_ref().and_then(|n| n.as_f64());
+        let (min, max) = (bound(&self.min), bound(&self.max));
+        let measured = match self.kind {
+            AnswerKind::Choice => {
+                return (!self.options.iter().any(|o| o.value == value))
+                    .then(|| format!("{value:?} is not one of the options"))
+            }
+            AnswerKind::Text => {
+                if value.len() > MAX_STRING_BYTES {
+                    return Some(format!("longer than {MAX_STRING_BYTES} bytes"));
+                }
+                value.chars().count() as f64
+            }
+            AnswerKind::Number => match value.trim().parse::<f64>() {
+                Ok(n) if n.is_finite() && value.trim() == value => n,
+                _ => {
+                    return Some(format!(
+                        "{} is not a number",
+                        clip(&format!("{value:?}"), 40)
+                    ))
+                }
+            },
+            AnswerKind::Integer => match value.parse::<i64>() {
+                Ok(n) => n as f64,
+                Err(_) => {
+                    return Some(format!(
+                        "{} is not a whole number",
+                        clip(&format!("{value:?}"), 40)
+                    ))
+                }
+            },
+        };
+        let what = if self.kind == AnswerKind::Text {
+            "characters"
+        } else {
+            ""
+        };
+        match (min, max) {
+            (Some(min), _) if measured < min => {
+                Some(format!("at least {min} {what}").trim_end().to_owned())
+            }
+            (_, Some(max)) if measured > max => {
+                Some(format!("at most {max} {what}").trim_end().to_owned())
+            }
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,40 +280,15 @@ impl QuestionSet {
                     ));
                 }
             }
-            if q.options.is_empty() {
-                issues.push(issue(at("/options"), "at least one option is required"));
-            }
-            if q.options.len() > MAX_OPTIONS {
+            if q.required && q.optional {
                 issues.push(issue(
-                    at("/options"),
-                    format!("at most {MAX_OPTIONS} options"),
+                    at("/optional"),
+                    "a question is required or optional, not both",
                 ));
             }
-            let values = option_issues(q, &at, &mut issues);
-            if q.defaults.is_empty() {
-                issues.push(issue(
-                    at("/defaults"),
-                    "pre-pick at least one default, so confirming is enough",
-                ));
-            } else if !q.multiple && q.defaults.len() != 1 {
-                issues.push(issue(
-                    at("/defaults"),
-                    "a single-choice question takes exactly one default",
-                ));
-            }
-            let mut seen = HashSet::new();
-            for (j, d) in q.defaults.iter().enumerate() {
-                if !values.contains(d.as_str()) {
-                    issues.push(issue(
-                        at(&format!("/defaults/{j}")),
-                        format!("{d:?} is not one of the options"),
-                    ));
-                } else if !seen.insert(d.as_str()) {
-                    issues.push(issue(
-                        at(&format!("/defaults/{j}")),
-                        format!("{d:?} repeats"),
-                    ));
-                }
+            match q.kind {
+                AnswerKind::Choice => choice_issues(q, &at, &mut issues),
+                _ => typed_issues(q, &at, &mut issues),
             }
         }
         issues
@@ -233,41 +329,49 @@ impl QuestionSet {
             defaulted: Vec::new(),
         };
         for q in &self.questions {
+            let path = pointer(&q.id);
             let Some(value) = given.get(&q.id) else {
+                if q.required && q.defaults.is_empty() {
+                    issues.push(issue(path, "an answer is required"));
+                    continue;
+                }
                 resolved.answers.insert(q.id.clone(), q.defaults.clone());
                 resolved.defaulted.push(q.id.clone());
                 continue;
             };
-            let path = pointer(&q.id);
             let Some(items) = value.as_array() else {
-                issues.push(issue(path, "must be an array of option values"));
+                let what = match q.kind {
+                    AnswerKind::Choice => "must be an array of option values",
+                    _ => "must be an array of one value",
+                };
+                issues.push(issue(path, what));
                 continue;
             };
-            let mut values = Vec::with_capacity(items.len().min(q.options.len()));
+            let mut values = Vec::with_capacity(items.len().min(q.options.len().max(1)));
             for (j, item) in items.iter().enumerate() {
                 if issues.len() > MAX_ISSUES {
                     return Err(issues);
                 }
                 match item.as_str() {
-                    Some(v) if q.options.iter().any(|o| o.value == v) => {
-                        if values.iter().any(|seen: &String| seen == v) {
-                            issues.push(issue(format!("{path}/{j}"), format!("{v:?} repeats")));
-                        } else {
-                            values.push(v.to_owned());
+                    Some(v) => match q.value_issue(v) {
+                        Some(wrong) => issues.push(issue(format!("{path}/{j}"), wrong)),
+                        None if values.iter().any(|seen: &String| seen == v) => {
+                            issues.push(issue(format!("{path}/{j}"), format!("{v:?} repeats")))
                         }
-                    }
-                    Some(v) => issues.push(issue(
-                        format!("{path}/{j}"),
-                        format!("{v:?} is not one of the options"),
-                    )),
+                        None => values.push(v.to_owned()),
+                    },
                     None => issues.push(issue(format!("{path}/{j}"), "must be a string")),
                 }
             }
             if !q.multiple && items.len() > 1 {
-                issues.push(issue(
-                    path,
-                    "a single-choice question takes at most one value",
-                ));
+                let what = match q.kind {
+                    AnswerKind::Choice => "a single-choice question takes at most one value",
+                    _ => "takes at most one value",
+                };
+                issues.push(issue(&path, what));
+            }
+            if q.required && items.is_empty() {
+                issues.push(issue(&path, "an answer is required"));
             }
             resolved.answers.insert(q.id.clone(), values);
         }
@@ -318,6 +422,99 @@ pub fn ask_tool_schema() -> Value {
             }
         }
     })
+}
+
+/// The issues of a choice question: its options, and defaults among them
+/// (at least one, so confirming is enough, unless it is required or
+/// optional).
+fn choice_issues(q: &Question, at: &dyn Fn(&str) -> String, issues: &mut Vec<Issue>) {
+    if q.options.is_empty() {
+        issues.push(issue(at("/options"), "at least one option is required"));
+    }
+    if q.options.len() > MAX_OPTIONS {
+        issues.push(issue(
+            at("/options"),
+            format!("at most {MAX_OPTIONS} options"),
+        ));
+    }
+    let values = option_issues(q, at, issues);
+    if q.defaults.is_empty() && !q.required && !q.optional {
+        issues.push(issue(
+            at("/defaults"),
+            "pre-pick at least one default, so confirming is enough",
+        ));
+    } else if !q.multiple && q.defaults.len() > 1 {
+        issues.push(issue(
+            at("/defaults"),
+            "a single-choice question takes exactly one default",
+        ));
+    }
+    let mut seen = HashSet::new();
+    for (j, d) in q.defaults.iter().enumerate() {
+        if !values.contains(d.as_str()) {
+            issues.push(issue(
+                at(&format!("/defaults/{j}")),
+                format!("{d:?} is not one of the options"),
+            ));
+        } else if !seen.insert(d.as_str()) {
+            issues.push(issue(
+                at(&format!("/defaults/{j}")),
+                format!("{d:?} repeats"),
+            ));
+        }
+    }
+    if q.min.is_some() || q.max.is_some() {
+        issues.push(issue(at("/min"), "only a text or a number has bounds"));
+    }
+}
+
+/// The issues of a text or number question: no options, one value at
+/// most, a default that fits, bounds in order.
+fn typed_issues(q: &Question, at: &dyn Fn(&str) -> String, issues: &mut Vec<Issue>) {
+    let kind = match q.kind {
+        AnswerKind::Text => "text",
+        AnswerKind::Number => "number",
+        _ => "integer",
+    };
+    if !q.options.is_empty() {
+        issues.push(issue(
+            at("/options"),
+            format!("a {kind} question has no options"),
+        ));
+    }
+    if q.multiple {
+        issues.push(issue(
+            at("/multiple"),
+            format!("a {kind} question takes one value"),
+        ));
+    }
+    if q.defaults.len() > 1 {
+        issues.push(issue(at("/defaults"), "at most one default"));
+    }
+    for (j, d) in q.defaults.iter().enumerate() {
+        if let Some(wrong) = q.value_issue(d) {
+            issues.push(issue(at(&format!("/defaults/{j}")), wrong));
+        }
+    }
+    let bounds = [("/min", &q.min), ("/max", &q.max)];
+    for (field, bound) in bounds {
+        let Some(n) = bound else { continue };
+        let whole = n.as_u64().is_some();
+        if q.kind == AnswerKind::Text && !whole {
+            issues.push(issue(at(field), "a length is a whole number of at least 0"));
+        }
+        if q.kind == AnswerKind::Integer && n.as_i64().is_none() && !whole {
+            issues.push(issue(at(field), "an integer's bound is a whole number"));
+        }
+    }
+    if let (Some(min), Some(max)) = (
+        q.min.as_ref().and_then(|n| n.as_f64()),
+        q.max.as_ref().and_then(|n| n.as_f64()),
+    ) {
+        if min > max {
+            issues.push(issue(at("/max"), "less than min"));
+        }
+    }
 }
 
 /// The issues of `q`'s options (duplicate values, long texts); returns its

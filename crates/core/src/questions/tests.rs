@@ -182,12 +182,14 @@ fn arb_set() -> impl Strategy<Value = QuestionSet> {
         questions: qs
             .into_iter()
             .enumerate()
-            .map(|(i, (options, defaults, multiple))| Question {
-                id: format!("q{i}"),
-                prompt: format!("Question {i}?"),
-                options,
-                defaults,
-                multiple,
+            .map(|(i, (options, defaults, multiple))| {
+                Question::choice(
+                    format!("q{i}"),
+                    format!("Question {i}?"),
+                    options,
+                    defaults,
+                    multiple,
+                )
             })
             .collect(),
     })
@@ -301,4 +303,123 @@ fn arb_json() -> impl Strategy<Value = Value> {
             .prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
+}
+
+/// A server's form: a text, a number, an integer, and a required choice
+/// with no default.
+fn typed_set() -> QuestionSet {
+    QuestionSet::parse(&json!({
+        "questions": [
+            { "id": "name", "prompt": "Your name?", "kind": "text", "required": true, "min": 2, "max": 10, "options": [], "defaults": [] },
+            { "id": "budget", "prompt": "Budget?", "kind": "number", "min": 0.5, "max": 100, "defaults": ["10"], "options": [] },
+            { "id": "seats", "prompt": "Seats?", "kind": "integer", "options": [], "defaults": [] },
+            { "id": "tier", "prompt": "Tier?", "required": true, "options": [
+                { "value": "gold", "label": "Gold" }, { "value": "free", "label": "Free" } ], "defaults": [] }
+        ]
+    }))
+    .expect("valid")
+}
+
+#[test]
+fn typed_answers_are_checked_against_their_kind_and_bounds() {
+    let set = typed_set();
+    let resolved = set
+        .resolve(&json!({ "name": ["Dana"], "budget": ["12.5"], "seats": ["3"], "tier": ["gold"] }))
+        .unwrap();
+    assert_eq!(resolved.answers["budget"], ["12.5"]);
+    assert!(resolved.defaulted.is_empty());
+    let issues = set
+        .resolve(
+            &json!({ "name": ["D"], "budget": ["lots"], "seats": ["2.5"], "tier": ["silver"] }),
+        )
+        .unwrap_err();
+    assert_eq!(
+        paths(&issues),
+        [
+            "/answers/name/0",
+            "/answers/budget/0",
+            "/answers/seats/0",
+            "/answers/tier/0"
+        ]
+    );
+    assert_eq!(issues[0].message, "at least 2 characters");
+    assert!(issues[1].message.contains("not a number"), "{issues:?}");
+    assert!(
+        issues[2].message.contains("not a whole number"),
+        "{issues:?}"
+    );
+    let issues = set
+        .resolve(
+            &json!({ "name": ["Dana"], "budget": ["1000"], "tier": ["gold"], "seats": [" 3"] }),
+        )
+        .unwrap_err();
+    assert_eq!(issues[0].message, "at most 100");
+    assert_eq!(paths(&issues), ["/answers/budget/0", "/answers/seats/0"]);
+    // NaN, infinities and padded numbers are not numbers a person typed.
+    for wrong in ["NaN", "inf", " 1"] {
+        let issues = set
+            .resolve(&json!({ "name": ["Dana"], "budget": [wrong], "tier": ["gold"] }))
+            .unwrap_err();
+        assert_eq!(paths(&issues), ["/answers/budget/0"], "{wrong}");
+    }
+}
+
+#[test]
+fn a_required_question_must_be_answered_and_optional_ones_default() {
+    let set = typed_set();
+    let issues = set.resolve(&json!({ "budget": ["1"] })).unwrap_err();
+    assert_eq!(paths(&issues), ["/answers/name", "/answers/tier"]);
+    assert!(issues.iter().all(|i| i.message == "an answer is required"));
+    let issues = set
+        .resolve(&json!({ "name": [], "tier": ["gold"] }))
+        .unwrap_err();
+    assert_eq!(paths(&issues), ["/answers/name"]);
+    let resolved = set
+        .resolve(&json!({ "name": ["Dana"], "tier": ["free"] }))
+        .unwrap();
+    assert_eq!(resolved.answers["budget"], ["10"]);
+    assert!(resolved.answers["seats"].is_empty());
+    assert_eq!(resolved.defaulted, ["budget", "seats"]);
+    // One value at most for a typed question.
+    let issues = set
+        .resolve(&json!({ "name": ["Dana", "Lee"], "tier": ["free"] }))
+        .unwrap_err();
+    assert_eq!(issues[0].message, "takes at most one value");
+}
+
+#[test]
+fn typed_questions_are_validated_as_sets() {
+    let issues = QuestionSet::parse(&json!({ "questions": [
+        { "id": "a", "prompt": "?", "kind": "text", "options": [{ "value": "x", "label": "X" }], "defaults": [] },
+        { "id": "b", "prompt": "?", "kind": "number", "multiple": true, "defaults": ["1", "2"], "options": [] },
+        { "id": "c", "prompt": "?", "kind": "integer", "defaults": ["x"], "min": 5, "max": 1, "options": [] },
+        { "id": "d", "prompt": "?", "kind": "text", "min": -1, "options": [], "defaults": [] },
+        { "id": "e", "prompt": "?", "options": [{ "value": "x", "label": "X" }], "defaults": ["x"], "max": 3 },
+        { "id": "f", "prompt": "?", "options": [{ "value": "x", "label": "X" }], "defaults": [] },
+        { "id": "g", "prompt": "?", "options": [{ "value": "x", "label": "X" }], "defaults": [], "optional": true, "required": true },
+        { "id": "h", "prompt": "?", "options": [{ "value": "x", "label": "X" }], "defaults": [], "optional": true }
+    ] }))
+    .unwrap_err();
+    assert_eq!(
+        paths(&issues),
+        [
+            "/questions/0/options",
+            "/questions/1/multiple",
+            "/questions/1/defaults",
+            "/questions/2/defaults/0",
+            "/questions/2/max",
+            "/questions/3/min",
+            "/questions/4/min",
+            "/questions/5/defaults",
+            "/questions/6/optional",
+        ]
+    );
+    // The seeds' shape is written as it was: no kind, no required.
+    let written = serde_json::to_value(scope_set()).unwrap();
+    assert!(written["questions"][0].get("kind").is_none());
+    assert!(written["questions"][0].get("required").is_none());
+    assert_eq!(
+        serde_json::to_value(typed_set()).unwrap()["questions"][0]["kind"],
+        "text"
+    );
 }
