@@ -70,6 +70,7 @@ async fn call(tool: &HttpTool) -> Result<serde_json::Value, ToolError> {
         thread_id: ThreadId::new(),
         tool_call_id: ToolCallId::from("c1"),
         approval: None,
+        answers: None,
     };
     tool.execute(json!({}), &ctx).await
 }

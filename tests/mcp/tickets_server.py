@@ -9,7 +9,9 @@ took `id`: the same server, deployed again with another schema.
 Tools: annotated read-only (`search_tickets`), annotated destructive
 (`close_ticket`), unannotated (`create_ticket`), one whose calls fail
 (`flaky`), and tools that misbehave on purpose (`hang`, `exit_now`,
-`garbage`). Every call appends a JSON line to the file LOG: the tool, its
+`garbage`), and one that asks the person two rounds of questions before
+it finishes (`escalate_ticket`: the 2026-07-28 `input_required` result,
+its state carried in `requestState`). Every call appends a JSON line to the file LOG: the tool, its
 arguments, the `_meta` the client sent and the names of the variables in
 the server's environment and the `X-Tickets-Token` header it was sent (over
 HTTP), so a test can tell how often a call reached the server, with which
@@ -23,7 +25,12 @@ import time
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    InputRequiredResult,
+    ToolAnnotations,
+)
 from pydantic import BaseModel
 
 class Ticket(BaseModel):
@@ -119,6 +126,61 @@ def garbage(ctx: Context) -> str:
     sys.stdout.flush()
     time.sleep(3600)
     return "unreachable"
+
+
+def form(message: str, properties: dict, required: list[str]) -> ElicitRequest:
+    schema = {"type": "object", "properties": properties, "required": required}
+    return ElicitRequest(
+        method="elicitation/create",
+        params=ElicitRequestFormParams(mode="form", message=message, requested_schema=schema),
+    )
+
+
+DETAILS = {
+    "team": {
+        "type": "string",
+        "title": "Which team takes it?",
+        "oneOf": [{"const": "ops", "title": "Operations"}, {"const": "dev", "title": "Development"}],
+    },
+    "reason": {"type": "string", "title": "Why?", "minLength": 3, "maxLength": 200},
+    "hours": {"type": "integer", "title": "Within how many hours?", "minimum": 1, "maximum": 72, "default": 24},
+    "page": {"type": "boolean", "title": "Page someone now?", "default": False},
+    "tags": {
+        "type": "array",
+        "title": "Tags",
+        "items": {"type": "string", "enum": ["printer", "network", "urgent"]},
+        "default": ["printer"],
+    },
+}
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def escalate_ticket(id: str, ctx: Context) -> str | InputRequiredResult:
+    """Escalates a ticket after asking the person who takes it and why, then to confirm."""
+    responses = ctx.input_responses or {}
+    state = json.loads(ctx.request_state) if ctx.request_state else {"round": 0}
+    answers = {key: dict(value) if isinstance(value, dict) else value.model_dump(mode="json", exclude_none=True)
+               for key, value in responses.items()}
+    record("escalate_ticket", ctx, id=id, round=state["round"], responses=answers)
+    if state["round"] == 0:
+        return InputRequiredResult(
+            input_requests={"details": form(f"Escalating {id}.", DETAILS, ["team", "reason"])},
+            request_state=json.dumps({"round": 1}),
+        )
+    if state["round"] == 1:
+        details = answers.get("details", {})
+        if details.get("action") != "accept":
+            return f"not escalated: the person chose {details.get('action')}"
+        confirm = {"go": {"type": "boolean", "title": f"Escalate {id} to {details['content']['team']}?"}}
+        return InputRequiredResult(
+            input_requests={"confirm": form("Last check.", confirm, ["go"])},
+            request_state=json.dumps({"round": 2, "details": details["content"]}),
+        )
+    confirm = answers.get("confirm", {})
+    if confirm.get("action") != "accept" or not confirm.get("content", {}).get("go"):
+        return f"not escalated: the person chose {confirm.get('action')} at the last check"
+    details = state["details"]
+    return json.dumps({"escalated": id, **details}, sort_keys=True)
 
 
 if __name__ == "__main__":

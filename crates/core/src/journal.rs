@@ -39,6 +39,13 @@ pub mod names {
     pub fn exec(call: &ToolCallId) -> String {
         format!("exec:{call}")
     }
+    /// Round `round` (1, 2, …) of the questions a running tool asked (an
+    /// MCP server's `input_required`): the question set, the tool's own
+    /// state to be handed back, and the id of the row that asks it. A
+    /// call whose tool never asks has none, so its journal is as before.
+    pub fn asked(call: &ToolCallId, round: u32) -> String {
+        format!("asked:{call}:{round}")
+    }
     /// The run moved to agent version `hash` here (an upgrade, on
     /// purpose): not a checkpoint of the loop, which steps over it.
     pub fn version(hash: &str) -> String {

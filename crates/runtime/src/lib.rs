@@ -33,7 +33,7 @@ pub use model::{
 pub use relay::Relay;
 pub use replies::Replies;
 pub use tool::{
-    park_for_input, Approval, EchoTool, HttpTool, ParkRequest, Tool, ToolContext, ToolError,
-    ToolSpec,
+    ask_questions, park_for_input, Approval, AskOutcome, AskRequest, EchoTool, HttpTool,
+    ParkRequest, Tool, ToolAnswers, ToolContext, ToolError, ToolSpec,
 };
 pub use worker::{Worker, WorkerConfig};

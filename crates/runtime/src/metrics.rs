@@ -9,6 +9,9 @@ pub const RECLAIMS: &str = "agentenkit_reclaims_total";
 pub const OUTBOX_PUBLISHED: &str = "agentenkit_outbox_published_total";
 pub const OUTBOX_PUBLISH_FAILURES: &str = "agentenkit_outbox_publish_failures_total";
 pub const PARKS: &str = "agentenkit_parks_total";
+/// Rounds of questions a running tool asked (an MCP server's
+/// `input_required`), each parked as a question set.
+pub const TOOL_QUESTIONS: &str = "agentenkit_tool_question_rounds_total";
 pub const ANSWERS: &str = "agentenkit_answers_total";
 /// Calls refused without asking: a person denied the same call (same
 /// tool, same arguments) earlier in the run.
@@ -51,5 +54,7 @@ pub const REMINDERS: &str = "agentenkit_reminders_total";
 /// an answer that is none), `unreachable` (no session, no answer in time,
 /// a hang-up)).
 pub const MCP_CALLS: &str = "agentenkit_mcp_calls_total";
+/// Rounds of questions an MCP server asked (`input_required`), by server.
+pub const MCP_QUESTIONS: &str = "agentenkit_mcp_questions_total";
 /// One attempt of a call of an MCP server's tool, seconds (`server`).
 pub const MCP_CALL_SECONDS: &str = "agentenkit_mcp_call_duration_seconds";

@@ -544,7 +544,7 @@ fn disposition_of(outcome: Result<(), SegmentError>, given_up: bool) -> Disposit
             tracing::error!(error = %e, "could not record the run's end");
             Disposition::Requeue
         }
-        Err(SegmentError::Parked(_)) => Disposition::Requeue,
+        Err(SegmentError::Parked(_) | SegmentError::Asked(_)) => Disposition::Requeue,
     }
 }
 

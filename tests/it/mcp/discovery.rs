@@ -125,6 +125,7 @@ async fn the_reference_server_everything_is_listed_over_stdio() {
         thread_id: agentenkit_core::ThreadId::new(),
         tool_call_id: "c1".into(),
         approval: None,
+        answers: None,
     };
     let echo = registry.tool("everything/echo").unwrap();
     let answer = echo

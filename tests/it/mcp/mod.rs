@@ -15,6 +15,7 @@ mod calls;
 mod crash;
 mod discovery;
 mod providers;
+mod questions;
 mod versions;
 
 /// The repository's root.

@@ -1,5 +1,6 @@
 //! A step's tool calls: each is persisted once with its kind, then a
 //! function tool runs at most once (`exec:<callId>`), or the call waits.
+//! (A call whose tool asks questions runs in rounds: `rounds.rs`.)
 
 use agentenkit_core::conversation::ToolCallRequest;
 use agentenkit_core::journal::names;
@@ -11,59 +12,13 @@ use tracing::Instrument;
 
 use super::checkpoint::{Checkpointer, Durability};
 use super::error::SegmentError;
-use super::outcome::{PersistedToolCall, Wait};
+use super::outcome::PersistedToolCall;
 use super::results::{result_changes, without_nul};
 use crate::agent::{Agent, Registry};
-use crate::tool::{Approval, ParkRequest, ToolContext, ToolError};
-
-/// What running a function call came to.
-pub(super) enum Ran {
-    Result(Value),
-    /// The call waits: with how to park it when it parked just now, without
-    /// when it parked in an earlier segment.
-    Parked(Option<Wait>),
-}
-
-/// A function call: its journaled output, or it runs now; a tool that asks
-/// to park (first call) waits like an approval, and one that parked earlier
-/// waits for its reply without running again.
-pub(super) async fn run_function(
-    cp: &mut Checkpointer<'_>,
-    agent: &Agent,
-    registry: &Registry,
-    ctx: &RunContext,
-    call: &PersistedToolCall,
-) -> Result<Ran, SegmentError> {
-    // Whether the call ran, parked, or is still to run comes from durable
-    // state only: its `exec:` entry, its recorded park request, its row.
-    if !cp.next_is(&names::exec(&call.id)) {
-        let row = cp.call(&call.id)?;
-        if row.state.status() != ToolCallStatus::Proposed {
-            return Ok(Ran::Parked(None));
-        }
-        if let Some(recorded) = row.park_request().cloned() {
-            let request: ParkRequest = serde_json::from_value(recorded)
-                .map_err(|e| SegmentError::Permanent(format!("unreadable park request: {e}")))?;
-            return Ok(Ran::Parked(Some(Wait::Job(request))));
-        }
-    }
-    match execute(cp, agent, registry, ctx, call, None, None).await {
-        Ok(result) => Ok(Ran::Result(result)),
-        Err(SegmentError::Parked(request)) => {
-            let recorded = serde_json::to_value(&request)
-                .map_err(|e| SegmentError::Permanent(e.to_string()))?;
-            // The tool ran its first half: its decision to park is
-            // committed at once, like any effect's outcome.
-            cp.buffer(vec![Change::Call {
-                id: call.id.clone(),
-                event: CallEvent::RecordParkRequest { request: recorded },
-            }]);
-            cp.flush(None).await?;
-            Ok(Ran::Parked(Some(Wait::Job(request))))
-        }
-        Err(other) => Err(other),
-    }
-}
+use crate::tool::{
+    Approval, AskRequest, ParkRequest, ToolAnswers, ToolContext, ToolError, MAX_ASK_ROUNDS,
+    MAX_ASK_STATE_BYTES,
+};
 
 /// True when the waiting call has not been parked (or its child started)
 /// yet: the park of this step must do it.
@@ -127,6 +82,7 @@ pub(super) async fn persist_tool_call(
 /// see is the result; an unavailable tool fails the step for a retry. An
 /// approved call runs with the arguments its `decision` edited it to, and
 /// the model reads the decision's edits and note with the result.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn execute(
     cp: &mut Checkpointer<'_>,
     agent: &Agent,
@@ -135,6 +91,7 @@ pub(super) async fn execute(
     call: &PersistedToolCall,
     approval: Option<Approval>,
     decision: Option<&SettledReply>,
+    answers: Option<ToolAnswers>,
 ) -> Result<Value, SegmentError> {
     let edited = decision.and_then(|d| d.arguments.as_ref());
     let message = decision.and_then(|d| d.message.as_deref());
@@ -165,13 +122,16 @@ pub(super) async fn execute(
         async {
             let answered = approval.is_some();
             let run_as = edited_call.as_ref().unwrap_or(call);
-            let (result, status) = match invoke(agent, registry, ctx, run_as, approval).await {
+            let invocation = invoke(agent, registry, ctx, run_as, approval, answers).await;
+            let (result, status) = match invocation {
                 Invocation::Done(value) => (value, ToolCallStatus::Executed),
                 Invocation::Failed(value) => (value, ToolCallStatus::Failed),
                 Invocation::Unavailable(message) => return Err(SegmentError::Retry(message)),
                 // The first call parks: nothing is journaled, the step parks
                 // it once every call is handled.
                 Invocation::Park(request) => return Err(SegmentError::Parked(request)),
+                // Questions: the call's rounds journal them and park.
+                Invocation::Ask(request) => return Err(SegmentError::Asked(request)),
             };
             ::metrics::counter!(crate::metrics::TOOL_EXECUTIONS, "status" => status.as_str())
                 .increment(1);
@@ -213,6 +173,9 @@ enum Invocation {
     Unavailable(String),
     /// The tool asks to wait for an outside answer.
     Park(ParkRequest),
+    /// The tool asks a person questions (checked: a set that can be shown,
+    /// a state that can be journaled, within the rounds a call may ask).
+    Ask(AskRequest),
 }
 
 async fn invoke(
@@ -221,6 +184,7 @@ async fn invoke(
     ctx: &RunContext,
     call: &PersistedToolCall,
     approval: Option<Approval>,
+    answers: Option<ToolAnswers>,
 ) -> Invocation {
     let offered = agent.tools.iter().any(|t| t == &call.name);
     let Some(tool) = registry.tool(&call.name).filter(|_| offered) else {
@@ -247,8 +211,10 @@ async fn invoke(
         thread_id: ctx.lease.thread_id,
         tool_call_id: call.id.clone(),
         approval,
+        answers,
     };
-    let resumed = tool_ctx.approval.is_some();
+    let resumed = tool_ctx.approval.is_some() || tool_ctx.answers.is_some();
+    let round = tool_ctx.answers.as_ref().map_or(1, |a| a.round + 1);
     match tool.tool.execute(call.arguments.clone(), &tool_ctx).await {
         Ok(value) => Invocation::Done(without_nul(value)),
         // A tool's own words may hold what Postgres cannot store.
@@ -266,6 +232,38 @@ async fn invoke(
             payload: without_nul(request.payload),
             ttl_ms: request.ttl_ms,
         }),
+        Err(ToolError::Ask(request)) => asked(request, round),
+    }
+}
+
+/// A tool's questions as the call can ask them, or the failure the model
+/// sees instead: a set nobody could answer, a state too large to journal,
+/// or one round too many.
+fn asked(request: AskRequest, round: u32) -> Invocation {
+    if round > MAX_ASK_ROUNDS {
+        return Invocation::Failed(json!({
+            "error": format!("the tool asked more than {MAX_ASK_ROUNDS} rounds of questions in one call"),
+        }));
+    }
+    let issues = request.questions.issues();
+    if !issues.is_empty() {
+        let (shown, _) = agentenkit_core::questions::shown_issues(&issues);
+        return Invocation::Failed(without_nul(json!({
+            "error": "the tool asked questions that cannot be shown",
+            "issues": shown,
+        })));
+    }
+    if agentenkit_core::canonical::json_len(&request.state) > MAX_ASK_STATE_BYTES {
+        return Invocation::Failed(json!({
+            "error": format!("the tool's question state is over {MAX_ASK_STATE_BYTES} bytes"),
+        }));
+    }
+    let request = serde_json::to_value(&request)
+        .map(without_nul)
+        .and_then(serde_json::from_value);
+    match request {
+        Ok(request) => Invocation::Ask(request),
+        Err(e) => Invocation::Failed(json!({ "error": format!("the tool's questions: {e}") })),
     }
 }
 

@@ -159,7 +159,7 @@ pub async fn intake(
     };
     let call = intake_call(&set);
     conversation.push(intake_message(&call, &set));
-    match await_reply(cp, run_id, &call, names::INTAKE_ANSWERS.to_owned()).await? {
+    match await_reply(cp, run_id, &call, names::INTAKE_ANSWERS.to_owned(), true).await? {
         Ok(reply) => {
             let result = reply.answers_result().unwrap_or_default();
             conversation.push(tool_message(&call, result));

@@ -13,6 +13,7 @@
 //! results               recorded results and replies of calls
 //! calls, elicitation,   a step's calls: persisted, run once, or waiting;
 //!   delegation          question sets; sub-agents
+//! rounds                a call's tool run to its end, through its questions
 //! step                  the step loop (run_turn)
 //! park, segment         the commits that end a segment
 //! ```
@@ -28,6 +29,7 @@ mod error;
 mod outcome;
 mod park;
 mod results;
+mod rounds;
 pub mod segment;
 mod step;
 

@@ -40,6 +40,10 @@ pub enum Wait {
     Delegate { task: String },
     /// A person's answers to a question set (never expires).
     Ask { frame: Value, reason: String },
+    /// A person's answers to the questions a running tool asked (the
+    /// parked call is the round's own row): expires after the agent's
+    /// `hitl_ttl_ms`, since the questions belong to a call in progress.
+    ToolAsk { frame: Value, reason: String },
 }
 
 /// The value journaled under `persist:toolcall:<callId>`: the row as

@@ -88,6 +88,11 @@ fn park_item(
             ],
             true,
         ),
+        // A tool's questions: shown as any question set, but they belong
+        // to a call in progress, which they must not hold for ever.
+        Wait::ToolAsk { frame, reason } => {
+            (tool_questions(ctx, call, frame, reason, agent_ttl_ms), true)
+        }
         Wait::Approval => {
             let wait = (ToolKind::Approval, "approval", None);
             (timed_request(registry, ctx, call, wait, agent_ttl_ms), true)
@@ -167,6 +172,45 @@ fn timed_request(
         }
     }
     changes
+}
+
+/// The park of a round of a tool's questions (its own row): open until
+/// the agent's `hitl_ttl_ms` runs out, with its `ELICITATION` frame, which
+/// says when.
+fn tool_questions(
+    ctx: &RunContext,
+    row: &PersistedToolCall,
+    frame: &Value,
+    reason: &str,
+    ttl_ms: u64,
+) -> Vec<Change> {
+    let ttl_ms = ttl_ms.clamp(1, crate::tool::MAX_TTL_MS);
+    let expires_at =
+        (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64)).trunc_subsecs(6);
+    let mut frame = frame.clone();
+    frame["expiresAt"] = json!(expires_at);
+    vec![
+        Change::Call {
+            id: row.id.clone(),
+            event: CallEvent::Park {
+                kind: ToolKind::Ask,
+                reason: reason.to_owned(),
+                arguments: None,
+                expires_at: Some(expires_at),
+            },
+        },
+        Change::Event {
+            event_type: EventType::Elicitation,
+            data: frame,
+        },
+        Change::Outbox {
+            message: QueueMessage::Expiry {
+                run_id: ctx.lease.run_id,
+                tool_call_id: row.id.clone(),
+            },
+            delay_ms: ttl_ms,
+        },
+    ]
 }
 
 /// The context a child run's trace continues from: a span of the

@@ -22,12 +22,15 @@ pub(super) fn tool_message(call: &PersistedToolCall, content: Value) -> Message 
 }
 
 /// The reply to a parked call (`tool:<runId>:<callId>`): from the journal,
-/// or from its settled row; `Err(status)` while it waits.
+/// or from its settled row; `Err(status)` while it waits. A denial or
+/// answers are what the model reads of the call (`shown`), except for the
+/// questions a tool asked, whose reply goes to the tool.
 pub(super) async fn await_reply(
     cp: &mut Checkpointer<'_>,
     run_id: RunId,
     call: &PersistedToolCall,
     name: String,
+    shown: bool,
 ) -> Result<Result<SettledReply, ToolCallStatus>, SegmentError> {
     let settled = if cp.is_recorded(&name)? {
         None
@@ -36,8 +39,12 @@ pub(super) async fn await_reply(
             Err(status) => return Ok(Err(status)),
             // One channel, two shapes: a reply whose shape does not fit the
             // wait (answers for a verdict, or the reverse) is discarded and
-            // the call stays parked, attributing nothing to anyone.
-            Ok(reply) if reply.answers.is_some() != (call.kind == ToolKind::Ask) => {
+            // the call stays parked, attributing nothing to anyone. (An
+            // expiry, of a tool's questions, carries neither.)
+            Ok(reply)
+                if reply.status != ToolCallStatus::Expired
+                    && reply.answers.is_some() != (call.kind == ToolKind::Ask) =>
+            {
                 tracing::warn!(tool_call_id = %call.id, "a reply of the wrong shape was discarded");
                 return Ok(Err(ToolCallStatus::PendingApproval));
             }
@@ -52,8 +59,8 @@ pub(super) async fn await_reply(
                 SegmentError::Permanent("the reply of a recorded call was read again".into())
             })?;
             let changes = match reply.answers_result().or_else(|| reply.denial()) {
-                Some(result) => result_changes(run_id, call, reply.status, &result),
-                None => vec![],
+                Some(result) if shown => result_changes(run_id, call, reply.status, &result),
+                _ => vec![],
             };
             Ok((reply, changes))
         })

@@ -15,6 +15,7 @@ use super::park::park;
 use super::step::run_turn;
 use crate::agent::Registry;
 use crate::metrics;
+use crate::tool::{AskRequest, ParkRequest};
 
 /// How a step that failed for a passing reason is retried.
 #[derive(Debug, Clone, Copy)]
@@ -43,8 +44,9 @@ pub async fn end(
             finish(ctx, cp, RunStatus::Completed, output, None).await
         }
         Ok(Outcome::Park { to_park }) => park(registry, ctx, cp, to_park).await,
-        Err(SegmentError::Parked(request)) => {
-            let error = format!("a tool parked ({}) outside a step", request.reason);
+        Err(SegmentError::Parked(ParkRequest { reason, .. }))
+        | Err(SegmentError::Asked(AskRequest { reason, .. })) => {
+            let error = format!("a tool parked ({reason}) outside a step");
             cp.discard();
             finish(ctx, cp, RunStatus::Failed, None, Some(error.into())).await
         }

@@ -12,13 +12,14 @@ use agentenkit_store::{Change, RunContext};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::calls::{execute, needs_park, persist_tool_call, run_function, Ran};
+use super::calls::{needs_park, persist_tool_call};
 use super::checkpoint::{Checkpointer, Durability};
 use super::delegation::{await_delegation, delegation_task, StepDelegations};
 use super::elicitation;
 use super::error::SegmentError;
 use super::outcome::{Outcome, ParkItem, PersistedToolCall, Wait};
 use super::results::{await_reply, record_unrun, tool_message, without_nul};
+use super::rounds::{run_function, run_to_end, Ran};
 use crate::agent::{Agent, Registry};
 use crate::model::ModelRequest;
 use crate::tool::Approval;
@@ -190,7 +191,7 @@ impl Turn<'_> {
         &mut self,
         cp: &mut Checkpointer<'_>,
         response: &ModelResponse,
-    ) -> Result<Vec<(PersistedToolCall, Option<Wait>)>, SegmentError> {
+    ) -> Result<Vec<Waiting>, SegmentError> {
         let (agent, registry, ctx) = (self.agent, self.registry, self.ctx);
         let run_id = ctx.lease.run_id;
         let mut waiting = Vec::new();
@@ -206,6 +207,12 @@ impl Turn<'_> {
                     match run_function(cp, agent, registry, ctx, &persisted).await? {
                         Ran::Result(result) => Err(result),
                         Ran::Parked(wait) => Ok(wait),
+                        // Its tool's questions: settled (or not) by its
+                        // rounds, not by a reply of its own.
+                        Ran::Waits(item) => {
+                            waiting.push(Waiting::Asking(item));
+                            continue;
+                        }
                     }
                 }
                 ToolKind::Approval => match self.refused_repeat(cp, &persisted).await? {
@@ -230,7 +237,7 @@ impl Turn<'_> {
                 }
             };
             match started {
-                Ok(wait) => waiting.push((persisted, wait)),
+                Ok(wait) => waiting.push(Waiting::Reply(persisted, wait)),
                 Err(result) => self.conversation.push(tool_message(&persisted, result)),
             }
         }
@@ -306,19 +313,33 @@ impl Turn<'_> {
     async fn settle_waits(
         &mut self,
         cp: &mut Checkpointer<'_>,
-        waiting: Vec<(PersistedToolCall, Option<Wait>)>,
+        waiting: Vec<Waiting>,
     ) -> Result<Option<Vec<ParkItem>>, SegmentError> {
         let mut to_park: Vec<ParkItem> = Vec::new();
         let mut blocked = false;
-        for (call, wait) in waiting {
+        for waits in waiting {
+            let (call, wait) = match waits {
+                // Its rounds found it waiting: park what they said.
+                Waiting::Asking(item) => {
+                    blocked = true;
+                    to_park.extend(item);
+                    continue;
+                }
+                Waiting::Reply(call, wait) => (call, wait),
+            };
             let settled = if blocked {
-                None
+                Ran::Waits(None)
             } else {
                 self.settled_result(cp, &call).await?
             };
             match settled {
-                Some(result) => self.conversation.push(tool_message(&call, result)),
-                None => {
+                Ran::Result(result) => self.conversation.push(tool_message(&call, result)),
+                Ran::Waits(Some(item)) => {
+                    blocked = true;
+                    to_park.push(item);
+                }
+                // Its reply, or its tool's next round, is still awaited.
+                Ran::Parked(_) | Ran::Waits(None) => {
                     blocked = true;
                     if let Some(wait) = wait {
                         if needs_park(cp, &call)? {
@@ -333,19 +354,21 @@ impl Turn<'_> {
 
     /// The result of a waiting call once it has one: its child run's end,
     /// or its reply (a denial or answers as they are, an approval by
-    /// running the tool with the reply's payload).
+    /// running the tool with the reply's payload, which may ask questions
+    /// and wait again).
     async fn settled_result(
         &mut self,
         cp: &mut Checkpointer<'_>,
         call: &PersistedToolCall,
-    ) -> Result<Option<serde_json::Value>, SegmentError> {
+    ) -> Result<Ran, SegmentError> {
         let run_id = self.ctx.lease.run_id;
         if call.kind == ToolKind::Delegate {
-            return await_delegation(cp, run_id, call).await;
+            let ended = await_delegation(cp, run_id, call).await?;
+            return Ok(ended.map_or(Ran::Waits(None), Ran::Result));
         }
         let name = names::tool(run_id, &call.id);
-        let Ok(reply) = await_reply(cp, run_id, call, name).await? else {
-            return Ok(None);
+        let Ok(reply) = await_reply(cp, run_id, call, name, true).await? else {
+            return Ok(Ran::Waits(None));
         };
         // A person's denial (not an expiry) is remembered: the same call
         // proposed again is refused without asking.
@@ -358,15 +381,23 @@ impl Turn<'_> {
                 .remember(call.id.as_str(), &call.name, &call.arguments, reason);
         }
         if let Some(result) = reply.answers_result().or_else(|| reply.denial()) {
-            return Ok(Some(result));
+            return Ok(Ran::Result(result));
         }
         let approval = Approval {
             approved: true,
             payload: reply.payload.clone(),
         };
         let (agent, registry, ctx) = (self.agent, self.registry, self.ctx);
-        Ok(Some(
-            execute(cp, agent, registry, ctx, call, Some(approval), Some(&reply)).await?,
-        ))
+        run_to_end(cp, agent, registry, ctx, call, Some(approval), Some(&reply)).await
     }
+}
+
+/// A call of the step that did not finish when it started.
+enum Waiting {
+    /// It waits for its own reply or child run (with how to park it when it
+    /// has not been parked).
+    Reply(PersistedToolCall, Option<Wait>),
+    /// Its tool asked questions, and their round still waits (with the row
+    /// to park when it is new).
+    Asking(Option<ParkItem>),
 }

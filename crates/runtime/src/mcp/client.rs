@@ -11,9 +11,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResponse, ClientConfig, RequestMetaObject};
-use rmcp::service::{RoleClient, RunningService, ServiceError};
-use rmcp::ServiceExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientConfig, ElicitationCapability,
+    FormElicitationCapability, InputResponses, ProtocolVersion, RequestMetaObject,
+};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService, ServiceError,
+};
 use serde_json::{Map, Value};
 
 use super::def::{DiscoveredTool, ServerDef, Transport};
@@ -100,12 +104,14 @@ impl Server {
     }
 
     /// One `tools/call` of `tool` (its name on the server), `idempotency_key`
-    /// in its `_meta`, within the server's timeout.
+    /// in its `_meta`, within the server's timeout; `input` answers the
+    /// questions its last answer asked (`inputResponses`, `requestState`).
     pub async fn call(
         &self,
         tool: &str,
         arguments: Map<String, Value>,
         idempotency_key: &str,
+        input: Option<&(InputResponses, Option<String>)>,
     ) -> Result<CallToolResponse, ServerError> {
         let session = self.session().await?;
         let mut meta = Map::new();
@@ -113,6 +119,10 @@ impl Server {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = Some(arguments);
         params.meta = Some(RequestMetaObject(rmcp::model::MetaObject(meta)));
+        if let Some((responses, state)) = input {
+            params.input_responses = Some(responses.clone());
+            params.request_state.clone_from(state);
+        }
         let called =
             tokio::time::timeout(self.def.timeout(), session.service.call_tool_once(params)).await;
         match called {
@@ -125,7 +135,7 @@ impl Server {
     /// `e` as the caller sees it; a session that failed below the protocol
     /// is closed, so the next request opens another.
     async fn failed(&self, session: &Arc<Session>, e: ServiceError) -> ServerError {
-        if session.oversized.load(Ordering::Relaxed) {
+        if session.oversized.load(Ordering::Relaxed) || http_body_too_large(&e) {
             self.close(session).await;
             return self.too_large();
         }
@@ -211,9 +221,14 @@ impl Server {
     async fn connect(&self) -> Result<Session, ServerError> {
         let unreachable =
             |what: String| ServerError::Unreachable(format!("mcp server {}: {what}", self.name));
-        // Offered nothing (no sampling, roots or elicitation): the client
-        // answers no request of the server's.
-        let info = ClientConfig::default();
+        // Offered form elicitation only, which a 2026-07-28 server asks
+        // through `input_required` and a person answers, however long it
+        // takes (`elicit.rs`); no sampling or roots. A server of an earlier
+        // revision that asks in a request of its own mid-call is declined
+        // at once: nobody could answer it while a connection waits.
+        let mut info = ClientConfig::default();
+        info.capabilities.elicitation =
+            Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
         let cap = usize::try_from(self.def.max_response_bytes()).unwrap_or(usize::MAX);
         match self.def.transport {
             Transport::Stdio => {
@@ -239,7 +254,11 @@ impl Server {
                 let transport =
                     rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin)
                         .with_max_line_length(cap);
-                self.opened(info.serve(transport).await, Some(child), oversized)
+                self.opened(
+                    info.serve_with_lifecycle(transport, lifecycle()).await,
+                    Some(child),
+                    oversized,
+                )
             }
             Transport::Http => {
                 use rmcp::transport::streamable_http_client::{
@@ -266,7 +285,11 @@ impl Server {
                     .build()
                     .map_err(|e| unreachable(format!("http client: {e}")))?;
                 let transport = StreamableHttpClientTransport::with_client(client, config);
-                self.opened(info.serve(transport).await, None, Arc::default())
+                self.opened(
+                    info.serve_with_lifecycle(transport, lifecycle()).await,
+                    None,
+                    Arc::default(),
+                )
             }
         }
     }
@@ -347,6 +370,33 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CappedLines<R> {
             }
             other => other,
         }
+    }
+}
+
+/// Whether the HTTP transport refused an answer past its byte limit (a
+/// session of the 2026-07-28 revision says so; an earlier one hangs up).
+fn http_body_too_large(e: &ServiceError) -> bool {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = source {
+        if let Some(StreamableHttpError::<reqwest::Error>::ResponseBodyTooLarge { .. }) =
+            error.downcast_ref()
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// How a session starts: `server/discover` for a server of the 2026-07-28
+/// revision (whose questions come back as `input_required`, which a
+/// person can answer however long it takes), the `initialize` handshake
+/// for a server of an earlier one.
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: None,
     }
 }
 

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 pub mod client;
 pub mod def;
+mod elicit;
 pub mod tool;
 
 pub use client::{Server, ServerError, IDEMPOTENCY_KEY};

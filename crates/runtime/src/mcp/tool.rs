@@ -4,13 +4,14 @@ use std::sync::Arc;
 
 use agentenkit_core::notify::retry_delay;
 use async_trait::async_trait;
-use rmcp::model::{CallToolResponse, CallToolResult};
+use rmcp::model::{CallToolResponse, CallToolResult, InputResponses};
 use serde_json::{json, Value};
 use tracing::Instrument;
 
 use super::client::{Server, ServerError};
 use super::def::{tool_name, DiscoveredTool};
-use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
+use super::elicit;
+use crate::tool::{ask_questions, Tool, ToolContext, ToolError, ToolSpec, MAX_ASK_ROUNDS};
 
 /// Attempts of a call to a server that cannot be reached or does not
 /// answer in time before the model is told it failed, and the wait before
@@ -74,7 +75,7 @@ impl Tool for McpTool {
             span.record("otel.name", format!("tools/call {}", self.tool));
         }
         let outcome = self.call(arguments, ctx).instrument(span.clone()).await;
-        if outcome.is_err() {
+        if matches!(outcome, Err(ToolError::Failed(_) | ToolError::Transient(_))) {
             span.record("error.type", "tool_error");
         }
         outcome
@@ -82,21 +83,59 @@ impl Tool for McpTool {
 }
 
 impl McpTool {
-    /// The call, tried again while the server cannot be reached.
+    /// The call, tried again while the server cannot be reached; with the
+    /// reply to the questions it asked last, when it asked some.
     async fn call(
         &self,
         arguments: serde_json::Map<String, Value>,
         ctx: &ToolContext,
     ) -> Result<Value, ToolError> {
+        let mut input = match &ctx.answers {
+            Some(answers) => Some(
+                elicit::responses(&answers.state, &answers.outcome).map_err(ToolError::Failed)?,
+            ),
+            None => None,
+        };
+        // A server may ask for nothing but to be called again with its
+        // state; that needs no person and no park.
+        for _ in 0..MAX_ASK_ROUNDS {
+            match self
+                .call_once(arguments.clone(), ctx, input.as_ref())
+                .await?
+            {
+                CallToolResponse::InputRequired(asked)
+                    if asked.input_requests.as_ref().is_none_or(|r| r.is_empty()) =>
+                {
+                    input = Some((Default::default(), asked.request_state));
+                }
+                response => return self.outcome(response),
+            }
+        }
+        Err(ToolError::Failed(format!(
+            "mcp server {} asked to be called again {MAX_ASK_ROUNDS} times without a question",
+            self.server.name()
+        )))
+    }
+
+    /// One `tools/call`, tried again while the server cannot be reached.
+    async fn call_once(
+        &self,
+        arguments: serde_json::Map<String, Value>,
+        ctx: &ToolContext,
+        input: Option<&(InputResponses, Option<String>)>,
+    ) -> Result<CallToolResponse, ToolError> {
         let key = ctx.idempotency_key();
         let mut attempt = 1;
-        let response = loop {
+        loop {
             tracing::Span::current().record("mcp.attempts", attempt);
             let started = std::time::Instant::now();
-            let answer = self.server.call(&self.tool, arguments.clone(), &key).await;
+            let answer = self
+                .server
+                .call(&self.tool, arguments.clone(), &key, input)
+                .await;
             self.measure(&answer, started);
             match answer {
-                Ok(response) => break response,
+                Ok(response) => return Ok(response),
                 Err(ServerError::Refused(message)) => return Err(ToolError::Failed(message)),
                 // Each attempt carries the same idempotency key: a server
                 // that did the work before hanging up can tell.
@@ -111,13 +150,22 @@ impl McpTool {
                     attempt += 1;
                 }
             }
-        };
+        }
+    }
+
+    /// What a call's answer comes to: a result, a failure, or questions
+    /// for a person (the call waits as a question set, and is sent again
+    /// with the reply).
+    fn outcome(&self, response: CallToolResponse) -> Result<Value, ToolError> {
         match response {
             CallToolResponse::Complete(result) => outcome(result),
-            CallToolResponse::InputRequired(_) => Err(ToolError::Failed(format!(
-                "mcp server {} asked for input this client did not offer to give",
-                self.server.name()
-            ))),
+            CallToolResponse::InputRequired(asked) => {
+                let (questions, state) =
+                    elicit::questions(self.server.name(), &asked).map_err(ToolError::Failed)?;
+                ::metrics::counter!(crate::metrics::MCP_QUESTIONS, "server" => self.server.name().to_owned())
+                    .increment(1);
+                Err(ask_questions("mcp", questions, state))
+            }
             CallToolResponse::Task(_) => Err(ToolError::Failed(format!(
                 "mcp server {} started a task this client did not ask for",
                 self.server.name()

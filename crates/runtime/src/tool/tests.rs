@@ -47,6 +47,7 @@ async fn an_echo_tool_answers_its_arguments_and_the_approvals_payload() {
         thread_id: ThreadId::new(),
         tool_call_id: "c1".into(),
         approval: None,
+        answers: None,
     };
     assert_eq!(
         echo.execute(json!({ "to": "a" }), &ctx).await.unwrap(),
@@ -153,6 +154,7 @@ async fn marking_a_tool_requires_confirmation_and_keeps_the_rest() {
         thread_id: ThreadId::new(),
         tool_call_id: "c1".into(),
         approval: None,
+        answers: None,
     };
     assert_eq!(
         marked.execute(json!({"to": "x"}), &ctx).await,
@@ -204,6 +206,7 @@ fn idempotency_key_is_run_and_call() {
         thread_id: ThreadId::new(),
         tool_call_id: "c1".into(),
         approval: None,
+        answers: None,
     };
     assert_eq!(ctx.idempotency_key(), format!("{}:c1", ctx.run_id));
 }

@@ -1,0 +1,225 @@
+//! A call's tool run to its end, in rounds when the tool asks questions (an
+//! MCP server's `input_required`).
+//!
+//! Round `k`'s questions are journaled as `asked:<callId>:<k>` the moment
+//! the tool returns them, with the row that asks them (`<callId>~<k>`, of
+//! kind `ask`) in the same commit: a crash before it asks the tool again,
+//! never a person; a crash after it finds the row. The row parks with the
+//! step as a question set that expires after the agent's `hitl_ttl_ms`, is
+//! shown and answered like any other, and its reply (`tool:<runId>:<row>`)
+//! invokes the tool again with the answers, a skip or the expiry. Nothing
+//! of a round reaches the conversation: the model reads the call's one
+//! result, journaled as `exec:<callId>` when the tool finishes.
+
+use agentenkit_core::journal::names;
+use agentenkit_core::reply::SettledReply;
+use agentenkit_core::{CallEvent, ToolCallId, ToolCallStatus, ToolKind};
+use agentenkit_store::{Change, RunContext};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::calls::execute;
+use super::checkpoint::{Checkpointer, Durability};
+use super::elicitation::frame;
+use super::error::SegmentError;
+use super::outcome::{ParkItem, PersistedToolCall, Wait};
+use super::results::await_reply;
+use crate::agent::{Agent, Registry};
+use crate::tool::{Approval, AskOutcome, AskRequest, ParkRequest, ToolAnswers, MAX_ASK_ROUNDS};
+
+/// What a call came to: its result, or it waits.
+pub(super) enum Ran {
+    Result(Value),
+    /// For its own reply (an approval's, a job's), with how to park it
+    /// when it parked just now, without when it parked earlier.
+    Parked(Option<Wait>),
+    /// For the reply to its tool's questions, with the round's row to park
+    /// when it is new.
+    Waits(Option<ParkItem>),
+}
+
+/// The value of `asked:<callId>:<round>`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Asked {
+    /// The row that asks this round's questions.
+    row: ToolCallId,
+    request: AskRequest,
+}
+
+/// A function call: its journaled output, or it runs now; a tool that asks
+/// to park (first call) waits like an approval, one that parked earlier
+/// waits for its reply without running again, and one that asks questions
+/// runs in rounds.
+pub(super) async fn run_function(
+    cp: &mut Checkpointer<'_>,
+    agent: &Agent,
+    registry: &Registry,
+    ctx: &RunContext,
+    call: &PersistedToolCall,
+) -> Result<Ran, SegmentError> {
+    // Whether the call ran, parked, asked, or is still to run comes from
+    // durable state only: its `exec:` or `asked:` entry, its recorded park
+    // request, its row.
+    if !cp.next_is(&names::exec(&call.id)) && !cp.next_is(&names::asked(&call.id, 1)) {
+        let row = cp.call(&call.id)?;
+        if row.state.status() != ToolCallStatus::Proposed {
+            return Ok(Ran::Parked(None));
+        }
+        if let Some(recorded) = row.park_request().cloned() {
+            let request: ParkRequest = serde_json::from_value(recorded)
+                .map_err(|e| SegmentError::Permanent(format!("unreadable park request: {e}")))?;
+            return Ok(Ran::Parked(Some(Wait::Job(request))));
+        }
+    }
+    match run_to_end(cp, agent, registry, ctx, call, None, None).await {
+        Err(SegmentError::Parked(request)) => {
+            let recorded = serde_json::to_value(&request)
+                .map_err(|e| SegmentError::Permanent(e.to_string()))?;
+            // The tool ran its first half: its decision to park is
+            // committed at once, like any effect's outcome.
+            cp.buffer(vec![Change::Call {
+                id: call.id.clone(),
+                event: CallEvent::RecordParkRequest { request: recorded },
+            }]);
+            cp.flush(None).await?;
+            Ok(Ran::Parked(Some(Wait::Job(request))))
+        }
+        other => other,
+    }
+}
+
+/// Runs `call`'s tool (with `approval`, once a person approved it) until
+/// it finishes, round after round while its questions have replies.
+pub(super) async fn run_to_end(
+    cp: &mut Checkpointer<'_>,
+    agent: &Agent,
+    registry: &Registry,
+    ctx: &RunContext,
+    call: &PersistedToolCall,
+    approval: Option<Approval>,
+    decision: Option<&SettledReply>,
+) -> Result<Ran, SegmentError> {
+    let run_id = ctx.lease.run_id;
+    let mut answers = None;
+    // The tool itself fails the round past the last (`calls::asked`).
+    for round in 1..=MAX_ASK_ROUNDS {
+        let name = names::asked(&call.id, round);
+        let asked: Asked = if cp.next_is(&name) {
+            cp.checkpoint(name, Durability::Derived, || async {
+                Err(SegmentError::Permanent(
+                    "journaled questions were asked again".into(),
+                ))
+            })
+            .await?
+        } else {
+            let invocation = execute(
+                cp,
+                agent,
+                registry,
+                ctx,
+                call,
+                approval.clone(),
+                decision,
+                answers.take(),
+            )
+            .await;
+            match invocation {
+                Ok(result) => return Ok(Ran::Result(result)),
+                Err(SegmentError::Asked(request)) => record_asked(cp, call, round, request).await?,
+                Err(other) => return Err(other),
+            }
+        };
+        let row = round_call(call, &asked);
+        let name = names::tool(run_id, &row.id);
+        match await_reply(cp, run_id, &row, name, false).await? {
+            Ok(reply) => {
+                answers = Some(ToolAnswers {
+                    round,
+                    outcome: outcome(reply),
+                    state: asked.request.state,
+                })
+            }
+            Err(status) => {
+                let wait = (status == ToolCallStatus::Proposed).then(|| {
+                    let request = &row.arguments;
+                    let mut frame = frame(run_id, &row.id, request, ctx, &asked.request.reason);
+                    frame["toolName"] = Value::String(call.name.clone());
+                    Wait::ToolAsk {
+                        frame,
+                        reason: asked.request.reason.clone(),
+                    }
+                });
+                return Ok(Ran::Waits(wait.map(|wait| ParkItem { call: row, wait })));
+            }
+        }
+    }
+    // Only a journal from another build can get here: the tool's last
+    // round is refused before it is journaled.
+    Err(SegmentError::Permanent(format!(
+        "tool call {} asked more than {MAX_ASK_ROUNDS} rounds of questions",
+        call.id
+    )))
+}
+
+/// Journals round `round`'s questions with the row that asks them, at
+/// once: the tool ran its first half.
+async fn record_asked(
+    cp: &mut Checkpointer<'_>,
+    call: &PersistedToolCall,
+    round: u32,
+    request: AskRequest,
+) -> Result<Asked, SegmentError> {
+    let row = round_row_id(cp, &call.id, round);
+    let questions = serde_json::to_value(&request.questions)
+        .map_err(|e| SegmentError::Permanent(format!("the tool's questions: {e}")))?;
+    cp.checkpoint(
+        names::asked(&call.id, round),
+        Durability::Effect,
+        || async move {
+            let changes = vec![Change::ProposeToolCall {
+                id: row.clone(),
+                name: call.name.clone(),
+                arguments: questions,
+                kind: ToolKind::Ask,
+            }];
+            ::metrics::counter!(crate::metrics::TOOL_QUESTIONS).increment(1);
+            Ok((Asked { row, request }, changes))
+        },
+    )
+    .await
+}
+
+/// The id of the row that asks round `round` of `call`: `<callId>~<round>`
+/// (cut to fit), with `~` added while another row of the run has it. Read
+/// back from the journal afterwards, never derived again.
+fn round_row_id(cp: &Checkpointer<'_>, call: &ToolCallId, round: u32) -> ToolCallId {
+    let suffix = format!("~{round}");
+    let keep = ToolCallId::MAX_LEN.saturating_sub(suffix.len() + 8);
+    let base: String = call.as_str().chars().take(keep).collect();
+    let mut id = format!("{base}{suffix}");
+    while cp.call(&ToolCallId(id.clone())).is_ok() {
+        id.push('~');
+    }
+    ToolCallId(id)
+}
+
+/// The row of a round as the loop handles a parked call.
+fn round_call(call: &PersistedToolCall, asked: &Asked) -> PersistedToolCall {
+    PersistedToolCall {
+        id: asked.row.clone(),
+        name: call.name.clone(),
+        arguments: serde_json::to_value(&asked.request.questions).unwrap_or_default(),
+        kind: ToolKind::Ask,
+        tool_type: ToolKind::Ask.tool_type().to_owned(),
+    }
+}
+
+/// How the tool sees a round's reply.
+fn outcome(reply: SettledReply) -> AskOutcome {
+    match reply.status {
+        ToolCallStatus::Executed => AskOutcome::Answered(reply.answers.unwrap_or_default()),
+        ToolCallStatus::Expired => AskOutcome::Expired,
+        _ => AskOutcome::Skipped,
+    }
+}
