@@ -79,17 +79,16 @@ pub(super) async fn persist_tool_call(
 }
 
 /// Runs a function tool once (`exec:<callId>`). A failure the model should
-/// see is the result; an unavailable tool fails the step for a retry. An
-/// approved call runs with the arguments its `decision` edited it to, and
-/// the model reads the decision's edits and note with the result.
-#[allow(clippy::too_many_arguments)]
+/// see is the result; an unavailable tool fails the step for a retry. A
+/// call a person approved (`decision`) runs with the reply's payload and
+/// the arguments the decision edited it to, and the model reads the
+/// decision's edits and note with the result.
 pub(super) async fn execute(
     cp: &mut Checkpointer<'_>,
     agent: &Agent,
     registry: &Registry,
     ctx: &RunContext,
     call: &PersistedToolCall,
-    approval: Option<Approval>,
     decision: Option<&SettledReply>,
     answers: Option<ToolAnswers>,
 ) -> Result<Value, SegmentError> {
@@ -108,21 +107,11 @@ pub(super) async fn execute(
     cp.checkpoint(name, Durability::Effect, || {
         // Made only when the tool runs now: a replay reads the journal and
         // must not export a span of a run that did not happen.
-        let span = tracing::info_span!(
-            "tool",
-            tool_call_id = %call.id,
-            tool = %call.name,
-            outcome = tracing::field::Empty,
-            idempotency_key = tracing::field::Empty,
-        );
-        if exporting {
-            // What a trace viewer shows of the call; log lines do without.
-            span.record("idempotency_key", format!("{run_id}:{}", call.id));
-        }
+        let span = tool_span(call, run_id, exporting);
         async {
-            let answered = approval.is_some();
+            let answered = decision.is_some();
             let run_as = edited_call.as_ref().unwrap_or(call);
-            let invocation = invoke(agent, registry, ctx, run_as, approval, answers).await;
+            let invocation = invoke(agent, registry, ctx, run_as, decision, answers).await;
             let (result, status) = match invocation {
                 Invocation::Done(value) => (value, ToolCallStatus::Executed),
                 Invocation::Failed(value) => (value, ToolCallStatus::Failed),
@@ -163,6 +152,22 @@ pub(super) async fn execute(
     .await
 }
 
+/// The span of a call's tool running now.
+fn tool_span(call: &PersistedToolCall, run_id: RunId, exporting: bool) -> tracing::Span {
+    let span = tracing::info_span!(
+        "tool",
+        tool_call_id = %call.id,
+        tool = %call.name,
+        outcome = tracing::field::Empty,
+        idempotency_key = tracing::field::Empty,
+    );
+    if exporting {
+        // What a trace viewer shows of the call; log lines do without.
+        span.record("idempotency_key", format!("{run_id}:{}", call.id));
+    }
+    span
+}
+
 /// What running a tool came to.
 enum Invocation {
     /// The tool's output.
@@ -183,7 +188,7 @@ async fn invoke(
     registry: &Registry,
     ctx: &RunContext,
     call: &PersistedToolCall,
-    approval: Option<Approval>,
+    decision: Option<&SettledReply>,
     answers: Option<ToolAnswers>,
 ) -> Invocation {
     let offered = agent.tools.iter().any(|t| t == &call.name);
@@ -210,7 +215,10 @@ async fn invoke(
         run_id: ctx.lease.run_id,
         thread_id: ctx.lease.thread_id,
         tool_call_id: call.id.clone(),
-        approval,
+        approval: decision.map(|d| Approval {
+            approved: true,
+            payload: d.payload.clone(),
+        }),
         answers,
     };
     let resumed = tool_ctx.approval.is_some() || tool_ctx.answers.is_some();

@@ -119,11 +119,7 @@ fn timed_request(
     ttl_ms: u64,
 ) -> Vec<Change> {
     let run_id = ctx.lease.run_id;
-    // A Rust tool may ask for anything; the ladder reaches 49 days.
-    let ttl_ms = ttl_ms.clamp(1, crate::tool::MAX_TTL_MS);
-    // Postgres keeps microseconds: the event must say what the row says.
-    let expires_at =
-        (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64)).trunc_subsecs(6);
+    let (ttl_ms, expires_at) = deadline(ttl_ms);
     let event = json!({
         "toolCallId": call.id,
         "runId": run_id,
@@ -149,13 +145,7 @@ fn timed_request(
             event_type: EventType::InputRequired,
             data: event,
         },
-        Change::Outbox {
-            message: QueueMessage::Expiry {
-                run_id,
-                tool_call_id: call.id.clone(),
-            },
-            delay_ms: ttl_ms,
-        },
+        expiry(ctx, call, ttl_ms),
     ];
     // A reminder due before the expiry goes with it, on the delay ladder;
     // it finds the request answered, or reminds.
@@ -184,9 +174,7 @@ fn tool_questions(
     reason: &str,
     ttl_ms: u64,
 ) -> Vec<Change> {
-    let ttl_ms = ttl_ms.clamp(1, crate::tool::MAX_TTL_MS);
-    let expires_at =
-        (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64)).trunc_subsecs(6);
+    let (ttl_ms, expires_at) = deadline(ttl_ms);
     let mut frame = frame.clone();
     frame["expiresAt"] = json!(expires_at);
     vec![
@@ -203,14 +191,30 @@ fn tool_questions(
             event_type: EventType::Elicitation,
             data: frame,
         },
-        Change::Outbox {
-            message: QueueMessage::Expiry {
-                run_id: ctx.lease.run_id,
-                tool_call_id: row.id.clone(),
-            },
-            delay_ms: ttl_ms,
-        },
+        expiry(ctx, row, ttl_ms),
     ]
+}
+
+/// A request's wait from now: its ttl as the delay ladder can hold it (a
+/// Rust tool may ask for anything; the ladder reaches 49 days), and when it
+/// expires, to the microsecond Postgres keeps, so the event says what the
+/// row says.
+fn deadline(ttl_ms: u64) -> (u64, chrono::DateTime<chrono::Utc>) {
+    let ttl_ms = ttl_ms.clamp(1, crate::tool::MAX_TTL_MS);
+    let expires_at =
+        (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64)).trunc_subsecs(6);
+    (ttl_ms, expires_at)
+}
+
+/// The expiry message of `call`'s request, due after `ttl_ms`.
+fn expiry(ctx: &RunContext, call: &PersistedToolCall, ttl_ms: u64) -> Change {
+    Change::Outbox {
+        message: QueueMessage::Expiry {
+            run_id: ctx.lease.run_id,
+            tool_call_id: call.id.clone(),
+        },
+        delay_ms: ttl_ms,
+    }
 }
 
 /// The context a child run's trace continues from: a span of the

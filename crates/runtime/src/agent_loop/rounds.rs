@@ -25,7 +25,7 @@ use super::error::SegmentError;
 use super::outcome::{ParkItem, PersistedToolCall, Wait};
 use super::results::await_reply;
 use crate::agent::{Agent, Registry};
-use crate::tool::{Approval, AskOutcome, AskRequest, ParkRequest, ToolAnswers, MAX_ASK_ROUNDS};
+use crate::tool::{AskOutcome, AskRequest, ParkRequest, ToolAnswers, MAX_ASK_ROUNDS};
 
 /// What a call came to: its result, or it waits.
 pub(super) enum Ran {
@@ -72,7 +72,7 @@ pub(super) async fn run_function(
             return Ok(Ran::Parked(Some(Wait::Job(request))));
         }
     }
-    match run_to_end(cp, agent, registry, ctx, call, None, None).await {
+    match run_to_end(cp, agent, registry, ctx, call, None).await {
         Err(SegmentError::Parked(request)) => {
             let recorded = serde_json::to_value(&request)
                 .map_err(|e| SegmentError::Permanent(e.to_string()))?;
@@ -89,21 +89,23 @@ pub(super) async fn run_function(
     }
 }
 
-/// Runs `call`'s tool (with `approval`, once a person approved it) until
-/// it finishes, round after round while its questions have replies.
+/// Runs `call`'s tool (with the person's `decision`, once they approved
+/// it) until it finishes, round after round while its questions have
+/// replies.
 pub(super) async fn run_to_end(
     cp: &mut Checkpointer<'_>,
     agent: &Agent,
     registry: &Registry,
     ctx: &RunContext,
     call: &PersistedToolCall,
-    approval: Option<Approval>,
     decision: Option<&SettledReply>,
 ) -> Result<Ran, SegmentError> {
     let run_id = ctx.lease.run_id;
     let mut answers = None;
-    // The tool itself fails the round past the last (`calls::asked`).
-    for round in 1..=MAX_ASK_ROUNDS {
+    // The last round's reply still reaches the tool; a round past the
+    // last is refused before it is journaled (`calls::asked`), so the
+    // final iteration only ever invokes.
+    for round in 1..=MAX_ASK_ROUNDS + 1 {
         let name = names::asked(&call.id, round);
         let asked: Asked = if cp.next_is(&name) {
             cp.checkpoint(name, Durability::Derived, || async {
@@ -113,17 +115,8 @@ pub(super) async fn run_to_end(
             })
             .await?
         } else {
-            let invocation = execute(
-                cp,
-                agent,
-                registry,
-                ctx,
-                call,
-                approval.clone(),
-                decision,
-                answers.take(),
-            )
-            .await;
+            let invocation =
+                execute(cp, agent, registry, ctx, call, decision, answers.take()).await;
             match invocation {
                 Ok(result) => return Ok(Ran::Result(result)),
                 Err(SegmentError::Asked(request)) => record_asked(cp, call, round, request).await?,

@@ -22,7 +22,6 @@ use super::results::{await_reply, record_unrun, tool_message, without_nul};
 use super::rounds::{run_function, run_to_end, Ran};
 use crate::agent::{Agent, Registry};
 use crate::model::ModelRequest;
-use crate::tool::Approval;
 use crate::tool::ToolSpec;
 
 /// A run makes at most this many model calls: a model that never stops
@@ -383,12 +382,8 @@ impl Turn<'_> {
         if let Some(result) = reply.answers_result().or_else(|| reply.denial()) {
             return Ok(Ran::Result(result));
         }
-        let approval = Approval {
-            approved: true,
-            payload: reply.payload.clone(),
-        };
         let (agent, registry, ctx) = (self.agent, self.registry, self.ctx);
-        run_to_end(cp, agent, registry, ctx, call, Some(approval), Some(&reply)).await
+        run_to_end(cp, agent, registry, ctx, call, Some(&reply)).await
     }
 }
 

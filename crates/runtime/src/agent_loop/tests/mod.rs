@@ -7,6 +7,7 @@
 mod approvals;
 mod crashes;
 mod delegation;
+mod rounds;
 mod turns;
 mod waits;
 
@@ -15,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentenkit_core::canonical::arguments_hash;
+use agentenkit_core::questions::QuestionSet;
 use agentenkit_core::reply::{reduce, SettledReply, Verdict};
 use agentenkit_core::{RunId, RunStatus, ToolCallId, ToolKind};
 use agentenkit_store::memory::{Memory, MemoryCall};
@@ -24,7 +26,7 @@ use serde_json::{json, Value};
 
 use super::segment::{self, RetryPolicy};
 use super::{Checkpointer, CrashPoint, SegmentError};
-use crate::tool::{mark_requires_confirmation, park_for_input, Approval, ToolSpec};
+use crate::tool::{ask_questions, mark_requires_confirmation, park_for_input, Approval, ToolSpec};
 use crate::{Registry, Tool, ToolContext, ToolError};
 
 /// What a test tool does when it runs.
@@ -39,6 +41,9 @@ enum Does {
     /// Parks for a job the first time; answers with the job's payload once
     /// it is answered.
     ParkForJob,
+    /// Asks a person one text question a round, `n` rounds, then answers
+    /// with the rounds it saw and the last reply.
+    Asks(u32),
 }
 
 /// What one run of a test tool was given: its arguments and its approval.
@@ -85,8 +90,30 @@ impl Tool for TestTool {
                 None => Err(park_for_input("render", json!({ "job": 7 }), None)),
                 Some(answer) => Ok(json!({ "rendered": answer.payload })),
             },
+            Does::Asks(rounds) => {
+                let answered = ctx.answers.as_ref().map_or(0, |a| a.round);
+                if answered < rounds {
+                    return Err(ask_questions(
+                        "test",
+                        text_question(),
+                        json!({ "asked": answered + 1 }),
+                    ));
+                }
+                let last = ctx
+                    .answers
+                    .as_ref()
+                    .map(|a| (format!("{:?}", a.outcome), a.state.clone()));
+                Ok(json!({ "rounds": answered, "last": last }))
+            }
         }
     }
+}
+
+/// One required text question, `q`.
+fn text_question() -> QuestionSet {
+    QuestionSet::parse(&json!({ "questions": [
+        { "id": "q", "prompt": "Why?", "kind": "text", "required": true, "options": [], "defaults": [] } ] }))
+    .expect("a valid set")
 }
 
 /// A tool's counters, as a test reads them.
