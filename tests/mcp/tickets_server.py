@@ -11,7 +11,8 @@ Tools: annotated read-only (`search_tickets`), annotated destructive
 (`flaky`), and tools that misbehave on purpose (`hang`, `exit_now`,
 `garbage`), and one that asks the person two rounds of questions before
 it finishes (`escalate_ticket`: the 2026-07-28 `input_required` result,
-its state carried in `requestState`). Every call appends a JSON line to the file LOG: the tool, its
+its state carried in `requestState`), and one that first asks only to be
+called again with its state (`settle`). Every call appends a JSON line to the file LOG: the tool, its
 arguments, the `_meta` the client sent and the names of the variables in
 the server's environment and the `X-Tickets-Token` header it was sent (over
 HTTP), so a test can tell how often a call reached the server, with which
@@ -181,6 +182,15 @@ def escalate_ticket(id: str, ctx: Context) -> str | InputRequiredResult:
         return f"not escalated: the person chose {confirm.get('action')} at the last check"
     details = state["details"]
     return json.dumps({"escalated": id, **details}, sort_keys=True)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def settle(ctx: Context) -> str | InputRequiredResult:
+    """Asks nobody anything: first only to be called again with its state."""
+    record("settle", ctx, state=ctx.request_state)
+    if ctx.request_state is None:
+        return InputRequiredResult(request_state="warmed")
+    return f"settled after {ctx.request_state}"
 
 
 if __name__ == "__main__":

@@ -94,7 +94,8 @@ async fn a_servers_two_rounds_of_questions_are_asked_answered_and_sent_back() {
         .iter()
         .filter_map(|q| q["id"].as_str())
         .collect();
-    assert_eq!(ids, ["hours", "page", "reason", "tags", "team"], "{asked}");
+    // In the order the server wrote them.
+    assert_eq!(ids, ["team", "reason", "hours", "page", "tags"], "{asked}");
     assert_eq!(asked["request"]["preamble"], "Escalating T-7.");
     assert!(
         asked["expiresAt"].is_string(),
@@ -271,5 +272,39 @@ async fn a_worker_that_dies_after_a_round_was_asked_carries_on_without_asking_ag
         .count();
     assert_eq!(pending_rows, 2);
     rescuer.stop().await.unwrap();
+    env.finish().await;
+}
+
+/// An `input_required` with a state and no requests asks nobody: the call
+/// is sent again with the state at once, and the run never waits.
+#[tokio::test]
+async fn a_server_that_asks_only_to_be_called_again_is_called_again_at_once() {
+    let log = CallLog::new();
+    let script = r#"
+  { tool_calls = [ { id = "c1", name = "tickets/settle", arguments = {} } ] },
+  { text = "Done." },
+"#;
+    let registry = load(&agent_file(
+        "\"tickets/settle\"",
+        script,
+        &tickets_stdio(&log, ""),
+    ))
+    .await;
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "settle").await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(result_of_c1(&env, &thread_id).await, "settled after warmed");
+    let states: Vec<Value> = log
+        .calls_of("settle")
+        .iter()
+        .map(|c| c["arguments"]["state"].clone())
+        .collect();
+    assert_eq!(states, [Value::Null, json!("warmed")]);
+    assert!(!env
+        .event_types(&thread_id)
+        .await
+        .contains(&"ELICITATION".to_owned()));
+    worker.stop().await.unwrap();
     env.finish().await;
 }

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use agentenkit_core::questions::{clip, AnswerKind, Question, QuestionOption, QuestionSet};
-use rmcp::model::{InputRequiredResult, InputResponses};
+use rmcp::model::{ElicitRequestParams, InputRequest, InputRequiredResult, InputResponses};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Number, Value};
 
@@ -67,6 +67,7 @@ pub(crate) fn questions(
         requests: Vec::new(),
     };
     for (key, request) in &requests {
+        let order = property_order(request);
         let request = serde_json::to_value(request).map_err(|e| e.to_string())?;
         let params = &request["params"];
         match request["method"].as_str() {
@@ -93,8 +94,10 @@ pub(crate) fn questions(
             .map(|r| r.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         let mut fields = Vec::new();
-        let empty = Map::new();
-        for (name, property) in schema["properties"].as_object().unwrap_or(&empty) {
+        let properties = order
+            .iter()
+            .filter_map(|name| Some((name, schema["properties"].get(name)?)));
+        for (name, property) in properties {
             let id = if several {
                 format!("{key}.{name}")
             } else {
@@ -120,6 +123,23 @@ pub(crate) fn questions(
     }
     let state = serde_json::to_value(&state).map_err(|e| e.to_string())?;
     Ok((set, state))
+}
+
+/// The properties of a form in the order the server wrote them (a JSON
+/// object here keeps its keys sorted; the SDK keeps the wire order).
+fn property_order(request: &InputRequest) -> Vec<String> {
+    match request {
+        InputRequest::Elicitation(elicit) => match &elicit.params {
+            ElicitRequestParams::FormElicitationParams {
+                requested_schema, ..
+            } => requested_schema
+                .property_order
+                .clone()
+                .unwrap_or_else(|| requested_schema.properties.keys().cloned().collect()),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
 }
 
 /// One property as a question, and the JSON type its answer is sent as.

@@ -108,7 +108,7 @@ impl McpTool {
                 {
                     input = Some((Default::default(), asked.request_state));
                 }
-                response => return self.outcome(response),
+                response => return self.answered(response),
             }
         }
         Err(ToolError::Failed(format!(
@@ -156,7 +156,7 @@ impl McpTool {
     /// What a call's answer comes to: a result, a failure, or questions
     /// for a person (the call waits as a question set, and is sent again
     /// with the reply).
-    fn outcome(&self, response: CallToolResponse) -> Result<Value, ToolError> {
+    fn answered(&self, response: CallToolResponse) -> Result<Value, ToolError> {
         match response {
             CallToolResponse::Complete(result) => outcome(result),
             CallToolResponse::InputRequired(asked) => {

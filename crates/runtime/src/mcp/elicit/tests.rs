@@ -110,6 +110,23 @@ fn a_reply_is_sent_back_as_typed_input_responses() {
     assert_eq!(expired["details"], json!({ "action": "cancel" }));
 }
 
+/// The questions come in the order the server wrote its properties, not
+/// sorted.
+#[test]
+fn questions_keep_the_servers_order() {
+    let asked: InputRequiredResult = serde_json::from_str(
+        r#"{ "resultType": "input_required", "inputRequests": { "x": {
+              "method": "elicitation/create", "params": { "mode": "form", "message": "m",
+                "requestedSchema": { "type": "object", "properties": {
+                  "zeta": { "type": "string" }, "alpha": { "type": "boolean", "default": true },
+                  "mid": { "type": "integer" } } } } } } }"#,
+    )
+    .unwrap();
+    let (set, _) = questions("s", &asked).unwrap();
+    let ids: Vec<&str> = set.questions.iter().map(|q| q.id.as_str()).collect();
+    assert_eq!(ids, ["zeta", "alpha", "mid"]);
+}
+
 /// Several requests in one round: ids say which each question belongs to,
 /// and each request gets its own response.
 #[test]
