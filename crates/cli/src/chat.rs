@@ -41,6 +41,13 @@ fn parse_choice(line: &str, question: &Question) -> Result<Option<Vec<String>>, 
     if line == "-" {
         return Ok(Some(vec![]));
     }
+    // A text or a number is the line itself, checked as the server will.
+    if question.kind.is_typed() {
+        return match question.value_issue(line) {
+            Some(problem) => Err(problem),
+            None => Ok(Some(vec![line.to_owned()])),
+        };
+    }
     let mut values = Vec::new();
     for part in line.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let option = match part.parse::<usize>() {
@@ -87,7 +94,14 @@ impl Hooks for TerminalHooks {
                 };
                 println!("  {picked} {}. {}", n + 1, shown(&option.label, false));
             }
-            let how = if question.multiple {
+            if question.kind.is_typed() {
+                for default in &question.defaults {
+                    println!("  * {}", shown(default, false));
+                }
+            }
+            let how = if question.kind.is_typed() {
+                "the answer"
+            } else if question.multiple {
                 "numbers, comma-separated"
             } else {
                 "a number"
@@ -231,6 +245,31 @@ mod tests {
             "options": [{"value": "a", "label": "A"}, {"value": "b", "label": "B"}]
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_typed_answer_is_the_line_checked_as_the_server_checks_it() {
+        let hours: Question = serde_json::from_value(json!({
+            "id": "hours", "prompt": "Hours?", "kind": "integer", "min": 1, "max": 72,
+            "options": [], "defaults": ["24"]
+        }))
+        .unwrap();
+        assert_eq!(parse_choice("", &hours), Ok(None));
+        assert_eq!(parse_choice(" 4 ", &hours), Ok(Some(vec!["4".into()])));
+        assert_eq!(parse_choice("-", &hours), Ok(Some(vec![])));
+        assert_eq!(parse_choice("99", &hours), Err("at most 72".into()));
+        assert!(parse_choice("soon", &hours)
+            .unwrap_err()
+            .contains("not a whole number"));
+        let why: Question = serde_json::from_value(json!({
+            "id": "why", "prompt": "Why?", "kind": "text", "options": [], "defaults": []
+        }))
+        .unwrap();
+        assert_eq!(
+            parse_choice("it, burns", &why),
+            Ok(Some(vec!["it, burns".into()])),
+            "a text's commas are its own"
+        );
     }
 
     #[test]

@@ -79,6 +79,11 @@ impl AnswerKind {
     pub fn is_choice(&self) -> bool {
         *self == AnswerKind::Choice
     }
+
+    /// A text or a number: answered by typing, not by picking.
+    pub fn is_typed(&self) -> bool {
+        !self.is_choice()
+    }
 }
 
 impl Question {
@@ -104,8 +109,10 @@ impl Question {
         }
     }
 
-    /// Why `value` cannot answer this (typed) question, if it cannot.
-    fn value_issue(&self, value: &str) -> Option<String> {
+    /// Why `value` cannot be one of this question's answer values (not an
+    /// option; not a number, or out of bounds), if it cannot: what a client
+    /// can tell a person before it sends the answer.
+    pub fn value_issue(&self, value: &str) -> Option<String> {
         let bound = |n: &Option<serde_json::Number>| n.as_ref().and_then(|n| n.as_f64());
         let (min, max) = (bound(&self.min), bound(&self.max));
         let measured = match self.kind {

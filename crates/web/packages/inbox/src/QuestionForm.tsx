@@ -60,7 +60,17 @@ export function QuestionForm(props: {
               </span>{" "}
               <span className="prompt">{question.prompt}</span>
             </legend>
-            {question.options.map((option) => (
+            {isTyped(question) ? (
+              <TypedAnswer
+                name={name}
+                question={question}
+                value={(chosen[question.id] ?? [])[0] ?? ""}
+                onChange={(value) =>
+                  setChosen((current) => ({ ...current, [question.id]: value === "" ? [] : [value] }))
+                }
+              />
+            ) : (
+              question.options.map((option) => (
               <label key={option.value} className="option">
                 <input
                   type={multiple ? "checkbox" : "radio"}
@@ -71,7 +81,8 @@ export function QuestionForm(props: {
                 />
                 {option.label}
               </label>
-            ))}
+              ))
+            )}
           </fieldset>
         );
       })}
@@ -84,6 +95,34 @@ export function QuestionForm(props: {
         </button>
       </div>
     </form>
+  );
+}
+
+type Question = QuestionSet["questions"][number];
+
+/** A question answered by typing: a text, a number or an integer. */
+function isTyped(question: Question): boolean {
+  return question.kind === "text" || question.kind === "number" || question.kind === "integer";
+}
+
+/** The field of a typed question, with its bounds (the server checks them
+ * again). */
+function TypedAnswer(props: { name: string; question: Question; value: string; onChange: (value: string) => void }) {
+  const { question } = props;
+  const text = question.kind === "text";
+  return (
+    <input
+      className="typed"
+      type={text ? "text" : "number"}
+      name={props.name}
+      aria-label={question.prompt}
+      required={question.required === true}
+      value={props.value}
+      {...(text
+        ? { minLength: question.min, maxLength: question.max }
+        : { min: question.min, max: question.max, step: question.kind === "integer" ? 1 : "any" })}
+      onChange={(event) => props.onChange(event.target.value)}
+    />
   );
 }
 

@@ -377,6 +377,30 @@ describe("inbox", () => {
     expect(await finished(runId)).toBe("completed");
   });
 
+  it("answers typed questions: a required text and an integer, with their bounds", async () => {
+    const answered = await parked("former");
+    await signIn(page);
+    const card = page.getByRole("article");
+    await card.waitFor();
+    const reason = card.getByRole("textbox", { name: "Why?" });
+    const hours = card.getByRole("spinbutton", { name: "Within how many hours?" });
+    expect(await reason.inputValue()).toBe("");
+    expect(await hours.inputValue()).toBe("24");
+    // The required text stops an empty submit in the browser: nothing is sent.
+    await hours.press("Enter");
+    expect(await (await alice.getThread(answered.threadId)).status).toBe("WAITING_FOR_INPUT");
+    await reason.fill("the printer is on fire");
+    await hours.fill("4");
+    await hours.press("Enter");
+    await card.waitFor({ state: "detached", timeout: 2000 });
+    expect(await finished(answered.runId)).toBe("completed");
+    expect(await journalValue(answered.runId, (e) => e.name === "intake:answers")).toMatchObject({
+      status: "executed",
+      answers: { reason: ["the printer is on fire"], hours: ["4"] },
+      defaulted: [],
+    });
+  });
+
   it("answers a question set with a changed choice (Enter submits), and skips another", async () => {
     const answered = await parked("asker");
     await signIn(page);

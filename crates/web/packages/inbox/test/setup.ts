@@ -60,6 +60,17 @@ questions = [
   { id = "checks", prompt = "Which checks?", multiple = true, options = [ { value = "tests", label = "Tests" }, { value = "lint", label = "Lint" }, { value = "docs", label = "Docs" } ], defaults = ["tests", "lint"] },
 ]
 
+[agents.former]
+description = "Asks for a text and a number before it starts."
+model = { provider = "scripted", script = [ { text = "Done." } ] }
+
+[agents.former.intake]
+when = "every-turn"
+questions = [
+  { id = "reason", prompt = "Why?", kind = "text", required = true, min = 3, options = [], defaults = [] },
+  { id = "hours", prompt = "Within how many hours?", kind = "integer", min = 1, max = 72, options = [], defaults = ["24"] },
+]
+
 [tools.send]
 type = "http"
 url = "${toolUrl}/send"

@@ -13,9 +13,20 @@ export interface QuestionOption {
 export interface Question {
   id: string;
   prompt: string;
+  /** A choice question's options; empty for a text or a number. */
   options: QuestionOption[];
   multiple?: boolean;
   defaults?: string[];
+  /** What the answer is: a choice when absent. A typed answer is sent as
+   * its one string (`["42"]`). */
+  kind?: "choice" | "text" | "number" | "integer";
+  /** Must be answered, and not with nothing. */
+  required?: boolean;
+  /** May be left empty: a choice then pre-picks nothing. */
+  optional?: boolean;
+  /** A text's length in characters, or a number's range. */
+  min?: number;
+  max?: number;
 }
 
 export interface QuestionSet {
