@@ -308,3 +308,34 @@ async fn a_server_that_asks_only_to_be_called_again_is_called_again_at_once() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// Stopping the thread while a server's question waits cancels the run and
+/// the round's row: a late answer is not delivered and the server is not
+/// called again.
+#[tokio::test]
+async fn stopping_the_thread_while_a_servers_question_waits_cancels_it() {
+    let log = CallLog::new();
+    let env = TestEnv::start(escalating(&log, None).await).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "escalate T-7").await;
+    wait_asked(&env, &thread_id, "c1~1").await;
+    env.post(&format!("/threads/{thread_id}/stop"), json!({}))
+        .await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "cancelled");
+    let (status, late) = answer(
+        &env,
+        &run_id,
+        "c1~1",
+        json!({ "team": ["ops"], "reason": ["smoke"] }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{late}");
+    assert_eq!(late["delivered"], false, "{late}");
+    assert_eq!(
+        log.calls_of("escalate_ticket").len(),
+        1,
+        "sent once, before the stop"
+    );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
