@@ -119,6 +119,14 @@ async fn the_reference_server_everything_is_listed_over_stdio() {
     let registry = load(&text).await;
     let tools = &registry.agent("agent").unwrap().tools;
     assert!(tools.contains(&"everything/echo".to_owned()), "{tools:?}");
+    // It speaks an earlier revision (2025-11-25): it is offered no
+    // elicitation, so it registers none of its tools that would ask in a
+    // request of its own mid-call (they are there for a client that offers
+    // it).
+    assert!(
+        !tools.iter().any(|t| t.contains("elicitation")),
+        "{tools:?}"
+    );
     // A text result reaches the model as its text.
     let ctx = agentenkit_runtime::ToolContext {
         run_id: agentenkit_core::RunId::new(),

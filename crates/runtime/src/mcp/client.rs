@@ -12,11 +12,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientConfig, ElicitationCapability,
+    CallToolRequestParams, CallToolResponse, ClientConfig, ElicitationCapability, ErrorCode,
     FormElicitationCapability, InputResponses, ProtocolVersion, RequestMetaObject,
 };
 use rmcp::service::{
-    ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService, ServiceError,
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
+    ServiceError,
 };
 use serde_json::{Map, Value};
 
@@ -218,17 +219,50 @@ impl Server {
         Ok(session)
     }
 
+    /// A session of the 2026-07-28 revision (`server/discover`), offered
+    /// form elicitation, which such a server asks through `input_required`
+    /// and a person answers however long it takes (`elicit.rs`); else, for a
+    /// server of an earlier revision, an `initialize` session offered
+    /// nothing: its questions would come as requests of its own mid-call,
+    /// which nobody could answer while a connection waits. No sampling or
+    /// roots either way. (A legacy stdio server is spawned twice: the child
+    /// that answered `server/discover` is killed.)
     async fn connect(&self) -> Result<Session, ServerError> {
-        let unreachable =
-            |what: String| ServerError::Unreachable(format!("mcp server {}: {what}", self.name));
-        // Offered form elicitation only, which a 2026-07-28 server asks
-        // through `input_required` and a person answers, however long it
-        // takes (`elicit.rs`); no sampling or roots. A server of an earlier
-        // revision that asks in a request of its own mid-call is declined
-        // at once: nobody could answer it while a connection waits.
-        let mut info = ClientConfig::default();
-        info.capabilities.elicitation =
+        let mut modern = ClientConfig::default();
+        modern.capabilities.elicitation =
             Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
+        let discover = ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        };
+        match self.open(modern, discover).await {
+            Err(Startup::Legacy) => {
+                let legacy = self.open(ClientConfig::default(), ClientLifecycleMode::Initialize);
+                legacy.await.map_err(|startup| match startup {
+                    Startup::Failed(e) => e,
+                    Startup::Legacy => ServerError::Unreachable(format!(
+                        "mcp server {}: initialize was refused",
+                        self.name
+                    )),
+                })
+            }
+            Err(Startup::Failed(e)) => Err(e),
+            Ok(session) => Ok(session),
+        }
+    }
+
+    /// A session over a new connection (a new child, for stdio), started
+    /// as `lifecycle` says, offering what `info` says.
+    async fn open(
+        &self,
+        info: ClientConfig,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<Session, Startup> {
+        let unreachable = |what: String| {
+            Startup::Failed(ServerError::Unreachable(format!(
+                "mcp server {}: {what}",
+                self.name
+            )))
+        };
         let cap = usize::try_from(self.def.max_response_bytes()).unwrap_or(usize::MAX);
         match self.def.transport {
             Transport::Stdio => {
@@ -255,7 +289,7 @@ impl Server {
                     rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin)
                         .with_max_line_length(cap);
                 self.opened(
-                    info.serve_with_lifecycle(transport, lifecycle()).await,
+                    info.serve_with_lifecycle(transport, lifecycle).await,
                     Some(child),
                     oversized,
                 )
@@ -286,7 +320,7 @@ impl Server {
                     .map_err(|e| unreachable(format!("http client: {e}")))?;
                 let transport = StreamableHttpClientTransport::with_client(client, config);
                 self.opened(
-                    info.serve_with_lifecycle(transport, lifecycle()).await,
+                    info.serve_with_lifecycle(transport, lifecycle).await,
                     None,
                     Arc::default(),
                 )
@@ -298,12 +332,18 @@ impl Server {
     /// stdio child it talks to.
     fn opened(
         &self,
-        served: Result<RunningService<RoleClient, ClientConfig>, impl std::fmt::Display>,
+        served: Result<RunningService<RoleClient, ClientConfig>, ClientInitializeError>,
         child: Option<tokio::process::Child>,
         oversized: Arc<AtomicBool>,
-    ) -> Result<Session, ServerError> {
-        let service = served.map_err(|e| {
-            ServerError::Unreachable(format!("mcp server {}: initialize: {e}", self.name))
+    ) -> Result<Session, Startup> {
+        let service = served.map_err(|e| match e {
+            ClientInitializeError::JsonRpcError(ref error) if is_legacy_refusal(error.code) => {
+                Startup::Legacy
+            }
+            e => Startup::Failed(ServerError::Unreachable(format!(
+                "mcp server {}: initialize: {e}",
+                self.name
+            ))),
         })?;
         Ok(Session {
             service,
@@ -389,15 +429,23 @@ fn http_body_too_large(e: &ServiceError) -> bool {
     false
 }
 
-/// How a session starts: `server/discover` for a server of the 2026-07-28
-/// revision (whose questions come back as `input_required`, which a
-/// person can answer however long it takes), the `initialize` handshake
-/// for a server of an earlier one.
-fn lifecycle() -> ClientLifecycleMode {
-    ClientLifecycleMode::Auto {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        legacy_version: None,
-    }
+/// How a session failed to start: the server is of an earlier revision
+/// (it refused `server/discover` as such a server does), or it failed.
+enum Startup {
+    Legacy,
+    Failed(ServerError),
+}
+
+/// Whether a server's error to `server/discover` says it is of an earlier
+/// revision: any JSON-RPC error but the ones a 2026-07-28 server refuses a
+/// client with (what rmcp's own automatic fallback goes by).
+fn is_legacy_refusal(code: ErrorCode) -> bool {
+    !matches!(
+        code,
+        ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+            | ErrorCode::HEADER_MISMATCH
+            | ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+    )
 }
 
 /// `command` as a path to run: as given when it names a directory, else
