@@ -61,7 +61,7 @@ pub(super) async fn run_function(
     // Whether the call ran, parked, asked, or is still to run comes from
     // durable state only: its `exec:` or `asked:` entry, its recorded park
     // request, its row.
-    if !cp.next_is(&names::exec(&call.id)) && !cp.next_is(&names::asked(&call.id, 1)) {
+    if !cp.next_is(&names::exec(&call.id)) && !journaled_round(cp, call, 1) {
         let row = cp.call(&call.id)?;
         if row.state.status() != ToolCallStatus::Proposed {
             return Ok(Ran::Parked(None));
@@ -106,8 +106,8 @@ pub(super) async fn run_to_end(
     // last is refused before it is journaled (`calls::asked`), so the
     // final iteration only ever invokes.
     for round in 1..=MAX_ASK_ROUNDS + 1 {
-        let name = names::asked(&call.id, round);
-        let asked: Asked = if cp.next_is(&name) {
+        let asked: Asked = if journaled_round(cp, call, round) {
+            let name = names::asked(&call.id, round);
             cp.checkpoint(name, Durability::Derived, || async {
                 Err(SegmentError::Permanent(
                     "journaled questions were asked again".into(),
@@ -153,6 +153,13 @@ pub(super) async fn run_to_end(
         "tool call {} asked more than {MAX_ASK_ROUNDS} rounds of questions",
         call.id
     )))
+}
+
+/// Whether the journal's next entry is round `round` of `call`'s
+/// questions. A run that is not replaying has no next entry: the name is
+/// not even made then, which every call of a cycle would pay for.
+fn journaled_round(cp: &Checkpointer<'_>, call: &PersistedToolCall, round: u32) -> bool {
+    cp.is_replaying() && cp.next_is(&names::asked(&call.id, round))
 }
 
 /// Journals round `round`'s questions with the row that asks them, at
