@@ -12,7 +12,11 @@ Tools: annotated read-only (`search_tickets`), annotated destructive
 `garbage`), and one that asks the person two rounds of questions before
 it finishes (`escalate_ticket`: the 2026-07-28 `input_required` result,
 its state carried in `requestState`), and one that first asks only to be
-called again with its state (`settle`). Every call appends a JSON line to the file LOG: the tool, its
+called again with its state (`settle`). `research` runs as a task (the
+Tasks extension, SEP-2663) for a client that declares the extension: it
+works for `seconds`, then (with `ask`) asks which sources to use and works
+as long again, then ends with its findings; `tasks/get`, `tasks/update`
+and `tasks/cancel` are logged like calls. Every call appends a JSON line to the file LOG: the tool, its
 arguments, the `_meta` the client sent and the names of the variables in
 the server's environment and the `X-Tickets-Token` header it was sent (over
 HTTP), so a test can tell how often a call reached the server, with which
@@ -23,13 +27,18 @@ import json
 import os
 import sys
 import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
 
+from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import (
     ElicitRequest,
     ElicitRequestFormParams,
     InputRequiredResult,
+    RequestParams,
     ToolAnnotations,
 )
 from pydantic import BaseModel
@@ -43,8 +52,131 @@ class Found(BaseModel):
     tickets: list[Ticket]
 
 
-server = MCPServer("tickets")
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 LOG = "/dev/null"
+
+
+def log_line(line: dict) -> None:
+    with open(LOG, "a", encoding="utf-8") as log:
+        log.write(json.dumps(line) + "\n")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+class TaskRef(RequestParams):
+    task_id: str
+
+
+class TaskUpdate(RequestParams):
+    task_id: str
+    input_responses: dict[str, Any]
+
+
+class Tasks(Extension):
+    """The Tasks extension for `research`: a task's state follows from the
+    clock (it works for `seconds` at a time), so nothing runs between
+    requests."""
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, dict] = {}
+
+    def methods(self):
+        return [
+            MethodBinding("tasks/get", TaskRef, self.get),
+            MethodBinding("tasks/update", TaskUpdate, self.update),
+            MethodBinding("tasks/cancel", TaskRef, self.cancel),
+        ]
+
+    async def intercept_tool_call(self, params, ctx, call_next):
+        meta = params.meta or {}
+        declared = TASKS_EXTENSION in ((meta.get(CLIENT_CAPABILITIES) or {}).get("extensions") or {})
+        if params.name != "research" or not declared:
+            return await call_next(ctx)
+        arguments = params.arguments or {}
+        task_id = f"task-{uuid.uuid4().hex[:12]}"
+        self.tasks[task_id] = {
+            "topic": arguments.get("topic", ""),
+            "seconds": float(arguments.get("seconds", 1)),
+            "ask": bool(arguments.get("ask", False)),
+            "started": time.monotonic(),
+            "created": now(),
+            "answer": None,
+            "cancelled": False,
+        }
+        log_line({"tool": "research", "arguments": arguments, "meta": dict(meta), "task": task_id})
+        return {"resultType": "task", **self.seen(task_id)}
+
+    def seen(self, task_id: str) -> dict:
+        """The task as `tasks/get` shows it now."""
+        task = self.tasks[task_id]
+        base = {
+            "taskId": task_id,
+            "createdAt": task["created"],
+            "lastUpdatedAt": now(),
+            "ttlMs": 600_000,
+            "pollIntervalMs": 100,
+        }
+        if task["cancelled"]:
+            return {**base, "status": "cancelled"}
+        elapsed = time.monotonic() - task["started"]
+        if elapsed < task["seconds"]:
+            return {**base, "status": "working", "statusMessage": f"reading about {task['topic']}"}
+        if task["ask"] and task["answer"] is None:
+            sources = {
+                "sources": {
+                    "type": "string",
+                    "title": "Which sources?",
+                    "oneOf": [{"const": "papers", "title": "Papers"}, {"const": "news", "title": "News"}],
+                }
+            }
+            asked = form(f"Researching {task['topic']}.", sources, ["sources"])
+            return {
+                **base,
+                "status": "input_required",
+                "inputRequests": {"sources": asked.model_dump(mode="json", by_alias=True, exclude_none=True)},
+            }
+        if task["answer"] is not None and time.monotonic() - task["answered"] < task["seconds"]:
+            return {**base, "status": "working", "statusMessage": "reading the sources"}
+        answer = task["answer"] or {}
+        if task["topic"] == "fail":
+            return {**base, "status": "failed", "error": {"code": -32603, "message": "the library is closed"}}
+        findings = {"topic": task["topic"], "sources": (answer.get("content") or {}).get("sources"), "action": answer.get("action")}
+        result = {"content": [{"type": "text", "text": json.dumps(findings, sort_keys=True)}], "isError": False}
+        return {**base, "status": "completed", "result": result}
+
+    def known(self, task_id: str) -> None:
+        if task_id not in self.tasks:
+            from mcp.shared.exceptions import MCPError
+
+            raise MCPError(code=-32602, message=f"no task {task_id}")
+
+    async def get(self, ctx, params: TaskRef):
+        log_line({"method": "tasks/get", "task": params.task_id})
+        self.known(params.task_id)
+        return {"resultType": "complete", **self.seen(params.task_id)}
+
+    async def update(self, ctx, params: TaskUpdate):
+        log_line({"method": "tasks/update", "task": params.task_id, "responses": params.input_responses})
+        self.known(params.task_id)
+        task = self.tasks[params.task_id]
+        if task["answer"] is None and "sources" in params.input_responses:
+            task["answer"] = params.input_responses["sources"]
+            task["answered"] = time.monotonic()
+        return {"resultType": "complete"}
+
+    async def cancel(self, ctx, params: TaskRef):
+        log_line({"method": "tasks/cancel", "task": params.task_id})
+        self.known(params.task_id)
+        self.tasks[params.task_id]["cancelled"] = True
+        return {"resultType": "complete"}
+
+
+server = MCPServer("tickets", extensions=[Tasks()])
 
 
 def record(tool: str, ctx: Context, **arguments) -> None:
@@ -182,6 +314,13 @@ def escalate_ticket(id: str, ctx: Context) -> str | InputRequiredResult:
         return f"not escalated: the person chose {confirm.get('action')} at the last check"
     details = state["details"]
     return json.dumps({"escalated": id, **details}, sort_keys=True)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def research(topic: str, ctx: Context, seconds: float = 1, ask: bool = False) -> str:
+    """Researches a topic: a task, for a client that takes tasks."""
+    record("research", ctx, topic=topic, seconds=seconds, ask=ask)
+    return f"researched {topic} at once"
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))

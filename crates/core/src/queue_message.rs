@@ -33,6 +33,17 @@ pub enum QueueMessage {
         run_id: RunId,
         tool_call_id: ToolCallId,
     },
+    /// "Ask the tool whether the work this call waits for is done" (an MCP
+    /// server's task). Delivered through the delay ladder; `attempt`
+    /// counts the checks before this one, so that each wait is longer,
+    /// and names the one message of the chain still due: a duplicate of
+    /// an earlier check finds its outbox row gone and is dropped.
+    #[serde(rename_all = "camelCase")]
+    Poll {
+        run_id: RunId,
+        tool_call_id: ToolCallId,
+        attempt: u32,
+    },
 }
 
 impl QueueMessage {
@@ -60,7 +71,8 @@ impl QueueMessage {
             QueueMessage::Segment { run_id, .. }
             | QueueMessage::Expiry { run_id, .. }
             | QueueMessage::Notify { run_id, .. }
-            | QueueMessage::Remind { run_id, .. } => *run_id,
+            | QueueMessage::Remind { run_id, .. }
+            | QueueMessage::Poll { run_id, .. } => *run_id,
         }
     }
 
@@ -79,6 +91,12 @@ impl QueueMessage {
                 run_id,
                 tool_call_id,
             } => format!("remind:{run_id}:{tool_call_id}"),
+            // The attempt before the call id, which may hold colons.
+            QueueMessage::Poll {
+                run_id,
+                tool_call_id,
+                attempt,
+            } => format!("poll:{run_id}:{attempt}:{tool_call_id}"),
         }
     }
 
@@ -109,6 +127,14 @@ impl QueueMessage {
                 run_id,
                 tool_call_id: rest.into(),
             },
+            "poll" => {
+                let (attempt, call) = rest.split_once(':')?;
+                QueueMessage::Poll {
+                    run_id,
+                    tool_call_id: call.into(),
+                    attempt: attempt.parse().ok()?,
+                }
+            }
             _ => return None,
         };
         (message.outbox_key() == key).then_some(message)
@@ -130,6 +156,7 @@ mod tests {
                 QueueMessage::Expiry { run_id, tool_call_id: call.as_str().into() },
                 QueueMessage::Notify { run_id, event_id: seq },
                 QueueMessage::Remind { run_id, tool_call_id: call.as_str().into() },
+                QueueMessage::Poll { run_id, tool_call_id: call.as_str().into(), attempt: seq as u32 },
             ] {
                 prop_assert_eq!(QueueMessage::from_outbox_key(&message.outbox_key()), Some(message));
             }
@@ -174,6 +201,7 @@ mod tests {
                 QueueMessage::Expiry { run_id: run, tool_call_id: call.as_str().into() },
                 QueueMessage::Notify { run_id: run, event_id: seq },
                 QueueMessage::Remind { run_id: run, tool_call_id: call.as_str().into() },
+                QueueMessage::Poll { run_id: run, tool_call_id: call.as_str().into(), attempt: 2 },
             ] {
                 let mut body: serde_json::Value = serde_json::from_slice(&message.to_bytes()).unwrap();
                 body[field] = value.clone();
@@ -203,6 +231,9 @@ mod tests {
             format!("notify:{run}:1x"),
             format!("notify:{run}:+1"),
             format!("remind:{run}"),
+            format!("poll:{run}:c1"),
+            format!("poll:{run}:x:c1"),
+            format!("poll:{run}:01:c1"),
         ] {
             assert_eq!(QueueMessage::from_outbox_key(&key), None, "{key}");
         }
@@ -270,5 +301,19 @@ mod tests {
             QueueMessage::from_outbox_key(&remind.outbox_key()),
             Some(remind)
         );
+        let poll = QueueMessage::Poll {
+            run_id: run,
+            tool_call_id: "c:1".into(),
+            attempt: 3,
+        };
+        assert_eq!(
+            std::str::from_utf8(&poll.to_bytes()).unwrap(),
+            r#"{"type":"poll","runId":"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","toolCallId":"c:1","attempt":3}"#
+        );
+        assert_eq!(
+            poll.outbox_key(),
+            "poll:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:3:c:1"
+        );
+        assert!(!poll.is_notification());
     }
 }

@@ -116,7 +116,13 @@ impl InlineRunner {
                     return Ok(self.store.get_run(started.run_id, &self.owner).await?)
                 }
                 ThreadStatus::WaitingForInput => {
-                    for input in &view.pending_inputs {
+                    // A server's task ends on its own: a worker checks on it.
+                    let for_people: Vec<&PendingInput> = view
+                        .pending_inputs
+                        .iter()
+                        .filter(|input| !is_task_wait(input))
+                        .collect();
+                    for input in &for_people {
                         let verdict = match input.kind {
                             ToolKind::Ask => match hooks.await_answers(input).await {
                                 Some(answers) => Verdict::Answer { answers },
@@ -128,7 +134,9 @@ impl InlineRunner {
                         };
                         self.answer(input, verdict).await?;
                     }
-                    continue;
+                    if !for_people.is_empty() {
+                        continue;
+                    }
                 }
                 ThreadStatus::Running => {}
             }
@@ -173,4 +181,10 @@ impl InlineRunner {
             .await
             .map_err(|e| Error::Config(format!("inline worker panicked: {e}")))
     }
+}
+
+/// Whether `input` is a call's wait for an MCP server's task, which a
+/// worker checks on and ends: nothing for the person at the terminal.
+fn is_task_wait(input: &PendingInput) -> bool {
+    input.kind == ToolKind::Park && input.reason.as_deref() == Some(crate::mcp::TASK_REASON)
 }

@@ -12,6 +12,11 @@ pub const PARKS: &str = "agentenkit_parks_total";
 /// Rounds of questions a running tool asked (an MCP server's
 /// `input_required`), each parked as a question set.
 pub const TOOL_QUESTIONS: &str = "agentenkit_tool_question_rounds_total";
+/// Waits a running tool parked for work elsewhere (an MCP server's task).
+pub const TOOL_WAITS: &str = "agentenkit_tool_wait_rounds_total";
+/// Checks on work a call waits for (`outcome`: `pending`, `ready`,
+/// `abandoned` when its wait ended otherwise, `dropped` for a duplicate).
+pub const TOOL_POLLS: &str = "agentenkit_tool_polls_total";
 pub const ANSWERS: &str = "agentenkit_answers_total";
 /// Calls refused without asking: a person denied the same call (same
 /// tool, same arguments) earlier in the run.
@@ -56,5 +61,7 @@ pub const REMINDERS: &str = "agentenkit_reminders_total";
 pub const MCP_CALLS: &str = "agentenkit_mcp_calls_total";
 /// Rounds of questions an MCP server asked (`input_required`), by server.
 pub const MCP_QUESTIONS: &str = "agentenkit_mcp_questions_total";
+/// Tasks an MCP server started for a call (`server`).
+pub const MCP_TASKS: &str = "agentenkit_mcp_tasks_total";
 /// One attempt of a call of an MCP server's tool, seconds (`server`).
 pub const MCP_CALL_SECONDS: &str = "agentenkit_mcp_call_duration_seconds";

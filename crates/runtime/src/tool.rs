@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentenkit_core::questions::{first_issues, Issue, QuestionSet};
+use agentenkit_core::questions::{first_issues, Issue};
 use agentenkit_core::{RunId, ThreadId, ToolCallId};
 use async_trait::async_trait;
 use serde::Serialize;
@@ -45,59 +45,6 @@ pub struct ToolContext {
     /// The reply to the questions the tool asked in its last invocation
     /// (see [`ask_questions`]); `None` on a call's first invocation.
     pub answers: Option<ToolAnswers>,
-}
-
-/// A tool's request, from within a call, for a person's answers: the call
-/// waits (no worker held) as a question set shown and answered like any
-/// other, and the tool is invoked again with the reply in
-/// [`ToolContext::answers`]. It may ask again, up to [`MAX_ASK_ROUNDS`]
-/// times in one call.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AskRequest {
-    /// What a client shows as the request's reason (`mcp`, …).
-    pub reason: String,
-    pub questions: QuestionSet,
-    /// The tool's own state, handed back with the reply (an MCP server's
-    /// `requestState` and how its questions map to the set). At most
-    /// [`MAX_ASK_STATE_BYTES`] of JSON: it is journaled.
-    pub state: Value,
-}
-
-/// Rounds of questions one call may ask: a tool that asks more fails.
-pub const MAX_ASK_ROUNDS: u32 = 10;
-
-/// The most JSON an [`AskRequest`]'s state may be.
-pub const MAX_ASK_STATE_BYTES: usize = 256 * 1024;
-
-/// How the person replied to a tool's questions.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AskOutcome {
-    /// Answered (or confirmed the defaults): every question's values.
-    Answered(std::collections::BTreeMap<String, Vec<String>>),
-    /// Skipped on purpose.
-    Skipped,
-    /// Nobody answered within the agent's `hitl_ttl_ms`.
-    Expired,
-}
-
-/// The reply to a tool's questions, with the state it asked them with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolAnswers {
-    /// Which round of this call's questions this answers (1, 2, …).
-    pub round: u32,
-    pub outcome: AskOutcome,
-    pub state: Value,
-}
-
-/// Returned from `execute` to ask a person `questions` before the call
-/// can finish; see [`AskRequest`].
-pub fn ask_questions(reason: impl Into<String>, questions: QuestionSet, state: Value) -> ToolError {
-    ToolError::Ask(AskRequest {
-        reason: reason.into(),
-        questions,
-        state,
-    })
 }
 
 impl ToolContext {
@@ -151,7 +98,11 @@ pub enum ToolError {
     Park(ParkRequest),
     /// Ask a person questions and be invoked again (see [`ask_questions`]).
     #[error("the tool asks {} question(s)", .0.questions.questions.len())]
-    Ask(AskRequest),
+    Ask(Box<AskRequest>),
+    /// Wait for work that runs elsewhere and be invoked again (see
+    /// [`await_work`]).
+    #[error("the tool waits for {}", .0.reason)]
+    Await(Box<AwaitRequest>),
 }
 
 #[async_trait]
@@ -171,6 +122,18 @@ pub trait Tool: Send + Sync {
     }
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError>;
+
+    /// Whether the work a call of this tool waits for ([`await_work`]) is
+    /// done, by the wait's `payload`: checked from a worker, through
+    /// delayed messages, while the run holds nothing. `Ready` (the
+    /// default) invokes the tool again.
+    async fn poll(&self, _payload: &Value) -> Polled {
+        Polled::Ready
+    }
+
+    /// The wait of a call of this tool ended without the work (the thread
+    /// was stopped): stop the work elsewhere, if it can be.
+    async fn abandon(&self, _payload: &Value) {}
 }
 
 /// Marks a Rust tool as needing a person's approval before every call
@@ -197,6 +160,14 @@ impl Tool for Confirmed {
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
         self.0.execute(arguments, ctx).await
+    }
+
+    async fn poll(&self, payload: &Value) -> Polled {
+        self.0.poll(payload).await
+    }
+
+    async fn abandon(&self, payload: &Value) {
+        self.0.abandon(payload).await
     }
 }
 
@@ -225,6 +196,14 @@ impl Tool for AsksAgain {
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
         self.0.execute(arguments, ctx).await
+    }
+
+    async fn poll(&self, payload: &Value) -> Polled {
+        self.0.poll(payload).await
+    }
+
+    async fn abandon(&self, payload: &Value) {
+        self.0.abandon(payload).await
     }
 }
 
@@ -522,3 +501,9 @@ fn parse_park(park: &Value) -> Result<ToolError, ToolError> {
 
 #[cfg(test)]
 mod tests;
+
+mod rounds;
+pub use rounds::{
+    ask_questions, await_work, AskOutcome, AskRequest, AwaitRequest, Polled, ToolAnswers,
+    MAX_ASK_ROUNDS, MAX_ASK_STATE_BYTES, WATCH_FIRST_CHECK_MS,
+};

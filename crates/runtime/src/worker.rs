@@ -28,6 +28,7 @@ use crate::trace;
 mod config;
 mod handling;
 mod notifications;
+mod polls;
 mod statistics;
 mod versions;
 pub use config::WorkerConfig;

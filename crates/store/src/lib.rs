@@ -31,6 +31,7 @@ mod migrate;
 mod notifications;
 mod outbox;
 mod pipeline;
+mod poll;
 mod reclaim;
 mod runs;
 mod sent_here;
@@ -63,6 +64,7 @@ pub use notifications::{
 };
 pub use outbox::{OutboxRow, Publisher};
 pub use pipeline::retry_conflicts;
+pub use poll::{PolledCall, WaitingCall};
 pub use reclaim::Reclaimed;
 pub use sent_here::{ClaimedEvent, LocalSender, SentHere};
 pub use start::StartedRun;

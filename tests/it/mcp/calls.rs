@@ -83,43 +83,6 @@ async fn over_stdio_a_destructive_call_waits_for_approval_and_runs_once() {
     assert!(!env.contains(&"DATABASE_URL".to_owned()), "{env:?}");
 }
 
-/// The tickets server over Streamable HTTP on a free port, until dropped.
-struct HttpTickets {
-    child: std::process::Child,
-    url: String,
-}
-
-impl HttpTickets {
-    async fn start(log: &CallLog) -> HttpTickets {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new(python())
-            .args([&tickets_script(), "http", &port.to_string(), &log.path()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start the tickets server");
-        let url = format!("http://127.0.0.1:{port}/mcp");
-        eventually("the tickets server listens", || async {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .ok()
-        })
-        .await;
-        HttpTickets { child, url }
-    }
-}
-
-impl Drop for HttpTickets {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test]
 async fn over_streamable_http_a_destructive_call_waits_for_approval_and_runs_once() {
     let log = CallLog::new();

@@ -16,6 +16,7 @@ mod crash;
 mod discovery;
 mod providers;
 mod questions;
+mod tasks;
 mod versions;
 
 /// The repository's root.
@@ -111,4 +112,41 @@ async fn load(text: &str) -> Registry {
     Registry::load_toml(text, Vec::new())
         .await
         .unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// The tickets server over Streamable HTTP on a free port, until dropped.
+struct HttpTickets {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpTickets {
+    async fn start(log: &CallLog) -> HttpTickets {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(python())
+            .args([&tickets_script(), "http", &port.to_string(), &log.path()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the tickets server");
+        let url = format!("http://127.0.0.1:{port}/mcp");
+        agentenkit_tests::eventually("the tickets server listens", || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+        })
+        .await;
+        HttpTickets { child, url }
+    }
+}
+
+impl Drop for HttpTickets {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

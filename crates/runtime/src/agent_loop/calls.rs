@@ -14,10 +14,11 @@ use super::checkpoint::{Checkpointer, Durability};
 use super::error::SegmentError;
 use super::outcome::PersistedToolCall;
 use super::results::{result_changes, without_nul};
+use super::rounds::Round;
 use crate::agent::{Agent, Registry};
 use crate::tool::{
-    Approval, AskRequest, ParkRequest, ToolAnswers, ToolContext, ToolError, MAX_ASK_ROUNDS,
-    MAX_ASK_STATE_BYTES,
+    Approval, AskRequest, AwaitRequest, ParkRequest, ToolAnswers, ToolContext, ToolError,
+    MAX_ASK_ROUNDS, MAX_ASK_STATE_BYTES,
 };
 
 /// True when the waiting call has not been parked (or its child started)
@@ -119,8 +120,9 @@ pub(super) async fn execute(
                 // The first call parks: nothing is journaled, the step parks
                 // it once every call is handled.
                 Invocation::Park(request) => return Err(SegmentError::Parked(request)),
-                // Questions: the call's rounds journal them and park.
-                Invocation::Ask(request) => return Err(SegmentError::Asked(request)),
+                // Questions or a wait: the call's rounds journal them and
+                // park.
+                Invocation::Round(round) => return Err(SegmentError::Asked(Box::new(round))),
             };
             ::metrics::counter!(crate::metrics::TOOL_EXECUTIONS, "status" => status.as_str())
                 .increment(1);
@@ -178,9 +180,10 @@ enum Invocation {
     Unavailable(String),
     /// The tool asks to wait for an outside answer.
     Park(ParkRequest),
-    /// The tool asks a person questions (checked: a set that can be shown,
-    /// a state that can be journaled, within the rounds a call may ask).
-    Ask(AskRequest),
+    /// The tool asks a person questions, or waits for work elsewhere
+    /// (checked: a set that can be shown, a state that can be journaled,
+    /// within the rounds a call may ask).
+    Round(Round),
 }
 
 async fn invoke(
@@ -240,8 +243,35 @@ async fn invoke(
             payload: without_nul(request.payload),
             ttl_ms: request.ttl_ms,
         }),
-        Err(ToolError::Ask(request)) => asked(request, round),
+        Err(ToolError::Ask(request)) => asked(*request, round),
+        Err(ToolError::Await(request)) => awaited(*request, round),
     }
+}
+
+/// A tool's wait as the call can park it, or the failure the model sees
+/// instead: a state or payload too large to journal, or one round too
+/// many.
+fn awaited(request: AwaitRequest, round: u32) -> Invocation {
+    if round > MAX_ASK_ROUNDS {
+        return Invocation::Failed(json!({
+            "error": format!("the tool asked more than {MAX_ASK_ROUNDS} rounds of questions or waits in one call"),
+        }));
+    }
+    let json_len = agentenkit_core::canonical::json_len;
+    if json_len(&request.state) > MAX_ASK_STATE_BYTES
+        || json_len(&request.payload) > MAX_ASK_STATE_BYTES
+    {
+        return Invocation::Failed(json!({
+            "error": format!("the tool's wait carries over {MAX_ASK_STATE_BYTES} bytes of state or payload"),
+        }));
+    }
+    // The tool's words: a NUL would fail the park's insert on every retry.
+    Invocation::Round(Round::Await(AwaitRequest {
+        reason: request.reason.replace('\0', "\u{FFFD}"),
+        payload: without_nul(request.payload),
+        state: without_nul(request.state),
+        ..request
+    }))
 }
 
 /// A tool's questions as the call can ask them, or the failure the model
@@ -250,7 +280,7 @@ async fn invoke(
 fn asked(request: AskRequest, round: u32) -> Invocation {
     if round > MAX_ASK_ROUNDS {
         return Invocation::Failed(json!({
-            "error": format!("the tool asked more than {MAX_ASK_ROUNDS} rounds of questions in one call"),
+            "error": format!("the tool asked more than {MAX_ASK_ROUNDS} rounds of questions or waits in one call"),
         }));
     }
     let issues = request.questions.issues();
@@ -270,7 +300,7 @@ fn asked(request: AskRequest, round: u32) -> Invocation {
         .map(without_nul)
         .and_then(serde_json::from_value);
     match request {
-        Ok(request) => Invocation::Ask(request),
+        Ok(request) => Invocation::Round(Round::Ask(request)),
         Err(e) => Invocation::Failed(json!({ "error": format!("the tool's questions: {e}") })),
     }
 }

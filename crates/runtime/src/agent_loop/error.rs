@@ -35,10 +35,10 @@ pub enum SegmentError {
     /// never leaves a segment.
     #[error("a tool parked outside a step")]
     Parked(crate::tool::ParkRequest),
-    /// A tool asked questions; the call's rounds turn this into a park and
-    /// it never leaves a segment.
-    #[error("a tool asked questions outside a step")]
-    Asked(crate::tool::AskRequest),
+    /// A tool asked questions or to wait; the call's rounds turn this
+    /// into a park and it never leaves a segment.
+    #[error("a tool asked questions or to wait outside a step")]
+    Asked(Box<super::rounds::Round>),
 }
 
 impl From<agentenkit_store::Error> for SegmentError {

@@ -43,7 +43,20 @@ pub enum Wait {
     /// A person's answers to the questions a running tool asked (the
     /// parked call is the round's own row): expires after the agent's
     /// `hitl_ttl_ms`, since the questions belong to a call in progress.
-    ToolAsk { frame: Value, reason: String },
+    /// With `watch`, the work the questions belong to, given up if the
+    /// run is stopped first (see `AskRequest::watch`).
+    ToolAsk {
+        frame: Value,
+        reason: String,
+        watch: Option<Value>,
+    },
+    /// The end of work a running tool waits for (the parked call is the
+    /// round's own row): parked like a job, and checked through delayed
+    /// messages, the first due after `poll_after_ms`.
+    Polled {
+        request: ParkRequest,
+        poll_after_ms: u64,
+    },
 }
 
 /// The value journaled under `persist:toolcall:<callId>`: the row as

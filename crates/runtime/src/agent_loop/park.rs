@@ -90,23 +90,60 @@ fn park_item(
         ),
         // A tool's questions: shown as any question set, but they belong
         // to a call in progress, which they must not hold for ever.
-        Wait::ToolAsk { frame, reason } => {
-            (tool_questions(ctx, call, frame, reason, agent_ttl_ms), true)
+        Wait::ToolAsk {
+            frame,
+            reason,
+            watch,
+        } => {
+            let mut changes = Vec::with_capacity(5);
+            // The work the questions belong to is kept with their row and
+            // watched from the park on: a worker gives it up if the run is
+            // stopped while they wait.
+            if let Some(watch) = watch {
+                changes.push(Change::Call {
+                    id: call.id.clone(),
+                    event: CallEvent::RecordParkRequest {
+                        request: json!({ "watch": watch }),
+                    },
+                });
+                changes.push(check(ctx, call, crate::tool::WATCH_FIRST_CHECK_MS));
+            }
+            changes.extend(tool_questions(ctx, call, frame, reason, agent_ttl_ms));
+            (changes, true)
         }
         Wait::Approval => {
             let wait = (ToolKind::Approval, "approval", None);
             (timed_request(registry, ctx, call, wait, agent_ttl_ms), true)
         }
-        Wait::Job(request) => {
-            let wait = (
-                ToolKind::Park,
-                request.reason.as_str(),
-                Some(request.payload.clone()),
-            );
-            let ttl_ms = request.ttl_ms.unwrap_or(agent_ttl_ms);
-            (timed_request(registry, ctx, call, wait, ttl_ms), true)
+        Wait::Job(request) => (job(registry, ctx, call, request, agent_ttl_ms), true),
+        // A job a worker checks on: its first check goes with the park.
+        Wait::Polled {
+            request,
+            poll_after_ms,
+        } => {
+            let mut changes = job(registry, ctx, call, request, agent_ttl_ms);
+            changes.push(check(ctx, call, *poll_after_ms));
+            (changes, true)
         }
     }
+}
+
+/// A job's request: the tool's payload shown as its arguments, open until
+/// its own expiry (the agent's `hitl_ttl_ms` when it set none).
+fn job(
+    registry: &Registry,
+    ctx: &RunContext,
+    call: &PersistedToolCall,
+    request: &crate::tool::ParkRequest,
+    agent_ttl_ms: u64,
+) -> Vec<Change> {
+    let wait = (
+        ToolKind::Park,
+        request.reason.as_str(),
+        Some(request.payload.clone()),
+    );
+    let ttl_ms = request.ttl_ms.unwrap_or(agent_ttl_ms);
+    timed_request(registry, ctx, call, wait, ttl_ms)
 }
 
 /// An approval's or a job's request: open until it expires, with one
@@ -204,6 +241,19 @@ fn deadline(ttl_ms: u64) -> (u64, chrono::DateTime<chrono::Utc>) {
     let expires_at =
         (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64)).trunc_subsecs(6);
     (ttl_ms, expires_at)
+}
+
+/// The first check on the work `call` waits for (or watches), due after
+/// `delay_ms`.
+fn check(ctx: &RunContext, call: &PersistedToolCall, delay_ms: u64) -> Change {
+    Change::Outbox {
+        message: QueueMessage::Poll {
+            run_id: ctx.lease.run_id,
+            tool_call_id: call.id.clone(),
+            attempt: 0,
+        },
+        delay_ms: delay_ms.clamp(1, crate::tool::MAX_TTL_MS),
+    }
 }
 
 /// The expiry message of `call`'s request, due after `ttl_ms`.

@@ -1,5 +1,6 @@
 //! A call's tool run to its end, in rounds when the tool asks questions (an
-//! MCP server's `input_required`).
+//! MCP server's `input_required`) or waits for work elsewhere (an MCP
+//! server's task).
 //!
 //! Round `k`'s questions are journaled as `asked:<callId>:<k>` the moment
 //! the tool returns them, with the row that asks them (`<callId>~<k>`, of
@@ -7,9 +8,13 @@
 //! never a person; a crash after it finds the row. The row parks with the
 //! step as a question set that expires after the agent's `hitl_ttl_ms`, is
 //! shown and answered like any other, and its reply (`tool:<runId>:<row>`)
-//! invokes the tool again with the answers, a skip or the expiry. Nothing
-//! of a round reaches the conversation: the model reads the call's one
-//! result, journaled as `exec:<callId>` when the tool finishes.
+//! invokes the tool again with the answers, a skip or the expiry. A wait
+//! is a round too: its row is of kind `park`, parked like a job with its
+//! own expiry, and a worker checks on the work (`Tool::poll`) through
+//! delayed messages until it is ready, then replies to the row as
+//! `respond` would. Nothing of a round reaches the conversation: the model
+//! reads the call's one result, journaled as `exec:<callId>` when the tool
+//! finishes.
 
 use agentenkit_core::journal::names;
 use agentenkit_core::reply::SettledReply;
@@ -25,7 +30,7 @@ use super::error::SegmentError;
 use super::outcome::{ParkItem, PersistedToolCall, Wait};
 use super::results::await_reply;
 use crate::agent::{Agent, Registry};
-use crate::tool::{AskOutcome, AskRequest, ParkRequest, ToolAnswers, MAX_ASK_ROUNDS};
+use crate::tool::{AskOutcome, AskRequest, AwaitRequest, ParkRequest, ToolAnswers, MAX_ASK_ROUNDS};
 
 /// What a call came to: its result, or it waits.
 pub(super) enum Ran {
@@ -38,13 +43,53 @@ pub(super) enum Ran {
     Waits(Option<ParkItem>),
 }
 
+/// What a round of a call asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Round {
+    /// A person's answers to the tool's questions (journaled under
+    /// `request`, as before waits were rounds).
+    #[serde(rename = "request")]
+    Ask(AskRequest),
+    /// The end of work elsewhere.
+    Await(AwaitRequest),
+}
+
+impl Round {
+    pub(crate) fn reason(&self) -> &str {
+        match self {
+            Round::Ask(request) => &request.reason,
+            Round::Await(request) => &request.reason,
+        }
+    }
+
+    fn state(&self) -> &Value {
+        match self {
+            Round::Ask(request) => &request.state,
+            Round::Await(request) => &request.state,
+        }
+    }
+
+    /// Its row's kind, and the arguments the row shows.
+    fn row(&self) -> (ToolKind, Value) {
+        match self {
+            Round::Ask(request) => (
+                ToolKind::Ask,
+                serde_json::to_value(&request.questions).unwrap_or_default(),
+            ),
+            Round::Await(request) => (ToolKind::Park, request.payload.clone()),
+        }
+    }
+}
+
 /// The value of `asked:<callId>:<round>`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Asked {
-    /// The row that asks this round's questions.
+    /// The row that asks this round's questions, or waits.
     row: ToolCallId,
-    request: AskRequest,
+    #[serde(flatten)]
+    round: Round,
 }
 
 /// A function call: its journaled output, or it runs now; a tool that asks
@@ -119,7 +164,7 @@ pub(super) async fn run_to_end(
                 execute(cp, agent, registry, ctx, call, decision, answers.take()).await;
             match invocation {
                 Ok(result) => return Ok(Ran::Result(result)),
-                Err(SegmentError::Asked(request)) => record_asked(cp, call, round, request).await?,
+                Err(SegmentError::Asked(asked)) => record_asked(cp, call, round, *asked).await?,
                 Err(other) => return Err(other),
             }
         };
@@ -129,20 +174,13 @@ pub(super) async fn run_to_end(
             Ok(reply) => {
                 answers = Some(ToolAnswers {
                     round,
-                    outcome: outcome(reply),
-                    state: asked.request.state,
+                    outcome: outcome(&asked.round, reply),
+                    state: asked.round.state().clone(),
                 })
             }
             Err(status) => {
-                let wait = (status == ToolCallStatus::Proposed).then(|| {
-                    let request = &row.arguments;
-                    let mut frame = frame(run_id, &row.id, request, ctx, &asked.request.reason);
-                    frame["toolName"] = Value::String(call.name.clone());
-                    Wait::ToolAsk {
-                        frame,
-                        reason: asked.request.reason.clone(),
-                    }
-                });
+                let wait = (status == ToolCallStatus::Proposed)
+                    .then(|| round_wait(ctx, call, &row, asked.round));
                 return Ok(Ran::Waits(wait.map(|wait| ParkItem { call: row, wait })));
             }
         }
@@ -150,7 +188,7 @@ pub(super) async fn run_to_end(
     // Only a journal from another build can get here: the tool's last
     // round is refused before it is journaled.
     Err(SegmentError::Permanent(format!(
-        "tool call {} asked more than {MAX_ASK_ROUNDS} rounds of questions",
+        "tool call {} asked more than {MAX_ASK_ROUNDS} rounds of questions or waits",
         call.id
     )))
 }
@@ -162,17 +200,46 @@ fn journaled_round(cp: &Checkpointer<'_>, call: &PersistedToolCall, round: u32) 
     cp.is_replaying() && cp.next_is(&names::asked(&call.id, round))
 }
 
-/// Journals round `round`'s questions with the row that asks them, at
-/// once: the tool ran its first half.
+/// How a round's new row parks: as a question set of the tool's, or as a
+/// job a worker checks on.
+fn round_wait(
+    ctx: &RunContext,
+    call: &PersistedToolCall,
+    row: &PersistedToolCall,
+    round: Round,
+) -> Wait {
+    match round {
+        Round::Ask(request) => {
+            let run_id = ctx.lease.run_id;
+            let mut frame = frame(run_id, &row.id, &row.arguments, ctx, &request.reason);
+            frame["toolName"] = Value::String(call.name.clone());
+            Wait::ToolAsk {
+                frame,
+                reason: request.reason,
+                watch: request.watch,
+            }
+        }
+        Round::Await(request) => Wait::Polled {
+            request: ParkRequest {
+                reason: request.reason,
+                payload: request.payload,
+                ttl_ms: request.ttl_ms,
+            },
+            poll_after_ms: request.poll_after_ms,
+        },
+    }
+}
+
+/// Journals round `round` (its questions, or its wait) with the row that
+/// asks them, at once: the tool ran its first half.
 async fn record_asked(
     cp: &mut Checkpointer<'_>,
     call: &PersistedToolCall,
     round: u32,
-    request: AskRequest,
+    asked: Round,
 ) -> Result<Asked, SegmentError> {
     let row = round_row_id(cp, &call.id, round);
-    let questions = serde_json::to_value(&request.questions)
-        .map_err(|e| SegmentError::Permanent(format!("the tool's questions: {e}")))?;
+    let (kind, arguments) = asked.row();
     cp.checkpoint(
         names::asked(&call.id, round),
         Durability::Effect,
@@ -180,11 +247,15 @@ async fn record_asked(
             let changes = vec![Change::ProposeToolCall {
                 id: row.clone(),
                 name: call.name.clone(),
-                arguments: questions,
-                kind: ToolKind::Ask,
+                arguments,
+                kind,
             }];
-            ::metrics::counter!(crate::metrics::TOOL_QUESTIONS).increment(1);
-            Ok((Asked { row, request }, changes))
+            let counter = match kind {
+                ToolKind::Ask => crate::metrics::TOOL_QUESTIONS,
+                _ => crate::metrics::TOOL_WAITS,
+            };
+            ::metrics::counter!(counter).increment(1);
+            Ok((Asked { row, round: asked }, changes))
         },
     )
     .await
@@ -206,20 +277,58 @@ fn round_row_id(cp: &Checkpointer<'_>, call: &ToolCallId, round: u32) -> ToolCal
 
 /// The row of a round as the loop handles a parked call.
 fn round_call(call: &PersistedToolCall, asked: &Asked) -> PersistedToolCall {
+    let (kind, arguments) = asked.round.row();
     PersistedToolCall {
         id: asked.row.clone(),
         name: call.name.clone(),
-        arguments: serde_json::to_value(&asked.request.questions).unwrap_or_default(),
-        kind: ToolKind::Ask,
-        tool_type: ToolKind::Ask.tool_type().to_owned(),
+        arguments,
+        kind,
+        tool_type: kind.tool_type().to_owned(),
     }
 }
 
 /// How the tool sees a round's reply.
-fn outcome(reply: SettledReply) -> AskOutcome {
-    match reply.status {
-        ToolCallStatus::Executed => AskOutcome::Answered(reply.answers.unwrap_or_default()),
-        ToolCallStatus::Expired => AskOutcome::Expired,
+fn outcome(round: &Round, reply: SettledReply) -> AskOutcome {
+    match (reply.status, round) {
+        (ToolCallStatus::Executed, Round::Ask(_)) => {
+            AskOutcome::Answered(reply.answers.unwrap_or_default())
+        }
+        (ToolCallStatus::Executed, Round::Await(_)) => AskOutcome::Woke(reply.payload),
+        (ToolCallStatus::Expired, _) => AskOutcome::Expired,
         _ => AskOutcome::Skipped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Journals written before waits were rounds keep the questions under
+    /// `request`, and still read back.
+    #[test]
+    fn a_round_is_journaled_as_before_and_a_wait_beside_it() {
+        let questions = serde_json::json!({ "questions": [
+            { "id": "q", "prompt": "Why?", "multiple": false, "options": [], "defaults": [] } ] });
+        let before = serde_json::json!({
+            "row": "c1~1",
+            "request": { "reason": "mcp", "questions": questions, "state": { "k": 1 } },
+        });
+        let asked: Asked = serde_json::from_value(before.clone()).expect("an old entry reads");
+        assert!(matches!(&asked.round, Round::Ask(r) if r.reason == "mcp" && r.watch.is_none()));
+        assert_eq!(
+            serde_json::to_value(&asked).unwrap(),
+            before,
+            "and writes the same"
+        );
+
+        let waited = serde_json::json!({
+            "row": "c1~2",
+            "await": { "reason": "task", "payload": { "taskId": "t" }, "ttlMs": null,
+                       "pollAfterMs": 100, "state": { "task": "t" } },
+        });
+        let asked: Asked = serde_json::from_value(waited.clone()).expect("a wait reads");
+        assert_eq!(asked.round.row().0, ToolKind::Park);
+        assert_eq!(asked.round.reason(), "task");
+        assert_eq!(serde_json::to_value(&asked).unwrap(), waited);
     }
 }

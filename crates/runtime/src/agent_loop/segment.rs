@@ -15,7 +15,7 @@ use super::park::park;
 use super::step::run_turn;
 use crate::agent::Registry;
 use crate::metrics;
-use crate::tool::{AskRequest, ParkRequest};
+use crate::tool::ParkRequest;
 
 /// How a step that failed for a passing reason is retried.
 #[derive(Debug, Clone, Copy)]
@@ -44,9 +44,13 @@ pub async fn end(
             finish(ctx, cp, RunStatus::Completed, output, None).await
         }
         Ok(Outcome::Park { to_park }) => park(registry, ctx, cp, to_park).await,
-        Err(SegmentError::Parked(ParkRequest { reason, .. }))
-        | Err(SegmentError::Asked(AskRequest { reason, .. })) => {
+        Err(SegmentError::Parked(ParkRequest { reason, .. })) => {
             let error = format!("a tool parked ({reason}) outside a step");
+            cp.discard();
+            finish(ctx, cp, RunStatus::Failed, None, Some(error.into())).await
+        }
+        Err(SegmentError::Asked(round)) => {
+            let error = format!("a tool parked ({}) outside a step", round.reason());
             cp.discard();
             finish(ctx, cp, RunStatus::Failed, None, Some(error.into())).await
         }

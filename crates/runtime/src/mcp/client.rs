@@ -12,8 +12,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientConfig, ElicitationCapability, ErrorCode,
-    FormElicitationCapability, InputResponses, ProtocolVersion, RequestMetaObject,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientConfig, DetailedTask,
+    ElicitationCapability, ErrorCode, FormElicitationCapability, GetTaskParams, InputResponses,
+    ProtocolVersion, RequestMetaObject, UpdateTaskParams, TASKS_EXTENSION_ID,
 };
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
@@ -93,14 +94,11 @@ impl Server {
     /// Every tool the server lists (all pages), within the server's
     /// timeout.
     pub async fn list_tools(&self) -> Result<Vec<DiscoveredTool>, ServerError> {
-        let session = self.session().await?;
-        let listed =
-            tokio::time::timeout(self.def.timeout(), session.service.list_all_tools()).await;
-        let tools = match listed {
-            Ok(Ok(tools)) => tools,
-            Ok(Err(e)) => return Err(self.failed(&session, e).await),
-            Err(_) => return Err(self.timed_out(&session, "tools/list").await),
-        };
+        let tools = self
+            .request("tools/list", |session| async move {
+                session.service.list_all_tools().await
+            })
+            .await?;
         tools.into_iter().map(discovered).collect()
     }
 
@@ -114,7 +112,6 @@ impl Server {
         idempotency_key: &str,
         input: Option<&(InputResponses, Option<String>)>,
     ) -> Result<CallToolResponse, ServerError> {
-        let session = self.session().await?;
         let mut meta = Map::new();
         meta.insert(IDEMPOTENCY_KEY.into(), Value::from(idempotency_key));
         let mut params = CallToolRequestParams::new(tool.to_owned());
@@ -124,12 +121,60 @@ impl Server {
             params.input_responses = Some(responses.clone());
             params.request_state.clone_from(state);
         }
-        let called =
-            tokio::time::timeout(self.def.timeout(), session.service.call_tool_once(params)).await;
-        match called {
-            Ok(Ok(response)) => Ok(response),
+        self.request("tools/call", |session| async move {
+            session.service.call_tool_once(params).await
+        })
+        .await
+    }
+
+    /// `tasks/get`: where the server's task `task_id` stands.
+    pub async fn get_task(&self, task_id: &str) -> Result<DetailedTask, ServerError> {
+        let params = GetTaskParams::new(task_id);
+        let got = self
+            .request("tasks/get", |session| async move {
+                session.service.get_task(params).await
+            })
+            .await?;
+        Ok(got.task)
+    }
+
+    /// `tasks/update`: a person's replies to what task `task_id` asked.
+    pub async fn update_task(
+        &self,
+        task_id: &str,
+        responses: InputResponses,
+    ) -> Result<(), ServerError> {
+        let params = UpdateTaskParams::new(task_id, responses);
+        self.request("tasks/update", |session| async move {
+            session.service.update_task(params).await
+        })
+        .await
+    }
+
+    /// `tasks/cancel`: asks the server to give task `task_id` up.
+    pub async fn cancel_task(&self, task_id: &str) -> Result<(), ServerError> {
+        let params = CancelTaskParams::new(task_id);
+        self.request("tasks/cancel", |session| async move {
+            session.service.cancel_task(params).await
+        })
+        .await
+    }
+
+    /// One request (`method`) on the open session (or a new one), within
+    /// the server's timeout.
+    async fn request<T, Sent>(
+        &self,
+        method: &str,
+        send: impl FnOnce(Arc<Session>) -> Sent,
+    ) -> Result<T, ServerError>
+    where
+        Sent: std::future::Future<Output = Result<T, ServiceError>>,
+    {
+        let session = self.session().await?;
+        match tokio::time::timeout(self.def.timeout(), send(session.clone())).await {
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(self.failed(&session, e).await),
-            Err(_) => Err(self.timed_out(&session, "tools/call").await),
+            Err(_) => Err(self.timed_out(&session, method).await),
         }
     }
 
@@ -220,7 +265,7 @@ impl Server {
     }
 
     /// A session of the 2026-07-28 revision (`server/discover`), offered
-    /// form elicitation, which such a server asks through `input_required`
+    /// tasks and form elicitation, which such a server asks through `input_required`
     /// and a person answers however long it takes (`elicit.rs`); else, for a
     /// server of an earlier revision, an `initialize` session offered
     /// nothing: its questions would come as requests of its own mid-call,
@@ -231,6 +276,13 @@ impl Server {
         let mut modern = ClientConfig::default();
         modern.capabilities.elicitation =
             Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
+        // Its long work as tasks (SEP-2663), which a worker checks on while
+        // the run holds nothing (`tool.rs`).
+        modern
+            .capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), Default::default());
         let discover = ClientLifecycleMode::Discover {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
         };

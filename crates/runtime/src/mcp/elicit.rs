@@ -280,7 +280,9 @@ pub(crate) fn responses(
                 json!({ "action": "accept", "content": content })
             }
             AskOutcome::Skipped => json!({ "action": "decline" }),
-            AskOutcome::Expired => json!({ "action": "cancel" }),
+            // A wake-up answers a wait, never questions: as good as
+            // nobody answering.
+            AskOutcome::Expired | AskOutcome::Woke(_) => json!({ "action": "cancel" }),
         };
         responses.insert(request.key.clone(), response);
     }

@@ -23,6 +23,11 @@ pub use def::{
 };
 pub use tool::McpTool;
 
+/// The reason of a call's wait for a server's task (its row of kind
+/// `park`): shown as "Waiting for task", and ended by a worker's checks,
+/// never by a person at a terminal.
+pub const TASK_REASON: &str = "task";
+
 use agentenkit_core::notify::retry_delay;
 
 use crate::tool::RegisteredTool;

@@ -11,7 +11,9 @@ use tracing::Instrument;
 use super::client::{Server, ServerError};
 use super::def::{tool_name, DiscoveredTool};
 use super::elicit;
-use crate::tool::{ask_questions, Tool, ToolContext, ToolError, ToolSpec, MAX_ASK_ROUNDS};
+use crate::tool::{ask_questions, Polled, Tool, ToolContext, ToolError, ToolSpec, MAX_ASK_ROUNDS};
+
+mod task;
 
 /// Attempts of a call to a server that cannot be reached or does not
 /// answer in time before the model is told it failed, and the wait before
@@ -80,6 +82,16 @@ impl Tool for McpTool {
         }
         outcome
     }
+
+    async fn poll(&self, payload: &Value) -> Polled {
+        self.check(payload).await
+    }
+
+    async fn abandon(&self, payload: &Value) {
+        if let Some(task_id) = payload["taskId"].as_str() {
+            self.cancel(task_id).await;
+        }
+    }
 }
 
 impl McpTool {
@@ -90,6 +102,11 @@ impl McpTool {
         arguments: serde_json::Map<String, Value>,
         ctx: &ToolContext,
     ) -> Result<Value, ToolError> {
+        if let Some(answers) = &ctx.answers {
+            if let Some(task_id) = task::task_of(&answers.state) {
+                return self.resumed_task(task_id, answers).await;
+            }
+        }
         let mut input = match &ctx.answers {
             Some(answers) => Some(
                 elicit::responses(&answers.state, &answers.outcome).map_err(ToolError::Failed)?,
@@ -153,9 +170,9 @@ impl McpTool {
         }
     }
 
-    /// What a call's answer comes to: a result, a failure, or questions
-    /// for a person (the call waits as a question set, and is sent again
-    /// with the reply).
+    /// What a call's answer comes to: a result, a failure, questions for
+    /// a person (the call waits as a question set, and is sent again with
+    /// the reply), or a task (the call waits for it: `task.rs`).
     fn answered(&self, response: CallToolResponse) -> Result<Value, ToolError> {
         match response {
             CallToolResponse::Complete(result) => outcome(result),
@@ -166,10 +183,7 @@ impl McpTool {
                     .increment(1);
                 Err(ask_questions("mcp", questions, state))
             }
-            CallToolResponse::Task(_) => Err(ToolError::Failed(format!(
-                "mcp server {} started a task this client did not ask for",
-                self.server.name()
-            ))),
+            CallToolResponse::Task(created) => Err(self.task_started(&created.task)),
             _ => Err(ToolError::Failed(format!(
                 "mcp server {} answered a kind of result this client does not know",
                 self.server.name()

@@ -1,5 +1,5 @@
 //! What each message is handled by, in the span that says so: a segment,
-//! an expiry, a notification, a reminder. The span continues the trace of
+//! an expiry, a notification, a reminder, a check on a call's work. The span continues the trace of
 //! whatever sent the message (its AMQP headers), when traces are exported.
 
 use std::time::Duration;
@@ -36,6 +36,16 @@ pub(super) fn span_for(message: &QueueMessage, sent_by: Option<&TraceContext>) -
             run_id,
             tool_call_id,
         } => tracing::info_span!("remind", run_id = %run_id, tool_call_id = %tool_call_id),
+        QueueMessage::Poll {
+            run_id,
+            tool_call_id,
+            attempt,
+        } => tracing::info_span!(
+            "poll",
+            run_id = %run_id,
+            tool_call_id = %tool_call_id,
+            attempt
+        ),
     };
     trace::continue_from(&span, sent_by);
     span
@@ -61,6 +71,7 @@ impl Worker {
                 let handled = self.notifier().remind(run_id, &tool_call_id).await;
                 self.notified(handled)
             }
+            poll @ QueueMessage::Poll { .. } => self.poll(poll).await,
         }
     }
 

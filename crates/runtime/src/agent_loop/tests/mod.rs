@@ -26,7 +26,9 @@ use serde_json::{json, Value};
 
 use super::segment::{self, RetryPolicy};
 use super::{Checkpointer, CrashPoint, SegmentError};
-use crate::tool::{ask_questions, mark_requires_confirmation, park_for_input, Approval, ToolSpec};
+use crate::tool::{
+    ask_questions, await_work, mark_requires_confirmation, park_for_input, Approval, ToolSpec,
+};
 use crate::{Registry, Tool, ToolContext, ToolError};
 
 /// What a test tool does when it runs.
@@ -44,6 +46,9 @@ enum Does {
     /// Asks a person one text question a round, `n` rounds, then answers
     /// with the rounds it saw and the last reply.
     Asks(u32),
+    /// Waits for work elsewhere (`await_work`, checked first after 500
+    /// ms); once woken, answers with how it was woken and its state.
+    Awaits,
 }
 
 /// What one run of a test tool was given: its arguments and its approval.
@@ -105,6 +110,19 @@ impl Tool for TestTool {
                     .map(|a| (format!("{:?}", a.outcome), a.state.clone()));
                 Ok(json!({ "rounds": answered, "last": last }))
             }
+            Does::Awaits => match &ctx.answers {
+                None => Err(await_work(
+                    "render",
+                    json!({ "job": 7 }),
+                    json!({ "waited": 1 }),
+                    500,
+                    None,
+                )),
+                Some(woken) => Ok(json!({
+                    "woken": format!("{:?}", woken.outcome),
+                    "state": woken.state,
+                })),
+            },
         }
     }
 }

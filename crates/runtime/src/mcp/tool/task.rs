@@ -1,0 +1,201 @@
+//! A server's long work (the Tasks extension, SEP-2663) as a self-parking
+//! call: the call waits as a job (`await_work`, no worker held) while
+//! workers check on the task through delayed messages (`poll`), and the
+//! tool is invoked again once the task needs a person or has ended.
+//!
+//! The wait's payload (what the inbox shows, and what a check reads) and
+//! state name the task; a round of the task's questions keeps the task
+//! with them, so the reply goes back by `tasks/update`. What the call
+//! comes to is always what `tasks/get` says at that moment: a wake-up
+//! (a check's, or a `respond` to the row) only says "look now".
+
+use rmcp::model::{CallToolResult, DetailedTask, InputRequiredResult, Task, TaskPayload};
+use serde_json::{json, Value};
+
+use super::super::client::ServerError;
+use super::super::elicit;
+use super::{outcome, McpTool, ATTEMPTS, FIRST_RETRY};
+use crate::tool::{await_work, AskOutcome, AskRequest, Polled, ToolAnswers, ToolError};
+use agentenkit_core::notify::retry_delay;
+
+/// What a wait or a round of questions of a task keeps: the task's id
+/// under `task` (a call's own questions keep the server's round state,
+/// which has no such key), and, for questions, how to answer them.
+pub(super) fn task_of(state: &Value) -> Option<&str> {
+    state["task"].as_str()
+}
+
+/// How often a task is checked when its server does not say.
+const DEFAULT_POLL_INTERVAL_MS: u64 = 1_000;
+
+/// A task's status message is cut to this many characters in the payload.
+const STATUS_MESSAGE_CHARS: usize = 1_000;
+
+impl McpTool {
+    /// The server started `task` for the call: the call waits for it.
+    pub(super) fn task_started(&self, task: &Task) -> ToolError {
+        ::metrics::counter!(crate::metrics::MCP_TASKS, "server" => self.server.name().to_owned())
+            .increment(1);
+        tracing::info!(mcp.task.id = %task.task_id, "the server runs the call as a task");
+        self.waits_for(task)
+    }
+
+    /// The wait for `task`, checked no sooner than its poll interval.
+    fn waits_for(&self, task: &Task) -> ToolError {
+        let mut payload = json!({
+            "server": self.server.name(),
+            "tool": self.tool,
+            "taskId": task.task_id,
+            "status": task.status,
+        });
+        if let Some(message) = &task.status_message {
+            payload["statusMessage"] = json!(agentenkit_core::questions::clip(
+                message,
+                STATUS_MESSAGE_CHARS
+            ));
+        }
+        await_work(
+            super::super::TASK_REASON,
+            payload,
+            json!({ "task": task.task_id }),
+            task.poll_interval_ms.unwrap_or(DEFAULT_POLL_INTERVAL_MS),
+            task.ttl_ms,
+        )
+    }
+
+    /// The call invoked again in a task's round: the person's reply goes
+    /// to the server, or the task is given up, or it is looked at.
+    pub(super) async fn resumed_task(
+        &self,
+        task_id: &str,
+        answers: &ToolAnswers,
+    ) -> Result<Value, ToolError> {
+        let asked = answers.state.get("questions");
+        match (&answers.outcome, asked) {
+            (AskOutcome::Woke(_), _) => {}
+            // A reply to the task's questions, whatever it is (a skip
+            // declines, the expiry cancels): the task goes on.
+            (outcome, Some(questions)) => {
+                let (responses, _) =
+                    elicit::responses(questions, outcome).map_err(ToolError::Failed)?;
+                self.server
+                    .update_task(task_id, responses)
+                    .await
+                    .map_err(|e| ToolError::Failed(e.to_string()))?;
+            }
+            // The wait itself rejected, or past its expiry: the work is
+            // given up.
+            (outcome, None) => {
+                self.cancel(task_id).await;
+                let why = if *outcome == AskOutcome::Expired {
+                    "did not finish before its wait expired"
+                } else {
+                    "was stopped by a person"
+                };
+                return Err(ToolError::Failed(format!(
+                    "mcp server {} task {task_id} {why}; it was cancelled",
+                    self.server.name()
+                )));
+            }
+        }
+        let task = self.task(task_id).await?;
+        self.task_now(task)
+    }
+
+    /// What the call comes to where `task` stands: a result, a failure,
+    /// the task's questions, or another wait.
+    fn task_now(&self, detailed: DetailedTask) -> Result<Value, ToolError> {
+        let server = self.server.name();
+        let task_id = detailed.task.task_id.clone();
+        match detailed.payload {
+            TaskPayload::Completed { result } => {
+                let result: CallToolResult = serde_json::from_value(Value::Object(result))
+                    .map_err(|e| {
+                        ToolError::Failed(format!(
+                            "mcp server {server} task {task_id} ended with a result that is not a tool's: {e}"
+                        ))
+                    })?;
+                outcome(result)
+            }
+            TaskPayload::Failed { error } => Err(ToolError::Failed(format!(
+                "mcp server {server} task {task_id} failed: {}",
+                error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("(no message)")
+            ))),
+            TaskPayload::Cancelled => Err(ToolError::Failed(format!(
+                "mcp server {server} cancelled task {task_id}"
+            ))),
+            TaskPayload::InputRequired { input_requests } => {
+                let asked = InputRequiredResult::from_input_requests(input_requests);
+                let (questions, state) =
+                    elicit::questions(server, &asked).map_err(ToolError::Failed)?;
+                ::metrics::counter!(crate::metrics::MCP_QUESTIONS, "server" => server.to_owned())
+                    .increment(1);
+                // Watched while they wait: a stop gives the task up.
+                let watch = json!({ "server": server, "tool": self.tool, "taskId": task_id });
+                Err(ToolError::Ask(Box::new(AskRequest {
+                    reason: "mcp".into(),
+                    questions,
+                    state: json!({ "task": task_id, "questions": state }),
+                    watch: Some(watch),
+                })))
+            }
+            _ => Err(self.waits_for(&detailed.task)),
+        }
+    }
+
+    /// `tasks/get`, tried again while the server cannot be reached.
+    async fn task(&self, task_id: &str) -> Result<DetailedTask, ToolError> {
+        let mut attempt = 1;
+        loop {
+            match self.server.get_task(task_id).await {
+                Ok(task) => return Ok(task),
+                Err(ServerError::Refused(message)) => return Err(ToolError::Failed(message)),
+                Err(ServerError::Unreachable(message)) if attempt >= ATTEMPTS => {
+                    return Err(ToolError::Failed(format!(
+                        "{message} (after {ATTEMPTS} attempts)"
+                    )))
+                }
+                Err(ServerError::Unreachable(_)) => {
+                    tokio::time::sleep(retry_delay(FIRST_RETRY, attempt)).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// One check on the task a wait's `payload` names: ready once it is
+    /// anything but working (or its server no longer knows it: the call
+    /// reports that); a server out of reach is checked again later.
+    pub(super) async fn check(&self, payload: &Value) -> Polled {
+        let Some(task_id) = payload["taskId"].as_str() else {
+            return Polled::Ready;
+        };
+        match self.server.get_task(task_id).await {
+            Ok(task) if task.payload == TaskPayload::Working => Polled::Pending {
+                after_ms: task
+                    .task
+                    .poll_interval_ms
+                    .unwrap_or(DEFAULT_POLL_INTERVAL_MS),
+            },
+            Ok(_) | Err(ServerError::Refused(_)) => Polled::Ready,
+            Err(ServerError::Unreachable(message)) => {
+                tracing::info!(mcp.task.id = %task_id, "task check failed: {message}");
+                Polled::Pending {
+                    after_ms: DEFAULT_POLL_INTERVAL_MS,
+                }
+            }
+        }
+    }
+
+    /// `tasks/cancel`, once: a server that cannot be reached keeps the
+    /// task until its own ttl.
+    pub(super) async fn cancel(&self, task_id: &str) {
+        match self.server.cancel_task(task_id).await {
+            Ok(()) => tracing::info!(mcp.task.id = %task_id, "task cancelled"),
+            Err(e) => tracing::warn!(mcp.task.id = %task_id, "task could not be cancelled: {e}"),
+        }
+    }
+}

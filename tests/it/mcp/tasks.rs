@@ -1,0 +1,256 @@
+//! A server's long work (a task, SEP-2663) as a self-parking call: the
+//! thread waits (`WAITING_FOR_INPUT`, the run `waiting`) on a row of kind
+//! `park` with reason `task` while workers check on the task through
+//! delayed messages; the task's questions are a question set; its end
+//! resumes the run; a stop cancels it; a worker that dies while it runs
+//! leaves it to the next.
+
+use agentenkit_tests::*;
+use serde_json::{json, Value};
+
+use super::*;
+
+fn researching(arguments: &str) -> String {
+    format!(
+        r#"
+  {{ tool_calls = [ {{ id = "c1", name = "tickets/research", arguments = {arguments} }} ] }},
+  {{ text = "Done." }},
+"#
+    )
+}
+
+async fn registry(log: &CallLog, arguments: &str, servers: Option<String>) -> Registry {
+    let servers = servers.unwrap_or_else(|| tickets_stdio(log, ""));
+    load(&agent_file(
+        "\"tickets/research\"",
+        &researching(arguments),
+        &servers,
+    ))
+    .await
+}
+
+/// The thread's one open request once it is `call`.
+async fn waiting_on(env: &TestEnv, thread_id: &str, call: &str) -> Value {
+    eventually(&format!("{call} waits"), || async {
+        let thread = env.get(&format!("/threads/{thread_id}")).await;
+        let pending = thread["pendingInputs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        (thread["status"] == "WAITING_FOR_INPUT"
+            && pending.len() == 1
+            && pending[0]["toolCallId"] == call)
+            .then(|| pending[0].clone())
+    })
+    .await
+}
+
+/// The lines of the server's log for `method` (`tasks/get`, …).
+fn methods(log: &CallLog, method: &str) -> Vec<Value> {
+    log.calls()
+        .into_iter()
+        .filter(|c| c["method"] == method)
+        .collect()
+}
+
+/// What the model read of `c1`, parsed when it is JSON.
+async fn read_by_model(env: &TestEnv, thread_id: &str) -> Value {
+    let content = tool_message(env, thread_id).await;
+    let text = content.get("result").cloned().unwrap_or(content);
+    match text.as_str() {
+        Some(text) => serde_json::from_str(text).unwrap_or(Value::String(text.to_owned())),
+        None => text,
+    }
+}
+
+#[tokio::test]
+async fn a_task_parks_the_thread_and_its_end_resumes_the_run() {
+    let log = CallLog::new();
+    let env =
+        TestEnv::start(registry(&log, r#"{ topic = "printers", seconds = 1.5 }"#, None).await)
+            .await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "research printers").await;
+
+    let wait = waiting_on(&env, &thread_id, "c1~1").await;
+    assert_eq!(wait["kind"], "park", "{wait}");
+    assert_eq!(wait["reason"], "task", "{wait}");
+    assert_eq!(wait["arguments"]["server"], "tickets", "{wait}");
+    assert_eq!(wait["arguments"]["status"], "working", "{wait}");
+    assert!(wait["expiresAt"].is_string(), "{wait}");
+    let task = wait["arguments"]["taskId"].as_str().unwrap().to_owned();
+    let run = env.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(run["status"], "waiting", "no worker holds it: {run}");
+
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(
+        read_by_model(&env, &thread_id).await,
+        json!({ "topic": "printers", "sources": null, "action": null })
+    );
+    assert_eq!(log.calls_of("research").len(), 1, "called once");
+    let checks = methods(&log, "tasks/get");
+    assert!(
+        checks.len() >= 2 && checks.iter().all(|c| c["task"] == task.as_str()),
+        "checked on while it worked, then read once more: {checks:?}"
+    );
+    // The run's journal holds the wait as a round of the call.
+    let names = env.journal_names(&run_id).await;
+    assert!(names.contains(&"asked:c1:1".to_owned()), "{names:?}");
+    assert_eq!(names.iter().filter(|n| *n == "exec:c1").count(), 1);
+    let metrics = env.metrics_text().await;
+    assert!(
+        metrics.contains("agentenkit_mcp_tasks_total{server=\"tickets\"}"),
+        "{metrics}"
+    );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_tasks_question_is_a_question_set_and_the_answer_goes_back_by_update() {
+    let log = CallLog::new();
+    let env = TestEnv::start(
+        registry(
+            &log,
+            r#"{ topic = "lasers", seconds = 0.3, ask = true }"#,
+            None,
+        )
+        .await,
+    )
+    .await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "research lasers").await;
+
+    let asked = waiting_on(&env, &thread_id, "c1~2").await;
+    assert_eq!(asked["kind"], "ask", "{asked}");
+    let (status, delivered) = env
+        .reply(
+            "/agent/tool-call/answer",
+            ALICE,
+            json!({ "runId": run_id, "toolCallId": "c1~2", "answers": { "sources": ["news"] } }),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{delivered}");
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(
+        read_by_model(&env, &thread_id).await,
+        json!({ "topic": "lasers", "sources": "news", "action": "accept" })
+    );
+    let updates = methods(&log, "tasks/update");
+    assert_eq!(updates.len(), 1, "{updates:?}");
+    assert_eq!(
+        updates[0]["responses"],
+        json!({ "sources": { "action": "accept", "content": { "sources": "news" } } })
+    );
+    assert_eq!(log.calls_of("research").len(), 1, "called once");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_failed_task_is_a_failure_the_model_reads() {
+    let log = CallLog::new();
+    let env =
+        TestEnv::start(registry(&log, r#"{ topic = "fail", seconds = 0.2 }"#, None).await).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "research").await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    let read = tool_message(&env, &thread_id).await;
+    let error = read["error"].as_str().unwrap_or_default();
+    assert!(error.contains("failed: the library is closed"), "{read}");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn stopping_the_thread_while_a_task_runs_cancels_the_task() {
+    let log = CallLog::new();
+    let env =
+        TestEnv::start(registry(&log, r#"{ topic = "slow", seconds = 600 }"#, None).await).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "research slowly").await;
+    let wait = waiting_on(&env, &thread_id, "c1~1").await;
+    let task = wait["arguments"]["taskId"].clone();
+    env.post(&format!("/threads/{thread_id}/stop"), json!({}))
+        .await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "cancelled");
+    let cancelled = eventually("the task is cancelled", || async {
+        let cancels = methods(&log, "tasks/cancel");
+        (!cancels.is_empty()).then_some(cancels)
+    })
+    .await;
+    assert_eq!(cancelled.len(), 1, "{cancelled:?}");
+    assert_eq!(cancelled[0]["task"], task);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_task_outlives_the_worker_that_started_it() {
+    let log = CallLog::new();
+    let server = HttpTickets::start(&log).await;
+    let servers = format!(
+        "[mcp.tickets]\ntransport = \"http\"\nurl = {:?}\n",
+        server.url
+    );
+    let env = TestEnv::start(
+        registry(
+            &log,
+            r#"{ topic = "durable", seconds = 1.5 }"#,
+            Some(servers),
+        )
+        .await,
+    )
+    .await;
+    // The first worker dies right after the wait was journaled, before
+    // the park: the next one parks it, without starting another task.
+    let doomed = env.spawn_crashing_worker("asked:c1:1");
+    let (thread_id, run_id) = env.start_turn("agent", "research").await;
+    assert!(doomed.died().await.is_err(), "the crash point fired");
+    let rescuer = env.spawn_worker();
+    waiting_on(&env, &thread_id, "c1~1").await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(
+        read_by_model(&env, &thread_id).await,
+        json!({ "topic": "durable", "sources": null, "action": null })
+    );
+    let started: Vec<Value> = log
+        .calls()
+        .into_iter()
+        .filter(|c| c["tool"] == "research" && c["task"].is_string())
+        .collect();
+    assert_eq!(started.len(), 1, "one task: {started:?}");
+    rescuer.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn stopping_the_thread_while_a_tasks_question_waits_cancels_the_task() {
+    let log = CallLog::new();
+    let env = TestEnv::start(
+        registry(
+            &log,
+            r#"{ topic = "optics", seconds = 0.2, ask = true }"#,
+            None,
+        )
+        .await,
+    )
+    .await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "research optics").await;
+    waiting_on(&env, &thread_id, "c1~2").await;
+    let task = methods(&log, "tasks/get")[0]["task"].clone();
+    env.post(&format!("/threads/{thread_id}/stop"), json!({}))
+        .await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "cancelled");
+    let cancelled = eventually("the task is cancelled", || async {
+        let cancels = methods(&log, "tasks/cancel");
+        (!cancels.is_empty()).then_some(cancels)
+    })
+    .await;
+    assert_eq!(cancelled.len(), 1, "{cancelled:?}");
+    assert_eq!(cancelled[0]["task"], task);
+    assert!(methods(&log, "tasks/update").is_empty(), "nobody answered");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
