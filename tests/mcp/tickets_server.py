@@ -8,7 +8,7 @@ took `id`: the same server, deployed again with another schema.
 
 Tools: annotated read-only (`search_tickets`), annotated destructive
 (`close_ticket`), unannotated (`create_ticket`), one whose calls fail
-(`flaky`), and tools that misbehave on purpose (`hang`, `exit_now`,
+(`flaky`), one that takes its time (`slow`), and tools that misbehave on purpose (`hang`, `exit_now`,
 `garbage`), and one that asks the person two rounds of questions before
 it finishes (`escalate_ticket`: the 2026-07-28 `input_required` result,
 its state carried in `requestState`), and one that first asks only to be
@@ -234,6 +234,14 @@ def big(size: int, ctx: Context) -> str:
     """Answers `size` characters."""
     record("big", ctx, size=size)
     return "x" * size
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def slow(seconds: float, ctx: Context) -> str:
+    """Answers after `seconds`."""
+    record("slow", ctx, seconds=seconds)
+    time.sleep(seconds)
+    return f"slept {seconds}s"
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
