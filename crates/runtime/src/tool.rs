@@ -505,5 +505,5 @@ mod tests;
 mod rounds;
 pub use rounds::{
     ask_questions, await_work, AskOutcome, AskRequest, AwaitRequest, Polled, ToolAnswers,
-    MAX_ASK_ROUNDS, MAX_ASK_STATE_BYTES, WATCH_FIRST_CHECK_MS,
+    MAX_ASK_ROUNDS, MAX_ASK_STATE_BYTES, MIN_CHECK_INTERVAL_MS, WATCH_FIRST_CHECK_MS,
 };

@@ -36,7 +36,8 @@ pub struct WaitingCall {
     /// The tool's payload: the row's `arguments` for a wait; for
     /// questions, the work they belong to (their `watch`).
     pub payload: Value,
-    /// Questions, watched for the run's stop only: a person answers them.
+    /// Watched for the run's stop only: questions a person answers, or a
+    /// wait not parked yet.
     pub watched: bool,
 }
 
@@ -74,10 +75,10 @@ impl Store {
             return Ok(PolledCall::Done);
         };
         let status: ToolCallStatus = row.get::<_, &str>(0).parse()?;
-        let watched: bool = row.get(7);
-        let payload = if watched { 8 } else { 1 };
+        let questions: bool = row.get(7);
+        let payload = if questions { 8 } else { 1 };
         let call = WaitingCall {
-            watched,
+            watched: questions,
             payload: row.get::<_, Option<Value>>(payload).unwrap_or(Value::Null),
             tool_name: row.get(2),
             agent: row.get(3),
@@ -86,6 +87,12 @@ impl Store {
         };
         Ok(match status {
             ToolCallStatus::PendingApproval => PolledCall::Waiting(call),
+            // Journaled and not parked yet (its worker died between, or is
+            // about to park it): only watched until it is.
+            ToolCallStatus::Proposed => PolledCall::Waiting(WaitingCall {
+                watched: true,
+                ..call
+            }),
             ToolCallStatus::Cancelled => PolledCall::Cancelled(call),
             _ => PolledCall::Done,
         })

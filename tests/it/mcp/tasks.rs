@@ -5,6 +5,7 @@
 //! resumes the run; a stop cancels it; a worker that dies while it runs
 //! leaves it to the next.
 
+use agentenkit_core::QueueMessage;
 use agentenkit_tests::*;
 use serde_json::{json, Value};
 
@@ -251,6 +252,178 @@ async fn stopping_the_thread_while_a_tasks_question_waits_cancels_the_task() {
     assert_eq!(cancelled.len(), 1, "{cancelled:?}");
     assert_eq!(cancelled[0]["task"], task);
     assert!(methods(&log, "tasks/update").is_empty(), "nobody answered");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+/// The agent file of `registry` with the agent's `hitl_ttl_ms`.
+async fn registry_with_ttl(log: &CallLog, arguments: &str, ttl_ms: u64) -> Registry {
+    let text = agent_file(
+        "\"tickets/research\"",
+        &researching(arguments),
+        &tickets_stdio(log, ""),
+    )
+    .replacen(
+        "[agents.agent]\n",
+        &format!("[agents.agent]\nhitl_ttl_ms = {ttl_ms}\n"),
+        1,
+    );
+    load(&text).await
+}
+
+#[tokio::test]
+async fn a_task_past_its_wait_is_cancelled_and_the_model_reads_why() {
+    let log = CallLog::new();
+    let env = TestEnv::start(
+        registry_with_ttl(&log, r#"{ topic = "slow", seconds = 600 }"#, 1_500).await,
+    )
+    .await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "research slowly").await;
+    let wait = waiting_on(&env, &thread_id, "c1~1").await;
+    let task = wait["arguments"]["taskId"].clone();
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    let read = tool_message(&env, &thread_id).await;
+    let error = read["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("did not finish before its wait expired; the task was cancelled"),
+        "{read}"
+    );
+    let cancels = methods(&log, "tasks/cancel");
+    assert_eq!(cancels.len(), 1, "{cancels:?}");
+    assert_eq!(cancels[0]["task"], task);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_respond_to_a_task_wait_makes_the_call_look_and_a_rejection_gives_the_task_up() {
+    let log = CallLog::new();
+    let env =
+        TestEnv::start(registry(&log, r#"{ topic = "slow", seconds = 600 }"#, None).await).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "research slowly").await;
+    let wait = waiting_on(&env, &thread_id, "c1~1").await;
+    let task = wait["arguments"]["taskId"].clone();
+
+    // Somebody says it is done: the call looks, finds it working, waits
+    // again (a round of its own), and the model has read nothing.
+    let (status, woke) = env
+        .reply(
+            "/agent/hitl/respond",
+            ALICE,
+            json!({ "threadId": thread_id, "toolCallId": "c1~1", "approved": true, "payload": { "done": true } }),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{woke}");
+    let again = waiting_on(&env, &thread_id, "c1~2").await;
+    assert_eq!(again["reason"], "task", "{again}");
+    assert_eq!(again["arguments"]["taskId"], task, "the same task: {again}");
+    assert!(methods(&log, "tasks/cancel").is_empty());
+
+    // A rejection gives it up.
+    let (status, stopped) = env
+        .reply(
+            "/agent/hitl/respond",
+            ALICE,
+            json!({ "threadId": thread_id, "toolCallId": "c1~2", "approved": false }),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{stopped}");
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    let read = tool_message(&env, &thread_id).await;
+    assert!(
+        read["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("was stopped by a person; the task was cancelled"),
+        "{read}"
+    );
+    assert_eq!(methods(&log, "tasks/cancel").len(), 1);
+    assert_eq!(log.calls_of("research").len(), 1, "one task throughout");
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_duplicate_check_is_dropped_and_the_chain_of_checks_never_forks() {
+    let log = CallLog::new();
+    let env =
+        TestEnv::start(registry(&log, r#"{ topic = "slow", seconds = 600 }"#, None).await).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "research slowly").await;
+    waiting_on(&env, &thread_id, "c1~1").await;
+    let chain = || async {
+        env.rows(
+            &format!("SELECT key FROM outbox WHERE key LIKE 'poll:{run_id}:%'"),
+            |row| row.get::<_, String>(0),
+        )
+        .await
+    };
+    // A few checks in: one message of the chain is due at any time.
+    let due = eventually("a few checks were made", || async {
+        let keys = chain().await;
+        (keys.len() == 1 && !keys[0].contains(":0:") && !keys[0].contains(":1:")).then_some(keys)
+    })
+    .await;
+    // Copies of an earlier check and of the due one arrive (a reaper's
+    // re-publish, a redelivery).
+    let run: agentenkit_core::RunId = run_id.parse().unwrap();
+    for attempt in [0, 1] {
+        let copy = QueueMessage::Poll {
+            run_id: run,
+            tool_call_id: "c1~1".into(),
+            attempt,
+        };
+        env.queue.publish(&copy).await.unwrap();
+    }
+    let dropped = eventually("the copies were dropped", || async {
+        let metrics = env.metrics_text().await;
+        metrics
+            .lines()
+            .find(|l| l.starts_with("agentenkit_tool_polls_total{outcome=\"dropped\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .filter(|n| *n >= 2.0)
+    })
+    .await;
+    assert!(dropped >= 2.0);
+    let copy = QueueMessage::from_outbox_key(&due[0]).unwrap();
+    env.queue.publish(&copy).await.unwrap();
+    // However many copies arrived, one check stays due.
+    for _ in 0..10 {
+        let keys = chain().await;
+        assert!(keys.len() <= 1, "the chain forked: {keys:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_stop_before_the_wait_parked_still_cancels_the_task() {
+    let log = CallLog::new();
+    let env =
+        TestEnv::start(registry(&log, r#"{ topic = "slow", seconds = 600 }"#, None).await).await;
+    // The worker dies right after the wait was journaled, before the park;
+    // the thread is stopped before another takes the run over.
+    let doomed = env.spawn_crashing_worker("asked:c1:1");
+    let (thread_id, run_id) = env.start_turn("agent", "research slowly").await;
+    assert!(doomed.died().await.is_err(), "the crash point fired");
+    env.post(&format!("/threads/{thread_id}/stop"), json!({}))
+        .await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "cancelled");
+    let worker = env.spawn_worker();
+    let cancelled = eventually("the task is cancelled", || async {
+        let cancels = methods(&log, "tasks/cancel");
+        (!cancels.is_empty()).then_some(cancels)
+    })
+    .await;
+    let started: Vec<Value> = log
+        .calls()
+        .into_iter()
+        .filter(|c| c["tool"] == "research" && c["task"].is_string())
+        .collect();
+    assert_eq!(cancelled[0]["task"], started[0]["task"]);
     worker.stop().await.unwrap();
     env.finish().await;
 }

@@ -52,11 +52,8 @@ pub enum Wait {
     },
     /// The end of work a running tool waits for (the parked call is the
     /// round's own row): parked like a job, and checked through delayed
-    /// messages, the first due after `poll_after_ms`.
-    Polled {
-        request: ParkRequest,
-        poll_after_ms: u64,
-    },
+    /// messages (the first written with the row).
+    Polled { request: ParkRequest },
 }
 
 /// The value journaled under `persist:toolcall:<callId>`: the row as

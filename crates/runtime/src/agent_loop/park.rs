@@ -10,6 +10,11 @@ use super::checkpoint::Checkpointer;
 use super::error::SegmentError;
 use super::outcome::{ParkItem, PersistedToolCall, Wait};
 use crate::agent::Registry;
+use crate::tool::ParkRequest;
+
+/// The shortest wait for work elsewhere: a server's `ttlMs` of 0 must not
+/// expire (and so give up) its task the moment it parks.
+const MIN_WAIT_MS: u64 = 1_000;
 use crate::metrics;
 
 /// Writes the park of a finished step in one transaction: each new
@@ -90,40 +95,28 @@ fn park_item(
         ),
         // A tool's questions: shown as any question set, but they belong
         // to a call in progress, which they must not hold for ever.
-        Wait::ToolAsk {
-            frame,
-            reason,
-            watch,
-        } => {
-            let mut changes = Vec::with_capacity(5);
-            // The work the questions belong to is kept with their row and
-            // watched from the park on: a worker gives it up if the run is
-            // stopped while they wait.
-            if let Some(watch) = watch {
-                changes.push(Change::Call {
-                    id: call.id.clone(),
-                    event: CallEvent::RecordParkRequest {
-                        request: json!({ "watch": watch }),
-                    },
-                });
-                changes.push(check(ctx, call, crate::tool::WATCH_FIRST_CHECK_MS));
-            }
-            changes.extend(tool_questions(ctx, call, frame, reason, agent_ttl_ms));
-            (changes, true)
+        // (Their watch, if any, was recorded with their row.)
+        Wait::ToolAsk { frame, reason, .. } => {
+            (tool_questions(ctx, call, frame, reason, agent_ttl_ms), true)
         }
         Wait::Approval => {
             let wait = (ToolKind::Approval, "approval", None);
             (timed_request(registry, ctx, call, wait, agent_ttl_ms), true)
         }
         Wait::Job(request) => (job(registry, ctx, call, request, agent_ttl_ms), true),
-        // A job a worker checks on: its first check goes with the park.
-        Wait::Polled {
-            request,
-            poll_after_ms,
-        } => {
-            let mut changes = job(registry, ctx, call, request, agent_ttl_ms);
-            changes.push(check(ctx, call, *poll_after_ms));
-            (changes, true)
+        // A job a worker checks on (its first check went with its row),
+        // for no longer than the agent's `hitl_ttl_ms`.
+        Wait::Polled { request } => {
+            let request = ParkRequest {
+                ttl_ms: Some(
+                    request
+                        .ttl_ms
+                        .map_or(agent_ttl_ms, |ttl| ttl.min(agent_ttl_ms))
+                        .max(MIN_WAIT_MS),
+                ),
+                ..request.clone()
+            };
+            (job(registry, ctx, call, &request, agent_ttl_ms), true)
         }
     }
 }
@@ -241,19 +234,6 @@ fn deadline(ttl_ms: u64) -> (u64, chrono::DateTime<chrono::Utc>) {
     let expires_at =
         (chrono::Utc::now() + chrono::Duration::milliseconds(ttl_ms as i64)).trunc_subsecs(6);
     (ttl_ms, expires_at)
-}
-
-/// The first check on the work `call` waits for (or watches), due after
-/// `delay_ms`.
-fn check(ctx: &RunContext, call: &PersistedToolCall, delay_ms: u64) -> Change {
-    Change::Outbox {
-        message: QueueMessage::Poll {
-            run_id: ctx.lease.run_id,
-            tool_call_id: call.id.clone(),
-            attempt: 0,
-        },
-        delay_ms: delay_ms.clamp(1, crate::tool::MAX_TTL_MS),
-    }
 }
 
 /// The expiry message of `call`'s request, due after `ttl_ms`.

@@ -18,7 +18,7 @@
 
 use agentenkit_core::journal::names;
 use agentenkit_core::reply::SettledReply;
-use agentenkit_core::{CallEvent, ToolCallId, ToolCallStatus, ToolKind};
+use agentenkit_core::{CallEvent, QueueMessage, RunId, ToolCallId, ToolCallStatus, ToolKind};
 use agentenkit_store::{Change, RunContext};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -164,7 +164,9 @@ pub(super) async fn run_to_end(
                 execute(cp, agent, registry, ctx, call, decision, answers.take()).await;
             match invocation {
                 Ok(result) => return Ok(Ran::Result(result)),
-                Err(SegmentError::Asked(asked)) => record_asked(cp, call, round, *asked).await?,
+                Err(SegmentError::Asked(asked)) => {
+                    record_asked(cp, run_id, call, round, *asked).await?
+                }
                 Err(other) => return Err(other),
             }
         };
@@ -225,7 +227,6 @@ fn round_wait(
                 payload: request.payload,
                 ttl_ms: request.ttl_ms,
             },
-            poll_after_ms: request.poll_after_ms,
         },
     }
 }
@@ -234,6 +235,7 @@ fn round_wait(
 /// asks them, at once: the tool ran its first half.
 async fn record_asked(
     cp: &mut Checkpointer<'_>,
+    run_id: RunId,
     call: &PersistedToolCall,
     round: u32,
     asked: Round,
@@ -244,12 +246,40 @@ async fn record_asked(
         names::asked(&call.id, round),
         Durability::Effect,
         || async move {
-            let changes = vec![Change::ProposeToolCall {
+            let mut changes = vec![Change::ProposeToolCall {
                 id: row.clone(),
                 name: call.name.clone(),
                 arguments,
                 kind,
             }];
+            // Work elsewhere is checked on (or watched) from this commit
+            // on, before the park: a stop that comes first still finds it.
+            let first_check = match &asked {
+                Round::Await(request) => Some(request.poll_after_ms),
+                Round::Ask(AskRequest {
+                    watch: Some(watch), ..
+                }) => {
+                    changes.push(Change::Call {
+                        id: row.clone(),
+                        event: CallEvent::RecordParkRequest {
+                            request: serde_json::json!({ "watch": watch }),
+                        },
+                    });
+                    Some(crate::tool::WATCH_FIRST_CHECK_MS)
+                }
+                Round::Ask(_) => None,
+            };
+            if let Some(delay_ms) = first_check {
+                changes.push(Change::Outbox {
+                    message: QueueMessage::Poll {
+                        run_id,
+                        tool_call_id: row.clone(),
+                        attempt: 0,
+                    },
+                    delay_ms: delay_ms
+                        .clamp(crate::tool::MIN_CHECK_INTERVAL_MS, crate::tool::MAX_TTL_MS),
+                });
+            }
             let counter = match kind {
                 ToolKind::Ask => crate::metrics::TOOL_QUESTIONS,
                 _ => crate::metrics::TOOL_WAITS,

@@ -42,6 +42,10 @@ pub enum ServerError {
     /// It answered, with an error or something that is not an answer.
     #[error("{0}")]
     Refused(String),
+    /// It refused the request's parameters (`-32602`): for `tasks/*`, it
+    /// does not know the task (any more).
+    #[error("{0}")]
+    InvalidParams(String),
 }
 
 /// An open session, and the stdio child it talks to (killed when the last
@@ -186,10 +190,17 @@ impl Server {
             return self.too_large();
         }
         match e {
-            ServiceError::McpError(error) => ServerError::Refused(format!(
-                "mcp server {}: error {}: {}",
-                self.name, error.code.0, error.message
-            )),
+            ServiceError::McpError(error) => {
+                let message = format!(
+                    "mcp server {}: error {}: {}",
+                    self.name, error.code.0, error.message
+                );
+                if error.code == ErrorCode::INVALID_PARAMS {
+                    ServerError::InvalidParams(message)
+                } else {
+                    ServerError::Refused(message)
+                }
+            }
             ServiceError::UnexpectedResponse => ServerError::Refused(format!(
                 "mcp server {}: answered something that is not an answer to the request",
                 self.name

@@ -153,7 +153,9 @@ impl McpTool {
             self.measure(&answer, started);
             match answer {
                 Ok(response) => return Ok(response),
-                Err(ServerError::Refused(message)) => return Err(ToolError::Failed(message)),
+                Err(ServerError::Refused(message) | ServerError::InvalidParams(message)) => {
+                    return Err(ToolError::Failed(message))
+                }
                 // Each attempt carries the same idempotency key: a server
                 // that did the work before hanging up can tell.
                 Err(ServerError::Unreachable(message)) if attempt >= ATTEMPTS => {
@@ -196,7 +198,7 @@ impl McpTool {
         let outcome = match answer {
             Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => "tool_error",
             Ok(_) => "ok",
-            Err(ServerError::Refused(_)) => "refused",
+            Err(ServerError::Refused(_) | ServerError::InvalidParams(_)) => "refused",
             Err(ServerError::Unreachable(_)) => "unreachable",
         };
         let server = self.server.name().to_owned();

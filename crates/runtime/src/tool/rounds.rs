@@ -89,10 +89,12 @@ pub struct AwaitRequest {
     pub reason: String,
     /// Shown as the request's `arguments`, and what `poll` is handed.
     pub payload: Value,
-    /// The wait's own expiry; the agent's `hitl_ttl_ms` when `None`.
+    /// The wait's own expiry, at most (and by default) the agent's
+    /// `hitl_ttl_ms`, at least a second.
     pub ttl_ms: Option<u64>,
     /// The first check is due this long after the park, and no check
-    /// comes sooner after the one before.
+    /// comes sooner after the one before (at least
+    /// [`MIN_CHECK_INTERVAL_MS`]).
     pub poll_after_ms: u64,
     /// The tool's own state, handed back when it is invoked again (at
     /// most [`MAX_ASK_STATE_BYTES`] of JSON).
@@ -115,6 +117,10 @@ pub fn await_work(
         state,
     }))
 }
+
+/// The shortest wait between two checks on work elsewhere, whatever a
+/// tool asks for.
+pub const MIN_CHECK_INTERVAL_MS: u64 = 100;
 
 /// When a worker first looks whether the run of questions with a `watch`
 /// was stopped; then half as long again each time, up to a minute (the

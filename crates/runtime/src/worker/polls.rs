@@ -14,19 +14,20 @@ use agentenkit_store::{PolledCall, WaitingCall};
 
 use super::{Disposition, Worker};
 use crate::metrics;
-use crate::tool::{Polled, Tool};
+use crate::tool::{Polled, Tool, MIN_CHECK_INTERVAL_MS};
 
 /// The longest wait between two checks, unless the tool asks for longer.
 const MAX_CHECK_INTERVAL_MS: u64 = 60_000;
 
 /// The wait before check `attempt` (1, 2, …) of work whose tool asked for
 /// no check sooner than `after_ms`: half as long again each time, up to a
-/// minute, and never under `after_ms`.
+/// minute, and never under `after_ms` (nor the shortest interval).
 pub(crate) fn check_delay_ms(after_ms: u64, attempt: u32) -> u64 {
-    let grown = (after_ms.max(1) as f64) * 1.5f64.powi(attempt.min(64) as i32);
+    let after_ms = after_ms.max(MIN_CHECK_INTERVAL_MS);
+    let grown = (after_ms as f64) * 1.5f64.powi(attempt.min(64) as i32);
     (grown.min(MAX_CHECK_INTERVAL_MS as f64) as u64)
         .max(after_ms)
-        .clamp(1, crate::tool::MAX_TTL_MS)
+        .min(crate::tool::MAX_TTL_MS)
 }
 
 impl Worker {
@@ -56,8 +57,11 @@ impl Worker {
         };
         let tool = self.polled_tool(&call).await;
         if stopped {
-            if let Some(tool) = &tool {
-                tool.abandon(&call.payload).await;
+            match &tool {
+                Some(tool) => tool.abandon(&call.payload).await,
+                None => {
+                    tracing::warn!("the run was stopped; its work cannot be given up from here")
+                }
             }
             ::metrics::counter!(metrics::TOOL_POLLS, "outcome" => "abandoned").increment(1);
             tracing::info!("the run was stopped while its call waited: its work is given up");
@@ -108,6 +112,13 @@ impl Worker {
                         ::metrics::counter!(metrics::TOOL_POLLS, "outcome" => "ready").increment(1);
                         if let Some(refused) = answered.error {
                             tracing::info!(%refused, "the work is ready; the wait had ended");
+                            // A stop that committed since the read: the
+                            // work is given up after all.
+                            if let (Ok(PolledCall::Cancelled(call)), Some(tool)) =
+                                (store.polled_call(&message).await, &tool)
+                            {
+                                tool.abandon(&call.payload).await;
+                            }
                         }
                         self.ended(&message).await
                     }
@@ -167,7 +178,8 @@ mod tests {
         assert_eq!(*ladder.last().unwrap(), 60_000);
         // A server that asks for longer than the cap is obeyed.
         assert_eq!(check_delay_ms(90_000, 5), 90_000);
-        assert_eq!(check_delay_ms(0, 1), 1);
+        // A tool that asks for no wait at all gets the shortest one.
+        assert_eq!(check_delay_ms(0, 1), 150);
         assert_eq!(check_delay_ms(1_000, u32::MAX), 60_000);
     }
 }

@@ -15,7 +15,9 @@ use serde_json::{json, Value};
 use super::super::client::ServerError;
 use super::super::elicit;
 use super::{outcome, McpTool, ATTEMPTS, FIRST_RETRY};
-use crate::tool::{await_work, AskOutcome, AskRequest, Polled, ToolAnswers, ToolError};
+use crate::tool::{
+    await_work, AskOutcome, AskRequest, Polled, ToolAnswers, ToolError, MAX_ASK_ROUNDS,
+};
 use agentenkit_core::notify::retry_delay;
 
 /// What a wait or a round of questions of a task keeps: the task's id
@@ -27,6 +29,23 @@ pub(super) fn task_of(state: &Value) -> Option<&str> {
 
 /// How often a task is checked when its server does not say.
 const DEFAULT_POLL_INTERVAL_MS: u64 = 1_000;
+
+/// A server's `pollIntervalMs` is taken within these bounds: no check
+/// loop of its making, and no wait so long that a stop goes unnoticed
+/// for hours.
+const POLL_INTERVAL_MS: std::ops::RangeInclusive<u64> = 250..=600_000;
+
+/// The longest one check may take: a check holds a worker's slot, and a
+/// server that hangs is checked again later rather than holding it for
+/// its whole `timeout_ms`.
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A server's poll interval, within [`POLL_INTERVAL_MS`].
+fn poll_interval(task: &Task) -> u64 {
+    task.poll_interval_ms
+        .unwrap_or(DEFAULT_POLL_INTERVAL_MS)
+        .clamp(*POLL_INTERVAL_MS.start(), *POLL_INTERVAL_MS.end())
+}
 
 /// A task's status message is cut to this many characters in the payload.
 const STATUS_MESSAGE_CHARS: usize = 1_000;
@@ -58,13 +77,16 @@ impl McpTool {
             super::super::TASK_REASON,
             payload,
             json!({ "task": task.task_id }),
-            task.poll_interval_ms.unwrap_or(DEFAULT_POLL_INTERVAL_MS),
+            poll_interval(task),
+            // At most the agent's `hitl_ttl_ms` (see `AwaitRequest`).
             task.ttl_ms,
         )
     }
 
     /// The call invoked again in a task's round: the person's reply goes
-    /// to the server, or the task is given up, or it is looked at.
+    /// to the server, or the task is given up, or it is looked at. Once
+    /// the call fails for any reason of this side's, the task is
+    /// cancelled: nothing is left running for nobody.
     pub(super) async fn resumed_task(
         &self,
         task_id: &str,
@@ -76,38 +98,51 @@ impl McpTool {
             // A reply to the task's questions, whatever it is (a skip
             // declines, the expiry cancels): the task goes on.
             (outcome, Some(questions)) => {
-                let (responses, _) =
-                    elicit::responses(questions, outcome).map_err(ToolError::Failed)?;
-                self.server
-                    .update_task(task_id, responses)
-                    .await
-                    .map_err(|e| ToolError::Failed(e.to_string()))?;
+                let sent = match elicit::responses(questions, outcome) {
+                    Ok((responses, _)) => self.server.update_task(task_id, responses).await,
+                    Err(unreadable) => Err(ServerError::Refused(unreadable)),
+                };
+                if let Err(e) = sent {
+                    return Err(self.give_up(task_id, e.to_string()).await);
+                }
             }
-            // The wait itself rejected, or past its expiry: the work is
-            // given up.
+            // The wait itself rejected, or past its expiry: what the task
+            // finished with, if it did; else it is given up.
             (outcome, None) => {
-                self.cancel(task_id).await;
+                match self.task(task_id).await {
+                    Ok(done) if done.task.status.is_terminal() => {
+                        return self.task_now(done, answers.round)
+                    }
+                    _ => {}
+                }
                 let why = if *outcome == AskOutcome::Expired {
                     "did not finish before its wait expired"
                 } else {
                     "was stopped by a person"
                 };
-                return Err(ToolError::Failed(format!(
-                    "mcp server {} task {task_id} {why}; it was cancelled",
-                    self.server.name()
-                )));
+                let why = format!("mcp server {} task {task_id} {why}", self.server.name());
+                return Err(self.give_up(task_id, why).await);
             }
         }
-        let task = self.task(task_id).await?;
-        self.task_now(task)
+        match self.task(task_id).await {
+            Ok(task) => self.task_now(task, answers.round),
+            Err(failure) => Err(self.give_up(task_id, failure.to_string()).await),
+        }
     }
 
-    /// What the call comes to where `task` stands: a result, a failure,
-    /// the task's questions, or another wait.
-    fn task_now(&self, detailed: DetailedTask) -> Result<Value, ToolError> {
+    /// Cancels `task_id` and says why the call failed.
+    async fn give_up(&self, task_id: &str, why: String) -> ToolError {
+        self.cancel(task_id).await;
+        ToolError::Failed(format!("{why}; the task was cancelled"))
+    }
+
+    /// What the call comes to where `task` stands, after `round` rounds:
+    /// a result, a failure, the task's questions, or another wait (a
+    /// round the call may no longer ask for gives the task up instead).
+    fn task_now(&self, detailed: DetailedTask, round: u32) -> Result<Value, ToolError> {
         let server = self.server.name();
         let task_id = detailed.task.task_id.clone();
-        match detailed.payload {
+        let next = match detailed.payload {
             TaskPayload::Completed { result } => {
                 let result: CallToolResult = serde_json::from_value(Value::Object(result))
                     .map_err(|e| {
@@ -115,35 +150,65 @@ impl McpTool {
                             "mcp server {server} task {task_id} ended with a result that is not a tool's: {e}"
                         ))
                     })?;
-                outcome(result)
+                return outcome(result);
             }
-            TaskPayload::Failed { error } => Err(ToolError::Failed(format!(
-                "mcp server {server} task {task_id} failed: {}",
-                error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("(no message)")
-            ))),
-            TaskPayload::Cancelled => Err(ToolError::Failed(format!(
-                "mcp server {server} cancelled task {task_id}"
-            ))),
+            TaskPayload::Failed { error } => {
+                return Err(ToolError::Failed(format!(
+                    "mcp server {server} task {task_id} failed: {}",
+                    error
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .map(|m| agentenkit_core::questions::clip(m, STATUS_MESSAGE_CHARS))
+                        .unwrap_or_else(|| "(no message)".into())
+                )))
+            }
+            TaskPayload::Cancelled => {
+                return Err(ToolError::Failed(format!(
+                    "mcp server {server} cancelled task {task_id}"
+                )))
+            }
             TaskPayload::InputRequired { input_requests } => {
                 let asked = InputRequiredResult::from_input_requests(input_requests);
-                let (questions, state) =
-                    elicit::questions(server, &asked).map_err(ToolError::Failed)?;
-                ::metrics::counter!(crate::metrics::MCP_QUESTIONS, "server" => server.to_owned())
-                    .increment(1);
-                // Watched while they wait: a stop gives the task up.
-                let watch = json!({ "server": server, "tool": self.tool, "taskId": task_id });
-                Err(ToolError::Ask(Box::new(AskRequest {
-                    reason: "mcp".into(),
-                    questions,
-                    state: json!({ "task": task_id, "questions": state }),
-                    watch: Some(watch),
-                })))
+                match elicit::questions(server, &asked) {
+                    Ok((questions, state)) => {
+                        ::metrics::counter!(crate::metrics::MCP_QUESTIONS, "server" => server.to_owned())
+                            .increment(1);
+                        // Watched while they wait: a stop gives the task up.
+                        let watch =
+                            json!({ "server": server, "tool": self.tool, "taskId": task_id });
+                        ToolError::Ask(Box::new(AskRequest {
+                            reason: "mcp".into(),
+                            questions,
+                            state: json!({ "task": task_id, "questions": state }),
+                            watch: Some(watch),
+                        }))
+                    }
+                    Err(unaskable) => return Err(self.cancel_later(&task_id, unaskable)),
+                }
             }
-            _ => Err(self.waits_for(&detailed.task)),
+            _ => self.waits_for(&detailed.task),
+        };
+        if round >= MAX_ASK_ROUNDS {
+            let why = format!(
+                "mcp server {server} task {task_id} needed more than {MAX_ASK_ROUNDS} rounds of waits and questions"
+            );
+            return Err(self.cancel_later(&task_id, why));
         }
+        Err(next)
+    }
+
+    /// A failure of the call whose task is still running: the task is
+    /// cancelled in the background (this path does not wait for the
+    /// server), and the model reads why.
+    fn cancel_later(&self, task_id: &str, why: String) -> ToolError {
+        let server = self.server.clone();
+        let task_id = task_id.to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = server.cancel_task(&task_id).await {
+                tracing::warn!(mcp.task.id = %task_id, "task could not be cancelled: {e}");
+            }
+        });
+        ToolError::Failed(format!("{why}; the task was cancelled"))
     }
 
     /// `tasks/get`, tried again while the server cannot be reached.
@@ -152,7 +217,9 @@ impl McpTool {
         loop {
             match self.server.get_task(task_id).await {
                 Ok(task) => return Ok(task),
-                Err(ServerError::Refused(message)) => return Err(ToolError::Failed(message)),
+                Err(ServerError::Refused(message) | ServerError::InvalidParams(message)) => {
+                    return Err(ToolError::Failed(message))
+                }
                 Err(ServerError::Unreachable(message)) if attempt >= ATTEMPTS => {
                     return Err(ToolError::Failed(format!(
                         "{message} (after {ATTEMPTS} attempts)"
@@ -166,26 +233,30 @@ impl McpTool {
         }
     }
 
-    /// One check on the task a wait's `payload` names: ready once it is
-    /// anything but working (or its server no longer knows it: the call
-    /// reports that); a server out of reach is checked again later.
+    /// One check on the task a wait's `payload` names, within
+    /// [`CHECK_TIMEOUT`]: ready once it is anything but working, or its
+    /// server no longer knows it (the call reports that); a server out of
+    /// reach, or that refuses otherwise, is checked again later.
     pub(super) async fn check(&self, payload: &Value) -> Polled {
         let Some(task_id) = payload["taskId"].as_str() else {
             return Polled::Ready;
         };
-        match self.server.get_task(task_id).await {
-            Ok(task) if task.payload == TaskPayload::Working => Polled::Pending {
-                after_ms: task
-                    .task
-                    .poll_interval_ms
-                    .unwrap_or(DEFAULT_POLL_INTERVAL_MS),
+        let later = Polled::Pending {
+            after_ms: DEFAULT_POLL_INTERVAL_MS,
+        };
+        let checked = tokio::time::timeout(CHECK_TIMEOUT, self.server.get_task(task_id)).await;
+        match checked {
+            Ok(Ok(task)) if task.payload == TaskPayload::Working => Polled::Pending {
+                after_ms: poll_interval(&task.task),
             },
-            Ok(_) | Err(ServerError::Refused(_)) => Polled::Ready,
-            Err(ServerError::Unreachable(message)) => {
+            Ok(Ok(_)) | Ok(Err(ServerError::InvalidParams(_))) => Polled::Ready,
+            Ok(Err(ServerError::Unreachable(message) | ServerError::Refused(message))) => {
                 tracing::info!(mcp.task.id = %task_id, "task check failed: {message}");
-                Polled::Pending {
-                    after_ms: DEFAULT_POLL_INTERVAL_MS,
-                }
+                later
+            }
+            Err(_) => {
+                tracing::info!(mcp.task.id = %task_id, "task check took over {CHECK_TIMEOUT:?}");
+                later
             }
         }
     }
