@@ -8,17 +8,20 @@ took `id`: the same server, deployed again with another schema.
 
 Tools: annotated read-only (`search_tickets`), annotated destructive
 (`close_ticket`), unannotated (`create_ticket`), one whose calls fail
-(`flaky`), one that takes its time (`slow`), and tools that misbehave on purpose (`hang`, `exit_now`,
-`garbage`), and one that asks the person two rounds of questions before
-it finishes (`escalate_ticket`: the 2026-07-28 `input_required` result,
-its state carried in `requestState`), and one that first asks only to be
-called again with its state (`settle`). `research` runs as a task (the
-Tasks extension, SEP-2663) for a client that declares the extension: it
-works for `seconds`, then (with `ask`) asks which sources to use and works
-as long again, then ends with its findings; `tasks/get`, `tasks/update`
-and `tasks/cancel` are logged like calls. Every call appends a JSON line to the file LOG: the tool, its
-arguments, the `_meta` the client sent and the names of the variables in
-the server's environment and the `X-Tickets-Token` header it was sent (over
+(`flaky`), one that takes its time (`slow`), and tools that misbehave on
+purpose (`hang`, `exit_now`, `garbage`). `escalate_ticket` asks the
+person two rounds of questions before it finishes (the 2026-07-28
+`input_required` result, its state carried in `requestState`); `sign_in`
+sends the person to a sign-in page (a URL-mode elicitation); `settle`
+first asks only to be called again with its state. `research` runs as a
+task (the Tasks extension, SEP-2663) for a client that declares the
+extension: it works for `seconds`, then (with `ask`) asks which sources
+to use and works as long again, then ends with its findings;
+`tasks/get`, `tasks/update` and `tasks/cancel` are logged like calls.
+
+Every call appends a JSON line to the file LOG: the tool, its arguments,
+the `_meta` the client sent and the names of the variables in the
+server's environment and the `X-Tickets-Token` header it was sent (over
 HTTP), so a test can tell how often a call reached the server, with which
 idempotency key, and what the server was given.
 """
@@ -37,6 +40,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import (
     ElicitRequest,
     ElicitRequestFormParams,
+    ElicitRequestURLParams,
     InputRequiredResult,
     RequestParams,
     ToolAnnotations,
@@ -329,6 +333,28 @@ def research(topic: str, ctx: Context, seconds: float = 1, ask: bool = False) ->
     """Researches a topic: a task, for a client that takes tasks."""
     record("research", ctx, topic=topic, seconds=seconds, ask=ask)
     return f"researched {topic} at once"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def sign_in(ctx: Context) -> str | InputRequiredResult:
+    """Sends the person to a sign-in page (a URL-mode elicitation), then
+    says whether they went."""
+    responses = ctx.input_responses or {}
+    answers = {key: dict(value) if isinstance(value, dict) else value.model_dump(mode="json", exclude_none=True)
+               for key, value in responses.items()}
+    record("sign_in", ctx, responses=answers)
+    if "sso" not in answers:
+        page = ElicitRequest(
+            method="elicitation/create",
+            params=ElicitRequestURLParams(
+                mode="url",
+                message="Sign in to the ticket system.",
+                url="https://sso.example.com/start?client=tickets",
+                elicitation_id="sso-1",
+            ),
+        )
+        return InputRequiredResult(input_requests={"sso": page}, request_state="signing-in")
+    return f"sign-in: {answers['sso'].get('action')}"
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))

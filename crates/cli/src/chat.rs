@@ -86,6 +86,11 @@ impl Hooks for TerminalHooks {
                 i + 1,
                 shown(&question.prompt, true)
             );
+            // A server's page to open first: its whole address, so the
+            // person sees where it goes before they open it.
+            if let Some(link) = &question.link {
+                println!("  Open: {}", shown(link, false));
+            }
             for (n, option) in question.options.iter().enumerate() {
                 let picked = if question.defaults.contains(&option.value) {
                     "*"

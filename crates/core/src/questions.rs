@@ -57,6 +57,40 @@ pub struct Question {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>))]
     pub max: Option<serde_json::Number>,
+    /// A page the person opens before answering (an MCP server's URL-mode
+    /// elicitation: a sign-in, a payment): shown as a link with its whole
+    /// address. An `http(s)` URL of at most [`MAX_LINK_BYTES`]; the
+    /// model's `ask` cannot set one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+}
+
+/// The longest [`Question::link`].
+pub const MAX_LINK_BYTES: usize = 2048;
+
+/// Why `link` cannot be a question's link, if it cannot: an absolute
+/// `http`/`https` URL with a host, no spaces or control characters (what
+/// a browser would open as written, never a `javascript:` one).
+pub fn link_issue(link: &str) -> Option<String> {
+    if link.len() > MAX_LINK_BYTES {
+        return Some(format!("longer than {MAX_LINK_BYTES} bytes"));
+    }
+    if link.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("has spaces or control characters".into());
+    }
+    let lower = link.to_ascii_lowercase();
+    let rest = ["https://", "http://"]
+        .iter()
+        .find_map(|scheme| lower.strip_prefix(scheme));
+    let Some(rest) = rest else {
+        return Some("must be an http:// or https:// URL".into());
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    if host.is_empty() || host.starts_with(':') {
+        return Some("has no host".into());
+    }
+    None
 }
 
 /// What a question's answer is.
@@ -106,6 +140,7 @@ impl Question {
             optional: false,
             min: None,
             max: None,
+            link: None,
         }
     }
 
@@ -286,6 +321,9 @@ impl QuestionSet {
                         format!("longer than {MAX_STRING_BYTES} bytes"),
                     ));
                 }
+            }
+            if let Some(wrong) = q.link.as_deref().and_then(link_issue) {
+                issues.push(issue(at("/link"), wrong));
             }
             if q.required && q.optional {
                 issues.push(issue(

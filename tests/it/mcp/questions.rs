@@ -339,3 +339,46 @@ async fn stopping_the_thread_while_a_servers_question_waits_cancels_it() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_servers_url_request_is_a_link_the_person_opens_then_confirms() {
+    let log = CallLog::new();
+    let registry = load(&agent_file(
+        "\"tickets/sign_in\"",
+        r#"
+  { tool_calls = [ { id = "c1", name = "tickets/sign_in", arguments = {} } ] },
+  { text = "Done." },
+"#,
+        &tickets_stdio(&log, ""),
+    ))
+    .await;
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "sign me in").await;
+    let asked = wait_asked(&env, &thread_id, "c1~1").await;
+    let question = &asked["request"]["questions"][0];
+    assert_eq!(question["id"], "sso", "{asked}");
+    assert_eq!(
+        question["link"], "https://sso.example.com/start?client=tickets",
+        "{asked}"
+    );
+    assert_eq!(question["prompt"], "Sign in to the ticket system.");
+    assert_eq!(question["required"], true, "{asked}");
+    // Nothing is pre-picked: submitting without saying Done is refused.
+    let (status, refused) = answer(&env, &run_id, "c1~1", json!({})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    let (_, delivered) = answer(&env, &run_id, "c1~1", json!({ "sso": ["done"] })).await;
+    assert_eq!(delivered, json!({ "delivered": true }));
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    assert_eq!(
+        result_of_c1(&env, &thread_id).await,
+        json!("sign-in: accept")
+    );
+    let calls = log.calls_of("sign_in");
+    assert_eq!(
+        calls[1]["arguments"]["responses"],
+        json!({ "sso": { "action": "accept" } })
+    );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -423,3 +423,59 @@ fn typed_questions_are_validated_as_sets() {
         "text"
     );
 }
+
+#[test]
+fn a_link_is_an_http_url_with_a_host() {
+    for good in [
+        "https://sso.example.com/start?state=abc#x",
+        "http://127.0.0.1:8080/pay",
+        "HTTPS://Example.COM",
+        "https://user@example.com/",
+    ] {
+        assert_eq!(link_issue(good), None, "{good}");
+    }
+    for bad in [
+        "javascript:alert(1)",
+        "data:text/html,<b>",
+        "ftp://example.com/",
+        "https://",
+        "https:///path",
+        "https://:443/",
+        "https://user@/",
+        "https://exa mple.com/",
+        "https://example.com/\u{0}",
+        "//example.com/",
+        "",
+    ] {
+        assert!(link_issue(bad).is_some(), "{bad:?} was taken");
+    }
+    assert!(link_issue(&format!("https://e.com/{}", "a".repeat(MAX_LINK_BYTES))).is_some());
+
+    // A set with a bad link names it; a good one is written back as read.
+    let issues = QuestionSet::parse(&json!({ "questions": [
+        { "id": "a", "prompt": "Sign in", "link": "javascript:void(0)",
+          "options": [{ "value": "done", "label": "Done" }], "defaults": [], "required": true }
+    ] }))
+    .unwrap_err();
+    assert_eq!(paths(&issues), ["/questions/0/link"]);
+    let linked = json!({ "questions": [
+        { "id": "a", "prompt": "Sign in", "link": "https://sso.example.com/",
+          "options": [{ "value": "done", "label": "Done" }], "defaults": [], "multiple": false, "required": true }
+    ] });
+    let set = QuestionSet::parse(&linked).unwrap();
+    assert_eq!(serde_json::to_value(&set).unwrap(), linked);
+    assert!(serde_json::to_value(scope_set()).unwrap()["questions"][0]
+        .get("link")
+        .is_none());
+}
+
+proptest! {
+    /// Whatever text a server sends as a link, checking it answers and
+    /// never panics; what passes starts with an http scheme.
+    #[test]
+    fn any_link_is_checked(link in ".{0,80}") {
+        if link_issue(&link).is_none() {
+            prop_assert!(link.to_ascii_lowercase().starts_with("http"));
+        }
+    }
+}

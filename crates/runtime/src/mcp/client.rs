@@ -14,7 +14,8 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientConfig, DetailedTask,
     ElicitationCapability, ErrorCode, FormElicitationCapability, GetTaskParams, InputResponses,
-    ProtocolVersion, RequestMetaObject, UpdateTaskParams, TASKS_EXTENSION_ID,
+    ProtocolVersion, RequestMetaObject, UpdateTaskParams, UrlElicitationCapability,
+    TASKS_EXTENSION_ID,
 };
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
@@ -276,7 +277,7 @@ impl Server {
     }
 
     /// A session of the 2026-07-28 revision (`server/discover`), offered
-    /// tasks and form elicitation, which such a server asks through `input_required`
+    /// tasks and form and URL elicitation, which such a server asks through `input_required`
     /// and a person answers however long it takes (`elicit.rs`); else, for a
     /// server of an earlier revision, an `initialize` session offered
     /// nothing: its questions would come as requests of its own mid-call,
@@ -285,8 +286,11 @@ impl Server {
     /// that answered `server/discover` is killed.)
     async fn connect(&self) -> Result<Session, ServerError> {
         let mut modern = ClientConfig::default();
-        modern.capabilities.elicitation =
-            Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
+        modern.capabilities.elicitation = Some(
+            ElicitationCapability::new()
+                .with_form(FormElicitationCapability::default())
+                .with_url(UrlElicitationCapability::new()),
+        );
         // Its long work as tasks (SEP-2663), which a worker checks on while
         // the run holds nothing (`tool.rs`).
         modern

@@ -13,7 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use agentenkit_core::questions::{clip, AnswerKind, Question, QuestionOption, QuestionSet};
+use agentenkit_core::questions::{
+    clip, link_issue, AnswerKind, Question, QuestionOption, QuestionSet,
+};
 use rmcp::model::{ElicitRequestParams, InputRequest, InputRequiredResult, InputResponses};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Number, Value};
@@ -33,11 +35,14 @@ pub(crate) struct RoundState {
     requests: Vec<Request>,
 }
 
-/// One elicitation of the round: its key in `inputRequests`, and its fields.
+/// One elicitation of the round: its key in `inputRequests`, and its
+/// fields (none for a URL-mode one, whose answer is only that it was done).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Request {
     key: String,
     fields: Vec<Field>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    url: bool,
 }
 
 /// One property: the question id it became and the JSON type it answers.
@@ -79,11 +84,23 @@ pub(crate) fn questions(
                 ))
             }
         }
-        if params["mode"].as_str().unwrap_or("form") != "form" {
-            return Err(format!(
-                "mcp server {server} asked for a {} elicitation (request {key:?}); this client asks forms only",
-                params["mode"].as_str().unwrap_or("?")
-            ));
+        match params["mode"].as_str().unwrap_or("form") {
+            "form" => {}
+            "url" => {
+                set.questions.push(link_question(server, key, params)?);
+                state.requests.push(Request {
+                    key: key.clone(),
+                    fields: Vec::new(),
+                    url: true,
+                });
+                continue;
+            }
+            other => {
+                return Err(format!(
+                    "mcp server {server} asked for a {} elicitation (request {key:?}), which this client does not know",
+                    clip(other, 40)
+                ))
+            }
         }
         if let Some(message) = params["message"].as_str().filter(|m| !m.is_empty()) {
             messages.push(message.to_owned());
@@ -116,6 +133,7 @@ pub(crate) fn questions(
         state.requests.push(Request {
             key: key.clone(),
             fields,
+            url: false,
         });
     }
     if !messages.is_empty() {
@@ -123,6 +141,31 @@ pub(crate) fn questions(
     }
     let state = serde_json::to_value(&state).map_err(|e| e.to_string())?;
     Ok((set, state))
+}
+
+/// A URL-mode elicitation as a question: the server's message, the page
+/// as the question's link, and one option, Done, which the person picks
+/// once they have been there (required: nothing is pre-picked). A link
+/// that is not an `http(s)` URL is not shown to anyone.
+fn link_question(server: &str, key: &str, params: &Value) -> Result<Question, String> {
+    let url = params["url"].as_str().unwrap_or_default();
+    if let Some(wrong) = link_issue(url) {
+        return Err(format!(
+            "mcp server {server} asked the person to open {:?} (request {key:?}), which {wrong}",
+            clip(url, 200)
+        ));
+    }
+    let prompt = params["message"]
+        .as_str()
+        .filter(|m| !m.is_empty())
+        .map_or_else(
+            || "Open the page, then say when you are done.".to_owned(),
+            |m| clip(m, MAX_TEXT_CHARS),
+        );
+    let mut question = Question::choice(key, prompt, vec![option("done", "Done")], vec![], false);
+    question.required = true;
+    question.link = Some(url.to_owned());
+    Ok(question)
 }
 
 /// The properties of a form in the order the server wrote them (a JSON
@@ -269,6 +312,8 @@ pub(crate) fn responses(
     let mut responses = BTreeMap::new();
     for request in &state.requests {
         let response = match outcome {
+            // A page the person opened and said they were done with.
+            AskOutcome::Answered(_) if request.url => json!({ "action": "accept" }),
             AskOutcome::Answered(answers) => {
                 let mut content = Map::new();
                 for field in &request.fields {

@@ -160,12 +160,61 @@ fn what_cannot_be_asked_is_refused_with_a_reason() {
     // the whole answer as malformed, a failure of the call.)
     let url = input_required(
         json!({ "x": { "method": "elicitation/create", "params": {
-            "mode": "url", "message": "Sign in", "url": "https://example.com", "elicitationId": "e1" } } }),
+            "mode": "url", "message": "Sign in", "url": "javascript:alert(1)", "elicitationId": "e1" } } }),
         None,
     );
-    assert!(questions("tickets", &url).unwrap_err().contains("url"));
+    let refused = questions("tickets", &url).unwrap_err();
+    assert!(
+        refused.contains("javascript:alert(1)") && refused.contains("http:// or https://"),
+        "{refused}"
+    );
     let roots = input_required(json!({ "r": { "method": "roots/list" } }), None);
     assert!(questions("tickets", &roots)
         .unwrap_err()
         .contains("roots/list"));
+}
+
+/// A URL-mode elicitation is a link the person opens, then confirms: one
+/// required choice, Done, nothing pre-picked; confirmed, it is an accept
+/// without content, beside a form's typed one.
+#[test]
+fn a_url_elicitation_is_a_link_to_open_then_confirm() {
+    let asked = input_required(
+        json!({
+            "signin": { "method": "elicitation/create", "params": {
+                "mode": "url", "message": "Sign in to the ticket system.",
+                "url": "https://sso.example.com/start?s=1", "elicitationId": "e1" } },
+            "note": form("And a note.", json!({ "text": { "type": "string" } }), json!([])),
+        }),
+        Some("st"),
+    );
+    let (set, state) = questions("tickets", &asked).unwrap();
+    let link = set.questions.iter().find(|q| q.id == "signin").unwrap();
+    assert_eq!(
+        link.link.as_deref(),
+        Some("https://sso.example.com/start?s=1")
+    );
+    assert_eq!(link.prompt, "Sign in to the ticket system.");
+    assert!(link.required && link.defaults.is_empty());
+    assert_eq!(link.options.len(), 1);
+    assert!(set.issues().is_empty(), "{:?}", set.issues());
+    // The form's message is the preamble; the link's is its prompt.
+    assert_eq!(set.preamble.as_deref(), Some("And a note."));
+
+    let answers = BTreeMap::from([
+        ("signin".to_owned(), vec!["done".to_owned()]),
+        ("note.text".to_owned(), vec!["hi".to_owned()]),
+    ]);
+    let (accepted, request_state) = responses(&state, &AskOutcome::Answered(answers)).unwrap();
+    assert_eq!(request_state.as_deref(), Some("st"));
+    assert_eq!(
+        serde_json::to_value(&accepted["signin"]).unwrap(),
+        json!({ "action": "accept" })
+    );
+    assert_eq!(accepted["note"]["content"], json!({ "text": "hi" }));
+    let (skipped, _) = responses(&state, &AskOutcome::Skipped).unwrap();
+    assert_eq!(
+        serde_json::to_value(&skipped["signin"]).unwrap(),
+        json!({ "action": "decline" })
+    );
 }

@@ -60,6 +60,15 @@ export function QuestionForm(props: {
               </span>{" "}
               <span className="prompt">{question.prompt}</span>
             </legend>
+            {question.link && isWebLink(question.link) && (
+              <p className="link">
+                Open{" "}
+                <a href={question.link} target="_blank" rel="noopener noreferrer">
+                  {question.link}
+                </a>
+                , then say when you are done.
+              </p>
+            )}
             {isTyped(question) ? (
               <TypedAnswer
                 name={name}
@@ -99,6 +108,12 @@ export function QuestionForm(props: {
 }
 
 type Question = QuestionSet["questions"][number];
+
+/** An http(s) address (the server checks links; a page never offers
+ * another scheme). */
+function isWebLink(link: string): boolean {
+  return /^https?:\/\//i.test(link);
+}
 
 /** A question answered by typing: a text, a number or an integer. */
 function isTyped(question: Question): boolean {

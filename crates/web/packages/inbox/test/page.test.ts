@@ -401,6 +401,27 @@ describe("inbox", () => {
     });
   });
 
+  it("shows a question's page as a link with its whole address, opened apart", async () => {
+    const answered = await parked("linker");
+    await signIn(page);
+    const card = page.getByRole("article");
+    await card.waitFor();
+    const link = card.getByRole("link", { name: "https://sso.example.com/start?client=tickets" });
+    expect(await link.getAttribute("href")).toBe("https://sso.example.com/start?client=tickets");
+    expect(await link.getAttribute("target")).toBe("_blank");
+    expect(await link.getAttribute("rel")).toBe("noopener noreferrer");
+    // Nothing is pre-picked: the person says Done once they have been there.
+    const done = card.getByRole("radio", { name: "Done" });
+    expect(await done.isChecked()).toBe(false);
+    await done.check();
+    await card.getByRole("button", { name: "Submit" }).click();
+    await card.waitFor({ state: "detached", timeout: 2000 });
+    expect(await finished(answered.runId)).toBe("completed");
+    expect(await journalValue(answered.runId, (e) => e.name === "intake:answers")).toMatchObject({
+      answers: { sso: ["done"] },
+    });
+  });
+
   it("answers a question set with a changed choice (Enter submits), and skips another", async () => {
     const answered = await parked("asker");
     await signIn(page);

@@ -71,6 +71,16 @@ questions = [
   { id = "hours", prompt = "Within how many hours?", kind = "integer", min = 1, max = 72, options = [], defaults = ["24"] },
 ]
 
+[agents.linker]
+description = "Sends the person to a page before it starts."
+model = { provider = "scripted", script = [ { text = "Done." } ] }
+
+[agents.linker.intake]
+when = "every-turn"
+questions = [
+  { id = "sso", prompt = "Sign in to the ticket system.", link = "https://sso.example.com/start?client=tickets", required = true, options = [ { value = "done", label = "Done" } ], defaults = [] },
+]
+
 [tools.send]
 type = "http"
 url = "${toolUrl}/send"

@@ -27,6 +27,9 @@ export interface Question {
   /** A text's length in characters, or a number's range. */
   min?: number;
   max?: number;
+  /** A page to open before answering (an MCP server's URL-mode request):
+   * an http(s) URL, shown whole. */
+  link?: string;
 }
 
 export interface QuestionSet {
