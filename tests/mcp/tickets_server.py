@@ -13,7 +13,8 @@ purpose (`hang`, `exit_now`, `garbage`). `escalate_ticket` asks the
 person two rounds of questions before it finishes (the 2026-07-28
 `input_required` result, its state carried in `requestState`); `sign_in`
 sends the person to a sign-in page (a URL-mode elicitation); `settle`
-first asks only to be called again with its state. `research` runs as a
+first asks only to be called again with its state; `redeploy` changes
+`close_ticket`'s schema in place and says the tools changed. `research` runs as a
 task (the Tasks extension, SEP-2663) for a client that declares the
 extension: it works for `seconds`, then (with `ask`) asks which sources
 to use and works as long again, then ends with its findings;
@@ -333,6 +334,20 @@ def research(topic: str, ctx: Context, seconds: float = 1, ask: bool = False) ->
     """Researches a topic: a task, for a client that takes tasks."""
     record("research", ctx, topic=topic, seconds=seconds, ask=ask)
     return f"researched {topic} at once"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def redeploy(ctx: Context) -> str:
+    """Deploys close_ticket's next schema (`ticket` for `id`) in place, and
+    tells the clients listening that the tools changed."""
+    record("redeploy", ctx)
+    server.remove_tool("close_ticket")
+    server.tool(
+        name="close_ticket",
+        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True),
+    )(close_ticket_v2)
+    await ctx.notify_tools_changed()
+    return "redeployed"
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))

@@ -54,7 +54,6 @@ pub struct AppState {
     pub store: Store,
     pub queue: Arc<dyn QueueAdapter>,
     pub relay: Relay,
-    pub registry: Arc<Registry>,
     pub keys: Arc<ApiKeys>,
     /// Keys made with `agentenkit keys`, as looked up lately.
     pub key_cache: Arc<auth::KeyCache>,
@@ -94,7 +93,7 @@ impl AppState {
     /// 503 for a turn of `agent` when this process left it out because an
     /// MCP server it names could not be listed at start.
     pub(crate) fn refuse_delayed(&self, agent: &str) -> Result<(), error::ApiError> {
-        match self.registry.delayed_agents().get(agent) {
+        match self.registry().delayed_agents().get(agent) {
             Some(why) => Err(error::ApiError::Unavailable(format!(
                 "agent {agent:?} is not served here now: {why}"
             ))),
@@ -119,7 +118,6 @@ impl AppState {
             stream_lifetime: STREAM_LIFETIME,
             store: deployment.store().clone(),
             queue: deployment.queue(),
-            registry: deployment.registry().clone(),
             keys: Arc::new(keys),
             key_cache: Arc::new(auth::KeyCache::new(KEY_CACHE_TTL)),
             metrics: metrics_handle(),
@@ -187,10 +185,22 @@ impl AppState {
             .clone()
     }
 
+    /// What this API serves with.
+    pub fn deployment(&self) -> &Deployment {
+        &self.deployment
+    }
+
+    /// The registry new turns are served from (the agent file as its MCP
+    /// servers list it now).
+    pub fn registry(&self) -> Arc<Registry> {
+        self.deployment.registry()
+    }
+
     pub(crate) fn openapi_json(&self) -> bytes::Bytes {
         self.openapi
             .get_or_init(|| {
-                let mut agents: Vec<&str> = self.registry.agent_names().collect();
+                let registry = self.registry();
+                let mut agents: Vec<&str> = registry.agent_names().collect();
                 agents.sort_unstable();
                 let doc = openapi::document_for(&agents);
                 serde_json::to_vec_pretty(&doc).unwrap_or_default().into()

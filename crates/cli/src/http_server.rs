@@ -96,9 +96,11 @@ pub async fn serve_api_with(
     // until its versions are recorded, it is not ready.
     let mut state = state;
     state.versions_recorded = state
-        .registry
+        .registry()
         .record_versions_until_done(&state.store)
         .await;
+    // New turns start on what the agent file's MCP servers list now.
+    state.deployment().watch_servers(shutdown.child_token());
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;

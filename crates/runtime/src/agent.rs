@@ -19,6 +19,7 @@ use crate::{Error, Result};
 pub const ASK_TOOL: &str = "ask";
 
 mod load;
+mod relist;
 
 /// An agent: a model, a system prompt and the tools it may call.
 #[derive(Clone)]
@@ -147,6 +148,9 @@ pub struct Registry {
     pub(crate) delayed: Arc<std::collections::BTreeMap<String, String>>,
     /// The MCP servers of the file whose tools were not listed, with why.
     pub(crate) unlisted: Arc<std::collections::BTreeMap<String, String>>,
+    /// The file as written and the tools in code, when it was loaded with
+    /// its servers' tools listed: what it is listed again from.
+    pub(crate) written: Option<Arc<relist::Written>>,
 }
 
 /// What bounds delegation, so that one model response or one turn cannot

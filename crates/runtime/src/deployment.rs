@@ -16,6 +16,8 @@ use agentenkit_queue::QueueAdapter;
 use agentenkit_store::Store;
 
 use crate::agent::Registry;
+
+mod relisting;
 use crate::agent_loop::CrashPoint;
 use crate::notify::{Notifier, SendsHere};
 use crate::replies::Replies;
@@ -37,7 +39,8 @@ pub struct Deployment {
     /// they are published, never claimed here.)
     store: Store,
     relay: Relay,
-    registry: Arc<Registry>,
+    /// Holds the registry new turns are served from (`registry()`), and
+    /// those of the versions runs are pinned to.
     pinned: Arc<PinnedRegistries>,
     notifier: Notifier,
     sends_here: Option<SendsHere>,
@@ -87,7 +90,6 @@ impl Deployment {
             connected,
             store,
             relay,
-            registry,
             notifier,
             sends_here,
             sending,
@@ -100,7 +102,7 @@ impl Deployment {
         let deployment = Self::wired(
             self.connected.clone(),
             self.relay.clone(),
-            self.registry.clone(),
+            self.registry(),
             self.sending,
             Some(crash),
         );
@@ -118,7 +120,7 @@ impl Deployment {
             ..Self::wired(
                 self.connected.clone(),
                 relay,
-                self.registry.clone(),
+                self.registry(),
                 self.sending,
                 None,
             )
@@ -144,8 +146,10 @@ impl Deployment {
         self.relay.queue()
     }
 
-    pub fn registry(&self) -> &Arc<Registry> {
-        &self.registry
+    /// The registry new turns are served from: the agent file as loaded,
+    /// or as listed again since (see [`Deployment::watch_servers`]).
+    pub fn registry(&self) -> Arc<Registry> {
+        self.pinned.current()
     }
 
     /// The registries of the agent versions runs are pinned to, built

@@ -61,6 +61,9 @@ pub const REMINDERS: &str = "agentenkit_reminders_total";
 pub const MCP_CALLS: &str = "agentenkit_mcp_calls_total";
 /// Rounds of questions an MCP server asked (`input_required`), by server.
 pub const MCP_QUESTIONS: &str = "agentenkit_mcp_questions_total";
+/// Agents whose new turns moved to another version because their MCP
+/// servers list other tools now (or could be listed at last).
+pub const RELISTED_VERSIONS: &str = "agentenkit_relisted_versions_total";
 /// Tasks an MCP server started for a call (`server`).
 pub const MCP_TASKS: &str = "agentenkit_mcp_tasks_total";
 /// One attempt of a call of an MCP server's tool, seconds (`server`).

@@ -316,7 +316,9 @@ impl crate::Registry {
 /// stored definition and kept, with why this process does not send for
 /// it, if it does not (see [`crate::Registry::pinned`]).
 pub struct PinnedRegistries {
-    current: std::sync::Arc<crate::Registry>,
+    /// The registry this process serves new turns from (its file, listed
+    /// again when a server's tools change: see [`Self::replace_current`]).
+    current: std::sync::RwLock<std::sync::Arc<crate::Registry>>,
     built: std::sync::Mutex<HashMap<String, Built>>,
 }
 
@@ -341,8 +343,34 @@ pub enum Unserved {
 impl PinnedRegistries {
     pub fn new(current: std::sync::Arc<crate::Registry>) -> Self {
         Self {
-            current,
+            current: std::sync::RwLock::new(current),
             built: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The registry this process serves new turns from.
+    pub fn current(&self) -> std::sync::Arc<crate::Registry> {
+        self.current.read().expect("current registry").clone()
+    }
+
+    /// Serves new turns from `next` from now on; the runs pinned to the
+    /// versions `next` replaces are served on from the registry it
+    /// replaces, kept as theirs.
+    pub fn replace_current(&self, next: std::sync::Arc<crate::Registry>) {
+        let replaced = std::mem::replace(
+            &mut *self.current.write().expect("current registry"),
+            next.clone(),
+        );
+        let mut built = self.built.lock().expect("pinned registries");
+        for version in replaced.agent_versions() {
+            let kept = next
+                .agent_version(&version.agent)
+                .is_some_and(|v| v.hash == version.hash);
+            if !kept {
+                built
+                    .entry(version.hash.clone())
+                    .or_insert_with(|| (replaced.clone(), None));
+            }
         }
     }
 
@@ -355,15 +383,12 @@ impl PinnedRegistries {
         agent: &str,
         version: Option<&str>,
     ) -> Result<std::sync::Arc<crate::Registry>, Unserved> {
+        let current = self.current();
         let Some(hash) = version else {
-            return Ok(self.current.clone());
+            return Ok(current);
         };
-        if self
-            .current
-            .agent_version(agent)
-            .is_some_and(|v| v.hash == hash)
-        {
-            return Ok(self.current.clone());
+        if current.agent_version(agent).is_some_and(|v| v.hash == hash) {
+            return Ok(current);
         }
         if let Some((built, _)) = self.built.lock().expect("pinned registries").get(hash) {
             return Ok(built.clone());
@@ -377,7 +402,7 @@ impl PinnedRegistries {
                     hash: hash.to_owned(),
                 })?;
         let (registry, unnamed) =
-            self.current
+            current
                 .pinned(hash, &stored.definition)
                 .map_err(|e| Unserved::Unusable {
                     agent: agent.to_owned(),

@@ -80,7 +80,7 @@ impl Inner {
         self.deployment.store()
     }
 
-    fn registry(&self) -> &Arc<Registry> {
+    fn registry(&self) -> Arc<Registry> {
         self.deployment.registry()
     }
 
@@ -133,6 +133,8 @@ impl Worker {
             .registry()
             .record_versions_until_done(self.inner.store())
             .await;
+        // New turns start on what the agent file's MCP servers list now.
+        self.inner.deployment.watch_servers(shutdown.child_token());
         let mut deliveries = self
             .inner
             .queue()

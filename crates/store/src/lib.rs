@@ -135,7 +135,7 @@ pub struct Store {
     sent_here: Option<std::sync::Arc<sent_here::SentHere>>,
     /// The version of each agent this process loaded, by agent name: a
     /// turn's run is pinned to it when it starts.
-    agent_versions: std::sync::Arc<std::collections::HashMap<String, String>>,
+    agent_versions: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, String>>>,
     /// The agents of threads this process created or started turns on.
     thread_agents: std::sync::Arc<start::ThreadAgents>,
 }
@@ -235,13 +235,23 @@ impl Store {
         mut self,
         versions: std::collections::HashMap<String, String>,
     ) -> Store {
-        self.agent_versions = std::sync::Arc::new(versions);
+        self.agent_versions = std::sync::Arc::new(std::sync::RwLock::new(versions));
         self
     }
 
+    /// Pins the turns this store (and every clone of it) starts from now
+    /// on to `versions` (a deployment's file listed again).
+    pub fn repin_agent_versions(&self, versions: std::collections::HashMap<String, String>) {
+        *self.agent_versions.write().expect("agent versions") = versions;
+    }
+
     /// The version a turn's run of `agent` starts on, if it has one.
-    pub(crate) fn pinned_version_of(&self, agent: &str) -> Option<&str> {
-        self.agent_versions.get(agent).map(String::as_str)
+    pub(crate) fn pinned_version_of(&self, agent: &str) -> Option<String> {
+        self.agent_versions
+            .read()
+            .expect("agent versions")
+            .get(agent)
+            .cloned()
     }
 
     /// The events this store writes a `Notify` outbox row for.

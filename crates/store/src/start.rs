@@ -258,13 +258,14 @@ impl Store {
         trace: Option<&TraceContext>,
     ) -> Result<(Vec<Op>, RunId, QueueMessage)> {
         let run = RunId::new();
+        let version = self.pinned_version_of(agent);
         let started = start(&NewRun {
             id: run,
             thread,
             root: run,
             parent: None,
             name: agent,
-            version: self.pinned_version_of(agent),
+            version: version.as_deref(),
             depth: 0,
             task: content,
             trace,

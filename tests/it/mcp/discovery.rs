@@ -1,6 +1,7 @@
 //! What a process lists from a server at start: tools with their schemas
 //! and annotations, in each agent's version; approvals from annotations.
 
+use agentenkit_tests::*;
 use serde_json::json;
 
 use super::*;
@@ -213,4 +214,61 @@ async fn a_server_table_that_will_be_refused_starts_nothing() {
         .expect("refused");
     assert!(refused.to_string().contains("timeout_ms 0"), "{refused}");
     assert!(!marker.exists(), "the server's program was started");
+}
+
+#[tokio::test]
+async fn agents_delayed_by_a_server_down_at_start_are_served_once_it_is_up() {
+    let log = CallLog::new();
+    let port = free_port();
+    let text = format!(
+        "{}\n[agents.other]\nmodel = {{ provider = \"scripted\", script = [] }}\n",
+        agent_file(
+            "\"tickets/search_tickets\"",
+            r#"{ tool_calls = [ { id = "c1", name = "tickets/search_tickets", arguments = { query = "fire" } } ] }, { text = "Found." },"#,
+            &format!("[mcp.tickets]\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_ms = 500\n"),
+        )
+    );
+    let registry = load(&text).await;
+    assert!(registry.delayed_agents().contains_key("agent"));
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    let (status, refused) = env
+        .send(
+            env.http
+                .post(env.url("/threads"))
+                .bearer_auth(ALICE)
+                .json(&json!({ "agent": "agent" })),
+        )
+        .await;
+    assert_ne!(status.as_u16(), 201, "delayed: {refused}");
+
+    // The server comes up: the agent is served without a restart.
+    let _server = HttpTickets::start_on(&log, port).await;
+    let thread = eventually("the agent is served", || async {
+        let (status, thread) = env
+            .send(
+                env.http
+                    .post(env.url("/threads"))
+                    .bearer_auth(ALICE)
+                    .json(&json!({ "agent": "agent" })),
+            )
+            .await;
+        (status.as_u16() == 201).then_some(thread)
+    })
+    .await;
+    let thread_id = thread["id"].as_str().unwrap();
+    let started = env
+        .post(
+            &format!("/threads/{thread_id}/messages"),
+            json!({ "content": "find fire" }),
+        )
+        .await;
+    let run = env
+        .wait_run_finished(started["runId"].as_str().unwrap())
+        .await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert!(run["agentVersion"].is_string(), "{run}");
+    assert_eq!(log.calls_of("search_tickets").len(), 1);
+    worker.stop().await.unwrap();
+    env.finish().await;
 }

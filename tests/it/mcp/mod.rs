@@ -122,11 +122,11 @@ struct HttpTickets {
 
 impl HttpTickets {
     async fn start(log: &CallLog) -> HttpTickets {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        HttpTickets::start_on(log, free_port()).await
+    }
+
+    /// On `port` (one a file named before the server was up).
+    async fn start_on(log: &CallLog, port: u16) -> HttpTickets {
         let child = std::process::Command::new(python())
             .args([&tickets_script(), "http", &port.to_string(), &log.path()])
             .stdout(std::process::Stdio::null())
@@ -149,4 +149,13 @@ impl Drop for HttpTickets {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A port nothing listens on (yet).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

@@ -133,3 +133,87 @@ async fn a_schema_change_makes_a_new_version_and_a_parked_run_keeps_its_schema()
     let _ = std::fs::remove_file(&schema);
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_server_that_says_its_tools_changed_makes_a_new_version_at_once() {
+    let log = CallLog::new();
+    let text = format!(
+        r#"
+[agents.agent]
+tools = ["tickets/close_ticket"]
+model = {{ provider = "scripted", script = [{CLOSE}] }}
+
+[agents.deployer]
+tools = ["tickets/redeploy"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "d1", name = "tickets/redeploy", arguments = {{}} }} ] }},
+  {{ text = "Deployed." }},
+] }}
+
+{}"#,
+        tickets_stdio(&log, "")
+    );
+    let v1 = load(&text).await;
+    let v1_hash = v1.agent_version("agent").unwrap().hash.clone();
+    let env = TestEnv::start(v1).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "close T-9").await;
+    env.wait_pending(&thread_id, 1).await;
+
+    // The server changes close_ticket's schema while the run is parked,
+    // and says so: no process restarts.
+    let (_, deploy) = env.start_turn("deployer", "deploy").await;
+    assert_eq!(env.wait_run_finished(&deploy).await["status"], "completed");
+    let listed = eventually("the new listing is recorded as a version", || async {
+        let (listed, _) = AgentsCommand::Versions {
+            name: "agent".into(),
+        }
+        .run(&env.store)
+        .await
+        .unwrap();
+        (listed.matches("mcp tickets  listed").count() == 2).then_some(listed)
+    })
+    .await;
+    assert!(listed.contains("ticket"), "{listed}");
+
+    // New turns start on it (the API re-listed too) ...
+    let v2_hash = eventually("a new turn starts on the new version", || async {
+        let (_, run) = env.start_turn("agent", "close T-9 again").await;
+        let version = env.get(&format!("/runs/{run}")).await["agentVersion"].clone();
+        env.post(
+            &format!(
+                "/threads/{}/stop",
+                env.get(&format!("/runs/{run}")).await["threadId"]
+                    .as_str()
+                    .unwrap()
+            ),
+            json!({}),
+        )
+        .await;
+        (version != json!(v1_hash)).then_some(version)
+    })
+    .await;
+    assert!(v2_hash.is_string(), "{v2_hash}");
+    // ... and the parked run keeps the schema it started with.
+    let (status, refused) = env
+        .reply(
+            "/agent/tool-call/approve",
+            ALICE,
+            json!({ "runId": run_id, "toolCallId": "c1", "arguments": { "ticket": "T-9" } }),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 422, "{refused}");
+    assert_eq!(
+        approve(&env, &run_id, "c1").await,
+        json!({ "delivered": true })
+    );
+    let run = env.wait_run_finished(&run_id).await;
+    assert_eq!(run["agentVersion"], v1_hash.as_str());
+    let metrics = env.metrics_text().await;
+    assert!(
+        metrics.contains("agentenkit_relisted_versions_total"),
+        "{metrics}"
+    );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -34,11 +34,12 @@ pub async fn list(
     // job's webhook) learns nothing of the deployment.
     _caller: Scoped<Read>,
 ) -> Result<Json<Vec<AgentSummary>>, ApiError> {
-    let mut names: Vec<&str> = state.registry.agent_names().collect();
+    let registry = state.registry();
+    let mut names: Vec<&str> = registry.agent_names().collect();
     names.sort_unstable();
     let agents = names
         .into_iter()
-        .filter_map(|name| state.registry.agent(name))
+        .filter_map(|name| registry.agent(name))
         .map(|agent| AgentSummary {
             name: agent.name.clone(),
             description: agent.description.clone(),

@@ -70,7 +70,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
     } else {
         0.0
     });
-    let delayed = state.registry.delayed_agents().len();
+    let delayed = state.registry().delayed_agents().len();
     Ok(Json(Health {
         status: "ready",
         broker: Some(broker),

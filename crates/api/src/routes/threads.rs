@@ -55,7 +55,7 @@ pub async fn create(
     JsonBody(body): JsonBody<CreateThread>,
 ) -> Result<(StatusCode, Json<CreatedThread>), ApiError> {
     state.refuse_delayed(&body.agent)?;
-    if state.registry.agent(&body.agent).is_none() {
+    if state.registry().agent(&body.agent).is_none() {
         return Err(ApiError::Unprocessable {
             code: "UnknownAgent",
             message: format!("unknown agent {:?}", body.agent),
@@ -159,7 +159,7 @@ pub async fn post_message(
     }
     // Only a process that could not list an MCP server reads the thread's
     // agent first: every other turn costs what it did.
-    if !state.registry.delayed_agents().is_empty() {
+    if !state.registry().delayed_agents().is_empty() {
         let agent = state.store.get_thread(thread, &owner).await?.agent;
         state.refuse_delayed(&agent)?;
     }

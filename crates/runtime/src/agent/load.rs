@@ -72,9 +72,20 @@ impl Registry {
     /// delayed, with why ([`Registry::delayed_agents`]); the others are
     /// served.
     pub async fn load_toml(text: &str, tools: Vec<Arc<dyn Tool>>) -> Result<Registry> {
-        let mut tree = parse_written(text)?;
+        let written = Arc::new(super::relist::Written {
+            tree: parse_written(text)?,
+            tools,
+        });
+        Self::listed(written).await
+    }
+
+    /// The registry of `written` with its servers' tools listed now.
+    pub(super) async fn listed(written: Arc<super::relist::Written>) -> Result<Registry> {
+        let mut tree = written.tree.clone();
         let failed = crate::mcp::discover_into(&mut tree).await?;
-        Self::with_delayed(tree, &failed, tools)
+        let mut registry = Self::with_delayed(tree, &failed, written.tools.clone())?;
+        registry.written = Some(written);
+        Ok(registry)
     }
 
     /// The registry of `tree` (an agent file as JSON), without the agents

@@ -12,10 +12,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientConfig, DetailedTask,
-    ElicitationCapability, ErrorCode, FormElicitationCapability, GetTaskParams, InputResponses,
-    ProtocolVersion, RequestMetaObject, UpdateTaskParams, UrlElicitationCapability,
-    TASKS_EXTENSION_ID,
+    CallToolRequestParams, CallToolResponse, ClientConfig, ElicitationCapability, ErrorCode,
+    FormElicitationCapability, InputResponses, ProtocolVersion, RequestMetaObject,
+    UrlElicitationCapability, TASKS_EXTENSION_ID,
 };
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
@@ -24,6 +23,8 @@ use rmcp::service::{
 use serde_json::{Map, Value};
 
 use super::def::{DiscoveredTool, ServerDef, Transport};
+
+mod extensions;
 
 /// The `_meta` key of a call's idempotency key (`<runId>:<callId>`): the
 /// same on every attempt of one call, so a server can tell a call a
@@ -53,6 +54,8 @@ pub enum ServerError {
 /// holder of the session lets go of it).
 struct Session {
     service: RunningService<RoleClient, ClientConfig>,
+    /// Of the 2026-07-28 revision (`server/discover`).
+    modern: bool,
     _child: Option<tokio::process::Child>,
     /// Set when the server wrote a message longer than its
     /// `max_response_bytes` (stdio): the session ended for that, and the
@@ -65,6 +68,9 @@ pub struct Server {
     name: String,
     def: ServerDef,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// Counts the `notifications/tools/list_changed` the server sent on
+    /// the sessions of this process: whoever serves its tools re-lists.
+    tools_changed: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// Every server this process talks to, by connection: a registry loaded
@@ -89,7 +95,14 @@ impl Server {
             name: name.to_owned(),
             def,
             session: tokio::sync::Mutex::new(None),
+            tools_changed: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
+    }
+
+    /// Changes each time the server says its tools changed (on a session
+    /// of this process's, while one is open).
+    pub fn tools_changed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.tools_changed.subscribe()
     }
 
     pub fn name(&self) -> &str {
@@ -128,39 +141,6 @@ impl Server {
         }
         self.request("tools/call", |session| async move {
             session.service.call_tool_once(params).await
-        })
-        .await
-    }
-
-    /// `tasks/get`: where the server's task `task_id` stands.
-    pub async fn get_task(&self, task_id: &str) -> Result<DetailedTask, ServerError> {
-        let params = GetTaskParams::new(task_id);
-        let got = self
-            .request("tasks/get", |session| async move {
-                session.service.get_task(params).await
-            })
-            .await?;
-        Ok(got.task)
-    }
-
-    /// `tasks/update`: a person's replies to what task `task_id` asked.
-    pub async fn update_task(
-        &self,
-        task_id: &str,
-        responses: InputResponses,
-    ) -> Result<(), ServerError> {
-        let params = UpdateTaskParams::new(task_id, responses);
-        self.request("tasks/update", |session| async move {
-            session.service.update_task(params).await
-        })
-        .await
-    }
-
-    /// `tasks/cancel`: asks the server to give task `task_id` up.
-    pub async fn cancel_task(&self, task_id: &str) -> Result<(), ServerError> {
-        let params = CancelTaskParams::new(task_id);
-        self.request("tasks/cancel", |session| async move {
-            session.service.cancel_task(params).await
         })
         .await
     }
@@ -273,6 +253,7 @@ impl Server {
             }
         };
         *open = Some(session.clone());
+        self.listen(&session);
         Ok(session)
     }
 
@@ -355,8 +336,10 @@ impl Server {
                 let transport =
                     rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin)
                         .with_max_line_length(cap);
+                let modern = matches!(lifecycle, ClientLifecycleMode::Discover { .. });
                 self.opened(
                     info.serve_with_lifecycle(transport, lifecycle).await,
+                    modern,
                     Some(child),
                     oversized,
                 )
@@ -386,8 +369,10 @@ impl Server {
                     .build()
                     .map_err(|e| unreachable(format!("http client: {e}")))?;
                 let transport = StreamableHttpClientTransport::with_client(client, config);
+                let modern = matches!(lifecycle, ClientLifecycleMode::Discover { .. });
                 self.opened(
                     info.serve_with_lifecycle(transport, lifecycle).await,
+                    modern,
                     None,
                     Arc::default(),
                 )
@@ -400,6 +385,7 @@ impl Server {
     fn opened(
         &self,
         served: Result<RunningService<RoleClient, ClientConfig>, ClientInitializeError>,
+        modern: bool,
         child: Option<tokio::process::Child>,
         oversized: Arc<AtomicBool>,
     ) -> Result<Session, Startup> {
@@ -414,6 +400,7 @@ impl Server {
         })?;
         Ok(Session {
             service,
+            modern,
             _child: child,
             oversized,
         })

@@ -105,31 +105,10 @@ pub(crate) fn questions(
         if let Some(message) = params["message"].as_str().filter(|m| !m.is_empty()) {
             messages.push(message.to_owned());
         }
-        let schema = &params["requestedSchema"];
-        let required: Vec<&str> = schema["required"]
-            .as_array()
-            .map(|r| r.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let mut fields = Vec::new();
-        let properties = order
-            .iter()
-            .filter_map(|name| Some((name, schema["properties"].get(name)?)));
-        for (name, property) in properties {
-            let id = if several {
-                format!("{key}.{name}")
-            } else {
-                name.clone()
-            };
-            let (question, json_type) =
-                question(&id, name, property, required.contains(&name.as_str()))
-                    .map_err(|why| format!("mcp server {server} asked {name:?}: {why}"))?;
-            set.questions.push(question);
-            fields.push(Field {
-                id,
-                name: name.clone(),
-                json_type,
-            });
-        }
+        let prefix = several.then_some(key.as_str());
+        let (questions, fields) =
+            form_questions(server, prefix, &order, &params["requestedSchema"])?;
+        set.questions.extend(questions);
         state.requests.push(Request {
             key: key.clone(),
             fields,
@@ -141,6 +120,41 @@ pub(crate) fn questions(
     }
     let state = serde_json::to_value(&state).map_err(|e| e.to_string())?;
     Ok((set, state))
+}
+
+/// A form's questions, in the server's `order`, each id the property's
+/// name (`PREFIX.NAME` with a prefix), and the fields that answer it.
+fn form_questions(
+    server: &str,
+    prefix: Option<&str>,
+    order: &[String],
+    schema: &Value,
+) -> Result<(Vec<Question>, Vec<Field>), String> {
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut questions = Vec::new();
+    let mut fields = Vec::new();
+    let properties = order
+        .iter()
+        .filter_map(|name| Some((name, schema["properties"].get(name)?)));
+    for (name, property) in properties {
+        let id = match prefix {
+            Some(key) => format!("{key}.{name}"),
+            None => name.clone(),
+        };
+        let (question, json_type) =
+            question(&id, name, property, required.contains(&name.as_str()))
+                .map_err(|why| format!("mcp server {server} asked {name:?}: {why}"))?;
+        questions.push(question);
+        fields.push(Field {
+            id,
+            name: name.clone(),
+            json_type,
+        });
+    }
+    Ok((questions, fields))
 }
 
 /// A URL-mode elicitation as a question: the server's message, the page

@@ -34,14 +34,6 @@ impl Worker {
     /// A `Poll` message: checks on the call's work, then writes the next
     /// check, wakes the run, or gives the work up.
     pub(super) async fn poll(&self, message: QueueMessage) -> Disposition {
-        let QueueMessage::Poll {
-            run_id,
-            ref tool_call_id,
-            attempt,
-        } = message
-        else {
-            return Disposition::Ack;
-        };
         let store = self.inner.store();
         let (call, stopped) = match store.polled_call(&message).await {
             Ok(PolledCall::Waiting(call)) => (call, false),
@@ -78,55 +70,87 @@ impl Worker {
             None => Polled::Ready,
         };
         match polled {
-            Polled::Pending { after_ms } => {
-                let next = QueueMessage::Poll {
-                    run_id,
-                    tool_call_id: tool_call_id.clone(),
-                    attempt: attempt + 1,
-                };
-                let delay_ms = check_delay_ms(after_ms, attempt + 1);
-                match store.poll_again(&message, &next, delay_ms).await {
-                    Ok(written) => {
-                        let outcome = if written { "pending" } else { "dropped" };
-                        ::metrics::counter!(metrics::TOOL_POLLS, "outcome" => outcome).increment(1);
-                        Disposition::Ack
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the next check could not be written; handed back");
-                        Disposition::Requeue
-                    }
-                }
+            Polled::Pending { after_ms } => self.check_again(&message, after_ms).await,
+            Polled::Ready => self.wake(&message, &call, tool.as_deref()).await,
+        }
+    }
+
+    /// The next check of the chain, due later, in place of `message`.
+    async fn check_again(&self, message: &QueueMessage, after_ms: u64) -> Disposition {
+        let QueueMessage::Poll {
+            run_id,
+            ref tool_call_id,
+            attempt,
+        } = *message
+        else {
+            return Disposition::Ack;
+        };
+        let next = QueueMessage::Poll {
+            run_id,
+            tool_call_id: tool_call_id.clone(),
+            attempt: attempt + 1,
+        };
+        let delay_ms = check_delay_ms(after_ms, attempt + 1);
+        match self
+            .inner
+            .store()
+            .poll_again(message, &next, delay_ms)
+            .await
+        {
+            Ok(written) => {
+                let outcome = if written { "pending" } else { "dropped" };
+                ::metrics::counter!(metrics::TOOL_POLLS, "outcome" => outcome).increment(1);
+                Disposition::Ack
             }
-            Polled::Ready => {
-                let wake = Verdict::Approve {
-                    payload: None,
-                    arguments: None,
-                    message: None,
-                };
-                let replies = self.inner.deployment.replies();
-                match replies
-                    .settle(&call.owner, run_id, tool_call_id.as_str(), wake)
-                    .await
-                {
-                    Ok(answered) => {
-                        ::metrics::counter!(metrics::TOOL_POLLS, "outcome" => "ready").increment(1);
-                        if let Some(refused) = answered.error {
-                            tracing::info!(%refused, "the work is ready; the wait had ended");
-                            // A stop that committed since the read: the
-                            // work is given up after all.
-                            if let (Ok(PolledCall::Cancelled(call)), Some(tool)) =
-                                (store.polled_call(&message).await, &tool)
-                            {
-                                tool.abandon(&call.payload).await;
-                            }
-                        }
-                        self.ended(&message).await
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the work is ready but the wake-up failed; handed back");
-                        Disposition::Requeue
+            Err(e) => {
+                tracing::warn!(error = %e, "the next check could not be written; handed back");
+                Disposition::Requeue
+            }
+        }
+    }
+
+    /// The work is ready: the call's row is replied to as `respond` would,
+    /// by the one answer path, and the chain ends. A stop that committed
+    /// since the call was read gives the work up after all.
+    async fn wake(
+        &self,
+        message: &QueueMessage,
+        call: &WaitingCall,
+        tool: Option<&dyn Tool>,
+    ) -> Disposition {
+        let QueueMessage::Poll {
+            run_id,
+            ref tool_call_id,
+            ..
+        } = *message
+        else {
+            return Disposition::Ack;
+        };
+        let wake = Verdict::Approve {
+            payload: None,
+            arguments: None,
+            message: None,
+        };
+        let replies = self.inner.deployment.replies();
+        match replies
+            .settle(&call.owner, run_id, tool_call_id.as_str(), wake)
+            .await
+        {
+            Ok(answered) => {
+                ::metrics::counter!(metrics::TOOL_POLLS, "outcome" => "ready").increment(1);
+                if let Some(refused) = answered.error {
+                    tracing::info!(%refused, "the work is ready; the wait had ended");
+                    if let (Ok(PolledCall::Cancelled(call)), Some(tool)) =
+                        (self.inner.store().polled_call(message).await, tool)
+                    {
+                        tool.abandon(&call.payload).await;
                     }
                 }
+                self.ended(message).await
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the work is ready but the wake-up failed; handed back");
+                Disposition::Requeue
             }
         }
     }

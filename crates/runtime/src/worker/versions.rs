@@ -23,10 +23,10 @@ impl Worker {
     ) -> Arc<Registry> {
         let inner = &self.inner;
         let agent = ctx.lease.run_name.clone();
-        let (Some(from), Some(ours)) = (
-            ctx.agent_version.clone(),
-            inner.registry().agent_version(&agent),
-        ) else {
+        // The registry this worker serves new turns from, as of now.
+        let current = inner.registry();
+        let (Some(from), Some(ours)) = (ctx.agent_version.clone(), current.agent_version(&agent))
+        else {
             return pinned;
         };
         let upgrades = pinned
@@ -43,7 +43,6 @@ impl Worker {
                 return pinned;
             }
         }
-        let current = inner.registry().clone();
         let switched = async {
             let Some(locked) = inner.store().lock_for_switch(&ctx.lease, &from).await? else {
                 return Ok(Err("the lease was lost".to_owned()));
