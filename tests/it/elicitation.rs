@@ -328,6 +328,26 @@ async fn an_invalid_question_set_is_a_tool_failure_the_model_recovers_from() {
 }
 
 #[tokio::test]
+async fn a_models_question_cannot_carry_a_link() {
+    // A link is a server's or the file's to show: a model told by a page
+    // it read to send the person somewhere is refused, and nobody is asked.
+    let env = TestEnv::start(ask_agent(
+        r#"{ questions = [ { id = "go", prompt = "Sign in", link = "https://evil.example/login", options = [ { value = "done", label = "Done" } ], defaults = ["done"] } ] }"#,
+    ))
+    .await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "go").await;
+    assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
+    let messages = env.get(&format!("/threads/{thread_id}/messages")).await;
+    let result = &messages[2]["content"];
+    assert_eq!(result["error"], "invalid question set", "{result}");
+    assert_eq!(result["issues"][0]["path"], "/questions/0/link");
+    assert!(env.get("/agent/inbox").await.as_array().unwrap().is_empty());
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
 async fn a_sub_agents_question_shows_on_the_root_stream_with_the_childs_run_id() {
     let registry = Registry::from_toml(&format!(
         r#"

@@ -65,33 +65,8 @@ pub struct Question {
     pub link: Option<String>,
 }
 
-/// The longest [`Question::link`].
-pub const MAX_LINK_BYTES: usize = 2048;
-
-/// Why `link` cannot be a question's link, if it cannot: an absolute
-/// `http`/`https` URL with a host, no spaces or control characters (what
-/// a browser would open as written, never a `javascript:` one).
-pub fn link_issue(link: &str) -> Option<String> {
-    if link.len() > MAX_LINK_BYTES {
-        return Some(format!("longer than {MAX_LINK_BYTES} bytes"));
-    }
-    if link.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Some("has spaces or control characters".into());
-    }
-    let lower = link.to_ascii_lowercase();
-    let rest = ["https://", "http://"]
-        .iter()
-        .find_map(|scheme| lower.strip_prefix(scheme));
-    let Some(rest) = rest else {
-        return Some("must be an http:// or https:// URL".into());
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = authority.rsplit('@').next().unwrap_or_default();
-    if host.is_empty() || host.starts_with(':') {
-        return Some("has no host".into());
-    }
-    None
-}
+mod link;
+pub use link::{link_issue, MAX_LINK_BYTES};
 
 /// What a question's answer is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -80,13 +80,14 @@ impl Deployment {
         crash: Option<CrashPoint>,
     ) -> Deployment {
         let publishing = registry.prepare(relay.attach(connected.clone()));
-        let notifier = Notifier::new(publishing.clone(), registry.clone(), crash);
+        let pinned = Arc::new(PinnedRegistries::new(registry));
+        let notifier = Notifier::new(publishing.clone(), pinned.clone(), crash);
         let (store, sends_here) = match sending {
             Some(concurrency) => SendsHere::attach(publishing, notifier.clone(), concurrency),
             None => (publishing, None),
         };
         Deployment {
-            pinned: Arc::new(PinnedRegistries::new(registry.clone())),
+            pinned,
             connected,
             store,
             relay,
@@ -108,6 +109,7 @@ impl Deployment {
         );
         Deployment {
             pinned: self.pinned.clone(),
+            store: deployment.store.sharing_pins_of(&self.store),
             ..deployment
         }
     }
@@ -115,15 +117,17 @@ impl Deployment {
     /// The same deployment publishing through `relay` instead (another
     /// publish timeout, a queue that fails on purpose).
     pub fn with_relay(&self, relay: Relay) -> Deployment {
+        let deployment = Self::wired(
+            self.connected.clone(),
+            relay,
+            self.registry(),
+            self.sending,
+            None,
+        );
         Deployment {
             pinned: self.pinned.clone(),
-            ..Self::wired(
-                self.connected.clone(),
-                relay,
-                self.registry(),
-                self.sending,
-                None,
-            )
+            store: deployment.store.sharing_pins_of(&self.store),
+            ..deployment
         }
     }
 

@@ -320,6 +320,9 @@ pub struct PinnedRegistries {
     /// again when a server's tools change: see [`Self::replace_current`]).
     current: std::sync::RwLock<std::sync::Arc<crate::Registry>>,
     built: std::sync::Mutex<HashMap<String, Built>>,
+    /// Set while a watcher lists the file again for these registries: one
+    /// per process, however many parts (a worker, an API) start one.
+    watching: std::sync::atomic::AtomicBool,
 }
 
 /// A version's registry as built here.
@@ -345,6 +348,7 @@ impl PinnedRegistries {
         Self {
             current: std::sync::RwLock::new(current),
             built: std::sync::Mutex::default(),
+            watching: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -355,23 +359,30 @@ impl PinnedRegistries {
 
     /// Serves new turns from `next` from now on; the runs pinned to the
     /// versions `next` replaces are served on from the registry it
-    /// replaces, kept as theirs.
+    /// replaces, kept as theirs (before the swap, so none of them is
+    /// looked up in the store meanwhile).
     pub fn replace_current(&self, next: std::sync::Arc<crate::Registry>) {
-        let replaced = std::mem::replace(
-            &mut *self.current.write().expect("current registry"),
-            next.clone(),
-        );
-        let mut built = self.built.lock().expect("pinned registries");
-        for version in replaced.agent_versions() {
-            let kept = next
-                .agent_version(&version.agent)
-                .is_some_and(|v| v.hash == version.hash);
-            if !kept {
-                built
-                    .entry(version.hash.clone())
-                    .or_insert_with(|| (replaced.clone(), None));
+        let replaced = self.current();
+        {
+            let mut built = self.built.lock().expect("pinned registries");
+            for version in replaced.agent_versions() {
+                let kept = next
+                    .agent_version(&version.agent)
+                    .is_some_and(|v| v.hash == version.hash);
+                if !kept {
+                    built
+                        .entry(version.hash.clone())
+                        .or_insert_with(|| (replaced.clone(), None));
+                }
             }
         }
+        *self.current.write().expect("current registry") = next;
+    }
+
+    /// Whether this process now watches its MCP servers for these
+    /// registries: true for the first caller only, until it stops.
+    pub(crate) fn start_watching(&self, on: bool) -> bool {
+        self.watching.swap(on, std::sync::atomic::Ordering::AcqRel) != on
     }
 
     /// The registry a run of `agent` pinned to `version` is served from:

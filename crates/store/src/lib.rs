@@ -239,6 +239,13 @@ impl Store {
         self
     }
 
+    /// The same store, pinning turns as `other` does, now and after
+    /// `other` is re-pinned (a deployment wired again from the same one).
+    pub fn sharing_pins_of(mut self, other: &Store) -> Store {
+        self.agent_versions = other.agent_versions.clone();
+        self
+    }
+
     /// Pins the turns this store (and every clone of it) starts from now
     /// on to `versions` (a deployment's file listed again).
     pub fn repin_agent_versions(&self, versions: std::collections::HashMap<String, String>) {

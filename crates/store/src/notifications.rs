@@ -292,12 +292,7 @@ impl Store {
     /// Drops a notification message that has nothing to send (its event
     /// or request is gone, or no longer open).
     pub async fn drop_notification(&self, message: &QueueMessage) -> Result<()> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached("DELETE FROM outbox WHERE key = $1")
-            .await?;
-        client.execute(&stmt, &[&message.outbox_key()]).await?;
-        Ok(())
+        self.consume_message(message).await
     }
 
     /// Puts a message that came early back on its way, due in `delay`.

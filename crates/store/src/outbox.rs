@@ -112,6 +112,17 @@ pub(crate) async fn consumed(tx: &Transaction<'_>, message: &QueueMessage) -> Re
 }
 
 impl Store {
+    /// Deletes the outbox row of `message`, handled without a transaction
+    /// of its own to delete it in (it had nothing to write).
+    pub(crate) async fn consume_message(&self, message: &QueueMessage) -> Result<()> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached("DELETE FROM outbox WHERE key = $1")
+            .await?;
+        client.execute(&stmt, &[&message.outbox_key()]).await?;
+        Ok(())
+    }
+
     /// Claims up to `limit` rows whose messages should have been handled
     /// more than `older_than_ms` ago and were not (the committing process
     /// died before it published, the publish failed, or the broker lost the

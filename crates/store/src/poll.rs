@@ -148,11 +148,6 @@ impl Store {
 
     /// Ends the chain: `message`'s outbox row is consumed.
     pub async fn poll_ended(&self, message: &QueueMessage) -> Result<()> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached("DELETE FROM outbox WHERE key = $1")
-            .await?;
-        client.execute(&stmt, &[&message.outbox_key()]).await?;
-        Ok(())
+        self.consume_message(message).await
     }
 }

@@ -232,27 +232,13 @@ async fn agents_delayed_by_a_server_down_at_start_are_served_once_it_is_up() {
     assert!(registry.delayed_agents().contains_key("agent"));
     let env = TestEnv::start(registry).await;
     let worker = env.spawn_worker();
-    let (status, refused) = env
-        .send(
-            env.http
-                .post(env.url("/threads"))
-                .bearer_auth(ALICE)
-                .json(&json!({ "agent": "agent" })),
-        )
-        .await;
+    let (status, refused) = new_thread(&env).await;
     assert_ne!(status.as_u16(), 201, "delayed: {refused}");
 
     // The server comes up: the agent is served without a restart.
     let _server = HttpTickets::start_on(&log, port).await;
     let thread = eventually("the agent is served", || async {
-        let (status, thread) = env
-            .send(
-                env.http
-                    .post(env.url("/threads"))
-                    .bearer_auth(ALICE)
-                    .json(&json!({ "agent": "agent" })),
-            )
-            .await;
+        let (status, thread) = new_thread(&env).await;
         (status.as_u16() == 201).then_some(thread)
     })
     .await;
@@ -271,4 +257,15 @@ async fn agents_delayed_by_a_server_down_at_start_are_served_once_it_is_up() {
     assert_eq!(log.calls_of("search_tickets").len(), 1);
     worker.stop().await.unwrap();
     env.finish().await;
+}
+
+/// `POST /threads` for `agent`.
+async fn new_thread(env: &TestEnv) -> (reqwest::StatusCode, serde_json::Value) {
+    env.send(
+        env.http
+            .post(env.url("/threads"))
+            .bearer_auth(ALICE)
+            .json(&json!({ "agent": "agent" })),
+    )
+    .await
 }

@@ -159,3 +159,19 @@ fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// The thread's one open request once it is `call`.
+async fn waiting_on(env: &agentenkit_tests::TestEnv, thread_id: &str, call: &str) -> Value {
+    agentenkit_tests::eventually(&format!("{call} waits"), || async {
+        let thread = env.get(&format!("/threads/{thread_id}")).await;
+        let pending = thread["pendingInputs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        (thread["status"] == "WAITING_FOR_INPUT"
+            && pending.len() == 1
+            && pending[0]["toolCallId"] == call)
+            .then(|| pending[0].clone())
+    })
+    .await
+}

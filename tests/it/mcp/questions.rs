@@ -32,22 +32,6 @@ async fn escalating(log: &CallLog, ttl: Option<u64>) -> Registry {
     load(&text).await
 }
 
-/// Waits until the thread's one open request is `call`; returns it.
-async fn wait_asked(env: &TestEnv, thread_id: &str, call: &str) -> Value {
-    eventually(&format!("{call} is asked"), || async {
-        let thread = env.get(&format!("/threads/{thread_id}")).await;
-        let pending = thread["pendingInputs"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        (thread["status"] == "WAITING_FOR_INPUT"
-            && pending.len() == 1
-            && pending[0]["toolCallId"] == call)
-            .then(|| pending[0].clone())
-    })
-    .await
-}
-
 async fn answer(env: &TestEnv, run_id: &str, call: &str, answers: Value) -> (StatusCode, Value) {
     env.reply(
         "/agent/tool-call/answer",
@@ -76,7 +60,7 @@ async fn a_servers_two_rounds_of_questions_are_asked_answered_and_sent_back() {
     let (thread_id, run_id) = env.start_turn("agent", "escalate T-7").await;
 
     // Round 1: the form, as a question set of every kind.
-    let first = wait_asked(&env, &thread_id, "c1~1").await;
+    let first = waiting_on(&env, &thread_id, "c1~1").await;
     assert_eq!(first["kind"], "ask", "{first}");
     let inbox = env.get("/agent/inbox").await;
     let asked = inbox
@@ -126,7 +110,7 @@ async fn a_servers_two_rounds_of_questions_are_asked_answered_and_sent_back() {
     );
 
     // Round 2: the server asks again, with the state it sent.
-    wait_asked(&env, &thread_id, "c1~2").await;
+    waiting_on(&env, &thread_id, "c1~2").await;
     let (_, delivered) = answer(&env, &run_id, "c1~2", json!({ "go": ["true"] })).await;
     assert_eq!(delivered, json!({ "delivered": true }));
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
@@ -180,7 +164,7 @@ async fn a_skip_declines_and_an_expiry_cancels_the_servers_question() {
     let env = TestEnv::start(escalating(&log, None).await).await;
     let worker = env.spawn_worker();
     let (thread_id, run_id) = env.start_turn("agent", "escalate T-7").await;
-    wait_asked(&env, &thread_id, "c1~1").await;
+    waiting_on(&env, &thread_id, "c1~1").await;
     let (status, skipped) = env
         .reply(
             "/agent/tool-call/skip",
@@ -205,7 +189,7 @@ async fn a_skip_declines_and_an_expiry_cancels_the_servers_question() {
     let env = TestEnv::start(escalating(&log, Some(1_500)).await).await;
     let worker = env.spawn_worker();
     let (thread_id, run_id) = env.start_turn("agent", "escalate T-7").await;
-    wait_asked(&env, &thread_id, "c1~1").await;
+    waiting_on(&env, &thread_id, "c1~1").await;
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
     assert_eq!(
         result_of_c1(&env, &thread_id).await,
@@ -230,7 +214,7 @@ async fn a_worker_that_dies_after_a_round_was_asked_carries_on_without_asking_ag
     let (thread_id, run_id) = env.start_turn("agent", "escalate T-7").await;
     assert!(doomed.died().await.is_err(), "the crash point fired");
     let rescuer = env.spawn_worker();
-    wait_asked(&env, &thread_id, "c1~1").await;
+    waiting_on(&env, &thread_id, "c1~1").await;
     assert_eq!(
         log.calls_of("escalate_ticket").len(),
         1,
@@ -248,7 +232,7 @@ async fn a_worker_that_dies_after_a_round_was_asked_carries_on_without_asking_ag
     )
     .await;
     assert!(doomed.died().await.is_err(), "the crash point fired");
-    wait_asked(&env, &thread_id, "c1~2").await;
+    waiting_on(&env, &thread_id, "c1~2").await;
     let rescuer = env.spawn_worker();
     let (_, delivered) = answer(&env, &run_id, "c1~2", json!({ "go": ["true"] })).await;
     assert_eq!(delivered, json!({ "delivered": true }));
@@ -318,7 +302,7 @@ async fn stopping_the_thread_while_a_servers_question_waits_cancels_it() {
     let env = TestEnv::start(escalating(&log, None).await).await;
     let worker = env.spawn_worker();
     let (thread_id, run_id) = env.start_turn("agent", "escalate T-7").await;
-    wait_asked(&env, &thread_id, "c1~1").await;
+    waiting_on(&env, &thread_id, "c1~1").await;
     env.post(&format!("/threads/{thread_id}/stop"), json!({}))
         .await;
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "cancelled");
@@ -355,7 +339,7 @@ async fn a_servers_url_request_is_a_link_the_person_opens_then_confirms() {
     let env = TestEnv::start(registry).await;
     let worker = env.spawn_worker();
     let (thread_id, run_id) = env.start_turn("agent", "sign me in").await;
-    let asked = wait_asked(&env, &thread_id, "c1~1").await;
+    let asked = waiting_on(&env, &thread_id, "c1~1").await;
     let question = &asked["request"]["questions"][0];
     assert_eq!(question["id"], "sso", "{asked}");
     assert_eq!(

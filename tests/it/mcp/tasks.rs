@@ -30,22 +30,6 @@ async fn registry(log: &CallLog, arguments: &str, servers: Option<String>) -> Re
     .await
 }
 
-/// The thread's one open request once it is `call`.
-async fn waiting_on(env: &TestEnv, thread_id: &str, call: &str) -> Value {
-    eventually(&format!("{call} waits"), || async {
-        let thread = env.get(&format!("/threads/{thread_id}")).await;
-        let pending = thread["pendingInputs"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        (thread["status"] == "WAITING_FOR_INPUT"
-            && pending.len() == 1
-            && pending[0]["toolCallId"] == call)
-            .then(|| pending[0].clone())
-    })
-    .await
-}
-
 /// The lines of the server's log for `method` (`tasks/get`, …).
 fn methods(log: &CallLog, method: &str) -> Vec<Value> {
     log.calls()
@@ -64,14 +48,40 @@ async fn read_by_model(env: &TestEnv, thread_id: &str) -> Value {
     }
 }
 
+/// A test's env of the stdio tickets server, a worker, and a turn of the
+/// agent calling `research` with `arguments`.
+async fn researching_turn(
+    log: &CallLog,
+    arguments: &str,
+) -> (TestEnv, WorkerHandle, String, String) {
+    let env = TestEnv::start(registry(log, arguments, None).await).await;
+    let worker = env.spawn_worker();
+    let (thread_id, run_id) = env.start_turn("agent", "research").await;
+    (env, worker, thread_id, run_id)
+}
+
+/// The `tasks/cancel` the server got, once it got one.
+async fn cancels(log: &CallLog) -> Vec<Value> {
+    eventually("the task is cancelled", || async {
+        let cancels = methods(log, "tasks/cancel");
+        (!cancels.is_empty()).then_some(cancels)
+    })
+    .await
+}
+
+/// The `research` calls that started a task.
+fn tasks_started(log: &CallLog) -> Vec<Value> {
+    log.calls()
+        .into_iter()
+        .filter(|c| c["tool"] == "research" && c["task"].is_string())
+        .collect()
+}
+
 #[tokio::test]
 async fn a_task_parks_the_thread_and_its_end_resumes_the_run() {
     let log = CallLog::new();
-    let env =
-        TestEnv::start(registry(&log, r#"{ topic = "printers", seconds = 1.5 }"#, None).await)
-            .await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "research printers").await;
+    let (env, worker, thread_id, run_id) =
+        researching_turn(&log, r#"{ topic = "printers", seconds = 1.5 }"#).await;
 
     let wait = waiting_on(&env, &thread_id, "c1~1").await;
     assert_eq!(wait["kind"], "park", "{wait}");
@@ -110,17 +120,8 @@ async fn a_task_parks_the_thread_and_its_end_resumes_the_run() {
 #[tokio::test]
 async fn a_tasks_question_is_a_question_set_and_the_answer_goes_back_by_update() {
     let log = CallLog::new();
-    let env = TestEnv::start(
-        registry(
-            &log,
-            r#"{ topic = "lasers", seconds = 0.3, ask = true }"#,
-            None,
-        )
-        .await,
-    )
-    .await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "research lasers").await;
+    let (env, worker, thread_id, run_id) =
+        researching_turn(&log, r#"{ topic = "lasers", seconds = 0.3, ask = true }"#).await;
 
     let asked = waiting_on(&env, &thread_id, "c1~2").await;
     assert_eq!(asked["kind"], "ask", "{asked}");
@@ -151,10 +152,8 @@ async fn a_tasks_question_is_a_question_set_and_the_answer_goes_back_by_update()
 #[tokio::test]
 async fn a_failed_task_is_a_failure_the_model_reads() {
     let log = CallLog::new();
-    let env =
-        TestEnv::start(registry(&log, r#"{ topic = "fail", seconds = 0.2 }"#, None).await).await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "research").await;
+    let (env, worker, thread_id, run_id) =
+        researching_turn(&log, r#"{ topic = "fail", seconds = 0.2 }"#).await;
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "completed");
     let read = tool_message(&env, &thread_id).await;
     let error = read["error"].as_str().unwrap_or_default();
@@ -166,20 +165,14 @@ async fn a_failed_task_is_a_failure_the_model_reads() {
 #[tokio::test]
 async fn stopping_the_thread_while_a_task_runs_cancels_the_task() {
     let log = CallLog::new();
-    let env =
-        TestEnv::start(registry(&log, r#"{ topic = "slow", seconds = 600 }"#, None).await).await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "research slowly").await;
+    let (env, worker, thread_id, run_id) =
+        researching_turn(&log, r#"{ topic = "slow", seconds = 600 }"#).await;
     let wait = waiting_on(&env, &thread_id, "c1~1").await;
     let task = wait["arguments"]["taskId"].clone();
     env.post(&format!("/threads/{thread_id}/stop"), json!({}))
         .await;
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "cancelled");
-    let cancelled = eventually("the task is cancelled", || async {
-        let cancels = methods(&log, "tasks/cancel");
-        (!cancels.is_empty()).then_some(cancels)
-    })
-    .await;
+    let cancelled = cancels(&log).await;
     assert_eq!(cancelled.len(), 1, "{cancelled:?}");
     assert_eq!(cancelled[0]["task"], task);
     worker.stop().await.unwrap();
@@ -215,11 +208,7 @@ async fn a_task_outlives_the_worker_that_started_it() {
         read_by_model(&env, &thread_id).await,
         json!({ "topic": "durable", "sources": null, "action": null })
     );
-    let started: Vec<Value> = log
-        .calls()
-        .into_iter()
-        .filter(|c| c["tool"] == "research" && c["task"].is_string())
-        .collect();
+    let started = tasks_started(&log);
     assert_eq!(started.len(), 1, "one task: {started:?}");
     rescuer.stop().await.unwrap();
     env.finish().await;
@@ -228,27 +217,14 @@ async fn a_task_outlives_the_worker_that_started_it() {
 #[tokio::test]
 async fn stopping_the_thread_while_a_tasks_question_waits_cancels_the_task() {
     let log = CallLog::new();
-    let env = TestEnv::start(
-        registry(
-            &log,
-            r#"{ topic = "optics", seconds = 0.2, ask = true }"#,
-            None,
-        )
-        .await,
-    )
-    .await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "research optics").await;
+    let (env, worker, thread_id, run_id) =
+        researching_turn(&log, r#"{ topic = "optics", seconds = 0.2, ask = true }"#).await;
     waiting_on(&env, &thread_id, "c1~2").await;
     let task = methods(&log, "tasks/get")[0]["task"].clone();
     env.post(&format!("/threads/{thread_id}/stop"), json!({}))
         .await;
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "cancelled");
-    let cancelled = eventually("the task is cancelled", || async {
-        let cancels = methods(&log, "tasks/cancel");
-        (!cancels.is_empty()).then_some(cancels)
-    })
-    .await;
+    let cancelled = cancels(&log).await;
     assert_eq!(cancelled.len(), 1, "{cancelled:?}");
     assert_eq!(cancelled[0]["task"], task);
     assert!(methods(&log, "tasks/update").is_empty(), "nobody answered");
@@ -299,10 +275,8 @@ async fn a_task_past_its_wait_is_cancelled_and_the_model_reads_why() {
 #[tokio::test]
 async fn a_respond_to_a_task_wait_makes_the_call_look_and_a_rejection_gives_the_task_up() {
     let log = CallLog::new();
-    let env =
-        TestEnv::start(registry(&log, r#"{ topic = "slow", seconds = 600 }"#, None).await).await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "research slowly").await;
+    let (env, worker, thread_id, run_id) =
+        researching_turn(&log, r#"{ topic = "slow", seconds = 600 }"#).await;
     let wait = waiting_on(&env, &thread_id, "c1~1").await;
     let task = wait["arguments"]["taskId"].clone();
 
@@ -348,10 +322,8 @@ async fn a_respond_to_a_task_wait_makes_the_call_look_and_a_rejection_gives_the_
 #[tokio::test]
 async fn a_duplicate_check_is_dropped_and_the_chain_of_checks_never_forks() {
     let log = CallLog::new();
-    let env =
-        TestEnv::start(registry(&log, r#"{ topic = "slow", seconds = 600 }"#, None).await).await;
-    let worker = env.spawn_worker();
-    let (thread_id, run_id) = env.start_turn("agent", "research slowly").await;
+    let (env, worker, thread_id, run_id) =
+        researching_turn(&log, r#"{ topic = "slow", seconds = 600 }"#).await;
     waiting_on(&env, &thread_id, "c1~1").await;
     let chain = || async {
         env.rows(
@@ -413,16 +385,8 @@ async fn a_stop_before_the_wait_parked_still_cancels_the_task() {
         .await;
     assert_eq!(env.wait_run_finished(&run_id).await["status"], "cancelled");
     let worker = env.spawn_worker();
-    let cancelled = eventually("the task is cancelled", || async {
-        let cancels = methods(&log, "tasks/cancel");
-        (!cancels.is_empty()).then_some(cancels)
-    })
-    .await;
-    let started: Vec<Value> = log
-        .calls()
-        .into_iter()
-        .filter(|c| c["tool"] == "research" && c["task"].is_string())
-        .collect();
+    let cancelled = cancels(&log).await;
+    let started = tasks_started(&log);
     assert_eq!(cancelled[0]["task"], started[0]["task"]);
     worker.stop().await.unwrap();
     env.finish().await;

@@ -27,6 +27,24 @@ fn tickets_with_schema(log: &CallLog, schema: &std::path::Path, more: &str) -> S
     )
 }
 
+/// The parked `c1` of `run_id` refuses an edit only the new schema
+/// allows, and runs once approved as proposed; the finished run.
+async fn finishes_on_its_schema(env: &TestEnv, run_id: &str) -> serde_json::Value {
+    let (status, refused) = env
+        .reply(
+            "/agent/tool-call/approve",
+            ALICE,
+            json!({ "runId": run_id, "toolCallId": "c1", "arguments": { "ticket": "T-9" } }),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 422, "{refused}");
+    assert_eq!(
+        approve(env, run_id, "c1").await,
+        json!({ "delivered": true })
+    );
+    env.wait_run_finished(run_id).await
+}
+
 #[tokio::test]
 async fn a_schema_change_makes_a_new_version_and_a_parked_run_keeps_its_schema() {
     let log = CallLog::new();
@@ -67,19 +85,7 @@ async fn a_schema_change_makes_a_new_version_and_a_parked_run_keeps_its_schema()
     // run keeps the schema it started with (its call goes to the session
     // it started with here; a new process would meet the new server, and
     // the model would see what it says).
-    let (status, refused) = env
-        .reply(
-            "/agent/tool-call/approve",
-            ALICE,
-            json!({ "runId": run_id, "toolCallId": "c1", "arguments": { "ticket": "T-9" } }),
-        )
-        .await;
-    assert_eq!(status.as_u16(), 422, "{refused}");
-    assert_eq!(
-        approve(&env, &run_id, "c1").await,
-        json!({ "delivered": true })
-    );
-    let run = env.wait_run_finished(&run_id).await;
+    let run = finishes_on_its_schema(&env, &run_id).await;
     assert_eq!(run["status"], "completed");
     assert_eq!(run["agentVersion"], v1_hash.as_str());
     assert_eq!(
@@ -195,19 +201,7 @@ model = {{ provider = "scripted", script = [
     .await;
     assert!(v2_hash.is_string(), "{v2_hash}");
     // ... and the parked run keeps the schema it started with.
-    let (status, refused) = env
-        .reply(
-            "/agent/tool-call/approve",
-            ALICE,
-            json!({ "runId": run_id, "toolCallId": "c1", "arguments": { "ticket": "T-9" } }),
-        )
-        .await;
-    assert_eq!(status.as_u16(), 422, "{refused}");
-    assert_eq!(
-        approve(&env, &run_id, "c1").await,
-        json!({ "delivered": true })
-    );
-    let run = env.wait_run_finished(&run_id).await;
+    let run = finishes_on_its_schema(&env, &run_id).await;
     assert_eq!(run["agentVersion"], v1_hash.as_str());
     let metrics = env.metrics_text().await;
     assert!(

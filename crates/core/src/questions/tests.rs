@@ -430,7 +430,7 @@ fn a_link_is_an_http_url_with_a_host() {
         "https://sso.example.com/start?state=abc#x",
         "http://127.0.0.1:8080/pay",
         "HTTPS://Example.COM",
-        "https://user@example.com/",
+        "https://[::1]:8443/x",
     ] {
         assert_eq!(link_issue(good), None, "{good}");
     }
@@ -442,6 +442,13 @@ fn a_link_is_an_http_url_with_a_host() {
         "https:///path",
         "https://:443/",
         "https://user@/",
+        "https://user@example.com/",
+        "https://bank.example@evil.example/",
+        "https://evil.example\\@bank.example/",
+        "https://[/",
+        "https://[]/",
+        "https://exa\u{202e}mple.com/",
+        "https://pаypal.com/",
         "https://exa mple.com/",
         "https://example.com/\u{0}",
         "//example.com/",

@@ -76,13 +76,30 @@ impl Registry {
             tree: parse_written(text)?,
             tools,
         });
-        Self::listed(written).await
+        Self::listed(written, None).await
     }
 
-    /// The registry of `written` with its servers' tools listed now.
-    pub(super) async fn listed(written: Arc<super::relist::Written>) -> Result<Registry> {
+    /// The registry of `written` with its servers' tools listed now; a
+    /// server that cannot be listed keeps what it listed in `last` (the
+    /// file as listed before), if it listed anything: a moment's outage
+    /// does not take its agents out of service.
+    pub(super) async fn listed(
+        written: Arc<super::relist::Written>,
+        last: Option<&serde_json::Value>,
+    ) -> Result<Registry> {
         let mut tree = written.tree.clone();
-        let failed = crate::mcp::discover_into(&mut tree).await?;
+        let mut failed = crate::mcp::discover_into(&mut tree).await?;
+        if let Some(last) = last {
+            failed.retain(|server, why| {
+                let listed = &last["mcp"][server.as_str()]["discovered"];
+                if listed.is_null() {
+                    return true;
+                }
+                tracing::warn!(mcp.server = %server, "keeps its last listing: it {why}");
+                tree["mcp"][server.as_str()]["discovered"] = listed.clone();
+                false
+            });
+        }
         let mut registry = Self::with_delayed(tree, &failed, written.tools.clone())?;
         registry.written = Some(written);
         Ok(registry)

@@ -21,11 +21,12 @@ pub(crate) struct Written {
 
 impl Registry {
     /// This registry's agent file with the tools of its MCP servers listed
-    /// again; `None` for one not loaded with its servers listed (built in
+    /// again (a server that cannot be listed now keeps the listing it had
+    /// here); `None` for one not loaded with its servers listed (built in
     /// code, or by `from_toml`), which has nothing to list.
     pub async fn relisted(&self) -> Option<Result<Registry>> {
         let written = self.written.clone()?;
-        Some(Registry::listed(written).await)
+        Some(Registry::listed(written, Some(&self.file)).await)
     }
 
     /// Whether `other` serves otherwise than this one: another version of

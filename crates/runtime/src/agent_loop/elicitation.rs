@@ -5,7 +5,7 @@
 
 use agentenkit_core::conversation::{Message, ToolCallRequest};
 use agentenkit_core::journal::names;
-use agentenkit_core::questions::QuestionSet;
+use agentenkit_core::questions::{Issue, QuestionSet};
 use agentenkit_core::{EventType, RunId, ToolCallId, ToolCallStatus, ToolKind};
 use agentenkit_store::{Change, RunContext};
 use serde::{Deserialize, Serialize};
@@ -212,7 +212,28 @@ pub async fn ask_call(
     call: &PersistedToolCall,
 ) -> Result<Result<Wait, Value>, SegmentError> {
     let run_id = ctx.lease.run_id;
-    let set = match QuestionSet::parse(&call.arguments) {
+    // A page to open is a server's (its URL-mode request) or the file
+    // author's to show, never what a model (or whoever steers it) writes.
+    let set = QuestionSet::parse(&call.arguments).and_then(|set| {
+        let linked: Vec<Issue> = set
+            .questions
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| q.link.is_some())
+            .map(|(i, _)| {
+                Issue::new(
+                    &format!("/questions/{i}/link"),
+                    "a model's question cannot carry a link",
+                )
+            })
+            .collect();
+        if linked.is_empty() {
+            Ok(set)
+        } else {
+            Err(linked)
+        }
+    });
+    let set = match set {
         Ok(set) => set,
         Err(issues) => {
             let failure = json!({ "error": "invalid question set", "issues": issues });

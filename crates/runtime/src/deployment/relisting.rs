@@ -18,8 +18,9 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LONGEST_RETRY: Duration = Duration::from_secs(60);
 
 /// Changes that come together (a server that changes several tools) are
-/// listed once.
-const SETTLE: Duration = Duration::from_millis(200);
+/// listed once; a server that says so without end is listed at most about
+/// once a second.
+const SETTLE: Duration = Duration::from_secs(1);
 
 impl Deployment {
     /// Serves `next` (this deployment's file, listed again) from now on,
@@ -51,38 +52,43 @@ impl Deployment {
         for (agent, why) in next.delayed_agents() {
             tracing::warn!(agent = %agent, "not served by this process: {why}");
         }
-        let next = Arc::new(next);
-        self.pinned.replace_current(next.clone());
+        // New turns are pinned to the new versions (recorded: any worker
+        // can serve them) before this process serves them from memory.
         self.store.repin_agent_versions(
             next.agent_versions()
                 .map(|v| (v.agent.clone(), v.hash.clone()))
                 .collect(),
         );
+        self.pinned.replace_current(Arc::new(next));
         Ok(true)
     }
 
     /// Until `shutdown`, lists the file again whenever one of its MCP
     /// servers says its tools changed, and, while agents wait for a server
-    /// that could not be listed, after 1 s, then twice as long each time up
-    /// to a minute. Nothing to do for a file without servers.
+    /// that could not be listed (or a listing failed), after 1 s, then
+    /// twice as long each time up to a minute. One watcher per process;
+    /// nothing to do for a file without servers.
     pub fn watch_servers(
         &self,
         shutdown: CancellationToken,
     ) -> Option<tokio::task::JoinHandle<()>> {
         let servers = self.registry().mcp_servers();
-        if servers.is_empty() {
+        // A worker and an API of one deployment would list every change
+        // twice.
+        if servers.is_empty() || !self.pinned.start_watching(true) {
             return None;
         }
         let deployment = self.clone();
         Some(tokio::spawn(async move {
             let mut changes: Vec<_> = servers.iter().map(|s| s.tools_changed()).collect();
             let mut retry = FIRST_RETRY;
+            let mut failed = false;
             loop {
-                let waiting = !deployment.registry().delayed_agents().is_empty();
+                let waiting = failed || !deployment.registry().delayed_agents().is_empty();
                 let changed =
                     futures::future::select_all(changes.iter_mut().map(|c| Box::pin(c.changed())));
                 tokio::select! {
-                    _ = shutdown.cancelled() => return,
+                    _ = shutdown.cancelled() => break,
                     _ = changed => tokio::time::sleep(SETTLE).await,
                     _ = tokio::time::sleep(retry), if waiting => {
                         retry = (retry * 2).min(LONGEST_RETRY);
@@ -92,12 +98,13 @@ impl Deployment {
                     change.borrow_and_update();
                 }
                 let Some(listed) = deployment.registry().relisted().await else {
-                    return;
+                    break;
                 };
                 let served = match listed {
                     Ok(next) => deployment.serve_relisted(next).await,
                     Err(e) => Err(e),
                 };
+                failed = served.is_err();
                 match served {
                     Ok(true) => retry = FIRST_RETRY,
                     Ok(false) => {}
@@ -106,6 +113,7 @@ impl Deployment {
                     }
                 }
             }
+            deployment.pinned.start_watching(false);
         }))
     }
 }

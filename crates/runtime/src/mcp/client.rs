@@ -71,6 +71,8 @@ pub struct Server {
     /// Counts the `notifications/tools/list_changed` the server sent on
     /// the sessions of this process: whoever serves its tools re-lists.
     tools_changed: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Whether a session was opened before the one open now.
+    opened_before: AtomicBool,
 }
 
 /// Every server this process talks to, by connection: a registry loaded
@@ -96,6 +98,7 @@ impl Server {
             def,
             session: tokio::sync::Mutex::new(None),
             tools_changed: Arc::new(tokio::sync::watch::Sender::new(0)),
+            opened_before: AtomicBool::new(false),
         }
     }
 
@@ -254,6 +257,11 @@ impl Server {
         };
         *open = Some(session.clone());
         self.listen(&session);
+        // Changes the server made while this process had no session with
+        // it went unheard: whoever serves its tools lists them again.
+        if self.opened_before.swap(true, Ordering::Relaxed) {
+            self.tools_changed.send_modify(|n| *n += 1);
+        }
         Ok(session)
     }
 

@@ -142,29 +142,43 @@ impl McpTool {
         input: Option<&(InputResponses, Option<String>)>,
     ) -> Result<CallToolResponse, ToolError> {
         let key = ctx.idempotency_key();
+        // Each attempt carries the same idempotency key: a server that did
+        // the work before hanging up can tell.
+        self.retrying(|attempt| {
+            let arguments = arguments.clone();
+            let key = &key;
+            async move {
+                tracing::Span::current().record("mcp.attempts", attempt);
+                let started = std::time::Instant::now();
+                let answer = self.server.call(&self.tool, arguments, key, input).await;
+                self.measure(&answer, started);
+                answer
+            }
+        })
+        .await
+    }
+
+    /// `send` (attempt 1, 2, …), sent again while the server cannot be
+    /// reached, up to [`ATTEMPTS`] times: a refusal, or the last attempt's
+    /// failure, is a failure the model sees.
+    async fn retrying<T, Sent>(&self, mut send: impl FnMut(u32) -> Sent) -> Result<T, ToolError>
+    where
+        Sent: std::future::Future<Output = Result<T, ServerError>>,
+    {
         let mut attempt = 1;
         loop {
-            tracing::Span::current().record("mcp.attempts", attempt);
-            let started = std::time::Instant::now();
-            let answer = self
-                .server
-                .call(&self.tool, arguments.clone(), &key, input)
-                .await;
-            self.measure(&answer, started);
-            match answer {
-                Ok(response) => return Ok(response),
+            match send(attempt).await {
+                Ok(answer) => return Ok(answer),
                 Err(ServerError::Refused(message) | ServerError::InvalidParams(message)) => {
                     return Err(ToolError::Failed(message))
                 }
-                // Each attempt carries the same idempotency key: a server
-                // that did the work before hanging up can tell.
                 Err(ServerError::Unreachable(message)) if attempt >= ATTEMPTS => {
                     return Err(ToolError::Failed(format!(
                         "{message} (after {ATTEMPTS} attempts)"
                     )))
                 }
                 Err(ServerError::Unreachable(message)) => {
-                    tracing::info!(mcp.server = %self.server.name(), attempt, "call failed: {message}");
+                    tracing::info!(mcp.server = %self.server.name(), attempt, "request failed: {message}");
                     tokio::time::sleep(retry_delay(FIRST_RETRY, attempt)).await;
                     attempt += 1;
                 }

@@ -34,7 +34,9 @@ pub enum Handled {
 #[derive(Clone)]
 pub struct Notifier {
     store: Store,
-    registry: Arc<Registry>,
+    /// The deployment's registries: its targets, and the escalations of
+    /// the tools it serves now (its MCP servers may list more later).
+    registries: Arc<crate::versions::PinnedRegistries>,
     /// Built on the first send: a worker of a deployment without targets
     /// never loads the TLS roots for it.
     /// A client that cannot be built stays an error that each delivery
@@ -47,19 +49,23 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    pub fn new(store: Store, registry: Arc<Registry>, crash: Option<CrashPoint>) -> Self {
+    pub fn new(
+        store: Store,
+        registries: Arc<crate::versions::PinnedRegistries>,
+        crash: Option<CrashPoint>,
+    ) -> Self {
         Self {
             store,
-            registry,
+            registries,
             client: Arc::default(),
             breakers: Arc::default(),
             crash,
         }
     }
 
-    /// The deployment it sends for.
-    pub fn registry(&self) -> &Arc<Registry> {
-        &self.registry
+    /// The deployment it sends for, as it serves now.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registries.current()
     }
 
     fn client(&self) -> Result<&reqwest::Client, &str> {
@@ -87,7 +93,8 @@ impl Notifier {
             run_id: run,
             event_id,
         };
-        let notifications = self.registry.notifications();
+        let registry = self.registry();
+        let notifications = registry.notifications();
         // The event is read and its delivery claimed in one statement: the
         // claim names each target with the types it wants, and only the
         // event's own type claims.
@@ -115,7 +122,8 @@ impl Notifier {
         &self,
         claimed: &agentenkit_store::ClaimedEvent,
     ) -> agentenkit_store::RecordItem {
-        let notifications = self.registry.notifications();
+        let registry = self.registry();
+        let notifications = registry.notifications();
         let targets = notifications.targets_for(claimed.event.event_type);
         let delivery = Delivery::of(claimed.event.clone());
         let results = self
@@ -137,10 +145,11 @@ impl Notifier {
             tool_call_id: call.clone(),
         };
         let open = self.store.open_request(run, call).await?;
+        let registry = self.registry();
         let escalation = open
             .as_ref()
-            .and_then(|(request, _)| self.registry.escalation(&request.tool_name));
-        let target = escalation.and_then(|e| self.registry.notifications().target(&e.target));
+            .and_then(|(request, _)| registry.escalation(&request.tool_name));
+        let target = escalation.and_then(|e| registry.notifications().target(&e.target));
         let (Some((request, waited)), Some(escalation), Some(target)) = (open, escalation, target)
         else {
             ::metrics::counter!(metrics::REMINDERS, "outcome" => "dropped").increment(1);
@@ -222,7 +231,7 @@ impl Notifier {
         targets: &[&Target],
         claimed: Vec<DeliveryAttempt>,
     ) -> Vec<Attempted> {
-        let link = self.registry.notifications().inbox_link();
+        let link = self.registry().notifications().inbox_link();
         let sends = claimed.into_iter().filter_map(|attempt| {
             let target = *targets.iter().find(|t| t.name == attempt.target)?;
             let body = body(delivery, target.format, link.as_deref());

@@ -74,7 +74,8 @@ impl SendsHere {
         notifier: Notifier,
         concurrency: usize,
     ) -> (Store, Option<SendsHere>) {
-        let notifications = notifier.registry().notifications();
+        let registry = notifier.registry();
+        let notifications = registry.notifications();
         if notifications.events().is_empty() {
             return (store, None);
         }

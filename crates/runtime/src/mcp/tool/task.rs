@@ -14,11 +14,10 @@ use serde_json::{json, Value};
 
 use super::super::client::ServerError;
 use super::super::elicit;
-use super::{outcome, McpTool, ATTEMPTS, FIRST_RETRY};
+use super::{outcome, McpTool};
 use crate::tool::{
     await_work, AskOutcome, AskRequest, Polled, ToolAnswers, ToolError, MAX_ASK_ROUNDS,
 };
-use agentenkit_core::notify::retry_delay;
 
 /// What a wait or a round of questions of a task keeps: the task's id
 /// under `task` (a call's own questions keep the server's round state,
@@ -213,24 +212,7 @@ impl McpTool {
 
     /// `tasks/get`, tried again while the server cannot be reached.
     async fn task(&self, task_id: &str) -> Result<DetailedTask, ToolError> {
-        let mut attempt = 1;
-        loop {
-            match self.server.get_task(task_id).await {
-                Ok(task) => return Ok(task),
-                Err(ServerError::Refused(message) | ServerError::InvalidParams(message)) => {
-                    return Err(ToolError::Failed(message))
-                }
-                Err(ServerError::Unreachable(message)) if attempt >= ATTEMPTS => {
-                    return Err(ToolError::Failed(format!(
-                        "{message} (after {ATTEMPTS} attempts)"
-                    )))
-                }
-                Err(ServerError::Unreachable(_)) => {
-                    tokio::time::sleep(retry_delay(FIRST_RETRY, attempt)).await;
-                    attempt += 1;
-                }
-            }
-        }
+        self.retrying(|_| self.server.get_task(task_id)).await
     }
 
     /// One check on the task a wait's `payload` names, within
