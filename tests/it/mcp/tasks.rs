@@ -391,3 +391,43 @@ async fn a_stop_before_the_wait_parked_still_cancels_the_task() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+/// What a terminal's person would be asked: nothing, for a task's wait.
+struct NobodyAsked;
+
+#[async_trait::async_trait]
+impl agentenkit_runtime::inline::Hooks for NobodyAsked {
+    async fn await_approval(
+        &self,
+        input: &agentenkit_store::PendingInput,
+    ) -> agentenkit_core::reply::Verdict {
+        panic!("the person at the terminal was asked about {input:?}")
+    }
+}
+
+#[tokio::test]
+async fn in_one_process_a_task_ends_on_its_own_without_asking_the_terminal() {
+    let log = CallLog::new();
+    let loaded = registry(&log, r#"{ topic = "terminals", seconds = 0.5 }"#, None).await;
+    let env = TestEnv::start(loaded.clone()).await;
+    // The inline runner: an in-process queue (its delayed checks too) and
+    // one worker, as `agentenkit chat` runs.
+    let runner = agentenkit_runtime::inline::InlineRunner::start(
+        env.store.clone(),
+        std::sync::Arc::new(loaded),
+        agentenkit_core::Owner("alice".into()),
+    );
+    let thread = runner.create_thread("agent").await.unwrap();
+    let run = runner
+        .run_turn(thread, "research terminals", &NobodyAsked)
+        .await
+        .unwrap();
+    assert_eq!(run.status, agentenkit_core::RunStatus::Completed);
+    assert_eq!(
+        read_by_model(&env, &thread.to_string()).await,
+        json!({ "topic": "terminals", "sources": null, "action": null })
+    );
+    assert_eq!(tasks_started(&log).len(), 1);
+    runner.shutdown().await.unwrap();
+    env.finish().await;
+}
