@@ -27,6 +27,21 @@ fn tickets_with_schema(log: &CallLog, schema: &std::path::Path, more: &str) -> S
     )
 }
 
+/// What `agentenkit agents versions agent` says, once it lists two
+/// versions with the tickets server's listing.
+async fn two_listings(env: &TestEnv) -> String {
+    eventually("two versions with their listings are recorded", || async {
+        let (listed, _) = AgentsCommand::Versions {
+            name: "agent".into(),
+        }
+        .run(&env.store)
+        .await
+        .unwrap();
+        (listed.matches("mcp tickets  listed").count() == 2).then_some(listed)
+    })
+    .await
+}
+
 /// The parked `c1` of `run_id` refuses an edit only the new schema
 /// allows, and runs once approved as proposed; the finished run.
 async fn finishes_on_its_schema(env: &TestEnv, run_id: &str) -> serde_json::Value {
@@ -118,16 +133,7 @@ async fn a_schema_change_makes_a_new_version_and_a_parked_run_keeps_its_schema()
     assert_eq!(run["agentVersion"], v2_hash.as_str());
     // The operator sees both versions, and that the server's listing
     // changed between them.
-    let listed = eventually("the new deploy recorded its version", || async {
-        let (listed, _) = AgentsCommand::Versions {
-            name: "agent".into(),
-        }
-        .run(&env.store)
-        .await
-        .unwrap();
-        (listed.matches("mcp tickets  listed").count() == 2).then_some(listed)
-    })
-    .await;
+    let listed = two_listings(&env).await;
     let listings: Vec<&str> = listed
         .lines()
         .filter(|l| l.contains("mcp tickets"))
@@ -170,16 +176,7 @@ model = {{ provider = "scripted", script = [
     // and says so: no process restarts.
     let (_, deploy) = env.start_turn("deployer", "deploy").await;
     assert_eq!(env.wait_run_finished(&deploy).await["status"], "completed");
-    let listed = eventually("the new listing is recorded as a version", || async {
-        let (listed, _) = AgentsCommand::Versions {
-            name: "agent".into(),
-        }
-        .run(&env.store)
-        .await
-        .unwrap();
-        (listed.matches("mcp tickets  listed").count() == 2).then_some(listed)
-    })
-    .await;
+    let listed = two_listings(&env).await;
     assert!(listed.contains("ticket"), "{listed}");
 
     // New turns start on it (the API re-listed too) ...

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::mcp::{Server, ServerDef};
+use crate::mcp::Server;
 use crate::tool::Tool;
 use crate::{Registry, Result};
 
@@ -50,19 +50,9 @@ impl Registry {
         let Some(written) = &self.written else {
             return Vec::new();
         };
-        let defs: BTreeMap<String, ServerDef> = written
-            .tree
-            .get("mcp")
-            .and_then(|mcp| serde_json::from_value(mcp.clone()).ok())
-            .unwrap_or_default();
-        let named: BTreeSet<&str> = written
-            .tree
-            .get("agents")
-            .and_then(serde_json::Value::as_object)
-            .into_iter()
-            .flat_map(|agents| agents.values())
-            .flat_map(crate::mcp::servers_named_by)
-            .collect();
+        let Ok((defs, named)) = crate::mcp::servers_of(&written.tree) else {
+            return Vec::new();
+        };
         defs.iter()
             .filter(|(name, _)| named.contains(name.as_str()))
             .map(|(name, def)| crate::mcp::client::shared(name, def))

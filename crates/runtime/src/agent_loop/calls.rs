@@ -13,8 +13,8 @@ use tracing::Instrument;
 use super::checkpoint::{Checkpointer, Durability};
 use super::error::SegmentError;
 use super::outcome::PersistedToolCall;
+use super::outcome::Round;
 use super::results::{result_changes, without_nul};
-use super::rounds::Round;
 use crate::agent::{Agent, Registry};
 use crate::tool::{
     Approval, AskRequest, AwaitRequest, ParkRequest, ToolAnswers, ToolContext, ToolError,

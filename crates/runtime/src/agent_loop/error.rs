@@ -38,7 +38,7 @@ pub enum SegmentError {
     /// A tool asked questions or to wait; the call's rounds turn this
     /// into a park and it never leaves a segment.
     #[error("a tool asked questions or to wait outside a step")]
-    Asked(Box<super::rounds::Round>),
+    Asked(Box<super::outcome::Round>),
 }
 
 impl From<agentenkit_store::Error> for SegmentError {

@@ -6,7 +6,7 @@ use agentenkit_core::{ToolCallId, ToolKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::tool::ParkRequest;
+use crate::tool::{AskRequest, AwaitRequest, ParkRequest};
 
 /// How a segment of a run ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,4 +66,43 @@ pub struct PersistedToolCall {
     pub arguments: Value,
     pub kind: ToolKind,
     pub tool_type: String,
+}
+
+/// What a round of a call asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Round {
+    /// A person's answers to the tool's questions (journaled under
+    /// `request`, as before waits were rounds).
+    #[serde(rename = "request")]
+    Ask(AskRequest),
+    /// The end of work elsewhere.
+    Await(AwaitRequest),
+}
+
+impl Round {
+    pub(crate) fn reason(&self) -> &str {
+        match self {
+            Round::Ask(request) => &request.reason,
+            Round::Await(request) => &request.reason,
+        }
+    }
+
+    pub(crate) fn state(&self) -> &Value {
+        match self {
+            Round::Ask(request) => &request.state,
+            Round::Await(request) => &request.state,
+        }
+    }
+
+    /// Its row's kind, and the arguments the row shows.
+    pub(crate) fn row(&self) -> (ToolKind, Value) {
+        match self {
+            Round::Ask(request) => (
+                ToolKind::Ask,
+                serde_json::to_value(&request.questions).unwrap_or_default(),
+            ),
+            Round::Await(request) => (ToolKind::Park, request.payload.clone()),
+        }
+    }
 }

@@ -27,10 +27,10 @@ use super::calls::execute;
 use super::checkpoint::{Checkpointer, Durability};
 use super::elicitation::frame;
 use super::error::SegmentError;
-use super::outcome::{ParkItem, PersistedToolCall, Wait};
+use super::outcome::{ParkItem, PersistedToolCall, Round, Wait};
 use super::results::await_reply;
 use crate::agent::{Agent, Registry};
-use crate::tool::{AskOutcome, AskRequest, AwaitRequest, ParkRequest, ToolAnswers, MAX_ASK_ROUNDS};
+use crate::tool::{AskOutcome, AskRequest, ParkRequest, ToolAnswers, MAX_ASK_ROUNDS};
 
 /// What a call came to: its result, or it waits.
 pub(super) enum Ran {
@@ -41,45 +41,6 @@ pub(super) enum Ran {
     /// For the reply to its tool's questions, with the round's row to park
     /// when it is new.
     Waits(Option<ParkItem>),
-}
-
-/// What a round of a call asks for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Round {
-    /// A person's answers to the tool's questions (journaled under
-    /// `request`, as before waits were rounds).
-    #[serde(rename = "request")]
-    Ask(AskRequest),
-    /// The end of work elsewhere.
-    Await(AwaitRequest),
-}
-
-impl Round {
-    pub(crate) fn reason(&self) -> &str {
-        match self {
-            Round::Ask(request) => &request.reason,
-            Round::Await(request) => &request.reason,
-        }
-    }
-
-    fn state(&self) -> &Value {
-        match self {
-            Round::Ask(request) => &request.state,
-            Round::Await(request) => &request.state,
-        }
-    }
-
-    /// Its row's kind, and the arguments the row shows.
-    fn row(&self) -> (ToolKind, Value) {
-        match self {
-            Round::Ask(request) => (
-                ToolKind::Ask,
-                serde_json::to_value(&request.questions).unwrap_or_default(),
-            ),
-            Round::Await(request) => (ToolKind::Park, request.payload.clone()),
-        }
-    }
 }
 
 /// The value of `asked:<callId>:<round>`.

@@ -60,28 +60,36 @@ pub fn servers_named_by(agent: &Value) -> impl Iterator<Item = &str> {
     listed(agent, "tools").filter_map(|tool| Some(split(tool)?.0))
 }
 
-/// Lists the tools of each server `tree` (an agent file as JSON) has
-/// agents name, into `tree` (`mcp.NAME.discovered`); returns why each
-/// server that could not be listed was not. Every server's table is
-/// checked first: nothing is started or sent to before the file is known
-/// to be good (an http URL to another machine, say, is refused unsent).
-pub(crate) async fn discover_into(tree: &mut Value) -> Result<BTreeMap<String, String>> {
+/// The `[mcp.*]` tables of `tree` (an agent file as JSON), and the names
+/// of those its agents name.
+pub(crate) fn servers_of(tree: &Value) -> Result<(BTreeMap<String, ServerDef>, BTreeSet<String>)> {
     let servers: BTreeMap<String, ServerDef> = match tree.get("mcp") {
         Some(mcp) => {
             serde_json::from_value(mcp.clone()).map_err(|e| Error::Config(format!("mcp: {e}")))?
         }
         None => BTreeMap::new(),
     };
-    for (name, def) in &servers {
-        def.check(name).map_err(Error::Config)?;
-    }
-    let named: BTreeSet<&str> = tree
+    let named = tree
         .get("agents")
         .and_then(Value::as_object)
         .into_iter()
         .flat_map(|agents| agents.values())
         .flat_map(servers_named_by)
+        .map(str::to_owned)
         .collect();
+    Ok((servers, named))
+}
+
+/// Lists the tools of each server `tree` (an agent file as JSON) has
+/// agents name, into `tree` (`mcp.NAME.discovered`); returns why each
+/// server that could not be listed was not. Every server's table is
+/// checked first: nothing is started or sent to before the file is known
+/// to be good (an http URL to another machine, say, is refused unsent).
+pub(crate) async fn discover_into(tree: &mut Value) -> Result<BTreeMap<String, String>> {
+    let (servers, named) = servers_of(tree)?;
+    for (name, def) in &servers {
+        def.check(name).map_err(Error::Config)?;
+    }
     let listings = futures::future::join_all(
         servers
             .iter()

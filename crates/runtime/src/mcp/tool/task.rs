@@ -110,7 +110,7 @@ impl McpTool {
             (outcome, None) => {
                 match self.task(task_id).await {
                     Ok(done) if done.task.status.is_terminal() => {
-                        return self.task_now(done, answers.round)
+                        return self.task_now(done, answers.round).await
                     }
                     _ => {}
                 }
@@ -124,7 +124,7 @@ impl McpTool {
             }
         }
         match self.task(task_id).await {
-            Ok(task) => self.task_now(task, answers.round),
+            Ok(task) => self.task_now(task, answers.round).await,
             Err(failure) => Err(self.give_up(task_id, failure.to_string()).await),
         }
     }
@@ -138,7 +138,7 @@ impl McpTool {
     /// What the call comes to where `task` stands, after `round` rounds:
     /// a result, a failure, the task's questions, or another wait (a
     /// round the call may no longer ask for gives the task up instead).
-    fn task_now(&self, detailed: DetailedTask, round: u32) -> Result<Value, ToolError> {
+    async fn task_now(&self, detailed: DetailedTask, round: u32) -> Result<Value, ToolError> {
         let server = self.server.name();
         let task_id = detailed.task.task_id.clone();
         let next = match detailed.payload {
@@ -182,7 +182,7 @@ impl McpTool {
                             watch: Some(watch),
                         }))
                     }
-                    Err(unaskable) => return Err(self.cancel_later(&task_id, unaskable)),
+                    Err(unaskable) => return Err(self.give_up(&task_id, unaskable).await),
                 }
             }
             _ => self.waits_for(&detailed.task),
@@ -191,23 +191,9 @@ impl McpTool {
             let why = format!(
                 "mcp server {server} task {task_id} needed more than {MAX_ASK_ROUNDS} rounds of waits and questions"
             );
-            return Err(self.cancel_later(&task_id, why));
+            return Err(self.give_up(&task_id, why).await);
         }
         Err(next)
-    }
-
-    /// A failure of the call whose task is still running: the task is
-    /// cancelled in the background (this path does not wait for the
-    /// server), and the model reads why.
-    fn cancel_later(&self, task_id: &str, why: String) -> ToolError {
-        let server = self.server.clone();
-        let task_id = task_id.to_owned();
-        tokio::spawn(async move {
-            if let Err(e) = server.cancel_task(&task_id).await {
-                tracing::warn!(mcp.task.id = %task_id, "task could not be cancelled: {e}");
-            }
-        });
-        ToolError::Failed(format!("{why}; the task was cancelled"))
     }
 
     /// `tasks/get`, tried again while the server cannot be reached.
