@@ -7,6 +7,7 @@ mod batch;
 mod bounds;
 mod broker_away;
 mod call_states;
+mod conversations;
 mod crash;
 mod decisions;
 mod delegation_limits;

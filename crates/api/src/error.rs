@@ -205,6 +205,17 @@ impl From<agentenkit_store::Error> for ApiError {
                     "the thread has an active run {run_id}; wait for it to finish or stop it"
                 ),
             },
+            E::SideEffects { run_id, tool } => ApiError::Conflict {
+                code: "SideEffects",
+                message: format!(
+                    "run {run_id} already called {tool}, which is not read-only: \
+                     a rollback would pretend its effect did not happen; interrupt instead"
+                ),
+            },
+            E::NotATurn { message_id } => ApiError::Conflict {
+                code: "NotAUserMessage",
+                message: format!("message {message_id} is not a user message of a turn"),
+            },
             E::ReplyMismatch { kind } => ApiError::Conflict {
                 code: "HumanReplyMismatchError",
                 message: format!(

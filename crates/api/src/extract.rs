@@ -188,6 +188,26 @@ where
     }
 }
 
+/// A path's two parameters, as text (see [`PathText`]).
+pub struct PathPair(pub String, pub String);
+
+impl<S> axum::extract::FromRequestParts<S> for PathPair
+where
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map(|path| PathPair(path.0 .0, path.0 .1))
+            .map_err(|_| ApiError::NotFound(format!("no resource at {}", parts.uri.path())))
+    }
+}
+
 /// An event id a client sends back (`after`, `Last-Event-ID`): a
 /// non-negative integer; anything else is a 400 naming `what`.
 pub fn parse_event_id(text: &str, what: &str) -> Result<i64, ApiError> {

@@ -123,6 +123,7 @@ mod tests {
             ("/threads", &["post"]),
             ("/threads/{id}", &["get"]),
             ("/threads/{id}/messages", &["get", "post"]),
+            ("/threads/{id}/messages/{messageId}/edit", &["post"]),
             ("/threads/{id}/events", &["get"]),
             ("/threads/{id}/stream", &["get"]),
             ("/threads/{id}/stop", &["post"]),

@@ -23,6 +23,8 @@ pub struct Addressed<'a> {
     /// In the thread's current run tree (a request of an earlier turn is
     /// no longer current).
     pub current: bool,
+    /// The thread has started another turn since this call's.
+    pub moved_on: bool,
     pub tool_name: &'a str,
     /// The request's arguments (a question set for `ask`).
     pub arguments: &'a Value,
@@ -127,7 +129,7 @@ pub fn rule(
         return Err(AnswerError::Forbidden { missing });
     }
     // A request no longer open refuses every reply, whatever its shape.
-    if let Some(reason) = refusal(addressed.status, addressed.current) {
+    if let Some(reason) = refusal(addressed.status, addressed.current, addressed.moved_on) {
         return Ok(Ruling::Refused(reason));
     }
     if let (true, Some(version)) = (policy.other_version, addressed.agent_version) {

@@ -76,6 +76,27 @@ impl Message {
     }
 }
 
+/// What a message sent to a thread whose run is still active does with
+/// that run (docs/conversations.md). A thread without an active run starts
+/// the message's turn at once, whatever this says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum OnActive {
+    /// Refused (409 `RunActive`); nothing is kept.
+    #[default]
+    Reject,
+    /// Kept, and its turn starts when the active run (and every turn
+    /// queued before it) has ended.
+    Enqueue,
+    /// The active run stops where it is; what it did stays in the
+    /// conversation; the new turn starts.
+    Interrupt,
+    /// As `Interrupt`, and the stopped run leaves the conversation the
+    /// model sees: refused when a tool that is not read-only ran in it.
+    Rollback,
+}
+
 /// The conversation as a strict provider accepts it: every assistant tool
 /// call answered before the next user or assistant message. A call left
 /// without a result (its run was stopped, failed or cancelled while it

@@ -325,12 +325,23 @@ impl SettledReply {
     }
 }
 
+/// A request of a turn the thread has moved on from.
+const NO_LONGER_CURRENT: &str = "This request is no longer current";
+
 /// Why a reply to a row that is not (or no longer) open was not delivered;
-/// `None` when the row is open and the reply can be applied.
-pub fn refusal(status: ToolCallStatus, in_current_run: bool) -> Option<&'static str> {
+/// `None` when the row is open and the reply can be applied. `moved_on`:
+/// the thread has started another turn since (a request an interrupt or
+/// an edit cancelled is no longer current, the seeds' "the thread moved
+/// on").
+pub fn refusal(
+    status: ToolCallStatus,
+    in_current_run: bool,
+    moved_on: bool,
+) -> Option<&'static str> {
     match status {
         ToolCallStatus::PendingApproval if in_current_run => None,
-        ToolCallStatus::PendingApproval => Some("This request is no longer current"),
+        ToolCallStatus::PendingApproval => Some(NO_LONGER_CURRENT),
+        ToolCallStatus::Cancelled if moved_on => Some(NO_LONGER_CURRENT),
         ToolCallStatus::Executed | ToolCallStatus::Rejected | ToolCallStatus::Failed => {
             Some("This request was already answered")
         }
@@ -468,18 +479,29 @@ mod tests {
     fn only_an_open_row_of_the_current_run_takes_a_reply() {
         for &status in ToolCallStatus::ALL {
             for current in [true, false] {
-                let refused = refusal(status, current);
-                let open = status == ToolCallStatus::PendingApproval && current;
-                assert_eq!(refused.is_none(), open, "{status} current={current}");
+                for moved_on in [true, false] {
+                    let refused = refusal(status, current, moved_on);
+                    let open = status == ToolCallStatus::PendingApproval && current;
+                    assert_eq!(refused.is_none(), open, "{status} current={current}");
+                }
             }
         }
         assert_eq!(
-            refusal(ToolCallStatus::Executed, true),
+            refusal(ToolCallStatus::Executed, true, false),
             Some("This request was already answered")
         );
         assert_eq!(
-            refusal(ToolCallStatus::Expired, true),
+            refusal(ToolCallStatus::Expired, true, false),
             Some("This request has expired")
+        );
+        // A stop cancels; an interrupt or an edit moves the thread on.
+        assert_eq!(
+            refusal(ToolCallStatus::Cancelled, false, false),
+            Some("This request was cancelled")
+        );
+        assert_eq!(
+            refusal(ToolCallStatus::Cancelled, false, true),
+            Some("This request is no longer current")
         );
     }
 

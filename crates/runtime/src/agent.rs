@@ -38,6 +38,9 @@ pub struct Agent {
     pub intake: Option<Intake>,
     /// What a deploy means for its runs in flight.
     pub on_deploy: crate::config::OnDeploy,
+    /// What a message sent while a run of it is active does, when the
+    /// message does not say.
+    pub on_active: agentenkit_core::conversation::OnActive,
 }
 
 /// A configured intake: a validated question set and when to ask it.
@@ -78,6 +81,7 @@ impl Agent {
             ask: false,
             intake: None,
             on_deploy: crate::config::OnDeploy::Pin,
+            on_active: agentenkit_core::conversation::OnActive::Reject,
         }
     }
 
@@ -450,6 +454,38 @@ impl Registry {
 
     /// The tools `agent` offers its model, in its declared order, then one
     /// delegation tool per sub-agent.
+    /// The read-only tools (`Tool::read_only`) that runs of `agent` may
+    /// call, its sub-agents' (to any depth) included.
+    pub fn read_only_tools(&self, agent: &str) -> Vec<String> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut todo = vec![agent.to_owned()];
+        let mut read_only = std::collections::BTreeSet::new();
+        while let Some(name) = todo.pop() {
+            if !seen.insert(name.clone()) {
+                continue;
+            }
+            let Some(agent) = self.agent(&name) else {
+                continue;
+            };
+            for tool in &agent.tools {
+                if self.tool(tool).is_some_and(|t| t.tool.read_only()) {
+                    read_only.insert(tool.clone());
+                }
+            }
+            todo.extend(agent.subagents.iter().cloned());
+        }
+        read_only.into_iter().collect()
+    }
+
+    /// Whether any agent sends a message to a busy thread somewhere other
+    /// than back (its `on_active` is not `reject`).
+    pub fn any_on_active(&self) -> bool {
+        self.agent_names().any(|name| {
+            self.agent(name)
+                .is_some_and(|a| a.on_active != agentenkit_core::conversation::OnActive::Reject)
+        })
+    }
+
     pub fn tool_specs(&self, agent: &Agent) -> Vec<ToolSpec> {
         let tools = agent
             .tools

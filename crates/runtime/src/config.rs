@@ -127,6 +127,11 @@ pub struct AgentDef {
     /// What a deploy means for this agent's runs in flight.
     #[serde(default)]
     pub on_deploy: OnDeploy,
+    /// What a message sent while a run of it is active does, when the
+    /// message does not say (`onActive`): `"reject"` (the default),
+    /// `"enqueue"`, `"interrupt"` or `"rollback"`.
+    #[serde(default)]
+    pub on_active: agentenkit_core::conversation::OnActive,
 }
 
 /// What a deploy means for an agent's runs in flight (docs/deployment.md, "Deploying
@@ -176,6 +181,10 @@ pub enum ToolDef {
         /// in the same run, is refused without asking (default true).
         #[serde(default = "yes")]
         refuse_repeated_denials: bool,
+        /// A call changes nothing elsewhere: a run that called only such
+        /// tools can be rolled back (docs/conversations.md).
+        #[serde(default)]
+        read_only: bool,
         /// Several people must approve each call: `{ required = 2, from =
         /// ["ops", "security"] }` (groups of the keys' holders).
         #[serde(default)]
@@ -209,6 +218,10 @@ pub enum ToolDef {
         /// in the same run, is refused without asking (default true).
         #[serde(default = "yes")]
         refuse_repeated_denials: bool,
+        /// A call changes nothing elsewhere: a run that called only such
+        /// tools can be rolled back (docs/conversations.md).
+        #[serde(default)]
+        read_only: bool,
         /// Several people must approve each call: `{ required = 2, from =
         /// ["ops", "security"] }` (groups of the keys' holders).
         #[serde(default)]
@@ -226,6 +239,13 @@ pub enum ToolDef {
 }
 
 impl ToolDef {
+    /// The tool changes nothing elsewhere.
+    pub fn read_only(&self) -> bool {
+        match self {
+            ToolDef::Http { read_only, .. } | ToolDef::Echo { read_only, .. } => *read_only,
+        }
+    }
+
     /// The tool's multi-party approval rule, when it has one.
     pub fn approvals(&self) -> Option<&ApprovalRule> {
         match self {

@@ -67,6 +67,9 @@ pub struct ReapReport {
     pub scheduled_expiries: usize,
     pub expired_leases: usize,
     pub stalled_queued: usize,
+    /// Queued turns started: their thread's run had ended, and whoever
+    /// ended it died before starting them.
+    pub queued_turns_started: usize,
     pub outbox_published: usize,
     pub idempotency_keys_deleted: usize,
     pub deliveries_deleted: usize,
@@ -145,6 +148,18 @@ pub async fn reap_once(deployment: &Deployment, config: &ReaperConfig) -> Result
         ::metrics::counter!(metrics::RECLAIMS, "cause" => "stalled_queued")
             .increment(reclaimed.stalled_queued.len() as u64);
         if (found as i64) < config.batch {
+            break;
+        }
+    }
+    loop {
+        let started = store.start_stranded_turns(config.batch).await?;
+        report.queued_turns_started += started.len();
+        for run in &started {
+            tracing::info!(run_id = %run, "started a queued turn its ended run left behind");
+        }
+        ::metrics::counter!(metrics::RECLAIMS, "cause" => "queued_turn")
+            .increment(started.len() as u64);
+        if (started.len() as i64) < config.batch {
             break;
         }
     }

@@ -121,6 +121,13 @@ pub trait Tool: Send + Sync {
         true
     }
 
+    /// True when a call changes nothing elsewhere (the file form is
+    /// `read_only = true`; an MCP server's `readOnlyHint`): a run that
+    /// called only such tools can be rolled back (docs/conversations.md).
+    fn read_only(&self) -> bool {
+        false
+    }
+
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError>;
 
     /// Whether the work a call of this tool waits for ([`await_work`]) is
@@ -158,6 +165,49 @@ impl Tool for Confirmed {
         self.0.refuses_repeated_denials()
     }
 
+    fn read_only(&self) -> bool {
+        self.0.read_only()
+    }
+
+    async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+        self.0.execute(arguments, ctx).await
+    }
+
+    async fn poll(&self, payload: &Value) -> Polled {
+        self.0.poll(payload).await
+    }
+
+    async fn abandon(&self, payload: &Value) {
+        self.0.abandon(payload).await
+    }
+}
+
+/// Marks a tool as changing nothing elsewhere (the file form is
+/// `read_only = true`).
+pub fn mark_read_only(tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
+    Arc::new(ReadOnly(tool))
+}
+
+struct ReadOnly(Arc<dyn Tool>);
+
+#[async_trait]
+impl Tool for ReadOnly {
+    fn spec(&self) -> ToolSpec {
+        self.0.spec()
+    }
+
+    fn requires_confirmation(&self) -> bool {
+        self.0.requires_confirmation()
+    }
+
+    fn refuses_repeated_denials(&self) -> bool {
+        self.0.refuses_repeated_denials()
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
         self.0.execute(arguments, ctx).await
     }
@@ -192,6 +242,10 @@ impl Tool for AsksAgain {
 
     fn refuses_repeated_denials(&self) -> bool {
         false
+    }
+
+    fn read_only(&self) -> bool {
+        self.0.read_only()
     }
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {

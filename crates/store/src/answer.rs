@@ -82,6 +82,7 @@ impl LockedCall<'_> {
             kind: self.row.kind,
             status: self.row.status,
             current: self.row.current,
+            moved_on: self.row.moved_on,
             tool_name: &self.row.tool_name,
             arguments: &self.row.arguments,
             votes: &self.row.approvals,

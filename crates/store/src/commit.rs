@@ -27,15 +27,31 @@ impl Store {
     /// extending the lease, and publishes the outbox rows it wrote (which
     /// it returns). `Error::LeaseLost` when the lease ran out or was taken.
     pub async fn commit(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
-        let outbox = crate::pipeline::retry_conflicts(|| self.commit_once(lease, changes)).await?;
+        let (outbox, followed) =
+            crate::pipeline::retry_conflicts(|| self.commit_once(lease, changes)).await?;
         self.publish(&outbox).await;
+        if followed {
+            // The run ended with a message queued behind it: its turn
+            // starts now (or, if this process dies first, by the reaper).
+            if let Err(e) = self.start_queued(lease.thread_id).await {
+                tracing::warn!(thread_id = %lease.thread_id, error = %e,
+                    "a queued turn did not start after its run ended; the reaper will start it");
+            }
+        }
         Ok(outbox)
     }
 
-    async fn commit_once(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
+    /// The outbox rows written, and whether the run finished with a turn
+    /// queued behind it.
+    async fn commit_once(
+        &self,
+        lease: &Lease,
+        changes: &[Change],
+    ) -> Result<(Vec<OutboxRow>, bool)> {
         let (ops, publishes) = Statements::of(lease, changes, self.notify_rule())?.in_order(lease);
         let answers = pipeline::transact(&self.client().await?, ops).await?;
-        written_outbox(answers, publishes)
+        let followed = matches!(answers.first(), Some(Answer::Flag(true)));
+        Ok((written_outbox(answers, publishes)?, followed))
     }
 }
 

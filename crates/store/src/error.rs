@@ -12,6 +12,12 @@ pub enum Error {
     NotFound { what: &'static str, id: String },
     #[error("thread {thread_id} has an active run {run_id}")]
     RunActive { thread_id: String, run_id: String },
+    /// A rollback of a run in which a tool with side effects already ran.
+    #[error("run {run_id} already ran {tool}, which is not read-only: it cannot be rolled back")]
+    SideEffects { run_id: String, tool: String },
+    /// An edit addressed to a message that is not a turn's user message.
+    #[error("message {message_id} is not a user message of a turn")]
+    NotATurn { message_id: i64 },
     /// The worker's lease ran out or was taken over: its writes are refused.
     #[error("lease on run {run_id} is lost")]
     LeaseLost { run_id: String },

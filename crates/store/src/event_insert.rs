@@ -345,7 +345,7 @@ pub(crate) fn returned_outbox(answers: Vec<Answer>) -> Result<Vec<OutboxRow>> {
         match answer {
             Answer::Rows(rows) => outbox.extend(crate::outbox::returned_rows(&rows)?),
             Answer::Claimed(rows, event) => outbox.extend(claimed_rows(&rows, &event)),
-            Answer::Done | Answer::Ids(_) => {}
+            Answer::Done | Answer::Ids(_) | Answer::Flag(_) => {}
         }
     }
     Ok(outbox)

@@ -94,8 +94,9 @@ acquired AS (
 SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
        (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value, j.packed) ORDER BY j.position), '[]')
         FROM journal j WHERE j.run_id = a.id),
-       -- a root run sees the thread's earlier turns (root runs only) and its
-       -- own user message; a child run sees only its task
+       -- a root run sees the thread's earlier turns (root runs only, none
+       -- cut away by an edit or a rollback) and its own user message; a
+       -- child run sees only its task
        -- (the run of each message looked up by key: a join let the planner
        -- hash every run of the database)
        (SELECT coalesce(jsonb_agg(m.body_whole ORDER BY m.id), '[]')
@@ -103,7 +104,7 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
         WHERE m.thread_id = a.thread_id
           AND CASE WHEN a.parent_run_id IS NULL
                    THEN (m.run_id <> a.id OR m.body->>'role' = 'user')
-                        AND (SELECT r.parent_run_id IS NULL FROM runs r WHERE r.id = m.run_id)
+                        AND (SELECT r.parent_run_id IS NULL AND NOT r.cut FROM runs r WHERE r.id = m.run_id)
                    ELSE m.run_id = a.id AND m.body->>'role' = 'user' END),
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'id', tc.id, 'kind', tc.kind, 'status', tc.status, 'reason', tc.reason,
@@ -256,9 +257,14 @@ pub(crate) fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"
         }
     };
-    Op::new(sql, params).expect(Expect::One(Error::LeaseLost {
+    let lost = Error::LeaseLost {
         run_id: lease.run_id.to_string(),
-    }))
+    };
+    // A finished run says whether a queued turn waits for it to end.
+    Op::new(sql, params).expect(match end {
+        Some(Change::FinishRun { .. }) => Expect::OneFlag(lost, "followed"),
+        _ => Expect::One(lost),
+    })
 }
 
 /// Why the lease was not taken: another worker holds the run (for how

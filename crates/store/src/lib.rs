@@ -42,6 +42,7 @@ mod stop;
 mod test_changes;
 mod threads;
 mod tls;
+mod turns;
 mod upgrade;
 mod versions;
 mod views;
@@ -71,10 +72,11 @@ pub use start::StartedRun;
 pub use statistics::{PreparedPlan, GROWN_MARGIN_ROWS};
 pub use threads::THREAD_PENDING_INPUTS;
 pub use tls::SslMode;
+pub use turns::{Arrival, PostedTurn};
 pub use upgrade::{LockedRun, OpenCall, OpenRun};
 pub use versions::StoredVersion;
 pub use views::{
-    EventView, InboxPosition, MessageView, PendingInput, RunView, ThreadView, UsageView,
+    EventView, InboxPosition, MessageView, PendingInput, QueuedTurn, RunView, ThreadView, UsageView,
 };
 pub use watch::EventWatch;
 

@@ -78,6 +78,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "call_state_function",
         include_str!("../../../migrations/0014_call_state_function.sql"),
     ),
+    (
+        15,
+        "conversations",
+        include_str!("../../../migrations/0015_conversations.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -38,6 +38,9 @@ pub(crate) enum Expect {
     /// Exactly one row changed; otherwise the transaction is aborted and
     /// this is the error.
     One(Error),
+    /// As [`Expect::One`], and the changed row's value of the boolean
+    /// column named (`RETURNING` it costs the statement nothing more).
+    OneFlag(Error, &'static str),
     /// The rows it returns (`RETURNING`), first column as `i64`.
     Ids,
     /// The rows it returns, whole.
@@ -67,11 +70,22 @@ impl Op {
     /// `INSERT`/`UPDATE`/`DELETE` without `RETURNING`) so that the database
     /// counts the rows it changed and raises when they are not one.
     pub fn expect(mut self, expect: Expect) -> Self {
-        if matches!(expect, Expect::One(_)) {
-            self.sql = Cow::Owned(format!(
-                "WITH changed AS ({} RETURNING 1) SELECT expect_one_row((SELECT count(*) FROM changed))",
-                self.sql
-            ));
+        match &expect {
+            Expect::One(_) => {
+                self.sql = Cow::Owned(format!(
+                    "WITH changed AS ({} RETURNING 1) SELECT expect_one_row((SELECT count(*) FROM changed))",
+                    self.sql
+                ));
+            }
+            Expect::OneFlag(_, column) => {
+                self.sql = Cow::Owned(format!(
+                    "WITH changed AS ({} RETURNING {column}) \
+                     SELECT expect_one_row((SELECT count(*) FROM changed)), \
+                            coalesce((SELECT bool_or({column}) FROM changed), false)",
+                    self.sql
+                ));
+            }
+            _ => {}
         }
         self.expect = expect;
         self
@@ -88,6 +102,8 @@ impl Op {
 pub(crate) enum Answer {
     /// The statement ran (its row count, if checked, held).
     Done,
+    /// An [`Expect::OneFlag`] statement's column.
+    Flag(bool),
     Ids(Vec<i64>),
     Rows(Vec<tokio_postgres::Row>),
     /// The rows of an [`Expect::Claimed`] statement, with its event.
@@ -276,7 +292,7 @@ async fn send(
         let rows = match results.next() {
             Some(PipelineResult::Failed(e)) if is_row_check(&e) => {
                 return Err(match op.expect {
-                    Expect::One(error) => error,
+                    Expect::One(error) | Expect::OneFlag(error, _) => error,
                     _ => Error::Db(e),
                 })
             }
@@ -286,6 +302,7 @@ async fn send(
             Expect::Ids => Answer::Ids(rows.iter().map(|r| r.get(0)).collect()),
             Expect::Rows => Answer::Rows(rows),
             Expect::Claimed(draft) => Answer::Claimed(rows, draft),
+            Expect::OneFlag(..) => Answer::Flag(rows.first().is_some_and(|r| r.get(1))),
             Expect::One(_) | Expect::Any => Answer::Done,
         });
     }
@@ -368,5 +385,15 @@ mod tests {
         );
         let plain = Op::new("INSERT INTO t VALUES ($1)", vec![]);
         assert_eq!(plain.sql(), "INSERT INTO t VALUES ($1)");
+        // A flag comes back from the same statement, false when no row
+        // changed (the check has failed the transaction by then anyway).
+        let flagged = Op::new("UPDATE t SET a = 1 WHERE id = $1", vec![])
+            .expect(Expect::OneFlag(Error::Corrupt("x".into()), "f"));
+        assert_eq!(
+            flagged.sql(),
+            "WITH changed AS (UPDATE t SET a = 1 WHERE id = $1 RETURNING f) \
+             SELECT expect_one_row((SELECT count(*) FROM changed)), \
+                    coalesce((SELECT bool_or(f) FROM changed), false)"
+        );
     }
 }

@@ -258,6 +258,23 @@ impl Store {
         trace: Option<&TraceContext>,
     ) -> Result<(Vec<Op>, RunId, QueueMessage)> {
         let run = RunId::new();
+        let mut turn = self.turn_of(thread, agent, run, content, trace)?;
+        turn.ops.append(&mut turn.ordered);
+        Ok((turn.ops, run, turn.segment))
+    }
+
+    /// The writes of turn `run` on `thread` (whose agent is `agent`) after
+    /// the thread's lock: the run, the thread's current run and the first
+    /// segment's outbox row, then (`ordered`, to go after every other
+    /// statement of the transaction) its user message and `RUN_STARTED`.
+    pub(crate) fn turn_of(
+        &self,
+        thread: ThreadId,
+        agent: &str,
+        run: RunId,
+        content: &str,
+        trace: Option<&TraceContext>,
+    ) -> Result<TurnOps> {
         let version = self.pinned_version_of(agent);
         let started = start(&NewRun {
             id: run,
@@ -282,9 +299,12 @@ impl Store {
         );
         let (outbox_op, segment) = started.outbox;
         ops.push(outbox_op);
-        // Last, after every row lock (see INSERT_EVENT_SQL).
-        ops.extend(started.ordered);
-        Ok((ops, run, segment))
+        Ok(TurnOps {
+            ops,
+            // Last, after every row lock (see INSERT_EVENT_SQL).
+            ordered: started.ordered,
+            segment,
+        })
     }
 
     /// The started turn, from its commit's answers; its segment published.
@@ -298,6 +318,15 @@ impl Store {
         self.publish(&outbox).await;
         Ok(StartedRun { run_id, outbox })
     }
+}
+
+/// The statements of a turn to start (see `Store::turn_of`).
+pub(crate) struct TurnOps {
+    pub ops: Vec<Op>,
+    /// Its user message and `RUN_STARTED`: after every other statement.
+    pub ordered: Vec<Op>,
+    /// Its first segment, which the outbox insert among `ops` publishes.
+    pub segment: QueueMessage,
 }
 
 /// The thread's agent, when a turn may start on it: the thread is the
@@ -319,7 +348,7 @@ fn startable(thread: ThreadId, locked: &[Row], current: &[Row]) -> Result<String
 }
 
 /// The outbox row of a new run's first segment, from its commit's answers.
-fn segment_row(answers: Vec<Answer>, segment: QueueMessage) -> Result<OutboxRow> {
+pub(crate) fn segment_row(answers: Vec<Answer>, segment: QueueMessage) -> Result<OutboxRow> {
     let id = answers
         .into_iter()
         .find_map(|answer| match answer {

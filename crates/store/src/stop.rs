@@ -20,6 +20,9 @@ impl Store {
         let (stopped, outbox) =
             crate::pipeline::retry_conflicts(|| self.stop_thread_once(thread, owner)).await?;
         self.publish(&outbox).await;
+        // Messages queued behind the stopped run are the person's own:
+        // they start now, as when a run ends any other way.
+        self.start_queued(thread).await?;
         Ok(stopped)
     }
 

@@ -75,7 +75,21 @@ impl Store {
             more_pending_inputs: false,
             created_at: row.get(0),
             last_event_id: 0,
+            queued_messages: Vec::new(),
         })
+    }
+
+    /// The thread's agent (the owner's thread; 404 otherwise).
+    pub async fn thread_agent(&self, thread: ThreadId, owner: &Owner) -> Result<String> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached("SELECT agent FROM threads WHERE id = $1 AND owner = $2")
+            .await?;
+        Ok(client
+            .query_opt(&stmt, &[&thread.0, &owner.as_str()])
+            .await?
+            .ok_or_else(|| not_found(thread))?
+            .get(0))
     }
 
     /// The thread with its derived status and open requests.
@@ -84,7 +98,11 @@ impl Store {
         let stmt = client
             .prepare_cached(
                 "SELECT t.agent, t.current_run_id, r.status, t.metadata, t.created_at,
-                        (SELECT coalesce(max(e.id), 0) FROM events e WHERE e.thread_id = t.id)
+                        (SELECT coalesce(max(e.id), 0) FROM events e WHERE e.thread_id = t.id),
+                        (SELECT jsonb_agg(jsonb_build_object('runId', q.run_id, 'content', q.content,
+                                                             'createdAt', q.created_at)
+                                          ORDER BY q.position)
+                         FROM queued_turns q WHERE q.thread_id = t.id)
                  FROM threads t LEFT JOIN runs r ON r.id = t.current_run_id
                  WHERE t.id = $1 AND t.owner = $2",
             )
@@ -120,6 +138,11 @@ impl Store {
             pending_inputs,
             created_at: row.get(4),
             last_event_id: row.get(5),
+            queued_messages: row
+                .get::<_, Option<Value>>(6)
+                .map(serde_json::from_value)
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 
@@ -197,6 +220,9 @@ impl Store {
             &mut client,
             "SELECT m.id, m.run_id, m.body_whole, m.created_at
              FROM messages_whole m WHERE m.thread_id = $1 AND m.id > $2
+               -- a turn cut away by an edit or a rollback is no longer
+               -- in the conversation (its events still are)
+               AND NOT (SELECT r.cut FROM runs r WHERE r.id = m.run_id)
              ORDER BY m.id LIMIT $3",
             &[&thread.0, &after, &bound.rows],
             bound,

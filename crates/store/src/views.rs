@@ -2,7 +2,7 @@
 
 use agentenkit_core::{EventType, RunId, RunStatus, ThreadId, ThreadStatus, ToolKind};
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 #[derive(Debug, Clone, Serialize)]
@@ -25,6 +25,21 @@ pub struct ThreadView {
     /// first): a stream opened with it as `Last-Event-ID` carries on from
     /// this view, with nothing replayed and nothing missed.
     pub last_event_id: i64,
+    /// Messages sent with `onActive: "enqueue"` that wait for the active
+    /// run to end, oldest first. Left out when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queued_messages: Vec<QueuedTurn>,
+}
+
+/// A turn waiting for the thread's active run to end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedTurn {
+    /// The run it will start.
+    pub run_id: RunId,
+    pub content: String,
+    pub created_at: DateTime<Utc>,
 }
 
 /// An open request: a tool call waiting for a person or an outside system.

@@ -13,6 +13,7 @@ use crate::{ApiError, AppState};
 
 mod agents;
 mod answers;
+mod conversations;
 mod decisions;
 mod health;
 mod inbox;
@@ -25,7 +26,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(threads::create))
         .routes(routes!(threads::get))
-        .routes(routes!(threads::post_message, threads::list_messages))
+        .routes(routes!(conversations::post_message, threads::list_messages))
+        .routes(routes!(conversations::edit_message))
         .routes(routes!(threads::list_events))
         .routes(routes!(threads::stop))
         .routes(routes!(stream::stream))

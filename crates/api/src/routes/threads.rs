@@ -1,5 +1,4 @@
 use agentenkit_core::{RunId, ThreadId, ThreadStatus};
-use agentenkit_runtime::trace;
 use agentenkit_store::{EventView, MessageView, ThreadView};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -13,10 +12,6 @@ use crate::extract::{parse_event_id, parse_id, JsonBody, PathText, QueryParams};
 use crate::page::{bound, parse_limit, Page, PageQuery};
 use crate::schemas::ErrorBody;
 use crate::{ApiError, AppState};
-
-/// Longest user message accepted (characters are bytes here; the body
-/// limit bounds it anyway).
-const MAX_CONTENT_BYTES: usize = 256 * 1024;
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -101,78 +96,6 @@ pub async fn get(
     let mut view = state.store.get_thread(thread, &owner).await?;
     state.count_approvals(&mut view.pending_inputs).await;
     Ok(Json(view))
-}
-
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PostMessage {
-    /// The user's message: not blank, at most 256 KiB (of UTF-8), no NUL.
-    #[schema(
-        min_length = 1,
-        max_length = 262144,
-        // Something besides white space (Rust's `char::is_whitespace`).
-        pattern = "^[^\\u0000]*[^\\u0000\\u0009-\\u000d\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$"
-    )]
-    content: String,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct StartedRun {
-    run_id: RunId,
-}
-
-/// Starts a turn: a run that answers the message.
-#[utoipa::path(post, path = "/threads/{id}/messages", tag = "threads",
-    params(("id" = ThreadId, Path, description = "The thread")),
-    request_body = PostMessage,
-    responses(
-        (status = 202, body = StartedRun),
-        (status = 400, description = "Malformed JSON or blank content", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
-        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
-        (status = 409, description = "`RunActive`: a run is active or waiting", body = ErrorBody),
-        (status = 413, body = ErrorBody),
-        (status = 500, body = ErrorBody),
-        (status = 503, body = ErrorBody),
-    ))]
-pub async fn post_message(
-    State(state): State<AppState>,
-    Scoped(owner, ..): Scoped<ThreadsWrite>,
-    PathText(id): PathText,
-    JsonBody(body): JsonBody<PostMessage>,
-) -> Result<(StatusCode, Json<StartedRun>), ApiError> {
-    let thread: ThreadId = parse_id(&id, "thread")?;
-    if body.content.trim().is_empty() {
-        return Err(ApiError::BadRequest("content must not be empty".into()));
-    }
-    if body.content.contains('\0') {
-        return Err(ApiError::BadRequest(
-            "content must not contain NUL characters".into(),
-        ));
-    }
-    if body.content.len() > MAX_CONTENT_BYTES {
-        return Err(ApiError::BadRequest(format!(
-            "content is longer than {MAX_CONTENT_BYTES} bytes"
-        )));
-    }
-    // Only a process that could not list an MCP server reads the thread's
-    // agent first: every other turn costs what it did.
-    if !state.registry().delayed_agents().is_empty() {
-        let agent = state.store.get_thread(thread, &owner).await?.agent;
-        state.refuse_delayed(&agent)?;
-    }
-    let started = state
-        .store
-        .start_run(thread, &owner, &body.content, trace::current().as_ref())
-        .await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(StartedRun {
-            run_id: started.run_id,
-        }),
-    ))
 }
 
 /// The conversation: user and assistant messages, tool calls and results,

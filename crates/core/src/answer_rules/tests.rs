@@ -15,6 +15,7 @@ fn approval(arguments: &Value) -> Addressed<'_> {
         kind: ToolKind::Approval,
         status: ToolCallStatus::PendingApproval,
         current: true,
+        moved_on: false,
         tool_name: "send",
         arguments,
         votes: &[],
@@ -117,6 +118,7 @@ fn a_request_no_longer_open_refuses_every_reply_whatever_its_shape() {
         let mut addressed = approval(&arguments);
         addressed.status = status;
         addressed.current = current;
+        addressed.moved_on = false;
         // even a reply of the wrong shape, or from another version
         let policy = Policy {
             other_version: true,

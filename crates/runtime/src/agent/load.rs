@@ -235,12 +235,30 @@ fn parse_written(text: &str) -> Result<serde_json::Value> {
 
 /// The tool a `[tools.<name>]` table of an agent file defines.
 fn file_tool(name: &str, def: ToolDef) -> Result<Arc<dyn Tool>> {
-    let (tool, refuse_repeated_denials): (Arc<dyn Tool>, bool) = match def {
+    let read_only = def.read_only();
+    let (tool, refuse_repeated_denials) = typed_tool(name, def)?;
+    let tool = if refuse_repeated_denials {
+        tool
+    } else {
+        crate::tool::ask_after_every_denial(tool)
+    };
+    Ok(if read_only {
+        crate::tool::mark_read_only(tool)
+    } else {
+        tool
+    })
+}
+
+/// The tool of a `[tools.<name>]` table's `type`, and whether it refuses a
+/// repeated denial.
+fn typed_tool(name: &str, def: ToolDef) -> Result<(Arc<dyn Tool>, bool)> {
+    Ok(match def {
         ToolDef::Http {
             url,
             description,
             requires_confirmation,
             refuse_repeated_denials,
+            read_only: _,
             approvals: _,
             remind_after: _,
             escalate_to: _,
@@ -289,6 +307,7 @@ fn file_tool(name: &str, def: ToolDef) -> Result<Arc<dyn Tool>> {
             description,
             requires_confirmation,
             refuse_repeated_denials,
+            read_only: _,
             approvals: _,
             remind_after: _,
             escalate_to: _,
@@ -304,11 +323,6 @@ fn file_tool(name: &str, def: ToolDef) -> Result<Arc<dyn Tool>> {
             )),
             refuse_repeated_denials,
         ),
-    };
-    Ok(if refuse_repeated_denials {
-        tool
-    } else {
-        crate::tool::ask_after_every_denial(tool)
     })
 }
 
@@ -328,6 +342,7 @@ fn file_agent(name: String, def: crate::config::AgentDef) -> Result<Agent> {
     }
     agent.ask = def.ask;
     agent.on_deploy = def.on_deploy;
+    agent.on_active = def.on_active;
     agent.description = def.description.filter(|d| !d.trim().is_empty());
     if let Some(intake) = def.intake {
         let set = QuestionSet {

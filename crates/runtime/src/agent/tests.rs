@@ -200,3 +200,52 @@ fn a_tool_in_code_may_not_take_the_question_tools_name_or_a_file_tools() {
         "{built}"
     );
 }
+
+#[test]
+fn a_tool_marked_read_only_is_one_its_agent_and_the_agents_above_it_may_roll_back() {
+    let file = r#"
+[agents.lead]
+tools = ["search", "send"]
+subagents = ["helper"]
+on_active = "rollback"
+model = { provider = "scripted", script = [] }
+
+[agents.helper]
+tools = ["peek"]
+model = { provider = "scripted", script = [] }
+
+[tools.search]
+type = "echo"
+read_only = true
+refuse_repeated_denials = false
+
+[tools.send]
+type = "echo"
+requires_confirmation = true
+
+[tools.peek]
+type = "http"
+url = "http://127.0.0.1:9/"
+read_only = true
+requires_confirmation = true
+"#;
+    let registry = Registry::from_toml(file).unwrap();
+    assert_eq!(registry.read_only_tools("lead"), ["peek", "search"]);
+    assert_eq!(registry.read_only_tools("helper"), ["peek"]);
+    assert!(registry.read_only_tools("nobody").is_empty());
+    // The other marks a tool carries are kept with it.
+    let peek = &registry.tool("peek").unwrap().tool;
+    assert!(peek.read_only() && peek.requires_confirmation());
+    let search = &registry.tool("search").unwrap().tool;
+    assert!(search.read_only() && !search.refuses_repeated_denials());
+    assert!(!registry.tool("send").unwrap().tool.read_only());
+    assert!(registry.any_on_active());
+    assert_eq!(
+        registry.agent("lead").unwrap().on_active,
+        agentenkit_core::conversation::OnActive::Rollback
+    );
+    let plain = Registry::from_toml(&agents(&[("a", &[])])).unwrap();
+    assert!(!plain.any_on_active());
+    let wrong = Registry::from_toml(&format!("{}on_active = \"later\"\n", agents(&[("a", &[])])));
+    assert!(wrong.is_err());
+}

@@ -133,6 +133,13 @@ pub struct Annotations {
 }
 
 impl DiscoveredTool {
+    /// The server marks it read-only and not also destructive: a call of
+    /// it changes nothing elsewhere.
+    pub fn read_only(&self) -> bool {
+        let hints = self.annotations.clone().unwrap_or_default();
+        hints.read_only_hint == Some(true) && hints.destructive_hint != Some(true)
+    }
+
     /// Whether a call asks a person first under `mode`: with the server's
     /// annotations, only a tool marked read-only (and not also
     /// destructive) runs without asking.
@@ -140,10 +147,7 @@ impl DiscoveredTool {
         match mode {
             ApprovalMode::Always => true,
             ApprovalMode::Never => false,
-            ApprovalMode::Annotations => {
-                let hints = self.annotations.clone().unwrap_or_default();
-                !(hints.read_only_hint == Some(true) && hints.destructive_hint != Some(true))
-            }
+            ApprovalMode::Annotations => !self.read_only(),
         }
     }
 }

@@ -29,6 +29,8 @@ pub struct McpTool {
     tool: String,
     spec: ToolSpec,
     asks_first: bool,
+    /// The server marks it read-only (and not destructive).
+    read_only: bool,
 }
 
 impl McpTool {
@@ -42,6 +44,7 @@ impl McpTool {
             server,
             tool: tool.name.clone(),
             asks_first,
+            read_only: tool.read_only(),
         }
     }
 }
@@ -54,6 +57,10 @@ impl Tool for McpTool {
 
     fn requires_confirmation(&self) -> bool {
         self.asks_first
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
     }
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {

@@ -21,6 +21,8 @@ pub(crate) struct ReplyTarget {
     pub kind: ToolKind,
     pub tool_name: String,
     pub current: bool,
+    /// The thread has started another turn since this call's.
+    pub moved_on: bool,
     pub arguments: Value,
     /// Seconds since the row was written (the call was proposed and, for
     /// a request, parked in the same commit).
@@ -112,7 +114,8 @@ macro_rules! locate_select {
                 (r.root_run_id = t.current_run_id AND r.status IN ('queued', 'running', 'waiting')) AS current,
                 extract(epoch FROM clock_timestamp() - tc.created_at)::float8 AS waited,
                 tc.approvals, r.name, r.agent_version, tc.reason, tc.expires_at,
-                r.traceparent, r.tracestate
+                r.traceparent, r.tracestate,
+                r.root_run_id IS DISTINCT FROM t.current_run_id AS moved_on
          FROM tool_calls_whole tc
          JOIN runs r ON r.id = tc.run_id
          JOIN threads t ON t.id = tc.thread_id"
@@ -197,6 +200,7 @@ fn reply_target(row: &tokio_postgres::Row) -> Result<ReplyTarget> {
         reason: row.get(11),
         expires_at: row.get(12),
         trace: crate::start::trace_in(row, 13),
+        moved_on: row.get(15),
     })
 }
 

@@ -64,6 +64,21 @@ fn only_a_tool_marked_read_only_runs_without_asking() {
 }
 
 #[test]
+fn only_a_tool_marked_read_only_and_not_destructive_can_be_rolled_back() {
+    assert!(tool("t", hints(Some(true), None)).read_only());
+    assert!(tool("t", hints(Some(true), Some(false))).read_only());
+    assert!(!tool("t", None).read_only());
+    assert!(!tool("t", hints(None, None)).read_only());
+    assert!(!tool("t", hints(Some(true), Some(true))).read_only());
+    // Whatever the server's table says of approvals: asking a person
+    // first does not undo what a call did.
+    let mut def = stdio();
+    def.require_approval.insert("t".into(), ApprovalMode::Never);
+    assert!(!def.asks_first(&tool("t", None)));
+    assert!(!tool("t", None).read_only());
+}
+
+#[test]
 fn the_servers_table_overrides_annotations_per_tool() {
     let mut def = stdio();
     def.require_approval

@@ -1,0 +1,255 @@
+//! Talking to a thread: a message starts a turn, or, while a run is
+//! active, waits behind it, interrupts it or rolls it back (`onActive`);
+//! an edit cuts the thread back to a past user message and goes on from
+//! there (docs/conversations.md).
+
+use agentenkit_core::conversation::OnActive;
+use agentenkit_core::{Owner, RunId, ThreadId};
+use agentenkit_runtime::trace;
+use agentenkit_store::Arrival;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::auth::{Scoped, ThreadsWrite};
+use crate::extract::{parse_id, JsonBody, PathPair, PathText};
+use crate::schemas::ErrorBody;
+use crate::{ApiError, AppState};
+
+/// Longest user message accepted (characters are bytes here; the body
+/// limit bounds it anyway).
+const MAX_CONTENT_BYTES: usize = 256 * 1024;
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PostMessage {
+    /// The user's message: not blank, at most 256 KiB (of UTF-8), no NUL.
+    #[schema(
+        min_length = 1,
+        max_length = 262144,
+        // Something besides white space (Rust's `char::is_whitespace`).
+        pattern = "^[^\\u0000]*[^\\u0000\\u0009-\\u000d\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$"
+    )]
+    content: String,
+    /// What the message does while a run of the thread is active; default
+    /// the agent's `on_active`, else `reject`.
+    #[serde(default)]
+    on_active: Option<OnActive>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StartedRun {
+    /// The run that answers the message (when queued, the run it will
+    /// start).
+    run_id: RunId,
+    /// The message waits for the active run to end (`enqueue`). Left out
+    /// when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    queued: bool,
+    /// The runs the message stopped (`interrupt`, `rollback`, an edit).
+    /// Left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    interrupted: Vec<RunId>,
+}
+
+impl From<agentenkit_store::PostedTurn> for StartedRun {
+    fn from(posted: agentenkit_store::PostedTurn) -> Self {
+        StartedRun {
+            run_id: posted.run_id,
+            queued: posted.queued,
+            interrupted: posted.interrupted,
+        }
+    }
+}
+
+/// Starts a turn: a run that answers the message. While a run of the
+/// thread is active, `onActive` says what happens: `reject` (409),
+/// `enqueue` (the turn starts when that run ends), `interrupt` (that run
+/// stops; the turn starts) or `rollback` (that run stops and leaves the
+/// conversation; 409 `SideEffects` when a tool that is not read-only ran
+/// in it).
+#[utoipa::path(post, path = "/threads/{id}/messages", tag = "threads",
+    params(("id" = ThreadId, Path, description = "The thread")),
+    request_body = PostMessage,
+    responses(
+        (status = 202, body = StartedRun),
+        (status = 400, description = "Malformed JSON or blank content", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+        (status = 409, description = "`RunActive`: a run is active or waiting (`onActive: reject`); `SideEffects`: a rollback of a run that ran a tool that is not read-only", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
+pub async fn post_message(
+    State(state): State<AppState>,
+    Scoped(owner, ..): Scoped<ThreadsWrite>,
+    PathText(id): PathText,
+    JsonBody(body): JsonBody<PostMessage>,
+) -> Result<(StatusCode, Json<StartedRun>), ApiError> {
+    let thread: ThreadId = parse_id(&id, "thread")?;
+    check_content(&body.content)?;
+    // Only a process that could not list an MCP server, or whose agents
+    // take messages to a busy thread by default, or a message that says
+    // what it does then, reads the thread's agent first: every other turn
+    // costs what it did.
+    let registry = state.registry();
+    let needs_agent = !registry.delayed_agents().is_empty()
+        || matches!(body.on_active, Some(OnActive::Rollback))
+        || (body.on_active.is_none() && registry.any_on_active());
+    let agent = match needs_agent {
+        true => Some(state.store.thread_agent(thread, &owner).await?),
+        false => None,
+    };
+    if let Some(agent) = &agent {
+        state.refuse_delayed(agent)?;
+    }
+    let on_active = body.on_active.unwrap_or_else(|| {
+        agent
+            .as_deref()
+            .and_then(|agent| registry.agent(agent))
+            .map_or(OnActive::Reject, |agent| agent.on_active)
+    });
+    let trace = trace::current();
+    let read_only;
+    let arrival = match on_active {
+        OnActive::Reject => {
+            let started = state
+                .store
+                .start_run(thread, &owner, &body.content, trace.as_ref())
+                .await?;
+            counted("started");
+            return Ok(accepted(StartedRun {
+                run_id: started.run_id,
+                queued: false,
+                interrupted: Vec::new(),
+            }));
+        }
+        OnActive::Enqueue => Arrival::Enqueue,
+        OnActive::Interrupt => Arrival::Interrupt,
+        OnActive::Rollback => {
+            read_only = registry.read_only_tools(agent.as_deref().unwrap_or_default());
+            Arrival::Rollback {
+                read_only: &read_only,
+            }
+        }
+    };
+    let posted = state
+        .store
+        .post_turn(thread, &owner, &body.content, arrival, trace.as_ref())
+        .await?;
+    counted(
+        match (&arrival, posted.queued, posted.interrupted.is_empty()) {
+            (_, true, _) => "queued",
+            (_, false, true) => "started",
+            (Arrival::Rollback { .. }, false, false) => "rolled_back",
+            (_, false, false) => "interrupted",
+        },
+    );
+    Ok(accepted(posted.into()))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditMessage {
+    /// The message as it should have been: not blank, at most 256 KiB (of
+    /// UTF-8), no NUL.
+    #[schema(
+        min_length = 1,
+        max_length = 262144,
+        pattern = "^[^\\u0000]*[^\\u0000\\u0009-\\u000d\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$"
+    )]
+    content: String,
+}
+
+/// Edits a past user message: the thread is cut back to before it (an
+/// active run is interrupted first; the turns from that message on leave
+/// the conversation, their open requests are no longer current) and a new
+/// turn starts from the edited text.
+#[utoipa::path(post, path = "/threads/{id}/messages/{messageId}/edit", tag = "threads",
+    params(
+        ("id" = ThreadId, Path, description = "The thread"),
+        ("messageId" = i64, Path, minimum = 1, description = "A user message, by its id in `GET /threads/{id}/messages`"),
+    ),
+    request_body = EditMessage,
+    responses(
+        (status = 202, body = StartedRun),
+        (status = 400, description = "Malformed JSON or blank content", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
+        (status = 404, description = "No such thread of the caller's, or no such message in its conversation", body = ErrorBody),
+        (status = 409, description = "`NotAUserMessage`: the message is not a turn's user message", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 500, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ))]
+pub async fn edit_message(
+    State(state): State<AppState>,
+    Scoped(owner, ..): Scoped<ThreadsWrite>,
+    PathPair(id, message): PathPair,
+    JsonBody(body): JsonBody<EditMessage>,
+) -> Result<(StatusCode, Json<StartedRun>), ApiError> {
+    let thread: ThreadId = parse_id(&id, "thread")?;
+    let message: i64 = parse_id(&message, "message")?;
+    check_content(&body.content)?;
+    refuse_delayed_thread(&state, thread, &owner).await?;
+    let posted = state
+        .store
+        .edit_turn(
+            thread,
+            &owner,
+            message,
+            &body.content,
+            trace::current().as_ref(),
+        )
+        .await?;
+    counted("edited");
+    Ok(accepted(posted.into()))
+}
+
+/// Counts a message by what it did.
+fn counted(outcome: &'static str) {
+    ::metrics::counter!(agentenkit_runtime::metrics::TURN_MESSAGES, "outcome" => outcome)
+        .increment(1);
+}
+
+fn accepted(started: StartedRun) -> (StatusCode, Json<StartedRun>) {
+    (StatusCode::ACCEPTED, Json(started))
+}
+
+/// A 503 when the thread's agent waits for an MCP server this process
+/// could not list (read only in such a process).
+async fn refuse_delayed_thread(
+    state: &AppState,
+    thread: ThreadId,
+    owner: &Owner,
+) -> Result<(), ApiError> {
+    if !state.registry().delayed_agents().is_empty() {
+        let agent = state.store.thread_agent(thread, owner).await?;
+        state.refuse_delayed(&agent)?;
+    }
+    Ok(())
+}
+
+/// A user message's text: not blank, no NUL, at most
+/// [`MAX_CONTENT_BYTES`].
+fn check_content(content: &str) -> Result<(), ApiError> {
+    if content.trim().is_empty() {
+        return Err(ApiError::BadRequest("content must not be empty".into()));
+    }
+    if content.contains('\0') {
+        return Err(ApiError::BadRequest(
+            "content must not contain NUL characters".into(),
+        ));
+    }
+    if content.len() > MAX_CONTENT_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "content is longer than {MAX_CONTENT_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
