@@ -250,11 +250,12 @@ async fn sigkilled_after_a_servers_question_parked_the_question_is_not_asked_aga
 async fn sigkilled_while_a_servers_task_runs_the_task_is_not_started_again() {
     let fleet = Fleet::new("mcp-kill-task").await;
     let tickets = Tickets::start(&fleet.dir).await;
-    let file = fleet.agent_file(&agent_file(
+    let text = agent_file(
         &tickets,
         "research",
         r#"{ topic = "kills", seconds = 2.0 }"#,
-    ));
+    );
+    let file = fleet.agent_file(&text);
     let owner = Owner("alice".into());
     let mut doomed = fleet.spawn_worker(&file, &worker_env());
     let (thread, run) = fleet.start_turn(&owner, "agent", "go").await;
@@ -272,7 +273,22 @@ async fn sigkilled_while_a_servers_task_runs_the_task_is_not_started_again() {
     sigkill(&mut doomed).await;
 
     let _rescuer = fleet.spawn_worker(&file, &worker_env());
+    // A kill between a check's commit and its publish leaves the next
+    // check in the outbox: the reaper publishes it, as it does in a fleet.
+    let registry = std::sync::Arc::new(Registry::load_toml(&text, Vec::new()).await.unwrap());
+    let reaper = Deployment::assemble(fleet.store.clone(), fleet.relay.clone(), registry, 1);
+    let reaping = tokio::spawn(async move {
+        let config = agentenkit_runtime::reaper::ReaperConfig {
+            outbox_stale_after: Duration::from_millis(500),
+            ..Default::default()
+        };
+        loop {
+            let _ = agentenkit_runtime::reaper::reap_once(&reaper, &config).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
     assert_eq!(fleet.finished(&owner, run).await, RunStatus::Completed);
+    reaping.abort();
     let started: Vec<Value> = tickets
         .calls_of("research")
         .into_iter()

@@ -95,6 +95,11 @@ pub enum OnActive {
     /// As `Interrupt`, and the stopped run leaves the conversation the
     /// model sees: refused when a tool that is not read-only ran in it.
     Rollback,
+    /// The message joins the active run at its next model call, after the
+    /// results of the current step, without stopping it (a parked run
+    /// receives it when it resumes; one that ends first starts a turn with
+    /// it instead).
+    Steer,
 }
 
 /// The conversation as a strict provider accepts it: every assistant tool

@@ -21,6 +21,7 @@ string_enum!(
         RunFailed => "RUN_FAILED",
         RunCancelled => "RUN_CANCELLED",
         ApprovalRecorded => "APPROVAL_RECORDED",
+        MessageQueued => "MESSAGE_QUEUED",
     }
 );
 
@@ -44,7 +45,8 @@ mod tests {
                 "RUN_COMPLETED",
                 "RUN_FAILED",
                 "RUN_CANCELLED",
-                "APPROVAL_RECORDED"
+                "APPROVAL_RECORDED",
+                "MESSAGE_QUEUED"
             ]
         );
         for e in EventType::ALL {

@@ -46,6 +46,13 @@ pub mod names {
     pub fn asked(call: &ToolCallId, round: u32) -> String {
         format!("asked:{call}:{round}")
     }
+    /// Messages sent to the run while it worked (`onActive: "steer"`),
+    /// joining the conversation right before model call `n`: their texts,
+    /// in the order they were sent. A run nobody steers has none, so its
+    /// journal is as before.
+    pub fn steer(n: u32) -> String {
+        format!("steer:{n}")
+    }
     /// The run moved to agent version `hash` here (an upgrade, on
     /// purpose): not a checkpoint of the loop, which steps over it.
     pub fn version(hash: &str) -> String {

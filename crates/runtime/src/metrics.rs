@@ -67,7 +67,7 @@ pub const RELISTED_VERSIONS: &str = "agentenkit_relisted_versions_total";
 /// Tasks an MCP server started for a call (`server`).
 pub const MCP_TASKS: &str = "agentenkit_mcp_tasks_total";
 /// Messages sent to a thread, by what they did (`outcome`: `started`,
-/// `queued`, `interrupted`, `rolled_back`, `edited`).
+/// `queued`, `steered`, `interrupted`, `rolled_back`, `edited`).
 pub const TURN_MESSAGES: &str = "agentenkit_turn_messages_total";
 /// One attempt of a call of an MCP server's tool, seconds (`server`).
 pub const MCP_CALL_SECONDS: &str = "agentenkit_mcp_call_duration_seconds";

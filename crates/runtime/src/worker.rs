@@ -346,13 +346,7 @@ impl Worker {
         {
             return self.unserved(&ctx, e).await;
         }
-        let mut cp = Checkpointer::new(
-            inner.store(),
-            &ctx.lease,
-            ctx.journal.clone(),
-            ctx.calls.clone(),
-            inner.crash.as_ref(),
-        );
+        let mut cp = Checkpointer::new(inner.store(), &ctx, inner.crash.as_ref());
         // A lost lease (stopped, or taken over) ends the step at once: the
         // run is someone else's now, and every later write would be refused.
         let retry = RetryPolicy {

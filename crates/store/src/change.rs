@@ -18,6 +18,11 @@ pub enum Change {
     },
     /// A message appended to the thread's conversation.
     Message(Message),
+    /// A user message sent to the run while it worked, appended to the
+    /// conversation as it joins the run (marked `steered`: the lease's
+    /// history takes only a run's first user message, its task; the rest
+    /// come back from the journal).
+    SteeredMessage { content: String },
     /// An event on the thread's stream.
     Event { event_type: EventType, data: Value },
     /// A tool call as the model proposed it, with its resolved kind.
@@ -70,4 +75,8 @@ pub enum Change {
     /// One attempt of the segment failed; counted so that a crash loop also
     /// ends.
     RecordFailure { error: String },
+    /// The messages steering the run (`RunEngine::steering`, by their
+    /// places in the queue) joined it: they leave the queue. Refused (the
+    /// commit with it) when one of them is gone.
+    TakeSteering { positions: Vec<i64> },
 }

@@ -22,15 +22,41 @@ use crate::start::{start, NewRun};
 use crate::wait::{finish_delegation_ops, ParkedAtOnce};
 use crate::{Error, Result, Store};
 
+/// Takes the messages at places `$2` of the queue out of it, all of those
+/// that steer run `$1` or none (the check fails the transaction), and
+/// clears the run's flag unless others came since (the statement's
+/// snapshot still holds the rows it deletes).
+const TAKE_STEERING_SQL: &str = "
+    WITH taken AS (DELETE FROM queued_turns WHERE steers = $1 AND position = ANY($2) RETURNING 1),
+    cleared AS (
+        UPDATE runs SET steered = EXISTS (
+            SELECT 1 FROM queued_turns WHERE steers = $1 AND position <> ALL($2))
+        WHERE id = $1 RETURNING 1)
+    SELECT expect_one_row(CASE WHEN (SELECT count(*) FROM taken) = cardinality($2)
+                                AND (SELECT count(*) FROM cleared) = 1 THEN 1 ELSE 0 END)";
+
+/// What a commit tells the worker that made it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// Messages wait to join the run at its next model call (`false` once
+    /// the run waits or ends).
+    pub steered: bool,
+}
+
 impl Store {
     /// Applies `changes` in one transaction if `lease` still holds the run,
     /// extending the lease, and publishes the outbox rows it wrote (which
     /// it returns). `Error::LeaseLost` when the lease ran out or was taken.
-    pub async fn commit(&self, lease: &Lease, changes: &[Change]) -> Result<Vec<OutboxRow>> {
-        let (outbox, followed) =
+    pub async fn commit(&self, lease: &Lease, changes: &[Change]) -> Result<Committed> {
+        let (outbox, flag) =
             crate::pipeline::retry_conflicts(|| self.commit_once(lease, changes)).await?;
         self.publish(&outbox).await;
-        if followed {
+        // The fence's flag: `followed` when the run finished, `steered`
+        // while it goes on.
+        let finished = changes
+            .iter()
+            .any(|c| matches!(c, Change::FinishRun { .. }));
+        if flag && finished {
             // The run ended with a message queued behind it: its turn
             // starts now (or, if this process dies first, by the reaper).
             if let Err(e) = self.start_queued(lease.thread_id).await {
@@ -38,11 +64,12 @@ impl Store {
                     "a queued turn did not start after its run ended; the reaper will start it");
             }
         }
-        Ok(outbox)
+        Ok(Committed {
+            steered: flag && !finished,
+        })
     }
 
-    /// The outbox rows written, and whether the run finished with a turn
-    /// queued behind it.
+    /// The outbox rows written, and the fence's flag.
     async fn commit_once(
         &self,
         lease: &Lease,
@@ -50,8 +77,8 @@ impl Store {
     ) -> Result<(Vec<OutboxRow>, bool)> {
         let (ops, publishes) = Statements::of(lease, changes, self.notify_rule())?.in_order(lease);
         let answers = pipeline::transact(&self.client().await?, ops).await?;
-        let followed = matches!(answers.first(), Some(Answer::Flag(true)));
-        Ok((written_outbox(answers, publishes)?, followed))
+        let flag = matches!(answers.first(), Some(Answer::Flag(true)));
+        Ok((written_outbox(answers, publishes)?, flag))
     }
 }
 
@@ -165,14 +192,12 @@ impl Statements {
                     commit.journal.message_body(serde_json::to_value(message)?);
                 self.ordered.push(Ordered::Message(body, body_position));
             }
-            Change::Outbox { message, delay_ms } => {
-                let publish = Publish {
-                    message: message.clone(),
-                    delay_ms: *delay_ms,
-                    trace: None,
-                };
-                self.push_outbox(outbox::insert_op(message, *delay_ms), publish);
+            Change::SteeredMessage { content } => {
+                let body =
+                    serde_json::json!({ "role": "user", "content": content, "steered": true });
+                self.ordered.push(Ordered::Message(Some(body), None));
             }
+            Change::Outbox { message, delay_ms } => self.outbox_message(message, *delay_ms),
             Change::FinishDelegation {
                 parent_run_id,
                 call_id,
@@ -195,6 +220,16 @@ impl Statements {
             }
         }
         Ok(())
+    }
+
+    /// A message to publish once the commit is durable.
+    fn outbox_message(&mut self, message: &QueueMessage, delay_ms: u64) {
+        let publish = Publish {
+            message: message.clone(),
+            delay_ms,
+            trace: None,
+        };
+        self.push_outbox(outbox::insert_op(message, delay_ms), publish);
     }
 
     /// A delegation's child run starts in its parent's commit.
@@ -288,6 +323,13 @@ fn row_op(
             }
             _ => crate::calls::write_one(run, id, event)?,
         },
+        Change::TakeSteering { positions } => Op::new(
+            TAKE_STEERING_SQL,
+            vec![Box::new(run.0), Box::new(positions.clone())],
+        )
+        .expect(Expect::Checked(Error::LeaseLost {
+            run_id: run.to_string(),
+        })),
         Change::RecordFailure { error } => Op::new(
             "UPDATE runs SET attempts = attempts + 1, error = $2 WHERE id = $1",
             vec![Box::new(run.0), Box::new(error.clone())],
@@ -304,6 +346,7 @@ fn row_op(
         Change::Journal { .. }
         | Change::Event { .. }
         | Change::Message(_)
+        | Change::SteeredMessage { .. }
         | Change::StartChild { .. }
         | Change::Outbox { .. }
         | Change::FinishDelegation { .. } => {

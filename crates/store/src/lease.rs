@@ -47,6 +47,9 @@ pub struct RunContext {
     /// The version of its agent the run started on (`None`: from before
     /// versions, or an agent built in code).
     pub agent_version: Option<String>,
+    /// Messages wait to join the run at its next model call
+    /// (`onActive: "steer"`).
+    pub steered: bool,
     /// The whole journal, in position order.
     pub journal: Vec<JournalEntry>,
     /// The conversation before this run's own steps: earlier turns and this
@@ -89,7 +92,7 @@ acquired AS (
       AND (SELECT root.status FROM runs root WHERE root.id = runs.root_run_id)
           IS DISTINCT FROM 'cancelled'
     RETURNING id, thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id,
-              takeovers, root_run_id, agent_version
+              takeovers, root_run_id, agent_version, steered
 )
 SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
        (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value, j.packed) ORDER BY j.position), '[]')
@@ -103,7 +106,8 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
         FROM messages_whole m
         WHERE m.thread_id = a.thread_id
           AND CASE WHEN a.parent_run_id IS NULL
-                   THEN (m.run_id <> a.id OR m.body->>'role' = 'user')
+                   THEN (m.run_id <> a.id
+                         OR (m.body->>'role' = 'user' AND NOT m.body ? 'steered'))
                         AND (SELECT r.parent_run_id IS NULL AND NOT r.cut FROM runs r WHERE r.id = m.run_id)
                    ELSE m.run_id = a.id AND m.body->>'role' = 'user' END),
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
@@ -115,7 +119,7 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
         FROM tool_calls tc
         LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
         WHERE tc.run_id = a.id),
-       a.takeovers, a.root_run_id, a.agent_version
+       a.takeovers, a.root_run_id, a.agent_version, a.steered
 FROM acquired a, unflushed";
 
 /// The outcome of trying to take a run's lease for segment `seq`.
@@ -260,10 +264,12 @@ pub(crate) fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
     let lost = Error::LeaseLost {
         run_id: lease.run_id.to_string(),
     };
-    // A finished run says whether a queued turn waits for it to end.
+    // A finished run says whether a queued turn waits for it to end; a
+    // run going on, whether messages wait to join it.
     Op::new(sql, params).expect(match end {
         Some(Change::FinishRun { .. }) => Expect::OneFlag(lost, "followed"),
-        _ => Expect::One(lost),
+        Some(_) => Expect::One(lost),
+        None => Expect::OneFlag(lost, "steered"),
     })
 }
 
@@ -331,6 +337,7 @@ fn context_of(run: RunId, ttl_ms: u64, row: &tokio_postgres::Row) -> Result<RunC
         attempts: row.get(5),
         takeovers: row.get(10),
         agent_version: row.get(12),
+        steered: row.get(13),
         journal,
         history,
         calls: calls

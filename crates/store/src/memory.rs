@@ -16,16 +16,16 @@ use std::sync::Mutex;
 use agentenkit_core::conversation::Message;
 use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
-    CallEvent, CallState, EventType, JournalEntry, QueueMessage, RunCall, RunId, RunStatus,
-    ThreadId, ToolCallId, ToolCallStatus, ToolKind,
+    CallEvent, CallState, EventType, JournalEntry, QueueMessage, RunId, RunStatus, ThreadId,
+    ToolCallId, ToolCallStatus, ToolKind,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::calls::CallColumns;
 use crate::change::Change;
-use crate::engine::RunEngine;
+use crate::commit::Committed;
+use crate::engine::{RunEngine, Steering};
 use crate::lease::{Lease, RunContext};
 use crate::{Error, Result};
 
@@ -82,6 +82,10 @@ pub struct Memory {
     pub events: Vec<MemoryEvent>,
     /// What would be published, in commit order.
     pub outbox: Vec<QueueMessage>,
+    /// Messages waiting to join runs at their next model call.
+    pub steering: Vec<MemorySteering>,
+    /// The places in `messages` of those that joined their run.
+    pub steered_messages: std::collections::BTreeSet<usize>,
     /// Commits that wrote, and commits refused (all or nothing).
     pub commits: usize,
     pub refused_commits: usize,
@@ -242,67 +246,6 @@ impl Memory {
         });
     }
 
-    /// What the Postgres engine's acquire reads: a root run sees the
-    /// thread's earlier turns (root runs only) and its own user message; a
-    /// child run sees only its task.
-    fn context_of(&self, run: &MemoryRun) -> RunContext {
-        let is_root = |id: &RunId| self.runs.get(id).is_some_and(|r| r.parent.is_none());
-        let history = self
-            .messages
-            .iter()
-            .filter(|(thread, from, message)| {
-                let user = matches!(message, Message::User { .. });
-                *thread == run.thread
-                    && match run.parent {
-                        None => (*from != run.id || user) && is_root(from),
-                        Some(_) => *from == run.id && user,
-                    }
-            })
-            .map(|(_, _, message)| message.clone())
-            .collect();
-        let calls = self
-            .calls
-            .iter()
-            .filter(|c| c.run == run.id)
-            .map(|c| {
-                let child = self
-                    .runs
-                    .values()
-                    .find(|r| r.parent.as_ref() == Some(&(run.id, c.id.clone())))
-                    .map(|r| r.id);
-                // What the Postgres engine's worker reads: the call as its
-                // columns keep it.
-                CallColumns::of(&RunCall {
-                    id: c.id.clone(),
-                    kind: c.kind,
-                    state: c.state.clone(),
-                    child,
-                })
-                .decode()
-                .expect("the columns of a call read back")
-            })
-            .collect();
-        RunContext {
-            lease: Lease {
-                run_id: run.id,
-                thread_id: run.thread,
-                token: run.token,
-                ttl_ms: 60_000,
-                run_name: run.name.clone(),
-                depth: run.depth,
-                root_run_id: run.root,
-            },
-            parent_tool_call_id: run.parent.as_ref().map(|(_, call)| call.to_string()),
-            parent_run_id: run.parent.as_ref().map(|(parent, _)| *parent),
-            attempts: run.attempts,
-            takeovers: run.takeovers,
-            agent_version: run.version.clone(),
-            journal: self.journal.get(&run.id).cloned().unwrap_or_default(),
-            history,
-            calls,
-        }
-    }
-
     fn call_mut(&mut self, run: RunId, id: &ToolCallId) -> Result<&mut MemoryCall> {
         self.calls
             .iter_mut()
@@ -437,6 +380,8 @@ impl Memory {
                     self.resume_if_settled(parent);
                 }
             }
+            Change::TakeSteering { positions } => self.take_steering(run, positions)?,
+            Change::SteeredMessage { content } => self.join(lease.thread_id, run, content),
             Change::RecordFailure { error } => {
                 let failed = self.runs.get_mut(&run).expect("fenced");
                 failed.attempts += 1;
@@ -531,7 +476,7 @@ impl Memory {
 
 #[async_trait]
 impl RunEngine for MemoryEngine {
-    async fn commit_changes(&self, lease: &Lease, changes: &[Change]) -> Result<()> {
+    async fn commit_changes(&self, lease: &Lease, changes: &[Change]) -> Result<Committed> {
         let mut memory = self.lock();
         let fenced = memory
             .runs
@@ -559,8 +504,18 @@ impl RunEngine for MemoryEngine {
             run.takeovers = 0;
         }
         next.commits += 1;
+        // As the Postgres fence says: only to a run still going.
+        let going = next
+            .runs
+            .get(&lease.run_id)
+            .is_some_and(|r| r.status == RunStatus::Running);
+        let steered = going && next.steered(lease.run_id);
         *memory = next;
-        Ok(())
+        Ok(Committed { steered })
+    }
+
+    async fn steering(&self, run: RunId) -> Result<Vec<Steering>> {
+        Ok(self.lock().steering_of(run))
     }
 
     async fn runs_in_tree(&self, root: RunId) -> Result<i64> {
@@ -586,5 +541,9 @@ impl RunEngine for MemoryEngine {
     }
 }
 
+mod context;
+mod steering;
 #[cfg(test)]
 mod tests;
+
+pub use steering::MemorySteering;

@@ -41,6 +41,10 @@ pub(crate) enum Expect {
     /// As [`Expect::One`], and the changed row's value of the boolean
     /// column named (`RETURNING` it costs the statement nothing more).
     OneFlag(Error, &'static str),
+    /// The statement checks itself (it calls `expect_one_row`, as a
+    /// statement with data-modifying `WITH` clauses must: they cannot be
+    /// wrapped); a failed check is this error.
+    Checked(Error),
     /// The rows it returns (`RETURNING`), first column as `i64`.
     Ids,
     /// The rows it returns, whole.
@@ -292,7 +296,9 @@ async fn send(
         let rows = match results.next() {
             Some(PipelineResult::Failed(e)) if is_row_check(&e) => {
                 return Err(match op.expect {
-                    Expect::One(error) | Expect::OneFlag(error, _) => error,
+                    Expect::One(error) | Expect::OneFlag(error, _) | Expect::Checked(error) => {
+                        error
+                    }
                     _ => Error::Db(e),
                 })
             }
@@ -303,7 +309,7 @@ async fn send(
             Expect::Rows => Answer::Rows(rows),
             Expect::Claimed(draft) => Answer::Claimed(rows, draft),
             Expect::OneFlag(..) => Answer::Flag(rows.first().is_some_and(|r| r.get(1))),
-            Expect::One(_) | Expect::Any => Answer::Done,
+            Expect::One(_) | Expect::Checked(_) | Expect::Any => Answer::Done,
         });
     }
     if last.is_some() {

@@ -99,7 +99,8 @@ impl Store {
             .prepare_cached(
                 "SELECT t.agent, t.current_run_id, r.status, t.metadata, t.created_at,
                         (SELECT coalesce(max(e.id), 0) FROM events e WHERE e.thread_id = t.id),
-                        (SELECT jsonb_agg(jsonb_build_object('runId', q.run_id, 'content', q.content,
+                        (SELECT jsonb_agg(jsonb_build_object('runId', q.run_id, 'steers', q.steers,
+                                                             'content', q.content,
                                                              'createdAt', q.created_at)
                                           ORDER BY q.position)
                          FROM queued_turns q WHERE q.thread_id = t.id)

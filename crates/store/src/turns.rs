@@ -22,7 +22,9 @@ use crate::outbox::{returned_rows, OutboxRow};
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::start::TurnOps;
 use crate::threads::not_found;
-use crate::{Error, QueuedTurn, Result, Store};
+use crate::{Error, Result, Store};
+
+mod queued;
 
 /// What a message to a thread with an active run does with that run (a
 /// thread with none starts its turn at once, whatever this says).
@@ -30,6 +32,9 @@ use crate::{Error, QueuedTurn, Result, Store};
 pub enum Arrival<'a> {
     /// It waits for the run (and any turn queued before it) to end.
     Enqueue,
+    /// It joins the run at its next model call (a run that ends first
+    /// leaves it to start a turn of its own, in its place in the queue).
+    Steer,
     /// The run stops where it is; what it did stays in the conversation.
     Interrupt,
     /// The run stops and leaves the conversation: refused when a call of a
@@ -44,6 +49,8 @@ pub struct PostedTurn {
     pub run_id: RunId,
     /// It waits behind an active run.
     pub queued: bool,
+    /// It joins the active run `run_id` at its next model call.
+    pub steered: bool,
     /// The runs it stopped.
     pub interrupted: Vec<RunId>,
 }
@@ -53,6 +60,13 @@ pub struct PostedTurn {
 /// for it returns the flag; one that committed first leaves it unchanged).
 const FOLLOW_SQL: &str = "
     UPDATE runs SET followed = true
+    WHERE id = $1 AND status IN ('queued', 'running', 'waiting') RETURNING id";
+
+/// Marks the thread's current run as steered (and followed: a steering
+/// message it never takes starts a turn when it ends), when it is still
+/// active; as [`FOLLOW_SQL`].
+const STEER_SQL: &str = "
+    UPDATE runs SET followed = true, steered = true
     WHERE id = $1 AND status IN ('queued', 'running', 'waiting') RETURNING id";
 
 /// A new run is followed when turns wait in the queue.
@@ -93,7 +107,7 @@ const CUT_FROM_SQL: &str = "
       AND NOT cut";
 
 /// The thread as a turn on it reads it, under its lock.
-struct Locked {
+pub(crate) struct Locked {
     agent: String,
     /// Its current run, while that one is active.
     active: Option<RunId>,
@@ -143,20 +157,25 @@ impl Store {
         let mut ordered = Vec::new();
         if let Some(active) = locked.active {
             match arrival {
-                Arrival::Enqueue => {
-                    let follow = Op::new(FOLLOW_SQL, vec![Box::new(active.0)]).expect(Expect::Rows);
-                    let still_active = !tx.exchange_one(follow).await?.is_empty();
+                Arrival::Enqueue | Arrival::Steer => {
+                    let steer = matches!(arrival, Arrival::Steer);
+                    let mark = if steer { STEER_SQL } else { FOLLOW_SQL };
+                    let mark = Op::new(mark, vec![Box::new(active.0)]).expect(Expect::Rows);
+                    let still_active = !tx.exchange_one(mark).await?.is_empty();
                     if still_active || locked.queued {
-                        tx.commit_with(vec![enqueue_op(thread, run, content, trace)])
+                        let steers = (steer && still_active).then_some(active);
+                        let outbox = self
+                            .queue_in(&tx, thread, run, steers, content, trace)
                             .await?;
                         let posted = PostedTurn {
-                            run_id: run,
-                            queued: true,
+                            run_id: steers.unwrap_or(run),
+                            queued: steers.is_none(),
+                            steered: steers.is_some(),
                             interrupted,
                         };
                         // The run ended while this waited for the lock, its
                         // queue not yet started: start it from here.
-                        return Ok((posted, Vec::new(), !still_active));
+                        return Ok((posted, outbox, !still_active));
                     }
                 }
                 Arrival::Interrupt => {
@@ -165,19 +184,7 @@ impl Store {
                         .await?;
                 }
                 Arrival::Rollback { read_only } => {
-                    let check = Op::new(
-                        SIDE_EFFECT_SQL,
-                        vec![Box::new(active.0), Box::new(read_only.to_vec())],
-                    )
-                    .expect(Expect::Rows);
-                    if let Some(row) = tx.exchange_one(check).await?.first() {
-                        let tool: String = row.get(0);
-                        tx.rollback().await?;
-                        return Err(Error::SideEffects {
-                            run_id: active.to_string(),
-                            tool,
-                        });
-                    }
+                    refuse_side_effects(&tx, active, read_only).await?;
                     interrupted = self
                         .interrupt(&tx, thread, active, "rolled back", &mut ordered)
                         .await?;
@@ -186,14 +193,16 @@ impl Store {
             }
         } else if locked.queued {
             // Earlier turns wait for an ended run: this one goes behind them.
-            tx.commit_with(vec![enqueue_op(thread, run, content, trace)])
+            let outbox = self
+                .queue_in(&tx, thread, run, None, content, trace)
                 .await?;
             let posted = PostedTurn {
                 run_id: run,
                 queued: true,
+                steered: false,
                 interrupted,
             };
-            return Ok((posted, Vec::new(), true));
+            return Ok((posted, outbox, true));
         }
         let outbox = self
             .start_in(&tx, thread, &locked, run, content, trace, ops, ordered)
@@ -201,6 +210,7 @@ impl Store {
         let posted = PostedTurn {
             run_id: run,
             queued: false,
+            steered: false,
             interrupted,
         };
         Ok((posted, outbox, false))
@@ -288,118 +298,10 @@ impl Store {
         let posted = PostedTurn {
             run_id: run,
             queued: false,
+            steered: false,
             interrupted,
         };
         Ok((posted, outbox))
-    }
-
-    /// Starts the thread's first queued turn, if its current run has ended.
-    /// Idempotent: the thread's lock orders concurrent calls, and a turn
-    /// leaves the queue in the transaction that starts it. Returns the run
-    /// started.
-    pub async fn start_queued(&self, thread: ThreadId) -> Result<Option<RunId>> {
-        let (started, outbox) =
-            crate::pipeline::retry_conflicts(|| self.start_queued_once(thread)).await?;
-        self.publish(&outbox).await;
-        Ok(started)
-    }
-
-    async fn start_queued_once(&self, thread: ThreadId) -> Result<(Option<RunId>, Vec<OutboxRow>)> {
-        let tx = OpenTx::new(self.client().await?);
-        let locked = match lock(&tx, thread, None).await {
-            Ok(locked) => locked,
-            // A thread gone (erased) has no turn to start.
-            Err(Error::NotFound { .. }) => return Ok((None, Vec::new())),
-            Err(e) => return Err(e),
-        };
-        if !locked.queued {
-            tx.commit_with(Vec::new()).await?;
-            return Ok((None, Vec::new()));
-        }
-        if let Some(active) = locked.active {
-            // Still going: it starts the queue when it ends.
-            tx.commit_with(vec![Op::new(FOLLOW_SQL, vec![Box::new(active.0)])])
-                .await?;
-            return Ok((None, Vec::new()));
-        }
-        let head = Op::new(
-            "DELETE FROM queued_turns WHERE position = (
-                 SELECT position FROM queued_turns WHERE thread_id = $1
-                 ORDER BY position LIMIT 1)
-             RETURNING run_id, content, traceparent, tracestate",
-            vec![Box::new(thread.0)],
-        )
-        .expect(Expect::Rows);
-        let rows = tx.exchange_one(head).await?;
-        let Some(row) = rows.first() else {
-            tx.commit_with(Vec::new()).await?;
-            return Ok((None, Vec::new()));
-        };
-        let run = RunId(row.get::<_, Uuid>(0));
-        let content: String = row.get(1);
-        let trace = crate::start::trace_in(row, 2);
-        let outbox = self
-            .start_in(
-                &tx,
-                thread,
-                &locked,
-                run,
-                &content,
-                trace.as_ref(),
-                Vec::new(),
-                Vec::new(),
-            )
-            .await?;
-        Ok((Some(run), outbox))
-    }
-
-    /// Starts up to `limit` queued turns whose thread's run has ended
-    /// without starting them (its process died in between). Returns the
-    /// runs started.
-    pub async fn start_stranded_turns(&self, limit: i64) -> Result<Vec<RunId>> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT DISTINCT q.thread_id FROM queued_turns q
-                 JOIN threads t ON t.id = q.thread_id
-                 LEFT JOIN runs r ON r.id = t.current_run_id
-                 WHERE r.id IS NULL OR r.status NOT IN ('queued', 'running', 'waiting')
-                 LIMIT $1",
-            )
-            .await?;
-        let threads: Vec<Uuid> = client
-            .query(&stmt, &[&limit])
-            .await?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        drop(client);
-        let mut started = Vec::new();
-        for thread in threads {
-            started.extend(self.start_queued(ThreadId(thread)).await?);
-        }
-        Ok(started)
-    }
-
-    /// The turns queued on `thread`, oldest first.
-    pub async fn queued_turns(&self, thread: ThreadId) -> Result<Vec<QueuedTurn>> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT run_id, content, created_at FROM queued_turns
-                 WHERE thread_id = $1 ORDER BY position",
-            )
-            .await?;
-        Ok(client
-            .query(&stmt, &[&thread.0])
-            .await?
-            .iter()
-            .map(|row| QueuedTurn {
-                run_id: RunId(row.get(0)),
-                content: row.get(1),
-                created_at: row.get(2),
-            })
-            .collect())
     }
 
     /// Stops the active run tree rooted at `active` (`why` is its runs'
@@ -445,7 +347,7 @@ impl Store {
     /// Starts turn `run` in `tx` after `ops` (row writes) and before
     /// `ordered` (events), and commits; the outbox rows to publish.
     #[allow(clippy::too_many_arguments)]
-    async fn start_in(
+    pub(crate) async fn start_in(
         &self,
         tx: &OpenTx,
         thread: ThreadId,
@@ -492,7 +394,7 @@ impl Store {
 
 /// Locks the thread (the owner's, when `owner` is named) for a turn and
 /// reads what it needs: its agent, its active run, whether turns wait.
-async fn lock(tx: &OpenTx, thread: ThreadId, owner: Option<&Owner>) -> Result<Locked> {
+pub(crate) async fn lock(tx: &OpenTx, thread: ThreadId, owner: Option<&Owner>) -> Result<Locked> {
     // The lock first, then the reads in statements of their own (sent
     // together, run one after the other), so they see the thread as of
     // after any wait for the lock (see `Store::start_run`).
@@ -542,19 +444,22 @@ async fn lock(tx: &OpenTx, thread: ThreadId, owner: Option<&Owner>) -> Result<Lo
     })
 }
 
-/// The insert of a queued turn.
-fn enqueue_op(thread: ThreadId, run: RunId, content: &str, trace: Option<&TraceContext>) -> Op {
-    Op::new(
-        "INSERT INTO queued_turns (thread_id, run_id, content, traceparent, tracestate)
-         VALUES ($1, $2, $3, $4, $5)",
-        vec![
-            Box::new(thread.0),
-            Box::new(run.0),
-            Box::new(content.to_owned()),
-            Box::new(trace.map(|t| t.traceparent.clone())),
-            Box::new(trace.and_then(|t| t.tracestate.clone())),
-        ],
+/// Refuses a rollback of the run tree rooted at `active` (rolling `tx`
+/// back) when a call of a tool not among `read_only` ran in it.
+async fn refuse_side_effects(tx: &OpenTx, active: RunId, read_only: &[String]) -> Result<()> {
+    let check = Op::new(
+        SIDE_EFFECT_SQL,
+        vec![Box::new(active.0), Box::new(read_only.to_vec())],
     )
+    .expect(Expect::Rows);
+    let Some(row) = tx.exchange_one(check).await?.into_iter().next() else {
+        return Ok(());
+    };
+    tx.rollback().await?;
+    Err(Error::SideEffects {
+        run_id: active.to_string(),
+        tool: row.get(0),
+    })
 }
 
 /// Cuts the tree rooted at `root` away from the conversation.

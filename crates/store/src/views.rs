@@ -38,6 +38,10 @@ pub struct ThreadView {
 pub struct QueuedTurn {
     /// The run it will start.
     pub run_id: RunId,
+    /// The run it waits to join at its next model call (`steer`); a turn of
+    /// its own if that run ends first. Left out for a queued turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steers: Option<RunId>,
     pub content: String,
     pub created_at: DateTime<Utc>,
 }

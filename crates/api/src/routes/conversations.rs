@@ -49,6 +49,10 @@ pub struct StartedRun {
     /// when false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     queued: bool,
+    /// The message joins the active run `runId` at its next model call
+    /// (`steer`). Left out when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    steered: bool,
     /// The runs the message stopped (`interrupt`, `rollback`, an edit).
     /// Left out when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -60,6 +64,7 @@ impl From<agentenkit_store::PostedTurn> for StartedRun {
         StartedRun {
             run_id: posted.run_id,
             queued: posted.queued,
+            steered: posted.steered,
             interrupted: posted.interrupted,
         }
     }
@@ -67,8 +72,9 @@ impl From<agentenkit_store::PostedTurn> for StartedRun {
 
 /// Starts a turn: a run that answers the message. While a run of the
 /// thread is active, `onActive` says what happens: `reject` (409),
-/// `enqueue` (the turn starts when that run ends), `interrupt` (that run
-/// stops; the turn starts) or `rollback` (that run stops and leaves the
+/// `enqueue` (the turn starts when that run ends), `steer` (the message
+/// joins that run at its next model call), `interrupt` (that run stops;
+/// the turn starts) or `rollback` (that run stops and leaves the
 /// conversation; 409 `SideEffects` when a tool that is not read-only ran
 /// in it).
 #[utoipa::path(post, path = "/threads/{id}/messages", tag = "threads",
@@ -126,10 +132,12 @@ pub async fn post_message(
             return Ok(accepted(StartedRun {
                 run_id: started.run_id,
                 queued: false,
+                steered: false,
                 interrupted: Vec::new(),
             }));
         }
         OnActive::Enqueue => Arrival::Enqueue,
+        OnActive::Steer => Arrival::Steer,
         OnActive::Interrupt => Arrival::Interrupt,
         OnActive::Rollback => {
             read_only = registry.read_only_tools(agent.as_deref().unwrap_or_default());
@@ -144,6 +152,7 @@ pub async fn post_message(
         .await?;
     counted(
         match (&arrival, posted.queued, posted.interrupted.is_empty()) {
+            _ if posted.steered => "steered",
             (_, true, _) => "queued",
             (_, false, true) => "started",
             (Arrival::Rollback { .. }, false, false) => "rolled_back",

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use agentenkit_core::{JournalEntry, Replay, ReplayStep, RunCall, ToolCallId, ToolCallStatus};
-use agentenkit_store::{Change, Lease, RunEngine};
+use agentenkit_store::{Change, Lease, RunContext, RunEngine};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tracing::Instrument;
@@ -66,6 +66,9 @@ pub struct Checkpointer<'a> {
     /// Checkpoints read back from the journal in this segment (a trace
     /// marks the segment with it; replayed steps make no spans).
     replayed: u32,
+    /// Messages wait to join the run (`onActive: "steer"`), as the lease
+    /// and then the last commit said.
+    steered: bool,
 }
 
 /// The span of one commit (one transaction, the outbox published after
@@ -86,24 +89,33 @@ fn commit_span(changes: usize, label: Option<&str>) -> tracing::Span {
 }
 
 impl<'a> Checkpointer<'a> {
+    /// The journal access of a segment of the run `ctx` holds.
     pub fn new(
         engine: &'a dyn RunEngine,
-        lease: &'a Lease,
-        journal: Vec<JournalEntry>,
-        calls: Vec<RunCall>,
+        ctx: &'a RunContext,
         crash: Option<&'a CrashPoint>,
     ) -> Self {
         Self {
             engine,
-            lease,
-            replay: Replay::new(journal),
+            lease: &ctx.lease,
+            replay: Replay::new(ctx.journal.clone()),
             crash,
-            calls: calls.into_iter().map(|c| (c.id.clone(), c)).collect(),
+            calls: ctx
+                .calls
+                .iter()
+                .map(|c| (c.id.clone(), c.clone()))
+                .collect(),
             pending: Vec::new(),
             pending_names: Vec::new(),
             pending_decided: false,
             replayed: 0,
+            steered: ctx.steered,
         }
+    }
+
+    /// Messages wait to join the run at its next model call.
+    pub(super) fn steered(&self) -> bool {
+        self.steered
     }
 
     /// Checkpoints read back from the journal so far in this segment
@@ -174,10 +186,12 @@ impl<'a> Checkpointer<'a> {
             self.crash_point(&format!("before:{label}"))?;
         }
         let span = commit_span(self.pending.len(), label);
-        self.engine
+        let committed = self
+            .engine
             .commit_changes(self.lease, &self.pending)
             .instrument(span)
             .await?;
+        self.steered = committed.steered;
         self.pending.clear();
         self.pending_decided = false;
         let names = std::mem::take(&mut self.pending_names);

@@ -71,6 +71,7 @@ pub async fn run_turn(
         return Ok(Outcome::Park { to_park });
     }
     for n in 0..MAX_MODEL_CALLS {
+        turn.join_steering(cp, n).await?;
         let response = turn.model_call(cp, n).await?;
         turn.conversation.push(Message::assistant(&response));
         for call in &response.tool_calls {
@@ -133,6 +134,55 @@ fn record_usage(span: &tracing::Span, response: &ModelResponse) {
 }
 
 impl Turn<'_> {
+    /// The messages sent to the run while it worked join the conversation
+    /// before model call `n`, journaled as `steer:<n>` with their messages
+    /// and `MESSAGE` events, and taken out of the queue in that commit:
+    /// each joins once, whatever crashes. Asked of the store only when the
+    /// lease or the last commit said some wait; a replay reads the journal.
+    async fn join_steering(
+        &mut self,
+        cp: &mut Checkpointer<'_>,
+        n: u32,
+    ) -> Result<(), SegmentError> {
+        let name = names::steer(n);
+        let waiting = if cp.next_is(&name) {
+            Vec::new()
+        } else if !cp.is_replaying() && cp.steered() {
+            let waiting = cp.engine.steering(self.ctx.lease.run_id).await?;
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            waiting
+        } else {
+            return Ok(());
+        };
+        let run_id = self.ctx.lease.run_id;
+        let texts: Vec<String> = cp
+            .checkpoint(name, Durability::Decided, || async move {
+                let mut changes = vec![Change::TakeSteering {
+                    positions: waiting.iter().map(|w| w.position).collect(),
+                }];
+                for steering in &waiting {
+                    let message = Message::User {
+                        content: steering.content.clone(),
+                    };
+                    changes.push(Change::Event {
+                        event_type: EventType::Message,
+                        data: json!({ "runId": run_id, "message": message, "steered": true }),
+                    });
+                    changes.push(Change::SteeredMessage {
+                        content: steering.content.clone(),
+                    });
+                }
+                let texts = waiting.into_iter().map(|w| w.content).collect();
+                Ok((texts, changes))
+            })
+            .await?;
+        self.conversation
+            .extend(texts.into_iter().map(|content| Message::User { content }));
+        Ok(())
+    }
+
     /// Model call `n`: journaled with the assistant message and its
     /// `MESSAGE` event, or read back from the journal on replay.
     async fn model_call(

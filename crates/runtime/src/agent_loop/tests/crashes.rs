@@ -189,13 +189,7 @@ async fn a_worker_whose_lease_was_taken_over_writes_nothing() {
     // Its lease ran out: another worker took the run over.
     let _current = h.engine.lease(run).expect("taken over");
     let before = h.engine.snapshot();
-    let mut cp = Checkpointer::new(
-        &h.engine,
-        &stale.lease,
-        stale.journal.clone(),
-        stale.calls.clone(),
-        None,
-    );
+    let mut cp = Checkpointer::new(&h.engine, &stale, None);
     let advanced = segment::advance(&h.registry, &h.retry, &stale, &mut cp).await;
     assert!(
         matches!(advanced, Err(SegmentError::LeaseLost)),

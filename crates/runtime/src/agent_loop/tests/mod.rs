@@ -8,6 +8,7 @@ mod approvals;
 mod crashes;
 mod delegation;
 mod rounds;
+mod steering;
 mod turns;
 mod waits;
 
@@ -227,13 +228,7 @@ impl Harness {
     /// not runnable (waiting or finished).
     async fn segment(&self, run: RunId) -> Option<Result<(), SegmentError>> {
         let ctx = self.engine.lease(run)?;
-        let mut cp = Checkpointer::new(
-            &self.engine,
-            &ctx.lease,
-            ctx.journal.clone(),
-            ctx.calls.clone(),
-            self.crash.as_ref(),
-        );
+        let mut cp = Checkpointer::new(&self.engine, &ctx, self.crash.as_ref());
         let advanced = segment::advance(&self.registry, &self.retry, &ctx, &mut cp).await;
         Some(segment::end(&self.registry, &ctx, &mut cp, advanced).await)
     }

@@ -1,0 +1,155 @@
+//! Queued turns: a message that waits for the thread's active run (or
+//! steers it) is written to `queued_turns`; the next one starts once the
+//! run has ended, by whoever ended it or by the reaper.
+
+use agentenkit_core::{EventType, RunId, ThreadId, TraceContext};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::{lock, FOLLOW_SQL};
+use crate::event_insert::event_ops;
+use crate::format::event::RowFields;
+use crate::outbox::OutboxRow;
+use crate::pipeline::{Expect, Op, OpenTx};
+use crate::{Error, Result, Store};
+
+impl Store {
+    /// Starts the thread's first queued turn, if its current run has ended.
+    /// Idempotent: the thread's lock orders concurrent calls, and a turn
+    /// leaves the queue in the transaction that starts it. Returns the run
+    /// started.
+    pub async fn start_queued(&self, thread: ThreadId) -> Result<Option<RunId>> {
+        let (started, outbox) =
+            crate::pipeline::retry_conflicts(|| self.start_queued_once(thread)).await?;
+        self.publish(&outbox).await;
+        Ok(started)
+    }
+
+    async fn start_queued_once(&self, thread: ThreadId) -> Result<(Option<RunId>, Vec<OutboxRow>)> {
+        let tx = OpenTx::new(self.client().await?);
+        let locked = match lock(&tx, thread, None).await {
+            Ok(locked) => locked,
+            // A thread gone (erased) has no turn to start.
+            Err(Error::NotFound { .. }) => return Ok((None, Vec::new())),
+            Err(e) => return Err(e),
+        };
+        if !locked.queued {
+            tx.commit_with(Vec::new()).await?;
+            return Ok((None, Vec::new()));
+        }
+        if let Some(active) = locked.active {
+            // Still going: it starts the queue when it ends.
+            tx.commit_with(vec![Op::new(FOLLOW_SQL, vec![Box::new(active.0)])])
+                .await?;
+            return Ok((None, Vec::new()));
+        }
+        let head = Op::new(
+            "DELETE FROM queued_turns WHERE position = (
+                 SELECT position FROM queued_turns WHERE thread_id = $1
+                 ORDER BY position LIMIT 1)
+             RETURNING run_id, content, traceparent, tracestate",
+            vec![Box::new(thread.0)],
+        )
+        .expect(Expect::Rows);
+        let rows = tx.exchange_one(head).await?;
+        let Some(row) = rows.first() else {
+            tx.commit_with(Vec::new()).await?;
+            return Ok((None, Vec::new()));
+        };
+        let run = RunId(row.get::<_, Uuid>(0));
+        let content: String = row.get(1);
+        let trace = crate::start::trace_in(row, 2);
+        let outbox = self
+            .start_in(
+                &tx,
+                thread,
+                &locked,
+                run,
+                &content,
+                trace.as_ref(),
+                Vec::new(),
+                Vec::new(),
+            )
+            .await?;
+        Ok((Some(run), outbox))
+    }
+
+    /// Starts up to `limit` queued turns whose thread's run has ended
+    /// without starting them (its process died in between). Returns the
+    /// runs started.
+    pub async fn start_stranded_turns(&self, limit: i64) -> Result<Vec<RunId>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT DISTINCT q.thread_id FROM queued_turns q
+                 JOIN threads t ON t.id = q.thread_id
+                 LEFT JOIN runs r ON r.id = t.current_run_id
+                 WHERE r.id IS NULL OR r.status NOT IN ('queued', 'running', 'waiting')
+                 LIMIT $1",
+            )
+            .await?;
+        let threads: Vec<Uuid> = client
+            .query(&stmt, &[&limit])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        drop(client);
+        let mut started = Vec::new();
+        for thread in threads {
+            started.extend(self.start_queued(ThreadId(thread)).await?);
+        }
+        Ok(started)
+    }
+
+    /// Queues `content` in `tx` (to start run `run`, or to join run
+    /// `steers`) with its `MESSAGE_QUEUED` event, and commits; the outbox
+    /// rows to publish.
+    pub(super) async fn queue_in(
+        &self,
+        tx: &OpenTx,
+        thread: ThreadId,
+        run: RunId,
+        steers: Option<RunId>,
+        content: &str,
+        trace: Option<&TraceContext>,
+    ) -> Result<Vec<OutboxRow>> {
+        let mut ops = vec![enqueue_op(thread, run, steers, content, trace)];
+        let mut data = json!({ "runId": steers.unwrap_or(run), "content": content });
+        if steers.is_some() {
+            data["steers"] = json!(true);
+        }
+        ops.extend(event_ops(
+            thread,
+            None,
+            EventType::MessageQueued,
+            data,
+            &RowFields::default(),
+            self.notify_rule(),
+        ));
+        crate::event_insert::returned_outbox(tx.commit_with(ops).await?)
+    }
+}
+
+/// The insert of a queued turn (`run` the run it starts), or of a message
+/// that steers run `steers`.
+fn enqueue_op(
+    thread: ThreadId,
+    run: RunId,
+    steers: Option<RunId>,
+    content: &str,
+    trace: Option<&TraceContext>,
+) -> Op {
+    Op::new(
+        "INSERT INTO queued_turns (thread_id, run_id, steers, content, traceparent, tracestate)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        vec![
+            Box::new(thread.0),
+            Box::new(run.0),
+            Box::new(steers.map(|r| r.0)),
+            Box::new(content.to_owned()),
+            Box::new(trace.map(|t| t.traceparent.clone())),
+            Box::new(trace.and_then(|t| t.tracestate.clone())),
+        ],
+    )
+}
