@@ -11,8 +11,10 @@ import type {
   Decision,
   Delivery,
   JournalEntry,
+  OnActive,
   PendingInput,
   Run,
+  SentMessage,
   StoredMessage,
   Thread,
   ThreadEvent,
@@ -68,7 +70,12 @@ export interface SubscribeOptions {
 export interface Client {
   createThread(agent: string, metadata?: Record<string, unknown>): Promise<CreatedThread>;
   getThread(threadId: string): Promise<Thread>;
-  sendMessage(threadId: string, content: string): Promise<{ runId: string }>;
+  /** A turn; while a run is active, `onActive` says what the message does
+   * with it (default: the agent's `on_active`, else `reject`). */
+  sendMessage(threadId: string, content: string, options?: { onActive?: OnActive }): Promise<SentMessage>;
+  /** Cuts the thread back to before user message `messageId` (an active
+   * run interrupted first) and starts a turn from `content`. */
+  editMessage(threadId: string, messageId: number, content: string): Promise<SentMessage>;
   /** The conversation (after message `after`, when given), every page. */
   listMessages(threadId: string, after?: number): Promise<StoredMessage[]>;
   listEvents(threadId: string, after?: number): Promise<ThreadEvent[]>;
@@ -158,7 +165,10 @@ export function createClient(options: ClientOptions): Client {
   return {
     createThread: (agent, metadata) => call("POST", "/threads", metadata ? { agent, metadata } : { agent }),
     getThread: (threadId) => call("GET", `/threads/${id(threadId)}`),
-    sendMessage: (threadId, content) => call("POST", `/threads/${id(threadId)}/messages`, { content }),
+    sendMessage: (threadId, content, options = {}) =>
+      call("POST", `/threads/${id(threadId)}/messages`, { content, ...defined({ onActive: options.onActive }) }),
+    editMessage: (threadId, messageId, content) =>
+      call("POST", `/threads/${id(threadId)}/messages/${messageId}/edit`, { content }),
     listMessages: (threadId, after) =>
       all(`/threads/${id(threadId)}/messages`, after === undefined ? undefined : String(after)),
     listEvents: (threadId, after) =>

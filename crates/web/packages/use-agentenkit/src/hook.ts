@@ -5,7 +5,18 @@ import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { asError, decide, inputKey, useOptimisticAnswers } from "./answers";
 import { ApiError, type Client, type Subscription } from "./client";
 import { coalesced } from "./refresh";
-import type { Answers, Decision, Delivery, PendingInput, StoredMessage, ThreadStatus } from "./types";
+import type {
+  Answers,
+  Decision,
+  Delivery,
+  OnActive,
+  PendingInput,
+  QueuedMessage,
+  SentMessage,
+  StoredMessage,
+  ThreadEvent,
+  ThreadStatus,
+} from "./types";
 
 const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 5000;
@@ -25,7 +36,15 @@ export interface AgentThread {
   respondToInput(which: InputRef, approved: boolean, payload?: unknown, decision?: Decision): Promise<void>;
   answer(which: InputRef, answers: Answers): Promise<void>;
   skip(which: InputRef): Promise<void>;
-  send(content: string): Promise<void>;
+  /** A message; while a run is active, `onActive` says what it does with
+   * it (default: the agent's `on_active`, else `reject`, a 409). */
+  send(content: string, onActive?: OnActive): Promise<SentMessage>;
+  /** Cuts the conversation back to before user message `messageId` and
+   * goes on from `content`; the conversation is read again whole. */
+  edit(messageId: number, content: string): Promise<SentMessage>;
+  /** Messages waiting for the active run (`enqueue`), or to join it at its
+   * next model call (`steer`), oldest first. */
+  queuedMessages: QueuedMessage[];
   /** Requests answered here that were no longer open (answered elsewhere,
    * expired or stopped): their cards stay gone. */
   tooLate: string[];
@@ -43,6 +62,7 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
   const [status, setStatus] = useState<ThreadStatus | null>(null);
   const [messages, setMessages] = useState<StoredMessage[]>([]);
   const [serverInputs, setServerInputs] = useState<PendingInput[]>([]);
+  const [queuedMessages, setQueuedMessages] = useState<QueuedMessage[]>([]);
   // The inputs as last seen, for the answer callbacks (which need a runId).
   const inputsRef = useRef<PendingInput[]>([]);
   inputsRef.current = serverInputs;
@@ -57,6 +77,7 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
     setStatus(null);
     setMessages([]);
     setServerInputs([]);
+    setQueuedMessages([]);
     reset();
     // What this subscription has: messages up to `lastMessageId` (ids grow
     // in commit order, so the next read asks only for those after it).
@@ -84,10 +105,14 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
         setMessages((known) => [...known, ...fresh]);
       }
       setServerInputs(thread.pendingInputs);
+      setQueuedMessages(thread.queuedMessages ?? []);
       seen(thread.pendingInputs);
       if (!stream && !closed) {
         // Only what comes after this read: nothing replayed from event 0.
-        stream = client.subscribe(threadId, () => refresh.read(), {
+        // A turn cut out of the conversation (an edit or a rollback, here
+        // or elsewhere): the messages known here are no longer it.
+        const onEvent = (event: ThreadEvent) => (cutAway(event) ? resubscribe() : refresh.read());
+        stream = client.subscribe(threadId, onEvent, {
           lastEventId: thread.lastEventId,
           onError: (e) => {
             dropped = true;
@@ -115,7 +140,7 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
       stream?.close();
       refresh.stop();
     };
-  }, [client, threadId, refresh, seen, readFailed, reset]);
+  }, [client, threadId, refresh, seen, readFailed, reset, resubscribe]);
 
   const { settle, markTooLate } = answers;
   const answerWith = useCallback(
@@ -173,17 +198,34 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
     [client, answerWith],
   );
   const send = useCallback(
-    async (content: string) => {
+    async (content: string, onActive?: OnActive) => {
+      let sent: SentMessage;
       try {
-        await client.sendMessage(threadId, content);
+        sent = await client.sendMessage(threadId, content, onActive === undefined ? {} : { onActive });
         answerFailed(null);
       } catch (e) {
         answerFailed(asError(e));
         throw e;
       }
       refresh.read();
+      return sent;
     },
     [client, threadId, refresh, answerFailed],
+  );
+  const edit = useCallback(
+    async (messageId: number, content: string) => {
+      let sent: SentMessage;
+      try {
+        sent = await client.editMessage(threadId, messageId, content);
+        answerFailed(null);
+      } catch (e) {
+        answerFailed(asError(e));
+        throw e;
+      }
+      resubscribe();
+      return sent;
+    },
+    [client, threadId, resubscribe, answerFailed],
   );
 
   const pendingInputs = useMemo(
@@ -199,10 +241,19 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
     answer,
     skip,
     send,
+    edit,
+    queuedMessages,
     tooLate,
     resubscribe,
     error: answers.error,
   };
+}
+
+/** An event saying a turn left the conversation (`RUN_CANCELLED` by an
+ * edit or a rollback). */
+function cutAway(event: ThreadEvent): boolean {
+  const reason = (event.data as { reason?: unknown } | null)?.reason;
+  return event.type === "RUN_CANCELLED" && (reason === "edited" || reason === "rolled back");
 }
 
 /** A request the page no longer listed when it was answered. */

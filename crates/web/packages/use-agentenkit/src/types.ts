@@ -77,6 +77,36 @@ export interface Thread {
   /** The thread's newest event when this view was read (0 before its
    * first): a stream subscribed from it carries on from this view. */
   lastEventId: number;
+  /** Messages waiting for the active run to end (`enqueue`), or to join it
+   * at its next model call (`steer`), oldest first. Absent when none. */
+  queuedMessages?: QueuedMessage[];
+}
+
+/** What a message sent while a run of the thread is active does with that
+ * run (docs/conversations.md): refused (`reject`, 409 `RunActive`), queued
+ * behind it, joining it at its next model call, stopping it, or stopping
+ * it and leaving it out of the conversation. */
+export type OnActive = "reject" | "enqueue" | "steer" | "interrupt" | "rollback";
+
+/** A message waiting on a busy thread. */
+export interface QueuedMessage {
+  /** The run it starts (for a steering message, the run it starts if the
+   * run it steers ends first). */
+  runId: string;
+  /** The run it joins at its next model call, for a steering message. */
+  steers?: string;
+  content: string;
+  createdAt: string;
+}
+
+/** What became of a message: the run that answers it, and whether it
+ * waits (`queued`), joined the active run (`steered`, `runId` is that run)
+ * or stopped runs (`interrupted`). */
+export interface SentMessage {
+  runId: string;
+  queued?: boolean;
+  steered?: boolean;
+  interrupted?: string[];
 }
 
 export interface CreatedThread {
@@ -98,7 +128,7 @@ export type StoredMessage = Message & { id: number; runId: string; createdAt: st
 
 /** One entry of a thread's conversation. */
 export type Message =
-  | { role: "user"; content: string }
+  | { role: "user"; content: string; steered?: boolean }
   | { role: "assistant"; content: string | null; toolCalls?: ToolCallRequest[] }
   | { role: "tool"; toolCallId: string; content: unknown }
   | { role: string; [field: string]: unknown };

@@ -285,3 +285,57 @@ describe("useAgentThread, twice at once", () => {
     unmount();
   });
 });
+
+describe("useAgentThread, talking to a busy thread", () => {
+  it("queues a message while a run waits, shows it, and starts its turn once the run ends", async () => {
+    const api = client();
+    const { threadId, runId } = await parkedThread(api, "mailer");
+    const { result, unmount } = renderHook(() => useAgentThread(api, threadId));
+    await waitFor(() => expect(result.current.pendingInputs).toHaveLength(1));
+    let sent!: Awaited<ReturnType<typeof result.current.send>>;
+    await act(async () => {
+      sent = await result.current.send("also cc Dana", "enqueue");
+    });
+    expect(sent.queued).toBe(true);
+    await waitFor(() => expect(result.current.queuedMessages.map((q) => q.content)).toEqual(["also cc Dana"]));
+    expect(result.current.queuedMessages[0]!.runId).toBe(sent.runId);
+    // Refused by default: the agent does not say otherwise.
+    await expect(act(() => result.current.send("now?"))).rejects.toThrow(/active run/);
+
+    await act(() => result.current.respondToInput("c1", true));
+    expect(await finished(api, runId)).toBe("completed");
+    // The queued turn runs (and parks on its own approval).
+    await waitFor(() => expect(result.current.pendingInputs[0]?.runId).toBe(sent.runId));
+    expect(result.current.queuedMessages).toEqual([]);
+    await waitFor(() =>
+      expect(result.current.messages.filter((m) => m.role === "user").map((m) => m.content)).toEqual([
+        "go",
+        "also cc Dana",
+      ]),
+    );
+    unmount();
+  });
+
+  it("edits a past message: the conversation is read again from the edited turn", async () => {
+    const api = client();
+    const { threadId, runId } = await parkedThread(api, "mailer");
+    const { result, unmount } = renderHook(() => useAgentThread(api, threadId));
+    await waitFor(() => expect(result.current.messages.some((m) => m.role === "assistant")).toBe(true));
+    const go = result.current.messages.find((m) => m.role === "user" && m.content === "go")!;
+    let sent!: Awaited<ReturnType<typeof result.current.edit>>;
+    await act(async () => {
+      sent = await result.current.edit(go.id, "go, but gently");
+    });
+    expect(sent.interrupted).toEqual([runId]);
+    await waitFor(() => expect(result.current.pendingInputs[0]?.runId).toBe(sent.runId));
+    await waitFor(() =>
+      expect(result.current.messages.filter((m) => m.role === "user").map((m) => m.content)).toEqual([
+        "go, but gently",
+      ]),
+    );
+    // The old turn's request is no longer current.
+    const late = await api.approve(runId, "c1");
+    expect(late).toEqual({ delivered: false, error: "This request is no longer current" });
+    unmount();
+  });
+});
