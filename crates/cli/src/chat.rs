@@ -1,32 +1,105 @@
 //! `agentenkit chat --agent NAME`: turns in this process, approvals asked
-//! on the terminal.
+//! on the terminal. A line typed while a turn works (and nothing asks) is
+//! queued on the thread: its turn runs when this one ends.
 
 use std::io::Write;
 use std::sync::Arc;
 
 use agentenkit_core::questions::{Question, QuestionSet};
 use agentenkit_core::reply::Verdict;
-use agentenkit_core::Owner;
+use agentenkit_core::{Owner, ThreadId};
 use agentenkit_runtime::inline::{Hooks, InlineRunner};
-use agentenkit_store::PendingInput;
+use agentenkit_store::{Arrival, PendingInput, Store};
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
-use tokio::sync::Mutex;
+use tokio::sync::oneshot;
 
 use crate::shown::shown;
 use crate::{AgentConfig, Connections};
 
-type Input = Arc<Mutex<Lines<BufReader<Stdin>>>>;
+/// Where the next typed line goes: to whoever waits for one (the `you>`
+/// prompt, an approval, a question), or else, while a turn works, to the
+/// thread as a queued message.
+#[derive(Default)]
+struct Terminal {
+    waiting: std::sync::Mutex<Waiting>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    reader: Option<oneshot::Sender<Option<String>>>,
+    /// Standard input ended: nobody gets another line.
+    closed: bool,
+}
+
+impl Terminal {
+    /// The next line typed (`None` at the end of input).
+    async fn read_line(&self) -> Option<String> {
+        let _ = std::io::stdout().flush();
+        let (sender, line) = oneshot::channel();
+        {
+            let mut waiting = self.waiting.lock().ok()?;
+            if waiting.closed {
+                return None;
+            }
+            waiting.reader = Some(sender);
+        }
+        line.await.ok().flatten()
+    }
+
+    /// Reads standard input to its end, handing each line to whoever waits
+    /// for one, or queueing it on `thread` when nobody does.
+    async fn dispatch(self: Arc<Self>, store: Store, owner: Owner, thread: ThreadId) {
+        // A thread of its own blocks on the terminal: the runtime's blocking
+        // pool would hold the process open at exit, waiting for a line.
+        let (sender, mut lines) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        loop {
+            let line = lines.recv().await;
+            let reader = match self.waiting.lock() {
+                Ok(mut waiting) => {
+                    waiting.closed = line.is_none();
+                    waiting.reader.take()
+                }
+                Err(_) => return,
+            };
+            match (reader, line) {
+                (Some(reader), line) => {
+                    let _ = reader.send(line);
+                }
+                (None, None) => return,
+                (None, Some(line)) if line.trim().is_empty() => {}
+                (None, Some(line)) => {
+                    match store
+                        .post_turn(thread, &owner, &line, Arrival::Enqueue, None)
+                        .await
+                    {
+                        Ok(posted) if posted.queued => {
+                            println!("(queued: it runs when this turn ends)")
+                        }
+                        Ok(_) => {}
+                        Err(e) => println!("(not queued: {})", shown(&e.to_string(), false)),
+                    }
+                }
+            }
+        }
+    }
+}
 
 struct TerminalHooks {
-    input: Input,
+    terminal: Arc<Terminal>,
 }
 
 impl TerminalHooks {
     async fn read_line(&self) -> Option<String> {
-        let _ = std::io::stdout().flush();
-        self.input.lock().await.next_line().await.ok().flatten()
+        self.terminal.read_line().await
     }
 }
 
@@ -170,16 +243,23 @@ pub async fn run(
     store.migrate().await?;
     let runner = InlineRunner::start(store.clone(), registry, Owner(owner));
     let thread = runner.create_thread(&agent).await?;
-    let input: Input = Arc::new(Mutex::new(BufReader::new(tokio::io::stdin()).lines()));
+    let terminal = Arc::new(Terminal::default());
+    tokio::spawn(
+        terminal
+            .clone()
+            .dispatch(store.clone(), runner.owner().clone(), thread),
+    );
     let hooks = TerminalHooks {
-        input: input.clone(),
+        terminal: terminal.clone(),
     };
-    println!("Chatting with {agent} (thread {thread}). An empty line or end of input quits.");
+    println!(
+        "Chatting with {agent} (thread {thread}). A line typed while a turn works is queued; \
+         an empty line or end of input quits."
+    );
     let mut seen = 0i64;
     loop {
         print!("\nyou> ");
-        let _ = std::io::stdout().flush();
-        let line = input.lock().await.next_line().await?;
+        let line = terminal.read_line().await;
         let Some(line) = line.filter(|l| !l.trim().is_empty()) else {
             break;
         };
@@ -198,7 +278,7 @@ pub async fn run(
                 continue;
             }
             seen = message.id;
-            print_message(&message.body);
+            print_message(&message.body, &line);
         }
         if let Some(error) = run.error.filter(|_| run.status.as_str() != "completed") {
             println!("(the run {}: {})", run.status, shown(&error, false));
@@ -208,7 +288,9 @@ pub async fn run(
     Ok(())
 }
 
-fn print_message(body: &Value) {
+/// One message of the conversation; a user message only when it is not the
+/// line just `typed` at the prompt (a queued one, starting its turn).
+fn print_message(body: &Value, typed: &str) {
     // Shown as it is, whatever the model wrote (see `crate::shown`).
     let text = |v: &Value| {
         shown(
@@ -236,6 +318,9 @@ fn print_message(body: &Value) {
             text(&body["name"]),
             shown(&body["content"].to_string(), false)
         ),
+        Some("user") if body["content"].as_str() != Some(typed) => {
+            println!("you (queued): {}", text(&body["content"]));
+        }
         _ => {}
     }
 }

@@ -346,3 +346,52 @@ async fn a_chat_turn_is_one_trace_with_the_persons_wait_in_it() {
         "every span of the process is the turn's: {spans:?}"
     );
 }
+
+#[tokio::test]
+async fn a_line_typed_while_a_turn_works_is_queued_and_its_turn_runs_next() {
+    // A lookup that takes a moment, then the model answers with the last
+    // user message it read.
+    let slow = axum::Router::new().route(
+        "/lookup",
+        post(|| async {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            Json(json!({ "found": 3 }))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, slow).await });
+    let file = format!(
+        r#"
+[agents.finder]
+tools = ["lookup"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "lookup", arguments = {{}} }} ] }},
+  {{ text = "Found them." }},
+] }}
+[tools.lookup]
+type = "http"
+url = "http://{addr}/lookup"
+"#
+    );
+    let mut chat = Chat::start(&file, "finder").await;
+    chat.wait_for("you> ").await;
+    chat.type_line("find the tickets").await;
+    // While the lookup runs: nothing asks, so the line is queued.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    chat.type_line("and the invoices").await;
+    chat.wait_for("(queued: it runs when this turn ends)").await;
+    // Both turns run before the next prompt: each its own lookup and answer.
+    let out = chat.wait_for("assistant: Found them.\n\nyou> ").await;
+    let shown = out.split("(queued: it runs").nth(1).unwrap().to_owned();
+    assert_eq!(
+        shown.matches("assistant: Found them.").count(),
+        2,
+        "both turns answered before the prompt:\n{shown}"
+    );
+    assert!(
+        shown.contains("you (queued): and the invoices"),
+        "the queued line is shown as its turn starts:\n{shown}"
+    );
+    chat.quit().await;
+}

@@ -88,7 +88,8 @@ impl InlineRunner {
             .id)
     }
 
-    /// Runs one turn to its end, asking `hooks` for every open request.
+    /// Runs one turn to its end, asking `hooks` for every open request, and
+    /// then the turns queued behind it meanwhile (`onActive: "enqueue"`).
     pub async fn run_turn(
         &self,
         thread: ThreadId,
@@ -112,9 +113,11 @@ impl InlineRunner {
         loop {
             let view = self.store.get_thread(thread, &self.owner).await?;
             match view.status {
-                ThreadStatus::Idle => {
+                // A queued turn starts right after the run before it ends.
+                ThreadStatus::Idle if view.queued_messages.is_empty() => {
                     return Ok(self.store.get_run(started.run_id, &self.owner).await?)
                 }
+                ThreadStatus::Idle => {}
                 ThreadStatus::WaitingForInput => {
                     // A server's task ends on its own: a worker checks on it.
                     let for_people: Vec<&PendingInput> = view
