@@ -1,8 +1,18 @@
 // Start a thread with an agent and follow it: its messages, tool calls and
-// results, and the cards of its open requests, answered in place.
+// results, and the cards of its open requests, answered in place. A message
+// sent while a turn works is queued, steers it, or interrupts it; a past
+// message can be edited.
 
 import { useEffect, useState, type FormEvent, type KeyboardEvent } from "react";
-import { useAgentThread, inputKey, stringifyJson, type AgentInfo, type Client, type Message } from "use-agentenkit";
+import {
+  useAgentThread,
+  inputKey,
+  stringifyJson,
+  type AgentInfo,
+  type Client,
+  type OnActive,
+  type StoredMessage,
+} from "use-agentenkit";
 
 import { InputCard, TooLate, useCardActions } from "./InputCard";
 import type { Route } from "./route";
@@ -16,6 +26,7 @@ export function ThreadsPage(props: { client: Client; threadId: string | null; na
   const [message, setMessage] = useState("");
   const [problem, setProblem] = useState<string | null>(null);
   const [sending, setSending] = useState(false);
+  const [onActive, setOnActive] = useState<OnActive>("enqueue");
 
   useEffect(() => {
     let live = true;
@@ -57,7 +68,7 @@ export function ThreadsPage(props: { client: Client; threadId: string | null; na
         target = (await client.createThread(agent)).id;
         navigate({ page: "threads", threadId: target });
       }
-      await client.sendMessage(target, content);
+      await client.sendMessage(target, content, threadId ? { onActive } : {});
       setMessage("");
     } catch (e) {
       setProblem(e instanceof Error ? e.message : String(e));
@@ -102,6 +113,17 @@ export function ThreadsPage(props: { client: Client; threadId: string | null; na
           onChange={(event) => setMessage(event.target.value)}
           onKeyDown={onKeyDown}
         />
+        {threadId && (
+          <>
+            <label htmlFor="on-active">If a turn is working</label>
+            <select id="on-active" value={onActive} onChange={(event) => setOnActive(event.target.value as OnActive)}>
+              <option value="enqueue">Queue it for after the turn</option>
+              <option value="steer">Add it to the turn at its next step</option>
+              <option value="interrupt">Stop the turn and send it</option>
+              <option value="rollback">Undo the turn and send it</option>
+            </select>
+          </>
+        )}
         <div className="actions">
           <button type="submit" className="approve" disabled={sending || (!threadId && !agent)}>
             Send
@@ -124,6 +146,15 @@ function ThreadView(props: { client: Client; threadId: string }) {
   // By the input, not its call id alone: two runs of a tree (sub-agents)
   // may use one call id.
   const actions = useCardActions(thread);
+  const [editing, setEditing] = useState<number | null>(null);
+  const edit = async (id: number, content: string) => {
+    try {
+      await thread.edit(id, content);
+      setEditing(null);
+    } catch {
+      // `thread.error` says why; the form stays open.
+    }
+  };
   return (
     <section className="thread" aria-label="Thread">
       <p className="thread-status">
@@ -133,15 +164,56 @@ function ThreadView(props: { client: Client; threadId: string }) {
       </p>
       {thread.error && <p role="alert">{thread.error.message}</p>}
       <ol className="messages">
-        {thread.messages.map((message, index) => (
-          <MessageView key={index} message={message} />
+        {thread.messages.map((message) => (
+          <MessageView
+            key={message.id}
+            message={message}
+            editing={editing === message.id}
+            onEdit={() => setEditing(message.id)}
+            onCancel={() => setEditing(null)}
+            onSave={(content) => edit(message.id, content)}
+          />
         ))}
       </ol>
+      {thread.queuedMessages.length > 0 && (
+        <ol className="queued-messages" aria-label="Queued messages">
+          {thread.queuedMessages.map((queued) => (
+            <li key={queued.runId} className="message user queued">
+              <span className="who">{queued.steers ? "Joins the turn at its next step" : "Queued"}</span>
+              <p>{queued.content}</p>
+            </li>
+          ))}
+        </ol>
+      )}
       <TooLate names={thread.tooLate.map((callId) => `The request ${callId}`)} />
       {thread.pendingInputs.map((input) => (
         <InputCard key={inputKey(input)} input={input} actions={actions} />
       ))}
     </section>
+  );
+}
+
+/** A past message as it should have been: sending it cuts the thread back
+ * to before it and goes on from the edited text. */
+function EditForm(props: { text: string; onCancel: () => void; onSave: (content: string) => void }) {
+  const [text, setText] = useState(props.text);
+  const save = (event: FormEvent) => {
+    event.preventDefault();
+    if (text.trim()) props.onSave(text.trim());
+  };
+  return (
+    <form className="edit-message" onSubmit={save}>
+      <label htmlFor="edited">Edited message</label>
+      <textarea id="edited" rows={2} value={text} onChange={(event) => setText(event.target.value)} />
+      <div className="actions">
+        <button type="submit" className="approve">
+          Send edit
+        </button>
+        <button type="button" onClick={props.onCancel}>
+          Cancel
+        </button>
+      </div>
+    </form>
   );
 }
 
@@ -160,13 +232,29 @@ function statusText(status: string | null): string {
   }
 }
 
-function MessageView(props: { message: Message }) {
-  const m = props.message as Message & Record<string, unknown>;
+function MessageView(props: {
+  message: StoredMessage;
+  editing: boolean;
+  onEdit: () => void;
+  onCancel: () => void;
+  onSave: (content: string) => void;
+}) {
+  const m = props.message as StoredMessage & Record<string, unknown>;
   if (m.role === "user") {
+    const text = String(m.content ?? "");
     return (
       <li className="message user">
-        <span className="who">You</span>
-        <p>{String(m.content ?? "")}</p>
+        <span className="who">{m.steered ? "You, during the turn" : "You"}</span>
+        {props.editing ? (
+          <EditForm text={text} onCancel={props.onCancel} onSave={props.onSave} />
+        ) : (
+          <>
+            <p>{text}</p>
+            <button type="button" className="edit" onClick={props.onEdit} aria-label={`Edit “${text}”`}>
+              Edit
+            </button>
+          </>
+        )}
       </li>
     );
   }

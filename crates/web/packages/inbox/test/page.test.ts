@@ -547,3 +547,55 @@ describe("threads", () => {
     expect(await thread.textContent()).toContain('"sent": true');
   });
 });
+
+describe("a busy thread", () => {
+  it("queues a message while the agent waits, runs it next, and edits a past message", async () => {
+    await signIn(page);
+    await page.getByRole("link", { name: "Threads" }).click();
+    const agent = page.getByLabel("Agent");
+    await agent.locator("option", { hasText: "mailer" }).waitFor({ state: "attached" });
+    await agent.selectOption("mailer");
+    await page.getByLabel("Message").fill("Send Ada the report.");
+    await page.getByRole("button", { name: "Send", exact: true }).click();
+    const thread = page.getByRole("region", { name: "Thread" });
+    const card = thread.getByRole("article");
+    await card.waitFor();
+    const threadId = page.url().split("/").pop()!;
+    const first = (await alice.getThread(threadId)).currentRunId!;
+
+    // While the agent waits for the approval: queued, and shown as such.
+    expect(await page.getByLabel("If a turn is working").inputValue()).toBe("enqueue");
+    await page.getByLabel("Message").fill("Also send Bo the minutes.");
+    await page.getByRole("button", { name: "Send", exact: true }).click();
+    const queued = thread.getByRole("list", { name: "Queued messages" });
+    await queued.getByText("Also send Bo the minutes.").waitFor();
+    await screenshot(thread, "thread-queued.png");
+
+    // The turn ends; the queued one runs next (and asks its own approval).
+    await card.getByRole("button", { name: "Approve" }).click();
+    expect(await finished(first)).toBe("completed");
+    await queued.waitFor({ state: "detached" });
+    await eventually("the queued turn parks", async () => {
+      const view = await alice.getThread(threadId);
+      return view.currentRunId !== first && view.status === "WAITING_FOR_INPUT";
+    });
+    const second = (await alice.getThread(threadId)).currentRunId!;
+    await thread.getByText("Also send Bo the minutes.").waitFor();
+
+    // Edit the first message: the turns from it on leave the conversation.
+    await thread.getByRole("button", { name: "Edit “Send Ada the report.”" }).click();
+    await thread.getByLabel("Edited message").fill("Send Ada the summary.");
+    await thread.getByRole("button", { name: "Send edit" }).click();
+    await thread.getByText("Send Ada the summary.").waitFor();
+    await thread.getByText("Send Ada the report.").waitFor({ state: "detached" });
+    await thread.getByText("Also send Bo the minutes.").waitFor({ state: "detached" });
+    expect(await alice.approve(second, "c1")).toEqual({
+      delivered: false,
+      error: "This request is no longer current",
+    });
+    const third = (await alice.getThread(threadId)).currentRunId!;
+    expect(third).not.toBe(second);
+    await thread.getByRole("article").getByRole("button", { name: "Approve" }).click();
+    expect(await finished(third)).toBe("completed");
+  });
+});
