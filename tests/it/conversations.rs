@@ -452,13 +452,19 @@ async fn a_queued_turn_left_by_a_process_that_died_is_started_by_the_reaper() {
     // The run ends as if its process died right after the commit that
     // ended it, before it could start the queued turn.
     env.sql(&format!(
-        "UPDATE runs SET status = 'failed', error = 'test' WHERE id = '{first}'"
+        "UPDATE runs SET status = 'failed', error = 'test', finished_at = now() WHERE id = '{first}'"
     ))
     .await;
     assert_eq!(
         env.get(&format!("/threads/{thread}")).await["queuedMessages"][0]["runId"],
         next.as_str()
     );
+    // A message that waits for nothing does not jump the queue.
+    let (status, body) = post_message(&env, &thread, json!({ "content": "me first" })).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body["message"].as_str().unwrap().contains(&next), "{body}");
+    // The reaper gives whoever ended the run a moment to start the queue.
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
     let report = reap_once(&env.reaper(), &ReaperConfig::default())
         .await
         .unwrap();
@@ -517,6 +523,16 @@ async fn a_steering_message_joins_a_parked_run_when_it_resumes() {
         .unwrap();
     assert_eq!(joined["runId"], first.as_str());
     assert_eq!(joined["steered"], true);
+    let (status, body) = env
+        .call(
+            "POST",
+            &format!("/threads/{thread}/messages/{}/edit", joined["id"]),
+            Some(ALICE),
+            Some(json!({ "content": "cc Eve" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"], "NotAUserMessage", "part of a turn, not one");
     let journal = env.journal_names(&first).await;
     let at = journal
         .iter()
@@ -566,6 +582,33 @@ async fn a_steering_message_a_run_never_reads_starts_a_turn_of_its_own() {
         user_messages(&env, &thread).await,
         ["send it", "also cc Dana"]
     );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_rollback_is_refused_while_a_tool_with_side_effects_runs() {
+    let tool = ToolServer::start_with_delay(std::time::Duration::from_millis(1500), |_, _| {
+        (StatusCode::OK, json!({ "sent": true }))
+    })
+    .await;
+    let env = TestEnv::start(registry(CALL_THEN_DONE, &tool.url)).await;
+    let worker = env.spawn_worker();
+    let (thread, first) = env.start_turn("agent", "send it").await;
+    eventually("the tool runs", || async {
+        (tool.calls() == 1).then_some(())
+    })
+    .await;
+    let (status, body) = post_message(
+        &env,
+        &thread,
+        json!({ "content": "never mind", "onActive": "rollback" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"], "SideEffects");
+    assert_eq!(env.wait_run_finished(&first).await["status"], "completed");
+    assert_eq!(tool.calls(), 1);
     worker.stop().await.unwrap();
     env.finish().await;
 }

@@ -84,7 +84,9 @@ impl Terminal {
                         Ok(posted) if posted.queued => {
                             println!("(queued: it runs when this turn ends)")
                         }
-                        Ok(_) => {}
+                        // The turn had just ended: this one runs now, and
+                        // the next prompt's turn follows it.
+                        Ok(_) => println!("(sent: it runs now)"),
                         Err(e) => println!("(not queued: {})", shown(&e.to_string(), false)),
                     }
                 }

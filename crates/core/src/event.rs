@@ -22,6 +22,7 @@ string_enum!(
         RunCancelled => "RUN_CANCELLED",
         ApprovalRecorded => "APPROVAL_RECORDED",
         MessageQueued => "MESSAGE_QUEUED",
+        ConversationCut => "CONVERSATION_CUT",
     }
 );
 
@@ -46,7 +47,8 @@ mod tests {
                 "RUN_FAILED",
                 "RUN_CANCELLED",
                 "APPROVAL_RECORDED",
-                "MESSAGE_QUEUED"
+                "MESSAGE_QUEUED",
+                "CONVERSATION_CUT"
             ]
         );
         for e in EventType::ALL {

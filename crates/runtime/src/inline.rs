@@ -89,7 +89,9 @@ impl InlineRunner {
     }
 
     /// Runs one turn to its end, asking `hooks` for every open request, and
-    /// then the turns queued behind it meanwhile (`onActive: "enqueue"`).
+    /// then the turns queued behind it meanwhile (`onActive: "enqueue"`;
+    /// this turn too waits behind a run already working). Returns the last
+    /// run's view.
     pub async fn run_turn(
         &self,
         thread: ThreadId,
@@ -102,10 +104,11 @@ impl InlineRunner {
         let turn = crate::trace::turn_span(thread);
         let started = self
             .store
-            .start_run(
+            .post_turn(
                 thread,
                 &self.owner,
                 content,
+                agentenkit_store::Arrival::Enqueue,
                 crate::trace::of(&turn).as_ref(),
             )
             .instrument(turn)
@@ -115,7 +118,8 @@ impl InlineRunner {
             match view.status {
                 // A queued turn starts right after the run before it ends.
                 ThreadStatus::Idle if view.queued_messages.is_empty() => {
-                    return Ok(self.store.get_run(started.run_id, &self.owner).await?)
+                    let last = view.current_run_id.unwrap_or(started.run_id);
+                    return Ok(self.store.get_run(last, &self.owner).await?);
                 }
                 ThreadStatus::Idle => {}
                 ThreadStatus::WaitingForInput => {

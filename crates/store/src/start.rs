@@ -64,14 +64,16 @@ const LOCK_KNOWN_THREAD_SQL: &str = "
                     FOR NO KEY UPDATE)
     SELECT expect_one_row((SELECT count(*) FROM locked))";
 
-/// Fails the row check when the thread's current run is still active. A
-/// statement of its own after the lock, so that it reads the current run
-/// as of after any wait for the lock.
+/// Fails the row check when the thread's current run is still active, or
+/// turns queued behind it have not started yet (a message does not jump
+/// the queue). A statement of its own after the lock, so that it reads the
+/// current run as of after any wait for the lock.
 const NO_ACTIVE_RUN_SQL: &str = "
     SELECT expect_one_row(CASE WHEN EXISTS (
         SELECT 1 FROM runs r
         WHERE r.id = (SELECT current_run_id FROM threads WHERE id = $1)
           AND r.status IN ('queued', 'running', 'waiting'))
+        OR EXISTS (SELECT 1 FROM queued_turns q WHERE q.thread_id = $1)
         THEN 0 ELSE 1 END)";
 
 const INSERT_RUN_SQL: &str = "
@@ -225,7 +227,11 @@ impl Store {
                 Op::new(
                     // The run by its key, not by a join: a join planned on
                     // empty tables may check every run against the key.
-                    "SELECT r.id, r.status FROM runs r
+                    // With the first turn queued behind it, if any.
+                    "SELECT r.id, r.status,
+                            (SELECT q.run_id FROM queued_turns q WHERE q.thread_id = $1
+                             ORDER BY q.position LIMIT 1)
+                     FROM runs r
                      WHERE r.id = (SELECT current_run_id FROM threads WHERE id = $1)",
                     vec![Box::new(thread.0)],
                 )
@@ -330,17 +336,23 @@ pub(crate) struct TurnOps {
 }
 
 /// The thread's agent, when a turn may start on it: the thread is the
-/// owner's (`locked`, its row) and its current run, if any, has ended.
+/// owner's (`locked`, its row), its current run, if any, has ended, and no
+/// turn queued behind that run waits to start (named as the active run).
 fn startable(thread: ThreadId, locked: &[Row], current: &[Row]) -> Result<String> {
     let agent = locked
         .first()
         .map(|row| row.get::<_, String>(0))
         .ok_or_else(|| not_found(thread))?;
     if let Some(row) = current.first() {
-        if row.get::<_, &str>(1).parse::<RunStatus>()?.is_active() {
+        let active = row
+            .get::<_, &str>(1)
+            .parse::<RunStatus>()?
+            .is_active()
+            .then(|| row.get::<_, Uuid>(0));
+        if let Some(run) = active.or_else(|| row.get::<_, Option<Uuid>>(2)) {
             return Err(Error::RunActive {
                 thread_id: thread.to_string(),
-                run_id: row.get::<_, Uuid>(0).to_string(),
+                run_id: run.to_string(),
             });
         }
     }

@@ -21,8 +21,12 @@ impl Store {
             crate::pipeline::retry_conflicts(|| self.stop_thread_once(thread, owner)).await?;
         self.publish(&outbox).await;
         // Messages queued behind the stopped run are the person's own:
-        // they start now, as when a run ends any other way.
-        self.start_queued(thread).await?;
+        // they start now, as when a run ends any other way (or, if this
+        // fails, by the reaper: the stop has committed).
+        if let Err(e) = self.start_queued(thread).await {
+            tracing::warn!(thread_id = %thread, error = %e,
+                "a queued turn did not start after a stop; the reaper will start it");
+        }
         Ok(stopped)
     }
 

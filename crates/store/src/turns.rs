@@ -180,15 +180,18 @@ impl Store {
                 }
                 Arrival::Interrupt => {
                     interrupted = self
-                        .interrupt(&tx, thread, active, "interrupted", &mut ordered)
+                        .interrupt(&tx, thread, active, ("interrupted", None), &mut ordered)
                         .await?;
                 }
                 Arrival::Rollback { read_only } => {
-                    refuse_side_effects(&tx, active, read_only).await?;
+                    let stop = ("rolled back", Some(read_only));
                     interrupted = self
-                        .interrupt(&tx, thread, active, "rolled back", &mut ordered)
+                        .interrupt(&tx, thread, active, stop, &mut ordered)
                         .await?;
                     ops.push(cut_tree(active));
+                    ordered.extend(
+                        self.cut_event(thread, json!({ "cutRunId": active, "runId": run })),
+                    );
                 }
             }
         } else if locked.queued {
@@ -248,7 +251,8 @@ impl Store {
         let tx = OpenTx::new(self.client().await?);
         let locked = lock(&tx, thread, Some(owner)).await?;
         let edited = Op::new(
-            "SELECT m.body_whole->>'role' = 'user' AND r.parent_run_id IS NULL, r.cut
+            "SELECT m.body_whole->>'role' = 'user' AND NOT m.body_whole ? 'steered'
+                    AND r.parent_run_id IS NULL, r.cut
              FROM messages_whole m JOIN runs r ON r.id = m.run_id
              WHERE m.thread_id = $1 AND m.id = $2",
             vec![Box::new(thread.0), Box::new(message)],
@@ -277,12 +281,13 @@ impl Store {
         let mut ordered = Vec::new();
         let interrupted = match locked.active {
             Some(active) => {
-                self.interrupt(&tx, thread, active, "edited", &mut ordered)
+                self.interrupt(&tx, thread, active, ("edited", None), &mut ordered)
                     .await?
             }
             None => Vec::new(),
         };
         let cut = Op::new(CUT_FROM_SQL, vec![Box::new(thread.0), Box::new(message)]);
+        ordered.extend(self.cut_event(thread, json!({ "fromMessageId": message, "runId": run })));
         let outbox = self
             .start_in(
                 &tx,
@@ -304,15 +309,30 @@ impl Store {
         Ok((posted, outbox))
     }
 
+    /// `CONVERSATION_CUT`: turns left the conversation (clients holding its
+    /// messages read it again).
+    fn cut_event(&self, thread: ThreadId, data: serde_json::Value) -> Vec<Op> {
+        event_ops(
+            thread,
+            None,
+            EventType::ConversationCut,
+            data,
+            &RowFields::default(),
+            self.notify_rule(),
+        )
+    }
+
     /// Stops the active run tree rooted at `active` (`why` is its runs'
     /// error and their `RUN_CANCELLED` reason), cancelling its open
-    /// requests; their events go to `ordered`. Returns the runs stopped.
+    /// requests; their events go to `ordered`. With `read_only` (a
+    /// rollback), refused when a tool not among them ran in the tree.
+    /// Returns the runs stopped.
     async fn interrupt(
         &self,
         tx: &OpenTx,
         thread: ThreadId,
         active: RunId,
-        why: &'static str,
+        (why, read_only): (&'static str, Option<&[String]>),
         ordered: &mut Vec<Op>,
     ) -> Result<Vec<RunId>> {
         // Each pass sees what committed before it: a child started by a
@@ -329,6 +349,12 @@ impl Store {
                 break;
             }
             stopped.extend(more.iter().map(|r| r.get::<_, Uuid>(0)));
+        }
+        // A rollback's check: once the tree's rows are locked (a call its
+        // worker was committing is seen, or never committed nor run), and
+        // before its calls are cancelled.
+        if let Some(read_only) = read_only {
+            refuse_side_effects(tx, active, read_only).await?;
         }
         tx.exchange_one(crate::calls::cancel_open(&stopped)).await?;
         for run in &stopped {
@@ -364,10 +390,12 @@ impl Store {
             segment,
         } = self.turn_of(thread, &locked.agent, run, content, trace)?;
         ops.extend(turn);
-        ops.push(Op::new(
-            FOLLOWED_IF_QUEUED_SQL,
-            vec![Box::new(run.0), Box::new(thread.0)],
-        ));
+        if locked.queued {
+            ops.push(Op::new(
+                FOLLOWED_IF_QUEUED_SQL,
+                vec![Box::new(run.0), Box::new(thread.0)],
+            ));
+        }
         // Last, after every row lock (see INSERT_EVENT_SQL).
         ordered.extend(turn_ordered);
         ops.append(&mut ordered);

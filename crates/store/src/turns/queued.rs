@@ -38,10 +38,13 @@ impl Store {
             return Ok((None, Vec::new()));
         }
         if let Some(active) = locked.active {
-            // Still going: it starts the queue when it ends.
-            tx.commit_with(vec![Op::new(FOLLOW_SQL, vec![Box::new(active.0)])])
-                .await?;
-            return Ok((None, Vec::new()));
+            // Still going: it starts the queue when it ends (unless it
+            // ended since the lock's read: then the queue starts here).
+            let follow = Op::new(FOLLOW_SQL, vec![Box::new(active.0)]).expect(Expect::Rows);
+            if !tx.exchange_one(follow).await?.is_empty() {
+                tx.commit_with(Vec::new()).await?;
+                return Ok((None, Vec::new()));
+            }
         }
         let head = Op::new(
             "DELETE FROM queued_turns WHERE position = (
@@ -84,7 +87,9 @@ impl Store {
                 "SELECT DISTINCT q.thread_id FROM queued_turns q
                  JOIN threads t ON t.id = q.thread_id
                  LEFT JOIN runs r ON r.id = t.current_run_id
-                 WHERE r.id IS NULL OR r.status NOT IN ('queued', 'running', 'waiting')
+                 -- past a moment's grace: whoever ended the run starts it
+                 WHERE r.id IS NULL OR (r.status NOT IN ('queued', 'running', 'waiting')
+                                        AND r.finished_at < now() - interval '2 seconds')
                  LIMIT $1",
             )
             .await?;
@@ -97,7 +102,12 @@ impl Store {
         drop(client);
         let mut started = Vec::new();
         for thread in threads {
-            started.extend(self.start_queued(ThreadId(thread)).await?);
+            // One thread's failure leaves the others to start.
+            match self.start_queued(ThreadId(thread)).await {
+                Ok(run) => started.extend(run),
+                Err(e) => tracing::warn!(thread_id = %thread, error = %e,
+                    "a queued turn did not start; the next pass tries again"),
+            }
         }
         Ok(started)
     }

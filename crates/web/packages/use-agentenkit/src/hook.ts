@@ -249,11 +249,9 @@ export function useAgentThread(client: Client, threadId: string): AgentThread {
   };
 }
 
-/** An event saying a turn left the conversation (`RUN_CANCELLED` by an
- * edit or a rollback). */
+/** An event saying turns left the conversation (an edit or a rollback). */
 function cutAway(event: ThreadEvent): boolean {
-  const reason = (event.data as { reason?: unknown } | null)?.reason;
-  return event.type === "RUN_CANCELLED" && (reason === "edited" || reason === "rolled back");
+  return event.type === "CONVERSATION_CUT";
 }
 
 /** A request the page no longer listed when it was answered. */

@@ -313,6 +313,8 @@ describe("useAgentThread, talking to a busy thread", () => {
         "also cc Dana",
       ]),
     );
+    await act(() => result.current.respondToInput(result.current.pendingInputs[0]!, true));
+    expect(await finished(api, sent.runId)).toBe("completed");
     unmount();
   });
 
@@ -336,6 +338,27 @@ describe("useAgentThread, talking to a busy thread", () => {
     // The old turn's request is no longer current.
     const late = await api.approve(runId, "c1");
     expect(late).toEqual({ delivered: false, error: "This request is no longer current" });
+    // Another client of the thread, told by the stream, reads it again
+    // too; an edit of an idle thread (no run interrupted) tells it as well.
+    const other = renderHook(() => useAgentThread(api, threadId));
+    await waitFor(() => expect(other.result.current.pendingInputs[0]?.runId).toBe(sent.runId));
+    await act(() => result.current.respondToInput(result.current.pendingInputs[0]!, true));
+    expect(await finished(api, sent.runId)).toBe("completed");
+    const gently = result.current.messages.find((m) => m.role === "user")!;
+    let again!: Awaited<ReturnType<typeof result.current.edit>>;
+    await act(async () => {
+      again = await result.current.edit(gently.id, "go now");
+    });
+    expect(again.interrupted).toBeUndefined();
+    await waitFor(() =>
+      expect(other.result.current.messages.filter((m) => m.role === "user").map((m) => m.content)).toEqual([
+        "go now",
+      ]),
+    );
+    await waitFor(() => expect(result.current.pendingInputs[0]?.runId).toBe(again.runId));
+    await act(() => result.current.respondToInput(result.current.pendingInputs[0]!, true));
+    expect(await finished(api, again.runId)).toBe("completed");
+    other.unmount();
     unmount();
   });
 });
