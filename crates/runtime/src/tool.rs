@@ -146,118 +146,74 @@ pub trait Tool: Send + Sync {
 /// Marks a Rust tool as needing a person's approval before every call
 /// (the file form is `requires_confirmation = true`).
 pub fn mark_requires_confirmation(tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
-    Arc::new(Confirmed(tool))
-}
-
-struct Confirmed(Arc<dyn Tool>);
-
-#[async_trait]
-impl Tool for Confirmed {
-    fn spec(&self) -> ToolSpec {
-        self.0.spec()
-    }
-
-    fn requires_confirmation(&self) -> bool {
-        true
-    }
-
-    fn refuses_repeated_denials(&self) -> bool {
-        self.0.refuses_repeated_denials()
-    }
-
-    fn read_only(&self) -> bool {
-        self.0.read_only()
-    }
-
-    async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
-        self.0.execute(arguments, ctx).await
-    }
-
-    async fn poll(&self, payload: &Value) -> Polled {
-        self.0.poll(payload).await
-    }
-
-    async fn abandon(&self, payload: &Value) {
-        self.0.abandon(payload).await
-    }
+    Marked::over(tool, |marks| marks.requires_confirmation = Some(true))
 }
 
 /// Marks a tool as changing nothing elsewhere (the file form is
 /// `read_only = true`).
 pub fn mark_read_only(tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
-    Arc::new(ReadOnly(tool))
-}
-
-struct ReadOnly(Arc<dyn Tool>);
-
-#[async_trait]
-impl Tool for ReadOnly {
-    fn spec(&self) -> ToolSpec {
-        self.0.spec()
-    }
-
-    fn requires_confirmation(&self) -> bool {
-        self.0.requires_confirmation()
-    }
-
-    fn refuses_repeated_denials(&self) -> bool {
-        self.0.refuses_repeated_denials()
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
-
-    async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
-        self.0.execute(arguments, ctx).await
-    }
-
-    async fn poll(&self, payload: &Value) -> Polled {
-        self.0.poll(payload).await
-    }
-
-    async fn abandon(&self, payload: &Value) {
-        self.0.abandon(payload).await
-    }
+    Marked::over(tool, |marks| marks.read_only = Some(true))
 }
 
 /// Makes a tool ask a person about every call, even one they denied
 /// before with the same arguments in the same run (the file form is
 /// `refuse_repeated_denials = false`).
 pub fn ask_after_every_denial(tool: Arc<dyn Tool>) -> Arc<dyn Tool> {
-    Arc::new(AsksAgain(tool))
+    Marked::over(tool, |marks| marks.refuses_repeated_denials = Some(false))
 }
 
-struct AsksAgain(Arc<dyn Tool>);
+/// A tool with some of its marks set here; the rest, and everything it
+/// does, are its own.
+struct Marked {
+    tool: Arc<dyn Tool>,
+    requires_confirmation: Option<bool>,
+    refuses_repeated_denials: Option<bool>,
+    read_only: Option<bool>,
+}
+
+impl Marked {
+    fn over(tool: Arc<dyn Tool>, mark: impl FnOnce(&mut Marked)) -> Arc<dyn Tool> {
+        let mut marked = Marked {
+            tool,
+            requires_confirmation: None,
+            refuses_repeated_denials: None,
+            read_only: None,
+        };
+        mark(&mut marked);
+        Arc::new(marked)
+    }
+}
 
 #[async_trait]
-impl Tool for AsksAgain {
+impl Tool for Marked {
     fn spec(&self) -> ToolSpec {
-        self.0.spec()
+        self.tool.spec()
     }
 
     fn requires_confirmation(&self) -> bool {
-        self.0.requires_confirmation()
+        self.requires_confirmation
+            .unwrap_or_else(|| self.tool.requires_confirmation())
     }
 
     fn refuses_repeated_denials(&self) -> bool {
-        false
+        self.refuses_repeated_denials
+            .unwrap_or_else(|| self.tool.refuses_repeated_denials())
     }
 
     fn read_only(&self) -> bool {
-        self.0.read_only()
+        self.read_only.unwrap_or_else(|| self.tool.read_only())
     }
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
-        self.0.execute(arguments, ctx).await
+        self.tool.execute(arguments, ctx).await
     }
 
     async fn poll(&self, payload: &Value) -> Polled {
-        self.0.poll(payload).await
+        self.tool.poll(payload).await
     }
 
     async fn abandon(&self, payload: &Value) {
-        self.0.abandon(payload).await
+        self.tool.abandon(payload).await
     }
 }
 
