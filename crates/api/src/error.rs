@@ -239,6 +239,11 @@ impl From<agentenkit_store::Error> for ApiError {
             E::AmbiguousToolCall { run_ids, .. } => ApiError::AmbiguousToolCall(run_ids),
             E::Forbidden { missing } => ApiError::Forbidden { missing },
             E::NotAnApprover { groups } => ApiError::NotAnApprover(groups),
+            E::IdempotencyKeyReused { .. } => ApiError::Unprocessable {
+                code: "IdempotencyKeyReused",
+                message: "this Idempotency-Key was used with another request body; use a new key"
+                    .into(),
+            },
             E::IdempotencyKeyTakenOver { .. } => ApiError::Conflict {
                 code: "IdempotencyKeyTakenOver",
                 message: "this request held its Idempotency-Key so long that a retry took it over; \

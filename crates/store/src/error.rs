@@ -54,6 +54,9 @@ pub enum Error {
     /// (it held it past the stale time): it settles nothing more.
     #[error("idempotency key {key:?} was taken over by a retry")]
     IdempotencyKeyTakenOver { key: String },
+    /// A message's `Idempotency-Key` was first used with another message.
+    #[error("idempotency key {key:?} was used with another request")]
+    IdempotencyKeyReused { key: String },
     /// The request's run is pinned to another version of its agent than
     /// the one the caller's checks implement: check by that one.
     #[error("the run is pinned to version {version} of agent {agent:?}")]

@@ -24,12 +24,18 @@ use crate::start::TurnOps;
 use crate::threads::not_found;
 use crate::{Error, Result, Store};
 
+mod edit;
+mod once;
 mod queued;
+
+pub use once::Once;
 
 /// What a message to a thread with an active run does with that run (a
 /// thread with none starts its turn at once, whatever this says).
 #[derive(Debug, Clone, Copy)]
 pub enum Arrival<'a> {
+    /// It is refused (`RunActive`), as it is while turns wait to start.
+    Reject,
     /// It waits for the run (and any turn queued before it) to end.
     Enqueue,
     /// It joins the run at its next model call (a run that ends first
@@ -42,17 +48,47 @@ pub enum Arrival<'a> {
     Rollback { read_only: &'a [String] },
 }
 
-/// A message accepted for a thread.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A message accepted for a thread (as an `Idempotency-Key` keeps it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PostedTurn {
     /// The run that answers it (queued: the run it will start).
     pub run_id: RunId,
     /// It waits behind an active run.
+    #[serde(default)]
     pub queued: bool,
     /// It joins the active run `run_id` at its next model call.
+    #[serde(default)]
     pub steered: bool,
     /// The runs it stopped.
+    #[serde(default)]
     pub interrupted: Vec<RunId>,
+    /// This is what a first message with the same `Idempotency-Key`
+    /// became: nothing was done now.
+    #[serde(skip)]
+    pub replayed: bool,
+}
+
+impl PostedTurn {
+    /// A turn queued to start run `run`.
+    fn queued(run: RunId) -> PostedTurn {
+        PostedTurn {
+            run_id: run,
+            queued: true,
+            steered: false,
+            interrupted: Vec::new(),
+            replayed: false,
+        }
+    }
+}
+
+/// What a person sent: the text, the trace it came under, and its
+/// `Idempotency-Key`, if any.
+#[derive(Debug, Clone, Copy)]
+pub struct Sent<'a> {
+    pub content: &'a str,
+    pub trace: Option<&'a TraceContext>,
+    pub once: Option<Once<'a>>,
 }
 
 /// Marks the thread's current run as followed by a queued turn, when it is
@@ -96,16 +132,6 @@ const SIDE_EFFECT_SQL: &str = "
       AND NOT (tc.name = ANY($2))
     ORDER BY tc.created_at LIMIT 1";
 
-/// Cuts away the trees of the thread's turns from message `$2` on.
-const CUT_FROM_SQL: &str = "
-    WITH turns AS (
-        SELECT DISTINCT r.id FROM messages m JOIN runs r ON r.id = m.run_id
-        WHERE m.thread_id = $1 AND m.id >= $2 AND r.parent_run_id IS NULL)
-    UPDATE runs SET cut = true
-    WHERE (id IN (SELECT id FROM turns)
-           OR (root_run_id IN (SELECT id FROM turns) AND parent_run_id IS NOT NULL))
-      AND NOT cut";
-
 /// The thread as a turn on it reads it, under its lock.
 pub(crate) struct Locked {
     agent: String,
@@ -127,9 +153,26 @@ impl Store {
         arrival: Arrival<'_>,
         trace: Option<&TraceContext>,
     ) -> Result<PostedTurn> {
+        let sent = Sent {
+            content,
+            trace,
+            once: None,
+        };
+        self.send_turn(thread, owner, sent, arrival).await
+    }
+
+    /// [`Store::post_turn`] of what was `sent`: with an `Idempotency-Key`,
+    /// a second message with the key gets what the first became.
+    pub async fn send_turn(
+        &self,
+        thread: ThreadId,
+        owner: &Owner,
+        sent: Sent<'_>,
+        arrival: Arrival<'_>,
+    ) -> Result<PostedTurn> {
         let run = RunId::new();
         let (posted, outbox, behind) = crate::pipeline::retry_conflicts(|| {
-            self.post_turn_once(thread, owner, run, content, arrival, trace)
+            self.post_turn_once(thread, owner, run, sent, arrival)
         })
         .await?;
         self.publish(&outbox).await;
@@ -146,36 +189,27 @@ impl Store {
         thread: ThreadId,
         owner: &Owner,
         run: RunId,
-        content: &str,
+        sent: Sent<'_>,
         arrival: Arrival<'_>,
-        trace: Option<&TraceContext>,
     ) -> Result<(PostedTurn, Vec<OutboxRow>, bool)> {
         let tx = OpenTx::new(self.client().await?);
         let locked = lock(&tx, thread, Some(owner)).await?;
+        if let Some(kept) = before_turn(&tx, thread, owner, &locked, &sent, arrival).await? {
+            return Ok((kept, Vec::new(), false));
+        }
         let mut interrupted = Vec::new();
         let mut ops = Vec::new();
         let mut ordered = Vec::new();
         if let Some(active) = locked.active {
             match arrival {
+                Arrival::Reject => unreachable!("refused by before_turn"),
                 Arrival::Enqueue | Arrival::Steer => {
-                    let steer = matches!(arrival, Arrival::Steer);
-                    let mark = if steer { STEER_SQL } else { FOLLOW_SQL };
-                    let mark = Op::new(mark, vec![Box::new(active.0)]).expect(Expect::Rows);
-                    let still_active = !tx.exchange_one(mark).await?.is_empty();
-                    if still_active || locked.queued {
-                        let steers = (steer && still_active).then_some(active);
-                        let outbox = self
-                            .queue_in(&tx, thread, run, steers, content, trace)
-                            .await?;
-                        let posted = PostedTurn {
-                            run_id: steers.unwrap_or(run),
-                            queued: steers.is_none(),
-                            steered: steers.is_some(),
-                            interrupted,
-                        };
-                        // The run ended while this waited for the lock, its
-                        // queue not yet started: start it from here.
-                        return Ok((posted, outbox, !still_active));
+                    let behind = (owner, &locked, active, run);
+                    if let Some(queued) = self
+                        .queue_behind(&tx, thread, behind, sent, arrival)
+                        .await?
+                    {
+                        return Ok(queued);
                     }
                 }
                 Arrival::Interrupt => {
@@ -196,119 +230,100 @@ impl Store {
             }
         } else if locked.queued {
             // Earlier turns wait for an ended run: this one goes behind them.
-            let outbox = self
-                .queue_in(&tx, thread, run, None, content, trace)
-                .await?;
-            let posted = PostedTurn {
-                run_id: run,
-                queued: true,
-                steered: false,
-                interrupted,
-            };
+            let posted = PostedTurn::queued(run);
+            let keep = keep(owner, &sent, &posted)?;
+            let outbox = self.queue_in(&tx, thread, (run, None), sent, keep).await?;
             return Ok((posted, outbox, true));
         }
+        let posted = PostedTurn {
+            run_id: run,
+            queued: false,
+            steered: false,
+            interrupted,
+            replayed: false,
+        };
+        ops.extend(keep(owner, &sent, &posted)?);
+        let (content, trace) = (sent.content, sent.trace);
         let outbox = self
             .start_in(&tx, thread, &locked, run, content, trace, ops, ordered)
             .await?;
-        let posted = PostedTurn {
-            run_id: run,
-            queued: false,
-            steered: false,
-            interrupted,
-        };
         Ok((posted, outbox, false))
     }
 
-    /// Edits a turn: the thread is cut back to before user message
-    /// `message` (an active run interrupted first, the turns from that one
-    /// on cut away) and a new turn starts from `content`.
-    pub async fn edit_turn(
+    /// A message queued behind the active run, or steering it: the posted
+    /// turn, what to publish, and whether the run ended meanwhile, leaving
+    /// its queue to start from here. `None` when the run ended and no turn
+    /// waits: this one starts now.
+    async fn queue_behind(
         &self,
+        tx: &OpenTx,
         thread: ThreadId,
-        owner: &Owner,
-        message: i64,
-        content: &str,
-        trace: Option<&TraceContext>,
-    ) -> Result<PostedTurn> {
-        let run = RunId::new();
-        let (posted, outbox) = crate::pipeline::retry_conflicts(|| {
-            self.edit_turn_once(thread, owner, run, message, content, trace)
-        })
-        .await?;
-        self.publish(&outbox).await;
-        Ok(posted)
-    }
-
-    async fn edit_turn_once(
-        &self,
-        thread: ThreadId,
-        owner: &Owner,
-        run: RunId,
-        message: i64,
-        content: &str,
-        trace: Option<&TraceContext>,
-    ) -> Result<(PostedTurn, Vec<OutboxRow>)> {
-        let tx = OpenTx::new(self.client().await?);
-        let locked = lock(&tx, thread, Some(owner)).await?;
-        let edited = Op::new(
-            "SELECT m.body_whole->>'role' = 'user' AND NOT m.body_whole ? 'steered'
-                    AND r.parent_run_id IS NULL, r.cut
-             FROM messages_whole m JOIN runs r ON r.id = m.run_id
-             WHERE m.thread_id = $1 AND m.id = $2",
-            vec![Box::new(thread.0), Box::new(message)],
-        )
-        .expect(Expect::Rows);
-        let edited = tx.exchange_one(edited).await?;
-        let refusal = match edited.first() {
-            None => Some(Error::NotFound {
-                what: "message",
-                id: message.to_string(),
-            }),
-            // A turn already cut away is no longer in the conversation.
-            Some(row) if row.get::<_, bool>(1) => Some(Error::NotFound {
-                what: "message",
-                id: message.to_string(),
-            }),
-            Some(row) if !row.get::<_, bool>(0) => Some(Error::NotATurn {
-                message_id: message,
-            }),
-            Some(_) => None,
-        };
-        if let Some(refusal) = refusal {
-            tx.rollback().await?;
-            return Err(refusal);
+        (owner, locked, active, run): (&Owner, &Locked, RunId, RunId),
+        sent: Sent<'_>,
+        arrival: Arrival<'_>,
+    ) -> Result<Option<(PostedTurn, Vec<OutboxRow>, bool)>> {
+        let steer = matches!(arrival, Arrival::Steer);
+        let mark = if steer { STEER_SQL } else { FOLLOW_SQL };
+        let mark = Op::new(mark, vec![Box::new(active.0)]).expect(Expect::Rows);
+        let still_active = !tx.exchange_one(mark).await?.is_empty();
+        if !still_active && !locked.queued {
+            return Ok(None);
         }
-        let mut ordered = Vec::new();
-        let interrupted = match locked.active {
-            Some(active) => {
-                self.interrupt(&tx, thread, active, ("edited", None), &mut ordered)
-                    .await?
-            }
-            None => Vec::new(),
+        let steers = (steer && still_active).then_some(active);
+        let posted = match steers {
+            Some(active) => PostedTurn {
+                run_id: active,
+                queued: false,
+                steered: true,
+                interrupted: Vec::new(),
+                replayed: false,
+            },
+            None => PostedTurn::queued(run),
         };
-        let cut = Op::new(CUT_FROM_SQL, vec![Box::new(thread.0), Box::new(message)]);
-        ordered.extend(self.cut_event(thread, json!({ "fromMessageId": message, "runId": run })));
-        let outbox = self
-            .start_in(
-                &tx,
-                thread,
-                &locked,
-                run,
-                content,
-                trace,
-                vec![cut],
-                ordered,
-            )
-            .await?;
-        let posted = PostedTurn {
-            run_id: run,
-            queued: false,
-            steered: false,
-            interrupted,
-        };
-        Ok((posted, outbox))
+        let keep = keep(owner, &sent, &posted)?;
+        let outbox = self.queue_in(tx, thread, (run, steers), sent, keep).await?;
+        Ok(Some((posted, outbox, !still_active)))
     }
+}
 
+/// What comes before a message's turn under the thread's lock: what a
+/// first message with its `Idempotency-Key` became (`tx` committed), or a
+/// `reject`'s refusal (`tx` rolled back) while a run is active or turns
+/// wait to start.
+async fn before_turn(
+    tx: &OpenTx,
+    thread: ThreadId,
+    owner: &Owner,
+    locked: &Locked,
+    sent: &Sent<'_>,
+    arrival: Arrival<'_>,
+) -> Result<Option<PostedTurn>> {
+    if let Some(once) = &sent.once {
+        if let Some(kept) = once::replayed(tx, owner, once).await? {
+            tx.commit_with(Vec::new()).await?;
+            return Ok(Some(kept));
+        }
+    }
+    if matches!(arrival, Arrival::Reject) && (locked.active.is_some() || locked.queued) {
+        tx.rollback().await?;
+        return Err(Error::RunActive {
+            thread_id: thread.to_string(),
+            run_id: locked.active.map(|r| r.to_string()).unwrap_or_default(),
+        });
+    }
+    Ok(None)
+}
+
+/// The record of `sent`'s `Idempotency-Key` with what it became, if it
+/// came with one.
+fn keep(owner: &Owner, sent: &Sent<'_>, posted: &PostedTurn) -> Result<Option<Op>> {
+    sent.once
+        .as_ref()
+        .map(|once| once::keep_op(owner, once, posted))
+        .transpose()
+}
+
+impl Store {
     /// `CONVERSATION_CUT`: turns left the conversation (clients holding its
     /// messages read it again).
     fn cut_event(&self, thread: ThreadId, data: serde_json::Value) -> Vec<Op> {

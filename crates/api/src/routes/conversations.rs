@@ -3,14 +3,17 @@
 //! an edit cuts the thread back to a past user message and goes on from
 //! there (docs/conversations.md).
 
+use agentenkit_core::canonical::arguments_hash;
 use agentenkit_core::conversation::OnActive;
 use agentenkit_core::{Owner, RunId, ThreadId};
 use agentenkit_runtime::trace;
-use agentenkit_store::Arrival;
+use agentenkit_store::{Arrival, Once, PostedTurn, Sent};
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use utoipa::ToSchema;
 
 use crate::auth::{Scoped, ThreadsWrite};
@@ -59,8 +62,8 @@ pub struct StartedRun {
     interrupted: Vec<RunId>,
 }
 
-impl From<agentenkit_store::PostedTurn> for StartedRun {
-    fn from(posted: agentenkit_store::PostedTurn) -> Self {
+impl From<PostedTurn> for StartedRun {
+    fn from(posted: PostedTurn) -> Self {
         StartedRun {
             run_id: posted.run_id,
             queued: posted.queued,
@@ -78,16 +81,20 @@ impl From<agentenkit_store::PostedTurn> for StartedRun {
 /// conversation; 409 `SideEffects` when a tool that is not read-only ran
 /// in it).
 #[utoipa::path(post, path = "/threads/{id}/messages", tag = "threads",
-    params(("id" = ThreadId, Path, description = "The thread")),
+    params(("id" = ThreadId, Path, description = "The thread"),
+        ("Idempotency-Key" = Option<crate::schemas::IdempotencyKeyText>, Header,
+         description = "1 to 255 visible ASCII characters, kept 24 hours: the same key with the same message gets what the first became (nothing is queued, steered or interrupted twice)")),
     request_body = PostMessage,
     responses(
-        (status = 202, body = StartedRun),
+        (status = 202, body = StartedRun, headers(("Idempotent-Replayed" = String,
+            description = "`true` when this is what an earlier message with the key became"))),
         (status = 400, description = "Malformed JSON or blank content", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No such thread of the caller's", body = ErrorBody),
         (status = 409, description = "`RunActive`: a run is active or waiting (`onActive: reject`); `SideEffects`: a rollback of a run that ran a tool that is not read-only", body = ErrorBody),
         (status = 413, body = ErrorBody),
+        (status = 422, description = "`IdempotencyKeyReused`: the key was used with another message", body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
     ))]
@@ -95,34 +102,21 @@ pub async fn post_message(
     State(state): State<AppState>,
     Scoped(owner, ..): Scoped<ThreadsWrite>,
     PathText(id): PathText,
+    headers: HeaderMap,
     JsonBody(body): JsonBody<PostMessage>,
-) -> Result<(StatusCode, Json<StartedRun>), ApiError> {
+) -> Result<Response, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     check_content(&body.content)?;
-    // Only a process that could not list an MCP server, or whose agents
-    // take messages to a busy thread by default, or a message that says
-    // what it does then, reads the thread's agent first: every other turn
-    // costs what it did.
+    let key = super::decisions::idempotency_key(&headers)?
+        .map(|key| format!("POST /threads/{thread}/messages {key}"));
+    let hash = arguments_hash(&json!({ "content": body.content, "onActive": body.on_active }));
     let registry = state.registry();
-    let needs_agent = !registry.delayed_agents().is_empty()
-        || matches!(body.on_active, Some(OnActive::Rollback))
-        || (body.on_active.is_none() && registry.any_on_active());
-    let agent = match needs_agent {
-        true => Some(state.store.thread_agent(thread, &owner).await?),
-        false => None,
-    };
-    if let Some(agent) = &agent {
-        state.refuse_delayed(agent)?;
-    }
-    let on_active = body.on_active.unwrap_or_else(|| {
-        agent
-            .as_deref()
-            .and_then(|agent| registry.agent(agent))
-            .map_or(OnActive::Reject, |agent| agent.on_active)
-    });
+    let (agent, on_active) = what_it_does(&state, thread, &owner, body.on_active).await?;
     let trace = trace::current();
     let read_only;
     let arrival = match on_active {
+        // With a key, a retry must find what the first became.
+        OnActive::Reject if key.is_some() => Arrival::Reject,
         OnActive::Reject => {
             let started = state
                 .store
@@ -146,10 +140,19 @@ pub async fn post_message(
             }
         }
     };
-    let posted = state
-        .store
-        .post_turn(thread, &owner, &body.content, arrival, trace.as_ref())
-        .await?;
+    let sent = Sent {
+        content: &body.content,
+        trace: trace.as_ref(),
+        once: key.as_deref().map(|key| Once {
+            key,
+            request_hash: &hash,
+            keep_for: state.idempotency.keep_for,
+        }),
+    };
+    let posted = state.store.send_turn(thread, &owner, sent, arrival).await?;
+    if posted.replayed {
+        return Ok(replayed(posted));
+    }
     counted(
         match (&arrival, posted.queued, posted.interrupted.is_empty()) {
             _ if posted.steered => "steered",
@@ -160,6 +163,46 @@ pub async fn post_message(
         },
     );
     Ok(accepted(posted.into()))
+}
+
+/// The thread's agent, when it is read, and what the message does to a run
+/// still active: what it says, else its agent's `on_active`, else
+/// `reject`. Only a process that could not list an MCP server, or whose
+/// agents take messages to a busy thread by default, or a rollback, reads
+/// the thread's agent first: every other turn costs what it did.
+async fn what_it_does(
+    state: &AppState,
+    thread: ThreadId,
+    owner: &Owner,
+    said: Option<OnActive>,
+) -> Result<(Option<String>, OnActive), ApiError> {
+    let registry = state.registry();
+    let needs_agent = !registry.delayed_agents().is_empty()
+        || matches!(said, Some(OnActive::Rollback))
+        || (said.is_none() && registry.any_on_active());
+    let agent = match needs_agent {
+        true => Some(state.store.thread_agent(thread, owner).await?),
+        false => None,
+    };
+    if let Some(agent) = &agent {
+        state.refuse_delayed(agent)?;
+    }
+    let on_active = said.unwrap_or_else(|| {
+        agent
+            .as_deref()
+            .and_then(|agent| registry.agent(agent))
+            .map_or(OnActive::Reject, |agent| agent.on_active)
+    });
+    Ok((agent, on_active))
+}
+
+/// What an earlier message with the same `Idempotency-Key` became.
+fn replayed(posted: PostedTurn) -> Response {
+    let mut response = accepted(posted.into());
+    response
+        .headers_mut()
+        .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    response
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -183,16 +226,20 @@ pub struct EditMessage {
     params(
         ("id" = ThreadId, Path, description = "The thread"),
         ("messageId" = i64, Path, minimum = 1, description = "A user message, by its id in `GET /threads/{id}/messages`"),
+        ("Idempotency-Key" = Option<crate::schemas::IdempotencyKeyText>, Header,
+         description = "1 to 255 visible ASCII characters, kept 24 hours: the same key with the same edit gets what the first became"),
     ),
     request_body = EditMessage,
     responses(
-        (status = 202, body = StartedRun),
+        (status = 202, body = StartedRun, headers(("Idempotent-Replayed" = String,
+            description = "`true` when this is what an earlier edit with the key became"))),
         (status = 400, description = "Malformed JSON or blank content", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "`Forbidden`: the key lacks the scope `missingScope` names", body = ErrorBody),
         (status = 404, description = "No such thread of the caller's, or no such message in its conversation", body = ErrorBody),
         (status = 409, description = "`NotAUserMessage`: the message is not a turn's user message", body = ErrorBody),
         (status = 413, body = ErrorBody),
+        (status = 422, description = "`IdempotencyKeyReused`: the key was used with another edit", body = ErrorBody),
         (status = 500, body = ErrorBody),
         (status = 503, body = ErrorBody),
     ))]
@@ -200,22 +247,30 @@ pub async fn edit_message(
     State(state): State<AppState>,
     Scoped(owner, ..): Scoped<ThreadsWrite>,
     PathPair(id, message): PathPair,
+    headers: HeaderMap,
     JsonBody(body): JsonBody<EditMessage>,
-) -> Result<(StatusCode, Json<StartedRun>), ApiError> {
+) -> Result<Response, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     let message: i64 = parse_id(&message, "message")?;
     check_content(&body.content)?;
+    let key = super::decisions::idempotency_key(&headers)?
+        .map(|key| format!("POST /threads/{thread}/messages/{message}/edit {key}"));
+    let hash = arguments_hash(&json!({ "content": body.content }));
     refuse_delayed_thread(&state, thread, &owner).await?;
-    let posted = state
-        .store
-        .edit_turn(
-            thread,
-            &owner,
-            message,
-            &body.content,
-            trace::current().as_ref(),
-        )
-        .await?;
+    let trace = trace::current();
+    let sent = Sent {
+        content: &body.content,
+        trace: trace.as_ref(),
+        once: key.as_deref().map(|key| Once {
+            key,
+            request_hash: &hash,
+            keep_for: state.idempotency.keep_for,
+        }),
+    };
+    let posted = state.store.edit_turn(thread, &owner, message, sent).await?;
+    if posted.replayed {
+        return Ok(replayed(posted));
+    }
     counted("edited");
     Ok(accepted(posted.into()))
 }
@@ -226,8 +281,8 @@ fn counted(outcome: &'static str) {
         .increment(1);
 }
 
-fn accepted(started: StartedRun) -> (StatusCode, Json<StartedRun>) {
-    (StatusCode::ACCEPTED, Json(started))
+fn accepted(started: StartedRun) -> Response {
+    (StatusCode::ACCEPTED, Json(started)).into_response()
 }
 
 /// A 503 when the thread's agent waits for an MCP server this process

@@ -315,7 +315,7 @@ fn readable(index: usize, item: DecisionItem) -> Result<Decided, ApiError> {
 
 /// The `Idempotency-Key` header, when there is one: 1 to 255 visible ASCII
 /// characters.
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let mut values = headers.get_all("idempotency-key").iter();
     let Some(value) = values.next() else {
         return Ok(None);

@@ -6,7 +6,7 @@ use agentenkit_core::{EventType, RunId, ThreadId, TraceContext};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{lock, FOLLOW_SQL};
+use super::{lock, Sent, FOLLOW_SQL};
 use crate::event_insert::event_ops;
 use crate::format::event::RowFields;
 use crate::outbox::OutboxRow;
@@ -112,19 +112,20 @@ impl Store {
         Ok(started)
     }
 
-    /// Queues `content` in `tx` (to start run `run`, or to join run
-    /// `steers`) with its `MESSAGE_QUEUED` event, and commits; the outbox
-    /// rows to publish.
+    /// Queues what was `sent` in `tx` (to start run `run`, or to join run
+    /// `steers`) with its `MESSAGE_QUEUED` event (and `keep`, its key's
+    /// record), and commits; the outbox rows to publish.
     pub(super) async fn queue_in(
         &self,
         tx: &OpenTx,
         thread: ThreadId,
-        run: RunId,
-        steers: Option<RunId>,
-        content: &str,
-        trace: Option<&TraceContext>,
+        (run, steers): (RunId, Option<RunId>),
+        sent: Sent<'_>,
+        keep: Option<Op>,
     ) -> Result<Vec<OutboxRow>> {
-        let mut ops = vec![enqueue_op(thread, run, steers, content, trace)];
+        let content = sent.content;
+        let mut ops = vec![enqueue_op(thread, run, steers, content, sent.trace)];
+        ops.extend(keep);
         let mut data = json!({ "runId": steers.unwrap_or(run), "content": content });
         if steers.is_some() {
             data["steers"] = json!(true);
