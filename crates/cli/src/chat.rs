@@ -2,106 +2,30 @@
 //! on the terminal. A line typed while a turn works (and nothing asks) is
 //! queued on the thread: its turn runs when this one ends.
 
-use std::io::Write;
 use std::sync::Arc;
 
 use agentenkit_core::questions::{Question, QuestionSet};
 use agentenkit_core::reply::Verdict;
-use agentenkit_core::{Owner, ThreadId};
+use agentenkit_core::Owner;
 use agentenkit_runtime::inline::{Hooks, InlineRunner};
-use agentenkit_store::{Arrival, PendingInput, Store};
+use agentenkit_store::PendingInput;
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
 
 use crate::shown::shown;
 use crate::{AgentConfig, Connections};
 
-/// Where the next typed line goes: to whoever waits for one (the `you>`
-/// prompt, an approval, a question), or else, while a turn works, to the
-/// thread as a queued message.
-#[derive(Default)]
-struct Terminal {
-    waiting: std::sync::Mutex<Waiting>,
-}
+mod terminal;
 
-#[derive(Default)]
-struct Waiting {
-    reader: Option<oneshot::Sender<Option<String>>>,
-    /// Standard input ended: nobody gets another line.
-    closed: bool,
-}
-
-impl Terminal {
-    /// The next line typed (`None` at the end of input).
-    async fn read_line(&self) -> Option<String> {
-        let _ = std::io::stdout().flush();
-        let (sender, line) = oneshot::channel();
-        {
-            let mut waiting = self.waiting.lock().ok()?;
-            if waiting.closed {
-                return None;
-            }
-            waiting.reader = Some(sender);
-        }
-        line.await.ok().flatten()
-    }
-
-    /// Reads standard input to its end, handing each line to whoever waits
-    /// for one, or queueing it on `thread` when nobody does.
-    async fn dispatch(self: Arc<Self>, store: Store, owner: Owner, thread: ThreadId) {
-        // A thread of its own blocks on the terminal: the runtime's blocking
-        // pool would hold the process open at exit, waiting for a line.
-        let (sender, mut lines) = tokio::sync::mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        loop {
-            let line = lines.recv().await;
-            let reader = match self.waiting.lock() {
-                Ok(mut waiting) => {
-                    waiting.closed = line.is_none();
-                    waiting.reader.take()
-                }
-                Err(_) => return,
-            };
-            match (reader, line) {
-                (Some(reader), line) => {
-                    let _ = reader.send(line);
-                }
-                (None, None) => return,
-                (None, Some(line)) if line.trim().is_empty() => {}
-                (None, Some(line)) => {
-                    match store
-                        .post_turn(thread, &owner, &line, Arrival::Enqueue, None)
-                        .await
-                    {
-                        Ok(posted) if posted.queued => {
-                            println!("(queued: it runs when this turn ends)")
-                        }
-                        // The turn had just ended: this one runs now, and
-                        // the next prompt's turn follows it.
-                        Ok(_) => println!("(sent: it runs now)"),
-                        Err(e) => println!("(not queued: {})", shown(&e.to_string(), false)),
-                    }
-                }
-            }
-        }
-    }
-}
+use terminal::Terminal;
 
 struct TerminalHooks {
     terminal: Arc<Terminal>,
 }
 
 impl TerminalHooks {
-    async fn read_line(&self) -> Option<String> {
-        self.terminal.read_line().await
+    async fn ask(&self, prompt: &str) -> Option<String> {
+        self.terminal.ask(prompt).await
     }
 }
 
@@ -146,6 +70,7 @@ impl Hooks for TerminalHooks {
     /// "Question 1 of N" with the defaults pre-picked; Enter confirms them.
     async fn await_answers(&self, pending: &PendingInput) -> Option<Value> {
         let set = QuestionSet::parse(pending.request.as_ref()?).ok()?;
+        let _asking = self.terminal.asking();
         if let Some(preamble) = &set.preamble {
             println!(
                 "\n{}: {}",
@@ -187,11 +112,11 @@ impl Hooks for TerminalHooks {
                 "a number"
             };
             loop {
-                print!(
+                let prompt = format!(
                     "Enter keeps the * answer{}, or type {how} (- for none): ",
                     if question.multiple { "s" } else { "" }
                 );
-                let line = self.read_line().await.unwrap_or_default();
+                let line = self.ask(&prompt).await.unwrap_or_default();
                 match parse_choice(&line, question) {
                     Ok(None) => break,
                     Ok(Some(values)) => {
@@ -206,6 +131,7 @@ impl Hooks for TerminalHooks {
     }
 
     async fn await_approval(&self, pending: &PendingInput) -> Verdict {
+        let _asking = self.terminal.asking();
         let arguments = shown(
             &serde_json::to_string_pretty(&pending.arguments).unwrap_or_default(),
             true,
@@ -215,12 +141,12 @@ impl Hooks for TerminalHooks {
         } else {
             String::new()
         };
-        print!(
+        let prompt = format!(
             "\n{} wants to call {}{who} with\n{arguments}\nApprove? [y/N] ",
             shown(&pending.run_name, false),
             shown(&pending.tool_name, false)
         );
-        let line = self.read_line().await;
+        let line = self.ask(&prompt).await;
         match line.as_deref().map(str::trim) {
             Some("y" | "Y" | "yes") => Verdict::approve(),
             _ => Verdict::Reject {
@@ -260,12 +186,14 @@ pub async fn run(
     );
     let mut seen = 0i64;
     loop {
-        print!("\nyou> ");
-        let line = terminal.read_line().await;
+        let line = terminal.ask("\nyou> ").await;
         let Some(line) = line.filter(|l| !l.trim().is_empty()) else {
             break;
         };
-        let run = runner.run_turn(thread, &line, &hooks).await?;
+        terminal.working(true);
+        let run = runner.run_turn(thread, &line, &hooks).await;
+        terminal.working(false);
+        let run = run?;
         for message in store
             .list_messages(
                 thread,
