@@ -1,12 +1,10 @@
 //! Stopping a thread: its current run tree is cancelled, every open
 //! request of it with it, in one transaction.
 
-use agentenkit_core::{EventType, Owner, RunId, ThreadId};
-use serde_json::json;
+use agentenkit_core::{Owner, RunId, ThreadId};
 use uuid::Uuid;
 
-use crate::event_insert::{event_ops, returned_outbox};
-use crate::format::event::RowFields;
+use crate::event_insert::returned_outbox;
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
 use crate::{Error, Result, Store};
@@ -60,40 +58,14 @@ impl Store {
             tx.commit_with(Vec::new()).await?;
             return Ok((vec![], vec![]));
         };
-        // Each statement sees what committed before it: repeat until a
-        // pass finds nothing, so a child started by a park that committed
-        // while this waited is stopped too.
-        let mut stopped: Vec<Uuid> = Vec::new();
-        for _ in 0..16 {
-            let pass = Op::new(CANCEL_TREE_SQL, vec![Box::new(current)]).expect(Expect::Rows);
-            let more = tx.exchange_one(pass).await?;
-            if more.is_empty() {
-                break;
-            }
-            stopped.extend(more.iter().map(|r| r.get::<_, Uuid>(0)));
-        }
-        // Every open request of them, then the events, last (after every
-        // row lock, see `INSERT_EVENT_SQL`).
-        let mut ops = vec![crate::calls::cancel_open(&stopped)];
-        for run in &stopped {
-            ops.extend(event_ops(
-                thread,
-                Some(RunId(*run)),
-                EventType::RunCancelled,
-                json!({ "runId": run, "reason": "stopped" }),
-                &RowFields::default(),
-                self.notify_rule(),
-            ));
-        }
+        // The tree as an interrupt stops it (its open requests cancelled),
+        // with the events last, after every row lock (see
+        // `INSERT_EVENT_SQL`).
+        let mut ops = Vec::new();
+        let stopped = self
+            .interrupt(&tx, thread, RunId(current), ("stopped", None), &mut ops)
+            .await?;
         let outbox = returned_outbox(tx.commit_with(ops).await?)?;
-        Ok((stopped.into_iter().map(RunId).collect(), outbox))
+        Ok((stopped, outbox))
     }
 }
-
-/// Cancels the active runs of the tree rooted at `$1`, returning them.
-const CANCEL_TREE_SQL: &str = "
-    UPDATE runs SET status = 'cancelled', finished_at = now(), updated_at = now(),
-           lease_owner = NULL, lease_expires_at = NULL, error = 'stopped'
-    WHERE (id = $1 OR (root_run_id = $1 AND parent_run_id IS NOT NULL))
-      AND status IN ('queued', 'running', 'waiting')
-    RETURNING id";

@@ -298,11 +298,8 @@ async fn before_turn(
     sent: &Sent<'_>,
     arrival: Arrival<'_>,
 ) -> Result<Option<PostedTurn>> {
-    if let Some(once) = &sent.once {
-        if let Some(kept) = once::replayed(tx, owner, once).await? {
-            tx.commit_with(Vec::new()).await?;
-            return Ok(Some(kept));
-        }
+    if let Some(kept) = once::replay(tx, owner, sent).await? {
+        return Ok(Some(kept));
     }
     if matches!(arrival, Arrival::Reject) && (locked.active.is_some() || locked.queued) {
         tx.rollback().await?;
@@ -342,7 +339,7 @@ impl Store {
     /// requests; their events go to `ordered`. With `read_only` (a
     /// rollback), refused when a tool not among them ran in the tree.
     /// Returns the runs stopped.
-    async fn interrupt(
+    pub(crate) async fn interrupt(
         &self,
         tx: &OpenTx,
         thread: ThreadId,

@@ -140,15 +140,7 @@ pub async fn post_message(
             }
         }
     };
-    let sent = Sent {
-        content: &body.content,
-        trace: trace.as_ref(),
-        once: key.as_deref().map(|key| Once {
-            key,
-            request_hash: &hash,
-            keep_for: state.idempotency.keep_for,
-        }),
-    };
+    let sent = sent(&state, &body.content, trace.as_ref(), key.as_deref(), &hash);
     let posted = state.store.send_turn(thread, &owner, sent, arrival).await?;
     if posted.replayed {
         return Ok(replayed(posted));
@@ -194,6 +186,26 @@ async fn what_it_does(
             .map_or(OnActive::Reject, |agent| agent.on_active)
     });
     Ok((agent, on_active))
+}
+
+/// What the person sent, with its `Idempotency-Key` (`key`, as the route
+/// names it, and `hash`, the request's) when it came with one.
+fn sent<'a>(
+    state: &AppState,
+    content: &'a str,
+    trace: Option<&'a agentenkit_core::TraceContext>,
+    key: Option<&'a str>,
+    hash: &'a str,
+) -> Sent<'a> {
+    Sent {
+        content,
+        trace,
+        once: key.map(|key| Once {
+            key,
+            request_hash: hash,
+            keep_for: state.idempotency.keep_for,
+        }),
+    }
 }
 
 /// What an earlier message with the same `Idempotency-Key` became.
@@ -258,15 +270,7 @@ pub async fn edit_message(
     let hash = arguments_hash(&json!({ "content": body.content }));
     refuse_delayed_thread(&state, thread, &owner).await?;
     let trace = trace::current();
-    let sent = Sent {
-        content: &body.content,
-        trace: trace.as_ref(),
-        once: key.as_deref().map(|key| Once {
-            key,
-            request_hash: &hash,
-            keep_for: state.idempotency.keep_for,
-        }),
-    };
+    let sent = sent(&state, &body.content, trace.as_ref(), key.as_deref(), &hash);
     let posted = state.store.edit_turn(thread, &owner, message, sent).await?;
     if posted.replayed {
         return Ok(replayed(posted));

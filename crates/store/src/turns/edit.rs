@@ -49,11 +49,8 @@ impl Store {
     ) -> Result<(PostedTurn, Vec<OutboxRow>)> {
         let tx = OpenTx::new(self.client().await?);
         let locked = lock(&tx, thread, Some(owner)).await?;
-        if let Some(once) = &sent.once {
-            if let Some(kept) = once::replayed(&tx, owner, once).await? {
-                tx.commit_with(Vec::new()).await?;
-                return Ok((kept, Vec::new()));
-            }
+        if let Some(kept) = once::replay(&tx, owner, &sent).await? {
+            return Ok((kept, Vec::new()));
         }
         check_edited(&tx, thread, message).await?;
         let mut ordered = Vec::new();
@@ -76,9 +73,7 @@ impl Store {
             interrupted,
             replayed: false,
         };
-        if let Some(once) = &sent.once {
-            ops.push(once::keep_op(owner, once, &posted)?);
-        }
+        ops.extend(super::keep(owner, &sent, &posted)?);
         let (content, trace) = (sent.content, sent.trace);
         let outbox = self
             .start_in(&tx, thread, &locked, run, content, trace, ops, ordered)

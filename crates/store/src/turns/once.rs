@@ -26,11 +26,7 @@ pub struct Once<'a> {
 /// What the first message with `once`'s key became, when one was sent
 /// (with the same request: another is `IdempotencyKeyReused`, and `tx`
 /// rolled back).
-pub(super) async fn replayed(
-    tx: &OpenTx,
-    owner: &Owner,
-    once: &Once<'_>,
-) -> Result<Option<PostedTurn>> {
+async fn replayed(tx: &OpenTx, owner: &Owner, once: &Once<'_>) -> Result<Option<PostedTurn>> {
     let kept = Op::new(
         "SELECT request_hash, response FROM idempotency_keys
          WHERE owner = $1 AND key = $2 AND status IS NOT NULL
@@ -57,6 +53,23 @@ pub(super) async fn replayed(
     )?;
     posted.replayed = true;
     Ok(Some(posted))
+}
+
+/// What a first message with `sent`'s key became, if it came with one and
+/// one was sent (`tx` then committed: nothing more is done).
+pub(super) async fn replay(
+    tx: &OpenTx,
+    owner: &Owner,
+    sent: &super::Sent<'_>,
+) -> Result<Option<PostedTurn>> {
+    let Some(once) = &sent.once else {
+        return Ok(None);
+    };
+    let kept = replayed(tx, owner, once).await?;
+    if kept.is_some() {
+        tx.commit_with(Vec::new()).await?;
+    }
+    Ok(kept)
 }
 
 /// Keeps `once`'s key with what the message became (an expired row of the
