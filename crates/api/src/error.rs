@@ -216,6 +216,12 @@ impl From<agentenkit_store::Error> for ApiError {
                 code: "NotAUserMessage",
                 message: format!("message {message_id} is not a user message of a turn"),
             },
+            E::SubAgentMessage { message_id } => ApiError::Conflict {
+                code: "SubAgentMessage",
+                message: format!(
+                    "message {message_id} is a sub-agent's; fork at a message of the thread's conversation"
+                ),
+            },
             E::ReplyMismatch { kind } => ApiError::Conflict {
                 code: "HumanReplyMismatchError",
                 message: format!(

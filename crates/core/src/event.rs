@@ -23,6 +23,7 @@ string_enum!(
         ApprovalRecorded => "APPROVAL_RECORDED",
         MessageQueued => "MESSAGE_QUEUED",
         ConversationCut => "CONVERSATION_CUT",
+        ThreadForked => "THREAD_FORKED",
     }
 );
 
@@ -48,7 +49,8 @@ mod tests {
                 "RUN_CANCELLED",
                 "APPROVAL_RECORDED",
                 "MESSAGE_QUEUED",
-                "CONVERSATION_CUT"
+                "CONVERSATION_CUT",
+                "THREAD_FORKED"
             ]
         );
         for e in EventType::ALL {

@@ -19,6 +19,8 @@ pub mod names {
 
     pub const INTAKE_ASK: &str = "intake:ask";
     pub const INTAKE_ANSWERS: &str = "intake:answers";
+    /// The id of the row that asks an agent's intake questions.
+    pub const INTAKE_CALL_ID: &str = "intake";
 
     pub fn model(n: u32) -> String {
         format!("model:{n}")

@@ -14,6 +14,7 @@ pub mod conversation;
 pub mod denials;
 pub mod error;
 pub mod event;
+pub mod fork;
 pub mod ids;
 pub mod journal;
 pub mod notify;

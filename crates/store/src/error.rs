@@ -18,6 +18,9 @@ pub enum Error {
     /// An edit addressed to a message that is not a turn's user message.
     #[error("message {message_id} is not a user message of a turn")]
     NotATurn { message_id: i64 },
+    /// A fork at a message of a sub-agent's run, not of the conversation.
+    #[error("message {message_id} is a sub-agent's, not the conversation's")]
+    SubAgentMessage { message_id: i64 },
     /// The worker's lease ran out or was taken over: its writes are refused.
     #[error("lease on run {run_id} is lost")]
     LeaseLost { run_id: String },

@@ -73,7 +73,7 @@ pub use start::StartedRun;
 pub use statistics::{PreparedPlan, GROWN_MARGIN_ROWS};
 pub use threads::THREAD_PENDING_INPUTS;
 pub use tls::SslMode;
-pub use turns::{Arrival, Once, PostedTurn, Sent};
+pub use turns::{Arrival, Forked, Once, PostedTurn, Sent};
 pub use upgrade::{LockedRun, OpenCall, OpenRun};
 pub use versions::StoredVersion;
 pub use views::{

@@ -83,6 +83,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "conversations",
         include_str!("../../../migrations/0015_conversations.sql"),
     ),
+    (
+        16,
+        "forks",
+        include_str!("../../../migrations/0016_forks.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

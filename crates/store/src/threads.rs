@@ -76,6 +76,7 @@ impl Store {
             created_at: row.get(0),
             last_event_id: 0,
             queued_messages: Vec::new(),
+            forked_from: None,
         })
     }
 
@@ -103,7 +104,8 @@ impl Store {
                                                              'content', q.content,
                                                              'createdAt', q.created_at)
                                           ORDER BY q.position)
-                         FROM queued_turns q WHERE q.thread_id = t.id)
+                         FROM queued_turns q WHERE q.thread_id = t.id),
+                        t.forked_from
                  FROM threads t LEFT JOIN runs r ON r.id = t.current_run_id
                  WHERE t.id = $1 AND t.owner = $2",
             )
@@ -144,6 +146,7 @@ impl Store {
                 .map(serde_json::from_value)
                 .transpose()?
                 .unwrap_or_default(),
+            forked_from: row.get::<_, Option<Uuid>>(7).map(ThreadId),
         })
     }
 

@@ -25,9 +25,11 @@ use crate::threads::not_found;
 use crate::{Error, Result, Store};
 
 mod edit;
+mod fork;
 mod once;
 mod queued;
 
+pub use fork::Forked;
 pub use once::Once;
 
 /// What a message to a thread with an active run does with that run (a

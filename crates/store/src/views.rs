@@ -29,6 +29,10 @@ pub struct ThreadView {
     /// run to end, oldest first. Left out when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queued_messages: Vec<QueuedTurn>,
+    /// The thread this one was forked from (`POST /threads/{id}/fork`).
+    /// Left out for a thread that is no fork.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ThreadId>,
 }
 
 /// A turn waiting for the thread's active run to end.

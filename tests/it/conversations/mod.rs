@@ -508,5 +508,6 @@ async fn a_rollback_is_refused_while_a_tool_with_side_effects_runs() {
     env.finish().await;
 }
 
+mod forks;
 mod keys;
 mod steering;

@@ -280,7 +280,7 @@ pub async fn edit_message(
 }
 
 /// Counts a message by what it did.
-fn counted(outcome: &'static str) {
+pub(super) fn counted(outcome: &'static str) {
     ::metrics::counter!(agentenkit_runtime::metrics::TURN_MESSAGES, "outcome" => outcome)
         .increment(1);
 }
@@ -291,7 +291,7 @@ fn accepted(started: StartedRun) -> Response {
 
 /// A 503 when the thread's agent waits for an MCP server this process
 /// could not list (read only in such a process).
-async fn refuse_delayed_thread(
+pub(super) async fn refuse_delayed_thread(
     state: &AppState,
     thread: ThreadId,
     owner: &Owner,
@@ -305,7 +305,7 @@ async fn refuse_delayed_thread(
 
 /// A user message's text: not blank, no NUL, at most
 /// [`MAX_CONTENT_BYTES`].
-fn check_content(content: &str) -> Result<(), ApiError> {
+pub(super) fn check_content(content: &str) -> Result<(), ApiError> {
     if content.trim().is_empty() {
         return Err(ApiError::BadRequest("content must not be empty".into()));
     }

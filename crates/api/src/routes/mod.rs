@@ -15,6 +15,7 @@ mod agents;
 mod answers;
 mod conversations;
 mod decisions;
+mod forks;
 mod health;
 mod inbox;
 mod runs;
@@ -28,6 +29,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(threads::get))
         .routes(routes!(conversations::post_message, threads::list_messages))
         .routes(routes!(conversations::edit_message))
+        .routes(routes!(forks::fork))
         .routes(routes!(threads::list_events))
         .routes(routes!(threads::stop))
         .routes(routes!(stream::stream))

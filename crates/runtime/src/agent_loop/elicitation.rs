@@ -19,7 +19,7 @@ use crate::agent::{Intake, ASK_TOOL};
 use crate::config::IntakeWhen;
 
 /// The call id of a turn's intake row (unique within its run).
-pub const INTAKE_CALL_ID: &str = "intake";
+pub const INTAKE_CALL_ID: &str = names::INTAKE_CALL_ID;
 
 /// The frame a client renders: the whole request and the run to answer it
 /// against.

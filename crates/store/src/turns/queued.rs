@@ -144,7 +144,7 @@ impl Store {
 
 /// The insert of a queued turn (`run` the run it starts), or of a message
 /// that steers run `steers`.
-fn enqueue_op(
+pub(super) fn enqueue_op(
     thread: ThreadId,
     run: RunId,
     steers: Option<RunId>,

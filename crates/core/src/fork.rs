@@ -1,0 +1,314 @@
+//! Where a fork of a thread cuts the turn it forks in (docs/conversations.md,
+//! "Fork a thread").
+//!
+//! A fork copies the conversation up to a message. The turns before that
+//! message's turn are copied as they are; the turn itself is copied as a
+//! run whose journal is a prefix of the original's, so the fork's worker
+//! replays what happened before the fork point (no tool that ran runs
+//! again) and goes on from there. The prefix ends at a step boundary: a
+//! fork at a model's message, or at one of its calls' results, takes that
+//! whole step as it stands. Every call with no outcome in the prefix is
+//! open at the fork point: its row is copied as newly proposed, so the
+//! fork asks its question again (or waits on its job, or starts its
+//! sub-agent) instead of carrying an answer over.
+
+use std::collections::HashSet;
+
+use crate::ids::RunId;
+use crate::journal::names;
+
+/// What a message of the forked turn is, as the fork point reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnMessage {
+    /// The turn's own message, which started it.
+    User,
+    /// A message sent to the turn while it worked (`onActive: "steer"`).
+    Steered,
+    /// A model's message (`model:<n>`).
+    Assistant,
+    /// A call's result.
+    Tool,
+}
+
+/// One entry of the forked turn's journal: its name and, for a round of
+/// questions (`asked:<call>:<k>`), the row that asks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkEntry {
+    pub name: String,
+    pub row: Option<String>,
+}
+
+/// Where the fork cuts the turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkPoint {
+    /// How many journal entries (from the first) the fork's run keeps.
+    pub entries: usize,
+    /// The last message of the turn the fork keeps (ids from the turn's
+    /// messages).
+    pub last_message: i64,
+    /// The fork keeps the whole turn as it stands.
+    pub whole: bool,
+    /// The call rows the kept entries made, with whether each has its
+    /// outcome among them (a row without one is copied as proposed).
+    pub rows: Vec<(String, bool)>,
+}
+
+/// The fork point of a fork at message `at` of the turn of run `run`, whose
+/// journal is `journal` (in order) and whose messages are `messages` (in
+/// order, `at` among them, or the last one below it).
+pub fn fork_point(
+    run: RunId,
+    journal: &[ForkEntry],
+    messages: &[(i64, TurnMessage)],
+    at: i64,
+) -> ForkPoint {
+    let at_index = messages.iter().rposition(|(id, _)| *id <= at).unwrap_or(0);
+    let kind = messages.get(at_index).map(|(_, kind)| *kind);
+    let steered = kind == Some(TurnMessage::Steered);
+    // The model calls the kept messages hold: the next one is cut, with
+    // the messages steered to it unless the fork point is one of them.
+    let models = messages
+        .iter()
+        .take(at_index + 1)
+        .filter(|(_, kind)| *kind == TurnMessage::Assistant)
+        .count() as u32;
+    let (next_model, next_steer) = (names::model(models), names::steer(models));
+    let mut entries = journal
+        .iter()
+        .position(|e| e.name == next_model || (!steered && e.name == next_steer))
+        .unwrap_or(journal.len());
+    entries = before_unfinished_reply(run, &journal[..entries]);
+    // The rest of the fork point's step: its calls' results, or the other
+    // messages steered with it.
+    let mut last = at_index;
+    while let (Some(kind), Some((_, next))) = (kind, messages.get(last + 1)) {
+        let same_step = match kind {
+            TurnMessage::Assistant | TurnMessage::Tool => *next == TurnMessage::Tool,
+            TurnMessage::Steered => *next == TurnMessage::Steered,
+            TurnMessage::User => false,
+        };
+        if !same_step {
+            break;
+        }
+        last += 1;
+    }
+    let kept = &journal[..entries];
+    ForkPoint {
+        entries,
+        last_message: messages.get(last).map_or(at, |(id, _)| *id),
+        whole: entries == journal.len() && last + 1 >= messages.len(),
+        rows: rows_of(run, kept),
+    }
+}
+
+/// How many of `journal`'s entries come before the first reply to a call
+/// whose tool has not run with it: the reply of an approval the original
+/// is acting on right now is not carried into the fork as an answer (the
+/// approval is asked again there).
+fn before_unfinished_reply(run: RunId, journal: &[ForkEntry]) -> usize {
+    let calls: HashSet<&str> = journal
+        .iter()
+        .filter_map(|e| names::call_of_persist(&e.name))
+        .collect();
+    let ran: HashSet<&str> = journal
+        .iter()
+        .filter_map(|e| e.name.strip_prefix("exec:"))
+        .collect();
+    let reply = format!("tool:{run}:");
+    journal
+        .iter()
+        .position(|e| {
+            e.name
+                .strip_prefix(&reply)
+                .is_some_and(|call| calls.contains(call) && !ran.contains(call))
+        })
+        .unwrap_or(journal.len())
+}
+
+/// The rows `kept` made (a call's, or a round of its questions'), in
+/// order, each with whether its outcome (`exec:`) or reply is kept too.
+fn rows_of(run: RunId, kept: &[ForkEntry]) -> Vec<(String, bool)> {
+    let reply = format!("tool:{run}:");
+    let settled: HashSet<&str> = kept
+        .iter()
+        .filter_map(|e| match e.name.as_str() {
+            names::INTAKE_ANSWERS => Some(names::INTAKE_CALL_ID),
+            name => name
+                .strip_prefix("exec:")
+                .or_else(|| name.strip_prefix(&reply)),
+        })
+        .collect();
+    kept.iter()
+        .filter_map(|e| match e.name.as_str() {
+            names::INTAKE_ASK => Some(names::INTAKE_CALL_ID),
+            name => names::call_of_persist(name)
+                .or(e.row.as_deref().filter(|_| name.starts_with("asked:"))),
+        })
+        .map(|row| (row.to_owned(), settled.contains(row)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TurnMessage::*;
+    use super::*;
+
+    fn entries(names: &[&str]) -> Vec<ForkEntry> {
+        names
+            .iter()
+            .map(|name| ForkEntry {
+                name: (*name).to_owned(),
+                row: None,
+            })
+            .collect()
+    }
+
+    fn run() -> RunId {
+        RunId(uuid::Uuid::nil())
+    }
+
+    fn reply(call: &str) -> String {
+        names::tool(run(), &crate::ToolCallId(call.to_owned()))
+    }
+
+    /// A turn of two steps: a lookup that ran, then an approval that was
+    /// answered and ran, then the final message.
+    fn finished_turn() -> (Vec<ForkEntry>, Vec<(i64, TurnMessage)>) {
+        let r2 = reply("c2");
+        let journal = entries(&[
+            "model:0",
+            "persist:toolcall:c1",
+            "exec:c1",
+            "model:1",
+            "persist:toolcall:c2",
+            &r2,
+            "exec:c2",
+            "model:2",
+        ]);
+        let messages = vec![
+            (10, User),
+            (11, Assistant),
+            (12, Tool),
+            (13, Assistant),
+            (14, Tool),
+            (15, Assistant),
+        ];
+        (journal, messages)
+    }
+
+    #[test]
+    fn a_fork_at_a_models_message_keeps_its_step_with_the_results() {
+        let (journal, messages) = finished_turn();
+        let point = fork_point(run(), &journal, &messages, 11);
+        assert_eq!(point.entries, 3);
+        assert_eq!(point.last_message, 12);
+        assert!(!point.whole);
+        assert_eq!(point.rows, vec![("c1".to_owned(), true)]);
+        // At the result itself: the same.
+        assert_eq!(fork_point(run(), &journal, &messages, 12), point);
+    }
+
+    #[test]
+    fn a_fork_at_the_turns_message_keeps_nothing_the_model_did() {
+        let (journal, messages) = finished_turn();
+        let point = fork_point(run(), &journal, &messages, 10);
+        assert_eq!((point.entries, point.last_message), (0, 10));
+        assert!(point.rows.is_empty());
+    }
+
+    #[test]
+    fn a_fork_at_the_last_message_keeps_the_whole_turn() {
+        let (journal, messages) = finished_turn();
+        let point = fork_point(run(), &journal, &messages, 15);
+        assert!(point.whole);
+        assert_eq!(point.entries, journal.len());
+        assert_eq!(
+            point.rows,
+            vec![("c1".to_owned(), true), ("c2".to_owned(), true)]
+        );
+    }
+
+    #[test]
+    fn a_parked_approval_is_open_in_the_fork() {
+        let journal = entries(&["model:0", "persist:toolcall:c1", "persist:toolcall:c2"]);
+        let messages = vec![(1, User), (2, Assistant)];
+        let point = fork_point(run(), &journal, &messages, 2);
+        assert!(point.whole);
+        assert_eq!(
+            point.rows,
+            vec![("c1".to_owned(), false), ("c2".to_owned(), false)]
+        );
+    }
+
+    #[test]
+    fn an_answer_whose_tool_has_not_run_is_not_carried_over() {
+        let r1 = reply("c1");
+        let journal = entries(&["model:0", "persist:toolcall:c1", &r1]);
+        let messages = vec![(1, User), (2, Assistant)];
+        let point = fork_point(run(), &journal, &messages, 2);
+        assert_eq!(point.entries, 2);
+        assert_eq!(point.rows, vec![("c1".to_owned(), false)]);
+    }
+
+    #[test]
+    fn a_round_of_questions_is_a_row_settled_by_its_reply() {
+        let reply_row = reply("c1~1");
+        let mut journal = entries(&["model:0", "persist:toolcall:c1", "asked:c1:1"]);
+        journal[2].row = Some("c1~1".to_owned());
+        let messages = vec![(1, User), (2, Assistant)];
+        let open = fork_point(run(), &journal, &messages, 2);
+        assert_eq!(
+            open.rows,
+            vec![("c1".to_owned(), false), ("c1~1".to_owned(), false)]
+        );
+        journal.extend(entries(&[&reply_row]));
+        let answered = fork_point(run(), &journal, &messages, 2);
+        assert_eq!(answered.entries, 4, "a round's reply is no call's answer");
+        assert_eq!(answered.rows[1], ("c1~1".to_owned(), true));
+    }
+
+    #[test]
+    fn steered_messages_go_with_the_step_they_join() {
+        let journal = entries(&[
+            "model:0",
+            "persist:toolcall:c1",
+            "exec:c1",
+            "steer:1",
+            "model:1",
+        ]);
+        let messages = vec![
+            (1, User),
+            (2, Assistant),
+            (3, Tool),
+            (4, Steered),
+            (5, Steered),
+            (6, Assistant),
+        ];
+        // At the result: before the steering.
+        let at_result = fork_point(run(), &journal, &messages, 3);
+        assert_eq!((at_result.entries, at_result.last_message), (3, 3));
+        // At a steered message: with it and the others sent with it.
+        let at_steered = fork_point(run(), &journal, &messages, 4);
+        assert_eq!((at_steered.entries, at_steered.last_message), (4, 5));
+    }
+
+    #[test]
+    fn the_intake_is_a_row_settled_by_its_answers() {
+        let journal = entries(&["intake:ask"]);
+        let messages = vec![(1, User)];
+        let open = fork_point(run(), &journal, &messages, 1);
+        assert_eq!(open.rows, vec![("intake".to_owned(), false)]);
+        let journal = entries(&["intake:ask", "intake:answers", "model:0"]);
+        let messages = vec![(1, User), (2, Assistant)];
+        let answered = fork_point(run(), &journal, &messages, 1);
+        assert_eq!(answered.entries, 2);
+        assert_eq!(answered.rows, vec![("intake".to_owned(), true)]);
+    }
+
+    #[test]
+    fn an_empty_turn_is_kept_whole() {
+        let point = fork_point(run(), &[], &[(7, User)], 7);
+        assert!(point.whole);
+        assert_eq!((point.entries, point.last_message), (0, 7));
+    }
+}
