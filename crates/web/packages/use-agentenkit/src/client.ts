@@ -10,6 +10,7 @@ import type {
   DecisionResult,
   Decision,
   Delivery,
+  ForkedThread,
   JournalEntry,
   OnActive,
   PendingInput,
@@ -76,6 +77,11 @@ export interface Client {
   /** Cuts the thread back to before user message `messageId` (an active
    * run interrupted first) and starts a turn from `content`. */
   editMessage(threadId: string, messageId: number, content: string): Promise<SentMessage>;
+  /** A new thread whose conversation is this one's up to message
+   * `atMessageId` (all of it when left out), going on with `content` when
+   * given. Open requests are asked again in the fork; the thread forked
+   * is left as it was. */
+  forkThread(threadId: string, options?: { atMessageId?: number; content?: string }): Promise<ForkedThread>;
   /** The conversation (after message `after`, when given), every page. */
   listMessages(threadId: string, after?: number): Promise<StoredMessage[]>;
   listEvents(threadId: string, after?: number): Promise<ThreadEvent[]>;
@@ -169,6 +175,8 @@ export function createClient(options: ClientOptions): Client {
       call("POST", `/threads/${id(threadId)}/messages`, { content, ...defined({ onActive: options.onActive }) }),
     editMessage: (threadId, messageId, content) =>
       call("POST", `/threads/${id(threadId)}/messages/${messageId}/edit`, { content }),
+    forkThread: (threadId, options = {}) =>
+      call("POST", `/threads/${id(threadId)}/fork`, defined({ atMessageId: options.atMessageId, content: options.content })),
     listMessages: (threadId, after) =>
       all(`/threads/${id(threadId)}/messages`, after === undefined ? undefined : String(after)),
     listEvents: (threadId, after) =>

@@ -115,6 +115,14 @@ export interface CreatedThread {
   status: ThreadStatus;
 }
 
+/** A fork (`forkThread`): the new thread, the thread it came from, and the
+ * run that goes on in it (the turn forked in, asking again what was open
+ * there, or the turn `content` started), when one does. */
+export interface ForkedThread extends CreatedThread {
+  forkedFrom: string;
+  runId?: string;
+}
+
 export interface ToolCallRequest {
   id: string;
   name: string;

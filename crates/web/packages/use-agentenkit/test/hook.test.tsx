@@ -361,4 +361,21 @@ describe("useAgentThread, talking to a busy thread", () => {
     other.unmount();
     unmount();
   });
+
+  it("forks a thread at a parked approval: the fork asks again, the original still waits", async () => {
+    const api = client();
+    const { threadId, runId } = await parkedThread(api, "mailer");
+    const forked = await api.forkThread(threadId);
+    expect(forked.forkedFrom).toBe(threadId);
+    expect(forked.runId).toBeDefined();
+    const { result, unmount } = renderHook(() => useAgentThread(api, forked.id));
+    await waitFor(() => expect(result.current.pendingInputs[0]?.runId).toBe(forked.runId));
+    expect(result.current.messages.filter((m) => m.role === "user").map((m) => m.content)).toEqual(["go"]);
+    await act(() => result.current.respondToInput(result.current.pendingInputs[0]!, true));
+    expect(await finished(api, forked.runId!)).toBe("completed");
+    // The original's request is its own, still open.
+    const original = await api.getThread(threadId);
+    expect(original.pendingInputs.map((p) => p.runId)).toEqual([runId]);
+    unmount();
+  });
 });
