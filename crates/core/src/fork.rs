@@ -311,4 +311,94 @@ mod tests {
         assert!(point.whole);
         assert_eq!((point.entries, point.last_message), (0, 7));
     }
+
+    mod replayable {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A turn as its worker writes it: per step, the messages steered
+        /// before its model call and its calls (`true`: an approval, settled
+        /// after the step's functions ran), then maybe a final answer; an
+        /// unfinished last step leaves its approvals open.
+        fn turn(
+            steps: &[(usize, Vec<bool>)],
+            answered: bool,
+        ) -> (Vec<ForkEntry>, Vec<(i64, TurnMessage)>) {
+            let mut names: Vec<String> = Vec::new();
+            let mut messages = vec![User];
+            for (n, (steered, calls)) in steps.iter().enumerate() {
+                if *steered > 0 {
+                    names.push(names::steer(n as u32));
+                    messages.extend(std::iter::repeat_n(Steered, *steered));
+                }
+                names.push(names::model(n as u32));
+                messages.push(Assistant);
+                for (k, approval) in calls.iter().enumerate() {
+                    names.push(format!("persist:toolcall:c{n}_{k}"));
+                    if !approval {
+                        names.push(format!("exec:c{n}_{k}"));
+                        messages.push(Tool);
+                    }
+                }
+                let open = n + 1 == steps.len() && !answered;
+                for (k, _) in calls.iter().enumerate().filter(|(_, a)| **a) {
+                    if !open {
+                        names.push(reply(&format!("c{n}_{k}")));
+                        names.push(format!("exec:c{n}_{k}"));
+                        messages.push(Tool);
+                    }
+                }
+            }
+            let journal = entries(&names.iter().map(String::as_str).collect::<Vec<_>>());
+            let messages = messages
+                .into_iter()
+                .enumerate()
+                .map(|(i, kind)| (i as i64 + 1, kind))
+                .collect();
+            (journal, messages)
+        }
+
+        proptest! {
+            /// Wherever a fork is made, the messages it keeps and the
+            /// journal it keeps tell the same story: a model message per
+            /// model entry, a result per outcome, each steered message in
+            /// its `steer:` entry, so the fork's replay rebuilds exactly the
+            /// conversation copied; and the fork point itself is kept.
+            #[test]
+            fn the_kept_messages_are_what_the_kept_journal_replays(
+                steps in proptest::collection::vec(
+                    (0usize..3, proptest::collection::vec(any::<bool>(), 0..3)),
+                    1..5,
+                ),
+                answered in any::<bool>(),
+            ) {
+                let (journal, messages) = turn(&steps, answered);
+                let steered_per_entry: Vec<usize> = steps.iter().map(|(s, _)| *s).collect();
+                for &(at, _) in &messages {
+                    let point = fork_point(run(), &journal, &messages, at);
+                    prop_assert!(point.last_message >= at);
+                    let kept = &journal[..point.entries];
+                    let upto = |kind| messages.iter()
+                        .filter(|(id, k)| *id <= point.last_message && *k == kind)
+                        .count();
+                    let named = |prefix: &str| kept.iter().filter(|e| e.name.starts_with(prefix)).count();
+                    prop_assert_eq!(upto(Assistant), named("model:"));
+                    prop_assert_eq!(upto(Tool), named("exec:"));
+                    let steered: usize = kept.iter()
+                        .filter_map(|e| e.name.strip_prefix("steer:"))
+                        .map(|n| steered_per_entry[n.parse::<usize>().unwrap()])
+                        .sum();
+                    prop_assert_eq!(upto(Steered), steered);
+                    // Every kept call's row is kept, open exactly when its
+                    // outcome is not.
+                    for (row, settled) in &point.rows {
+                        let ran = kept.iter().any(|e| e.name == format!("exec:{row}"));
+                        prop_assert_eq!(*settled, ran);
+                    }
+                }
+                let last = messages.last().unwrap().0;
+                prop_assert!(fork_point(run(), &journal, &messages, last).whole);
+            }
+        }
+    }
 }
