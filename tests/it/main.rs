@@ -6,6 +6,7 @@ mod bad_input;
 mod batch;
 mod bounds;
 mod broker_away;
+mod budgets;
 mod call_states;
 mod conversations;
 mod crash;

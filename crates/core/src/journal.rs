@@ -55,6 +55,12 @@ pub mod names {
     pub fn steer(n: u32) -> String {
         format!("steer:{n}")
     }
+    /// The run's budget was used up before model call `n`: the request it
+    /// parked with (`agentenkit_core::budget::Exhausted`). A run within
+    /// its budget has none, so its journal is as before.
+    pub fn budget(n: u32) -> String {
+        format!("budget:{n}")
+    }
     /// The run moved to agent version `hash` here (an upgrade, on
     /// purpose): not a checkpoint of the loop, which steps over it.
     pub fn version(hash: &str) -> String {

@@ -8,6 +8,7 @@
 
 pub mod answer_rules;
 pub mod approvals;
+pub mod budget;
 pub mod call;
 pub mod canonical;
 pub mod conversation;

@@ -41,6 +41,9 @@ pub struct Agent {
     /// What a message sent while a run of it is active does, when the
     /// message does not say.
     pub on_active: agentenkit_core::conversation::OnActive,
+    /// What one run may spend before it asks (model calls at
+    /// [`agentenkit_core::budget::DEFAULT_MODEL_CALLS`] unless it says).
+    pub budget: agentenkit_core::budget::Limits,
 }
 
 /// A configured intake: a validated question set and when to ask it.
@@ -82,6 +85,7 @@ impl Agent {
             intake: None,
             on_deploy: crate::config::OnDeploy::Pin,
             on_active: agentenkit_core::conversation::OnActive::Reject,
+            budget: agentenkit_core::budget::Limits::default().for_run(),
         }
     }
 

@@ -132,6 +132,21 @@ pub struct AgentDef {
     /// `"enqueue"`, `"interrupt"` or `"rollback"`.
     #[serde(default)]
     pub on_active: agentenkit_core::conversation::OnActive,
+    /// What a run may spend before a person is asked (docs/budgets.md).
+    #[serde(default)]
+    pub budget: Option<BudgetDef>,
+}
+
+/// `[agents.<name>.budget]`: `run = { model_calls, tool_calls,
+/// input_tokens, output_tokens }`, each optional.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetDef {
+    #[serde(default)]
+    pub run: Option<agentenkit_core::budget::Limits>,
+    /// Refused with a clear error: not counted yet.
+    #[serde(default)]
+    pub thread: Option<toml::Value>,
 }
 
 /// What a deploy means for an agent's runs in flight (docs/deployment.md, "Deploying

@@ -343,6 +343,18 @@ fn file_agent(name: String, def: crate::config::AgentDef) -> Result<Agent> {
     agent.ask = def.ask;
     agent.on_deploy = def.on_deploy;
     agent.on_active = def.on_active;
+    if let Some(budget) = def.budget {
+        if budget.thread.is_some() {
+            return Err(Error::Config(format!(
+                "agent {:?}: budget.thread is not supported yet; set budget.run",
+                agent.name
+            )));
+        }
+        let run = budget.run.unwrap_or_default();
+        run.check()
+            .map_err(|e| Error::Config(format!("agent {:?}: {e}", agent.name)))?;
+        agent.budget = run.for_run();
+    }
     agent.description = def.description.filter(|d| !d.trim().is_empty());
     if let Some(intake) = def.intake {
         let set = QuestionSet {

@@ -21,6 +21,7 @@
 //! The worker (consume, lease, ack) calls [`segment::advance`] and
 //! [`segment::end`]; nothing here imports the worker.
 
+mod budget;
 mod calls;
 mod checkpoint;
 mod delegation;
@@ -36,7 +37,7 @@ mod step;
 pub use checkpoint::{Checkpointer, Durability};
 pub use error::{CrashPoint, SegmentError};
 pub use outcome::{Outcome, ParkItem, PersistedToolCall, Wait};
-pub use step::{run_turn, MAX_MODEL_CALLS};
+pub use step::run_turn;
 
 #[cfg(test)]
 mod tests;

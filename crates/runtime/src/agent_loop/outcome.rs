@@ -34,6 +34,9 @@ pub struct ParkItem {
 pub enum Wait {
     /// A person's approval, within the agent's TTL.
     Approval,
+    /// A person's approval of more budget (the parked call is the
+    /// request's own row), within the agent's TTL.
+    Budget,
     /// An outside answer the tool asked for (`park_for_input`).
     Job(ParkRequest),
     /// A sub-agent's run, started with this task.

@@ -103,6 +103,10 @@ fn park_item(
             let wait = (ToolKind::Approval, "approval", None);
             (timed_request(registry, ctx, call, wait, agent_ttl_ms), true)
         }
+        Wait::Budget => {
+            let wait = (ToolKind::Approval, "budget", None);
+            (timed_request(registry, ctx, call, wait, agent_ttl_ms), true)
+        }
         Wait::Job(request) => (job(registry, ctx, call, request, agent_ttl_ms), true),
         // A job a worker checks on (its first check went with its row),
         // for no longer than the agent's `hitl_ttl_ms`.

@@ -12,6 +12,7 @@ use agentenkit_store::{Change, RunContext};
 use serde_json::json;
 use tracing::Instrument;
 
+use super::budget::{self, RunBudget};
 use super::calls::{needs_park, persist_tool_call};
 use super::checkpoint::{Checkpointer, Durability};
 use super::delegation::{await_delegation, delegation_task, StepDelegations};
@@ -23,10 +24,6 @@ use super::rounds::{run_function, run_to_end, Ran};
 use crate::agent::{Agent, Registry};
 use crate::model::ModelRequest;
 use crate::tool::ToolSpec;
-
-/// A run makes at most this many model calls: a model that never stops
-/// calling tools fails the run instead of looping for ever.
-pub const MAX_MODEL_CALLS: u32 = 64;
 
 /// What one turn of a run works with: the agent, its tools, the run, and
 /// the conversation as the steps add to it.
@@ -70,9 +67,18 @@ pub async fn run_turn(
     {
         return Ok(Outcome::Park { to_park });
     }
-    for n in 0..MAX_MODEL_CALLS {
+    // A model that never stops calling tools parks at its budget (64
+    // model calls unless the agent says) and asks for more.
+    let mut run_budget = RunBudget::new(agent.budget);
+    for n in 0.. {
+        if let Some(to_park) = budget::check(cp, ctx, &mut run_budget, n).await? {
+            return Ok(Outcome::Park { to_park });
+        }
         turn.join_steering(cp, n).await?;
         let response = turn.model_call(cp, n).await?;
+        run_budget
+            .spent
+            .add_model_call(response.usage, response.tool_calls.len());
         turn.conversation.push(Message::assistant(&response));
         for call in &response.tool_calls {
             // An id is shown to people and keys the call's row: one that is
@@ -100,9 +106,9 @@ pub async fn run_turn(
             return Ok(Outcome::Park { to_park });
         }
     }
-    Err(SegmentError::Permanent(format!(
-        "the run made {MAX_MODEL_CALLS} model calls without finishing"
-    )))
+    Err(SegmentError::Permanent(
+        "the run made more model calls than can be counted".into(),
+    ))
 }
 
 /// The span of model call `n` by the OpenTelemetry GenAI conventions

@@ -1,0 +1,375 @@
+//! Budgets that park (docs/budgets.md): what a run may spend before a
+//! person is asked, counted from what the journal holds, so a replay and a
+//! crash agree on what was spent and on when the run asked.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How many model calls a run makes before it asks, when its agent does
+/// not say (it was the fixed cap at which a run failed).
+pub const DEFAULT_MODEL_CALLS: u64 = 64;
+
+/// The id of the row that asks for more budget before model call `n`.
+pub fn request_id(n: u32) -> String {
+    format!("budget~{n}")
+}
+
+/// The tool name a budget request is shown with.
+pub const REQUEST_NAME: &str = "budget";
+
+/// What a budget counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    ModelCalls,
+    ToolCalls,
+    InputTokens,
+    OutputTokens,
+}
+
+impl Measure {
+    pub const ALL: [Measure; 4] = [
+        Measure::ModelCalls,
+        Measure::ToolCalls,
+        Measure::InputTokens,
+        Measure::OutputTokens,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Measure::ModelCalls => "model_calls",
+            Measure::ToolCalls => "tool_calls",
+            Measure::InputTokens => "input_tokens",
+            Measure::OutputTokens => "output_tokens",
+        }
+    }
+
+    /// What one of it is called, for people.
+    fn unit(self) -> &'static str {
+        match self {
+            Measure::ModelCalls => "model calls",
+            Measure::ToolCalls => "tool calls",
+            Measure::InputTokens => "input tokens",
+            Measure::OutputTokens => "output tokens",
+        }
+    }
+}
+
+impl fmt::Display for Measure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A budget: at most this much of each measure it names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+}
+
+impl Limits {
+    pub fn get(&self, measure: Measure) -> Option<u64> {
+        match measure {
+            Measure::ModelCalls => self.model_calls,
+            Measure::ToolCalls => self.tool_calls,
+            Measure::InputTokens => self.input_tokens,
+            Measure::OutputTokens => self.output_tokens,
+        }
+    }
+
+    fn slot(&mut self, measure: Measure) -> &mut Option<u64> {
+        match measure {
+            Measure::ModelCalls => &mut self.model_calls,
+            Measure::ToolCalls => &mut self.tool_calls,
+            Measure::InputTokens => &mut self.input_tokens,
+            Measure::OutputTokens => &mut self.output_tokens,
+        }
+    }
+
+    /// A run's budget: these limits, with model calls at
+    /// [`DEFAULT_MODEL_CALLS`] when they name none.
+    pub fn for_run(self) -> Limits {
+        Limits {
+            model_calls: Some(self.model_calls.unwrap_or(DEFAULT_MODEL_CALLS)),
+            ..self
+        }
+    }
+
+    /// Each limit a budget names must allow something.
+    pub fn check(&self) -> Result<(), String> {
+        match Measure::ALL.into_iter().find(|m| self.get(*m) == Some(0)) {
+            Some(zero) => Err(format!("a budget's {zero} must be at least 1")),
+            None => Ok(()),
+        }
+    }
+
+    /// These limits raised by `add` (a measure `add` names that these do
+    /// not stays unlimited).
+    pub fn raised(mut self, add: &Limits) -> Limits {
+        for measure in Measure::ALL {
+            if let (Some(limit), Some(more)) = (self.get(measure), add.get(measure)) {
+                *self.slot(measure) = Some(limit.saturating_add(more));
+            }
+        }
+        self
+    }
+
+    /// The first measure `spent` has used up, if any: the next step would
+    /// pass it (`size` is how much the budget as configured allows of it,
+    /// what an approval that names no amounts adds).
+    pub fn exhausted(&self, spent: &Spent, configured: &Limits) -> Option<Exhausted> {
+        Measure::ALL.into_iter().find_map(|measure| {
+            let limit = self.get(measure)?;
+            let used = spent.get(measure);
+            (used >= limit).then(|| Exhausted {
+                measure,
+                used,
+                limit,
+                size: configured.get(measure).unwrap_or(limit).max(1),
+            })
+        })
+    }
+}
+
+/// What a run has spent so far, as its journal says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spent {
+    pub model_calls: u64,
+    pub tool_calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Spent {
+    pub fn get(&self, measure: Measure) -> u64 {
+        match measure {
+            Measure::ModelCalls => self.model_calls,
+            Measure::ToolCalls => self.tool_calls,
+            Measure::InputTokens => self.input_tokens,
+            Measure::OutputTokens => self.output_tokens,
+        }
+    }
+
+    /// A model call that reported `usage` and made `calls` tool calls.
+    pub fn add_model_call(&mut self, usage: crate::conversation::Usage, calls: usize) {
+        self.model_calls += 1;
+        self.tool_calls += calls as u64;
+        self.input_tokens += usage.input_tokens;
+        self.output_tokens += usage.output_tokens;
+    }
+}
+
+/// A budget used up: the request a run parks with, journaled as
+/// `budget:<n>` (so a replay asks at the same point, whatever the agent's
+/// budget has become).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exhausted {
+    pub measure: Measure,
+    pub used: u64,
+    pub limit: u64,
+    /// What an approval that names no amounts adds.
+    pub size: u64,
+}
+
+impl Exhausted {
+    /// What the person is asked.
+    pub fn question(&self) -> String {
+        format!(
+            "used {} of {} {}; allow more?",
+            grouped(self.used),
+            grouped(self.limit),
+            self.measure.unit()
+        )
+    }
+
+    /// Why a run ends when the person says no (or nobody answers).
+    pub fn refusal(&self, how: &str) -> String {
+        format!(
+            "budget run.{} used up ({} of {}) and more was {how}",
+            self.measure,
+            grouped(self.used),
+            grouped(self.limit)
+        )
+    }
+
+    /// The arguments the request is shown with.
+    pub fn arguments(&self) -> Value {
+        serde_json::json!({
+            "budget": "run",
+            "measure": self.measure,
+            "used": self.used,
+            "limit": self.limit,
+            "add": { self.measure.as_str(): self.size },
+            "question": self.question(),
+        })
+    }
+
+    /// What an approval with `payload` adds: the amounts its `add` names
+    /// (`{"add": {"input_tokens": 100000}}`), or the budget's own size of
+    /// the measure used up when it names none (or names them wrongly: the
+    /// person said yes, and the run must get past this point).
+    pub fn raise_of(&self, payload: Option<&Value>) -> Limits {
+        let named = payload
+            .and_then(|p| p.get("add"))
+            .and_then(|add| serde_json::from_value::<Limits>(add.clone()).ok())
+            .filter(|add| add.get(self.measure).is_some_and(|more| more > 0));
+        named.unwrap_or_else(|| {
+            let mut add = Limits::default();
+            *add.slot(self.measure) = Some(self.size);
+            add
+        })
+    }
+}
+
+/// `1234567` as `1,234,567`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::Usage;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn tokens(input: u64) -> Limits {
+        Limits {
+            input_tokens: Some(input),
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn a_run_asks_before_the_call_that_would_pass_its_model_calls() {
+        let limits = Limits::default().for_run();
+        let mut spent = Spent::default();
+        for _ in 0..63 {
+            spent.add_model_call(Usage::default(), 1);
+        }
+        assert_eq!(limits.exhausted(&spent, &limits), None);
+        spent.add_model_call(Usage::default(), 1);
+        let asked = limits.exhausted(&spent, &limits).unwrap();
+        assert_eq!(
+            (asked.measure, asked.used, asked.limit),
+            (Measure::ModelCalls, 64, 64)
+        );
+        assert_eq!(asked.question(), "used 64 of 64 model calls; allow more?");
+    }
+
+    #[test]
+    fn a_token_budget_is_used_up_by_what_calls_reported() {
+        let limits = tokens(200_000);
+        let mut spent = Spent::default();
+        spent.add_model_call(
+            Usage {
+                input_tokens: 199_999,
+                output_tokens: 5,
+            },
+            0,
+        );
+        assert_eq!(limits.exhausted(&spent, &limits), None);
+        spent.add_model_call(
+            Usage {
+                input_tokens: 1_345,
+                output_tokens: 5,
+            },
+            0,
+        );
+        let asked = limits.exhausted(&spent, &limits).unwrap();
+        assert_eq!(
+            asked.question(),
+            "used 201,344 of 200,000 input tokens; allow more?"
+        );
+        assert_eq!(
+            asked.refusal("refused"),
+            "budget run.input_tokens used up (201,344 of 200,000) and more was refused"
+        );
+    }
+
+    #[test]
+    fn an_approval_adds_what_it_names_or_the_budgets_own_size() {
+        let configured = tokens(1_000);
+        let asked = Exhausted {
+            measure: Measure::InputTokens,
+            used: 1_200,
+            limit: 1_000,
+            size: 1_000,
+        };
+        let named = asked.raise_of(Some(&json!({ "add": { "input_tokens": 500 } })));
+        assert_eq!(configured.raised(&named), tokens(1_500));
+        assert_eq!(configured.raised(&asked.raise_of(None)), tokens(2_000));
+        // Amounts that do not get past this point, or are not amounts: the size.
+        for wrong in [
+            json!({ "add": { "input_tokens": 0 } }),
+            json!({ "add": { "bogus": 1 } }),
+            json!("more"),
+        ] {
+            assert_eq!(
+                configured.raised(&asked.raise_of(Some(&wrong))),
+                tokens(2_000),
+                "{wrong}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_limit_of_nothing_is_refused() {
+        assert!(tokens(0).check().unwrap_err().contains("input_tokens"));
+        assert!(tokens(1).check().is_ok());
+    }
+
+    #[test]
+    fn the_request_names_what_an_approval_adds_by_default() {
+        let asked = Exhausted {
+            measure: Measure::ModelCalls,
+            used: 4,
+            limit: 4,
+            size: 4,
+        };
+        let shown = asked.arguments();
+        assert_eq!(shown["add"], json!({ "model_calls": 4 }));
+        assert_eq!(shown["measure"], "model_calls");
+        let back: Exhausted = serde_json::from_value(serde_json::to_value(asked).unwrap()).unwrap();
+        assert_eq!(back, asked);
+    }
+
+    proptest! {
+        /// An approval always raises the measure used up, raises nothing
+        /// else, and never lifts an unlimited measure into a limit.
+        #[test]
+        fn an_approval_raises_the_measure_used_up_and_nothing_else(
+            limit in 1u64..10_000, over in 0u64..10_000, added in proptest::option::of(0u64..10_000),
+        ) {
+            let configured = Limits { output_tokens: Some(limit), model_calls: Some(50), ..Limits::default() };
+            let mut spent = Spent::default();
+            spent.add_model_call(Usage { input_tokens: 0, output_tokens: limit + over }, 0);
+            let asked = configured.exhausted(&spent, &configured).unwrap();
+            prop_assert_eq!(asked.measure, Measure::OutputTokens);
+            let payload = added.map(|n| json!({ "add": { "output_tokens": n } }));
+            let raised = configured.raised(&asked.raise_of(payload.as_ref()));
+            prop_assert!(raised.output_tokens > configured.output_tokens);
+            prop_assert_eq!(raised.model_calls, configured.model_calls);
+            prop_assert_eq!(raised.input_tokens, None);
+        }
+    }
+}

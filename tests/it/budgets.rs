@@ -1,0 +1,202 @@
+//! Budgets that park (docs/budgets.md): a run that would pass its budget
+//! asks a person for more, on real Postgres and RabbitMQ.
+
+use agentenkit_runtime::Registry;
+use agentenkit_tests::*;
+use axum::http::StatusCode;
+use serde_json::{json, Value};
+
+/// An agent that never stops: each model call makes one `echo` call (ids
+/// c0, c1, …), within `budget` (a TOML inline table of `run`).
+fn looping(budget: &str) -> Registry {
+    let script: Vec<String> = (0..20)
+        .map(|i| {
+            format!(r#"{{ tool_calls = [ {{ id = "c{i}", name = "echo", arguments = {{}} }} ] }}"#)
+        })
+        .collect();
+    Registry::from_toml(&format!(
+        r#"
+[agents.loop]
+system = "test agent"
+tools = ["echo"]
+model = {{ provider = "scripted", script = [ {} ] }}
+budget = {{ run = {budget} }}
+
+[tools.echo]
+type = "echo"
+"#,
+        script.join(", ")
+    ))
+    .expect("agent file")
+}
+
+/// The budget requests of the run's thread, as the inbox lists them.
+async fn budget_request(env: &TestEnv, thread: &str) -> Value {
+    let pending = env.wait_pending(thread, 1).await;
+    assert_eq!(pending[0]["toolName"], "budget", "{pending:?}");
+    pending[0].clone()
+}
+
+async fn model_calls(env: &TestEnv, run: &str) -> usize {
+    env.journal_names(run)
+        .await
+        .iter()
+        .filter(|n| n.starts_with("model:"))
+        .count()
+}
+
+#[tokio::test]
+async fn a_looping_agent_parks_at_its_budget_gets_half_more_once_and_ends_at_the_second() {
+    let env = TestEnv::start(looping("{ model_calls = 4 }")).await;
+    let worker = env.spawn_worker();
+    let (thread, run) = env.start_turn("loop", "go").await;
+
+    let asked = budget_request(&env, &thread).await;
+    assert_eq!(asked["reason"], "budget");
+    assert_eq!(asked["arguments"]["measure"], "model_calls");
+    assert_eq!(asked["arguments"]["used"], 4);
+    assert_eq!(asked["arguments"]["limit"], 4);
+    assert_eq!(
+        asked["arguments"]["question"],
+        "used 4 of 4 model calls; allow more?"
+    );
+    assert_eq!(
+        model_calls(&env, &run).await,
+        4,
+        "it asked before the fifth"
+    );
+    let view = env.get(&format!("/threads/{thread}")).await;
+    assert_eq!(view["status"], "WAITING_FOR_INPUT");
+
+    // 50 % more, once.
+    let (status, body) = env
+        .reply(
+            "/agent/tool-call/approve",
+            ALICE,
+            json!({ "runId": run, "toolCallId": asked["toolCallId"], "payload": { "add": { "model_calls": 2 } } }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["delivered"], true, "{body}");
+    let again = eventually("the second budget request", || async {
+        let pending = env.get(&format!("/threads/{thread}")).await["pendingInputs"].clone();
+        pending
+            .as_array()
+            .and_then(|p| p.first())
+            .filter(|p| p["toolCallId"] != asked["toolCallId"])
+            .cloned()
+    })
+    .await;
+    assert_eq!(again["arguments"]["used"], 6);
+    assert_eq!(again["arguments"]["limit"], 6);
+    assert_eq!(model_calls(&env, &run).await, 6);
+
+    // No more: the run fails, naming the budget.
+    let (status, body) = env
+        .reply(
+            "/agent/tool-call/reject",
+            ALICE,
+            json!({ "runId": run, "toolCallId": again["toolCallId"], "reason": "enough" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let ended = env.wait_run_finished(&run).await;
+    assert_eq!(ended["status"], "failed");
+    assert_eq!(
+        ended["error"],
+        "budget run.model_calls used up (6 of 6) and more was refused"
+    );
+    // The model never saw the requests: only its own calls' results.
+    let messages = env.get(&format!("/threads/{thread}/messages")).await;
+    assert!(messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["name"] != "budget"
+            && m["toolCallId"]
+                .as_str()
+                .is_none_or(|id| !id.starts_with("budget"))));
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_worker_killed_at_the_budget_boundary_neither_overspends_nor_asks_twice() {
+    for crash_at in ["budget:3", "before:park"] {
+        let env = TestEnv::start(looping("{ model_calls = 3 }")).await;
+        let doomed = env.spawn_crashing_worker(crash_at);
+        let (thread, run) = env.start_turn("loop", "go").await;
+        assert!(
+            doomed.died().await.is_err(),
+            "{crash_at}: the crash point fired"
+        );
+        let worker = env.spawn_worker();
+        let asked = budget_request(&env, &thread).await;
+        assert_eq!(asked["arguments"]["used"], 3, "{crash_at}");
+        assert_eq!(model_calls(&env, &run).await, 3, "{crash_at}");
+        let events = env.event_types(&thread).await;
+        assert_eq!(
+            events.iter().filter(|e| *e == "INPUT_REQUIRED").count(),
+            1,
+            "{crash_at}: asked once: {events:?}"
+        );
+        // Granted without amounts: the budget's own size more.
+        let body = approve(&env, &run, asked["toolCallId"].as_str().unwrap()).await;
+        assert_eq!(body["delivered"], true, "{body}");
+        let again = eventually("the second request", || async {
+            let pending = env.get(&format!("/threads/{thread}")).await["pendingInputs"].clone();
+            pending
+                .as_array()
+                .and_then(|p| p.first())
+                .filter(|p| p["toolCallId"] != asked["toolCallId"])
+                .cloned()
+        })
+        .await;
+        assert_eq!(again["arguments"]["limit"], 6, "{crash_at}");
+        assert_eq!(model_calls(&env, &run).await, 6, "{crash_at}");
+        worker.stop().await.unwrap();
+        env.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn a_token_budget_is_spent_by_what_the_model_reported_and_a_bad_budget_is_refused() {
+    // The scripted model reports about a token per four characters sent:
+    // a first call's prompt passes 1 input token.
+    let env = TestEnv::start(looping("{ input_tokens = 1 }")).await;
+    let worker = env.spawn_worker();
+    let (thread, run) = env.start_turn("loop", "go").await;
+    let asked = budget_request(&env, &thread).await;
+    assert_eq!(asked["arguments"]["measure"], "input_tokens");
+    assert_eq!(model_calls(&env, &run).await, 1, "one call used it up");
+    let journal = env.get(&format!("/runs/{run}/journal")).await;
+    let reported = journal[0]["value"]["usage"]["inputTokens"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(asked["arguments"]["used"], reported);
+    worker.stop().await.unwrap();
+    env.finish().await;
+
+    for (budget, says) in [
+        ("{ model_calls = 0 }", "model_calls must be at least 1"),
+        ("{ dollars = 1 }", "unknown field"),
+    ] {
+        let error = Registry::from_toml(&format!(
+            "[agents.a]\nmodel = {{ provider = \"scripted\", script = [] }}\nbudget = {{ run = {budget} }}\n"
+        ))
+        .err()
+        .expect("refused")
+        .to_string();
+        assert!(error.contains(says), "{budget}: {error}");
+    }
+    let error = Registry::from_toml(
+        "[agents.a]\nmodel = { provider = \"scripted\", script = [] }\nbudget = { thread = { model_calls = 1 } }\n",
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        error.contains("budget.thread is not supported yet"),
+        "{error}"
+    );
+}
