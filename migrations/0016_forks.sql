@@ -1,4 +1,4 @@
--- Forks of a thread (docs/conversations.md, "Fork a thread"): the thread
+-- Forks of a thread (docs/conversations.md, "Forking a thread"): the thread
 -- a fork was made from and the message it was made at, named in the
 -- fork's view. No foreign key: a fork outlives nothing it names, and the
 -- thread it came from may be erased on its own. Nullable, no default:

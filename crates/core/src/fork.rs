@@ -28,14 +28,20 @@ pub enum TurnMessage {
     Assistant,
     /// A call's result.
     Tool,
+    /// The intake's question or its answers: part of the turn's own
+    /// message, before any model call.
+    Intake,
 }
 
-/// One entry of the forked turn's journal: its name and, for a round of
-/// questions (`asked:<call>:<k>`), the row that asks it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One entry of the forked turn's journal: its name; for a round of
+/// questions (`asked:<call>:<k>`), the row that asks it; for a reply
+/// (`tool:<run>:<id>`), whether the call's tool runs with it (an approval
+/// granted, a job's answer: not a denial, an expiry or answers).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ForkEntry {
     pub name: String,
     pub row: Option<String>,
+    pub runs_tool: bool,
 }
 
 /// Where the fork cuts the turn.
@@ -63,19 +69,25 @@ pub fn fork_point(
     at: i64,
 ) -> ForkPoint {
     let at_index = messages.iter().rposition(|(id, _)| *id <= at).unwrap_or(0);
-    let kind = messages.get(at_index).map(|(_, kind)| *kind);
+    // The intake belongs with the turn's own message.
+    let kind = messages.get(at_index).map(|(_, kind)| match kind {
+        TurnMessage::Intake => TurnMessage::User,
+        kind => *kind,
+    });
     let steered = kind == Some(TurnMessage::Steered);
     // The model calls the kept messages hold: the next one is cut, with
-    // the messages steered to it unless the fork point is one of them.
+    // what comes before it unless the fork point is a message steered to it.
     let models = messages
         .iter()
         .take(at_index + 1)
         .filter(|(_, kind)| *kind == TurnMessage::Assistant)
         .count() as u32;
-    let (next_model, next_steer) = (names::model(models), names::steer(models));
+    // (Before a model call come its budget check, then its steering.)
+    let next_model = names::model(models);
+    let before = [names::budget(models), names::steer(models)];
     let mut entries = journal
         .iter()
-        .position(|e| e.name == next_model || (!steered && e.name == next_steer))
+        .position(|e| e.name == next_model || (!steered && before.contains(&e.name)))
         .unwrap_or(journal.len());
     entries = before_unfinished_reply(run, &journal[..entries]);
     // The rest of the fork point's step: its calls' results, or the other
@@ -85,7 +97,7 @@ pub fn fork_point(
         let same_step = match kind {
             TurnMessage::Assistant | TurnMessage::Tool => *next == TurnMessage::Tool,
             TurnMessage::Steered => *next == TurnMessage::Steered,
-            TurnMessage::User => false,
+            TurnMessage::User | TurnMessage::Intake => *next == TurnMessage::Intake,
         };
         if !same_step {
             break;
@@ -101,10 +113,11 @@ pub fn fork_point(
     }
 }
 
-/// How many of `journal`'s entries come before the first reply to a call
-/// whose tool has not run with it: the reply of an approval the original
-/// is acting on right now is not carried into the fork as an answer (the
-/// approval is asked again there).
+/// How many of `journal`'s entries come before the first reply that runs
+/// its call's tool without the tool having run with it: the grant the
+/// original is acting on right now is not carried into the fork as an
+/// answer (it is asked again there). A denial, an expiry or answers are
+/// the call's outcome themselves.
 fn before_unfinished_reply(run: RunId, journal: &[ForkEntry]) -> usize {
     let calls: HashSet<&str> = journal
         .iter()
@@ -118,9 +131,10 @@ fn before_unfinished_reply(run: RunId, journal: &[ForkEntry]) -> usize {
     journal
         .iter()
         .position(|e| {
-            e.name
-                .strip_prefix(&reply)
-                .is_some_and(|call| calls.contains(call) && !ran.contains(call))
+            e.runs_tool
+                && e.name
+                    .strip_prefix(&reply)
+                    .is_some_and(|call| calls.contains(call) && !ran.contains(call))
         })
         .unwrap_or(journal.len())
 }
@@ -140,11 +154,19 @@ fn rows_of(run: RunId, kept: &[ForkEntry]) -> Vec<(String, bool)> {
         .collect();
     kept.iter()
         .filter_map(|e| match e.name.as_str() {
-            names::INTAKE_ASK => Some(names::INTAKE_CALL_ID),
+            names::INTAKE_ASK => Some(names::INTAKE_CALL_ID.to_owned()),
             name => names::call_of_persist(name)
-                .or(e.row.as_deref().filter(|_| name.starts_with("asked:"))),
+                .or(e.row.as_deref().filter(|_| name.starts_with("asked:")))
+                .map(str::to_owned)
+                .or_else(|| {
+                    let n = name.strip_prefix("budget:")?.parse().ok()?;
+                    Some(crate::budget::request_id(n))
+                }),
         })
-        .map(|row| (row.to_owned(), settled.contains(row)))
+        .map(|row| {
+            let settled = settled.contains(row.as_str());
+            (row, settled)
+        })
         .collect()
 }
 
@@ -158,7 +180,9 @@ mod tests {
             .iter()
             .map(|name| ForkEntry {
                 name: (*name).to_owned(),
-                row: None,
+                // A reply grants its call unless a test says otherwise.
+                runs_tool: name.starts_with("tool:"),
+                ..ForkEntry::default()
             })
             .collect()
     }
@@ -251,6 +275,54 @@ mod tests {
     }
 
     #[test]
+    fn a_denial_is_the_calls_outcome_and_no_cut() {
+        let r1 = reply("c1");
+        let mut journal = entries(&["model:0", "persist:toolcall:c1", &r1, "model:1"]);
+        journal[2].runs_tool = false;
+        let messages = vec![(1, User), (2, Assistant), (3, Tool), (4, Assistant)];
+        let point = fork_point(run(), &journal, &messages, 4);
+        assert!(point.whole);
+        assert_eq!(point.rows, vec![("c1".to_owned(), true)]);
+        let at_call = fork_point(run(), &journal, &messages, 2);
+        assert_eq!((at_call.entries, at_call.last_message), (3, 3));
+    }
+
+    #[test]
+    fn the_intake_goes_with_the_turns_message_and_a_budget_request_is_a_row() {
+        let answered = reply("budget~1");
+        let journal = entries(&[
+            "intake:ask",
+            "intake:answers",
+            "model:0",
+            "budget:1",
+            &answered,
+            "model:1",
+            "budget:2",
+        ]);
+        let messages = vec![
+            (1, User),
+            (2, Intake),
+            (3, Intake),
+            (4, Assistant),
+            (5, Assistant),
+        ];
+        let at_user = fork_point(run(), &journal, &messages, 1);
+        assert_eq!((at_user.entries, at_user.last_message), (2, 3));
+        let at_intake = fork_point(run(), &journal, &messages, 2);
+        assert_eq!(at_intake, at_user);
+        let at_first = fork_point(run(), &journal, &messages, 4);
+        assert_eq!((at_first.entries, at_first.last_message), (3, 4));
+        // At the last message: the open request before the next model call
+        // is left to be asked again, live.
+        let last = fork_point(run(), &journal, &messages, 5);
+        assert_eq!(last.entries, 6);
+        assert_eq!(
+            last.rows,
+            vec![("intake".to_owned(), true), ("budget~1".to_owned(), true)]
+        );
+    }
+
+    #[test]
     fn a_round_of_questions_is_a_row_settled_by_its_reply() {
         let reply_row = reply("c1~1");
         let mut journal = entries(&["model:0", "persist:toolcall:c1", "asked:c1:1"]);
@@ -317,14 +389,15 @@ mod tests {
         use proptest::prelude::*;
 
         /// A turn as its worker writes it: per step, the messages steered
-        /// before its model call and its calls (`true`: an approval, settled
-        /// after the step's functions ran), then maybe a final answer; an
-        /// unfinished last step leaves its approvals open.
+        /// before its model call and its calls (0: a function; 1, 2: an
+        /// approval, granted or denied, settled after the step's functions
+        /// ran); an unfinished last step leaves its approvals open.
         fn turn(
-            steps: &[(usize, Vec<bool>)],
+            steps: &[(usize, Vec<u8>)],
             answered: bool,
         ) -> (Vec<ForkEntry>, Vec<(i64, TurnMessage)>) {
             let mut names: Vec<String> = Vec::new();
+            let mut denied: Vec<String> = Vec::new();
             let mut messages = vec![User];
             for (n, (steered, calls)) in steps.iter().enumerate() {
                 if *steered > 0 {
@@ -333,23 +406,30 @@ mod tests {
                 }
                 names.push(names::model(n as u32));
                 messages.push(Assistant);
-                for (k, approval) in calls.iter().enumerate() {
+                for (k, call) in calls.iter().enumerate() {
                     names.push(format!("persist:toolcall:c{n}_{k}"));
-                    if !approval {
+                    if *call == 0 {
                         names.push(format!("exec:c{n}_{k}"));
                         messages.push(Tool);
                     }
                 }
                 let open = n + 1 == steps.len() && !answered;
-                for (k, _) in calls.iter().enumerate().filter(|(_, a)| **a) {
+                for (k, call) in calls.iter().enumerate().filter(|(_, c)| **c > 0) {
                     if !open {
                         names.push(reply(&format!("c{n}_{k}")));
-                        names.push(format!("exec:c{n}_{k}"));
+                        if *call == 1 {
+                            names.push(format!("exec:c{n}_{k}"));
+                        } else {
+                            denied.push(reply(&format!("c{n}_{k}")));
+                        }
                         messages.push(Tool);
                     }
                 }
             }
-            let journal = entries(&names.iter().map(String::as_str).collect::<Vec<_>>());
+            let mut journal = entries(&names.iter().map(String::as_str).collect::<Vec<_>>());
+            for entry in &mut journal {
+                entry.runs_tool &= !denied.contains(&entry.name);
+            }
             let messages = messages
                 .into_iter()
                 .enumerate()
@@ -367,7 +447,7 @@ mod tests {
             #[test]
             fn the_kept_messages_are_what_the_kept_journal_replays(
                 steps in proptest::collection::vec(
-                    (0usize..3, proptest::collection::vec(any::<bool>(), 0..3)),
+                    (0usize..3, proptest::collection::vec(0u8..3, 0..3)),
                     1..5,
                 ),
                 answered in any::<bool>(),
@@ -383,7 +463,8 @@ mod tests {
                         .count();
                     let named = |prefix: &str| kept.iter().filter(|e| e.name.starts_with(prefix)).count();
                     prop_assert_eq!(upto(Assistant), named("model:"));
-                    prop_assert_eq!(upto(Tool), named("exec:"));
+                    let denials = kept.iter().filter(|e| e.name.starts_with("tool:") && !e.runs_tool).count();
+                    prop_assert_eq!(upto(Tool), named("exec:") + denials);
                     let steered: usize = kept.iter()
                         .filter_map(|e| e.name.strip_prefix("steer:"))
                         .map(|n| steered_per_entry[n.parse::<usize>().unwrap()])
@@ -392,8 +473,10 @@ mod tests {
                     // Every kept call's row is kept, open exactly when its
                     // outcome is not.
                     for (row, settled) in &point.rows {
-                        let ran = kept.iter().any(|e| e.name == format!("exec:{row}"));
-                        prop_assert_eq!(*settled, ran);
+                        let outcome = kept.iter().any(|e| {
+                            e.name == format!("exec:{row}") || e.name == reply(row)
+                        });
+                        prop_assert_eq!(*settled, outcome);
                     }
                 }
                 let last = messages.last().unwrap().0;

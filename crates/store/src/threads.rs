@@ -77,6 +77,7 @@ impl Store {
             last_event_id: 0,
             queued_messages: Vec::new(),
             forked_from: None,
+            forked_at_message_id: None,
         })
     }
 
@@ -105,7 +106,7 @@ impl Store {
                                                              'createdAt', q.created_at)
                                           ORDER BY q.position)
                          FROM queued_turns q WHERE q.thread_id = t.id),
-                        t.forked_from
+                        t.forked_from, t.forked_at_message
                  FROM threads t LEFT JOIN runs r ON r.id = t.current_run_id
                  WHERE t.id = $1 AND t.owner = $2",
             )
@@ -147,6 +148,7 @@ impl Store {
                 .transpose()?
                 .unwrap_or_default(),
             forked_from: row.get::<_, Option<Uuid>>(7).map(ThreadId),
+            forked_at_message_id: row.get(8),
         })
     }
 

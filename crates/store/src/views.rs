@@ -33,6 +33,11 @@ pub struct ThreadView {
     /// Left out for a thread that is no fork.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ThreadId>,
+    /// The last message of that thread's conversation this one kept (its
+    /// id there). Left out for a thread that is no fork, or a fork of a
+    /// thread with no message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_at_message_id: Option<i64>,
 }
 
 /// A turn waiting for the thread's active run to end.

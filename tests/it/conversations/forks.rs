@@ -342,3 +342,131 @@ requires_confirmation = true
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_fork_keeps_a_denial_and_an_answered_intake_as_they_were() {
+    let registry = Registry::from_toml(
+        r#"
+[agents.agent]
+tools = ["gate"]
+model = { provider = "scripted", script = [
+  { tool_calls = [ { id = "c1", name = "gate", arguments = {} } ] },
+  { text = "Done." },
+] }
+[agents.agent.intake]
+questions = [ { id = "scope", prompt = "How wide?", options = [ { value = "all", label = "All" } ], defaults = ["all"] } ]
+
+[tools.gate]
+type = "echo"
+requires_confirmation = true
+"#,
+    )
+    .unwrap();
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+    let (thread, first) = env.start_turn("agent", "first").await;
+    let intake = env.wait_pending(&thread, 1).await.remove(0);
+    let (_, body) = env
+        .reply(
+            "/agent/tool-call/skip",
+            ALICE,
+            json!({ "runId": first, "toolCallId": intake["toolCallId"] }),
+        )
+        .await;
+    assert_eq!(body["delivered"], true, "{body}");
+    eventually("the gate asked", || async {
+        let view = env.get(&format!("/threads/{thread}")).await;
+        (view["pendingInputs"][0]["toolCallId"] == "c1").then_some(())
+    })
+    .await;
+    let (_, body) = env
+        .reply(
+            "/agent/tool-call/reject",
+            ALICE,
+            json!({ "runId": first, "toolCallId": "c1", "reason": "no" }),
+        )
+        .await;
+    assert_eq!(body["delivered"], true, "{body}");
+    assert_eq!(env.wait_run_finished(&first).await["status"], "completed");
+    let original = env.get(&format!("/threads/{thread}/messages")).await;
+
+    // The whole thread: an ended turn, nothing asked again.
+    let (status, body) = fork(&env, &thread, json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(body.get("runId").is_none(), "{body}");
+    let whole = body["id"].as_str().unwrap().to_owned();
+    let copied = env.get(&format!("/threads/{whole}/messages")).await;
+    let shape = |messages: &Value| {
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["role"].clone(),
+                    m["toolCallId"].clone(),
+                    m["content"].clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shape(&copied), shape(&original));
+    let view = env.get(&format!("/threads/{whole}")).await;
+    assert_eq!(
+        view["forkedAtMessageId"],
+        original.as_array().unwrap().last().unwrap()["id"]
+    );
+    // The fork's next turn does not ask the intake again (asked on the
+    // thread before the fork point).
+    let (status, body) = post_message(&env, &whole, json!({ "content": "next" })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let next = body["runId"].as_str().unwrap().to_owned();
+    eventually("the next turn's gate", || async {
+        let view = env.get(&format!("/threads/{whole}")).await;
+        view["pendingInputs"][0]["toolCallId"]
+            .as_str()
+            .map(str::to_owned)
+    })
+    .await;
+    let asked = env.get(&format!("/threads/{whole}")).await["pendingInputs"].clone();
+    assert_eq!(asked[0]["toolCallId"], "c1", "no intake: {asked}");
+    assert_eq!(asked[0]["runId"], next.as_str());
+
+    // At the model's call: the denial is its outcome, carried over.
+    let call = original
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant" && m["toolCalls"][0]["id"] == "c1")
+        .unwrap()["id"]
+        .clone();
+    let (status, body) = fork(
+        &env,
+        &thread,
+        json!({ "atMessageId": call, "content": "instead" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let forked = body["id"].as_str().unwrap().to_owned();
+    let run = body["runId"].as_str().unwrap().to_owned();
+    assert_eq!(env.wait_run_finished(&run).await["status"], "completed");
+    let names = journal_of(&env, &run).await;
+    assert_eq!(
+        names,
+        [
+            "intake:ask",
+            "intake:answers",
+            "model:0",
+            "persist:toolcall:c1",
+            "tool:<run>:c1",
+            "steer:1",
+            "model:1"
+        ]
+    );
+    assert!(!env
+        .event_types(&forked)
+        .await
+        .contains(&"INPUT_REQUIRED".to_owned()));
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

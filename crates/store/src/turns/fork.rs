@@ -49,6 +49,43 @@ const EARLIER_TURNS_SQL: &str = "
     WHERE (SELECT r.parent_run_id IS NULL AND NOT r.cut FROM runs r WHERE r.id = t.run_id)
     ORDER BY t.first";
 
+/// The journal of the fork point's turn as the fork point reads it: each
+/// entry's position and name, a question round's row, whether a reply
+/// runs its call's tool (see `ForkEntry`), and the version a switch was
+/// from.
+const JOURNAL_SQL: &str = "
+    SELECT position, name,
+           CASE WHEN name LIKE 'asked:%' THEN value->>'row' END,
+           name LIKE 'tool:%' AND coalesce((value->>'approved')::boolean, false)
+               AND NOT value ? 'answers',
+           CASE WHEN name LIKE 'version:%' THEN value->>'from' END
+    FROM journal WHERE run_id = $1 ORDER BY position";
+
+/// The messages of run `$2` of thread `$1`, oldest first, with what each
+/// is to the fork point (a model's message stored with its entry has no
+/// body; the intake asks with a message and a result of its own).
+const TURN_MESSAGES_SQL: &str = "
+    SELECT id, CASE WHEN body IS NULL THEN 'assistant'
+                    WHEN body ? 'steered' THEN 'steered'
+                    WHEN body->'toolCalls'->0->>'id' = 'intake'
+                         OR body->>'toolCallId' = 'intake' THEN 'intake'
+                    ELSE body->>'role' END
+    FROM messages WHERE thread_id = $1 AND run_id = $2 ORDER BY id";
+
+/// Copies the call rows of the ended runs `$1` as rows of runs `$2` of
+/// thread `$3`, their arguments whole (their runs' journals stay behind):
+/// an intake answered there is not asked again in the fork.
+const COPY_TURN_CALLS_SQL: &str = "
+    INSERT INTO tool_calls (run_id, id, thread_id, name, arguments, kind, tool_type, status,
+                            reason, expires_at, park_request, payload, result, defaulted,
+                            answered_at, answered_by, created_at, decision, approvals)
+    SELECT n.new, tc.id, $3, tc.name, coalesce(tc.arguments_whole, 'null'::jsonb), tc.kind,
+           tc.tool_type, tc.status, tc.reason, tc.expires_at, tc.park_request, tc.payload,
+           tc.result, tc.defaulted, tc.answered_at, tc.answered_by, tc.created_at,
+           tc.decision, tc.approvals
+    FROM unnest($1::uuid[], $2::uuid[]) AS n(src, new)
+    JOIN tool_calls_whole tc ON tc.run_id = n.src";
+
 /// Copies the ended runs `$1` as runs `$2` of thread `$3`.
 const COPY_TURNS_SQL: &str = "
     INSERT INTO runs (id, thread_id, root_run_id, name, depth, status, segment_seq,
@@ -57,27 +94,30 @@ const COPY_TURNS_SQL: &str = "
            r.output, r.error, r.created_at, r.finished_at
     FROM unnest($1::uuid[], $2::uuid[]) AS n(src, new) JOIN runs r ON r.id = n.src";
 
-/// Copies run `$2` as run `$1` of thread `$3`: with its status, output and
-/// end when `$4` (it ended at the fork point), otherwise queued, steered
-/// (and followed) when `$5`.
+/// Copies run `$2` as run `$1` of thread `$3` on agent version `$8`: with
+/// its status, output and end when `$4` (it ended at the fork point),
+/// otherwise queued, steered (and followed) when `$5`.
 const COPY_FORKED_RUN_SQL: &str = "
     INSERT INTO runs (id, thread_id, root_run_id, name, depth, status, segment_seq,
                       agent_version, output, error, created_at, finished_at,
                       steered, followed, traceparent, tracestate)
     SELECT $1, $3, $1, name, 0, CASE WHEN $4 THEN status ELSE 'queued' END, 1,
-           agent_version, CASE WHEN $4 THEN output END, CASE WHEN $4 THEN error END,
+           $8, CASE WHEN $4 THEN output END, CASE WHEN $4 THEN error END,
            created_at, CASE WHEN $4 THEN finished_at END, $5, $5, $6, $7
     FROM runs WHERE id = $2";
 
 /// Copies the journal entries of run `$2` before position `$3` to run
 /// `$1`, a reply's name (`$4`, `tool:<$2>:`) renamed to the new run's
-/// (`$5`).
+/// (`$5`), and a question's frame naming the new run.
 const COPY_JOURNAL_SQL: &str = "
     INSERT INTO journal (run_id, position, name, value, packed)
     SELECT $1, position,
            CASE WHEN left(name, length($4)) = $4 THEN $5 || substr(name, length($4) + 1)
                 ELSE name END,
-           value, packed
+           -- a question's frame names the run to answer it against
+           CASE WHEN name LIKE 'stream:elicitation:%' AND value ? 'runId'
+                THEN jsonb_set(value, '{runId}', to_jsonb($1::uuid::text)) ELSE value END,
+           packed
     FROM journal WHERE run_id = $2 AND position < $3";
 
 /// Copies the call rows of run `$2` to run `$1` of thread `$3`: those named
@@ -323,14 +363,16 @@ async fn copy_turns(
     let copies: Vec<Uuid> = earlier.iter().map(|_| RunId::new().0).collect();
     let run = RunId::new();
     if !earlier.is_empty() {
-        ops.push(Op::new(
-            COPY_TURNS_SQL,
-            vec![
-                Box::new(earlier.clone()),
-                Box::new(copies.clone()),
-                Box::new(fork.0),
-            ],
-        ));
+        for sql in [COPY_TURNS_SQL, COPY_TURN_CALLS_SQL] {
+            ops.push(Op::new(
+                sql,
+                vec![
+                    Box::new(earlier.clone()),
+                    Box::new(copies.clone()),
+                    Box::new(fork.0),
+                ],
+            ));
+        }
     }
     ops.push(Op::new(
         COPY_FORKED_RUN_SQL,
@@ -342,6 +384,7 @@ async fn copy_turns(
             Box::new(steered),
             Box::new(trace.map(|t| t.traceparent.clone())),
             Box::new(trace.and_then(|t| t.tracestate.clone())),
+            Box::new(turn.version.clone()),
         ],
     ));
     ops.push(Op::new(
@@ -438,7 +481,7 @@ async fn read_source(
     }
     let thread = thread.first().expect("refused above when missing");
     let turn = match at_row.first() {
-        Some(row) => Some(read_turn(tx, source, row).await?),
+        Some(row) => Some(read_turn(tx, source, row, at.is_none()).await?),
         None => None,
     };
     Ok((thread.get(0), thread.get(1), turn))
@@ -460,7 +503,7 @@ fn refusal(row: &Row) -> Option<Error> {
 
 /// Reads the fork point's turn under its run's lock: the run, its journal's
 /// names and its messages' kinds, and where the fork cuts them.
-async fn read_turn(tx: &OpenTx, source: ThreadId, at: &Row) -> Result<ForkedTurn> {
+async fn read_turn(tx: &OpenTx, source: ThreadId, at: &Row, to_end: bool) -> Result<ForkedTurn> {
     let (at, run) = (at.get::<_, i64>(0), RunId(at.get(1)));
     let locked = Op::new(
         "SELECT status, name, agent_version FROM runs WHERE id = $1 FOR NO KEY UPDATE",
@@ -473,21 +516,10 @@ async fn read_turn(tx: &OpenTx, source: ThreadId, at: &Row) -> Result<ForkedTurn
         .ok_or_else(|| Error::Corrupt(format!("run {run} of a message vanished")))?;
     let status: RunStatus = row.get::<_, &str>(0).parse()?;
     let (name, version): (String, Option<String>) = (row.get(1), row.get(2));
-    let journal = Op::new(
-        "SELECT position, name, CASE WHEN name LIKE 'asked:%' THEN value->>'row' END
-         FROM journal WHERE run_id = $1 ORDER BY position",
-        vec![Box::new(run.0)],
-    )
-    .expect(Expect::Rows);
+    let journal = Op::new(JOURNAL_SQL, vec![Box::new(run.0)]).expect(Expect::Rows);
     let journal = tx.exchange_one(journal).await?;
-    let messages = Op::new(
-        "SELECT id, CASE WHEN body IS NULL THEN 'assistant'
-                         WHEN body ? 'steered' THEN 'steered'
-                         ELSE body->>'role' END
-         FROM messages WHERE thread_id = $1 AND run_id = $2 ORDER BY id",
-        vec![Box::new(source.0), Box::new(run.0)],
-    )
-    .expect(Expect::Rows);
+    let messages =
+        Op::new(TURN_MESSAGES_SQL, vec![Box::new(source.0), Box::new(run.0)]).expect(Expect::Rows);
     let messages: Vec<(i64, TurnMessage)> = tx
         .exchange_one(messages)
         .await?
@@ -499,12 +531,25 @@ async fn read_turn(tx: &OpenTx, source: ThreadId, at: &Row) -> Result<ForkedTurn
         .map(|row| ForkEntry {
             name: row.get(1),
             row: row.get(2),
+            runs_tool: row.get(3),
         })
         .collect();
+    // A fork of the whole conversation is at its last message as of under
+    // the run's lock (a commit may have added one since it was read).
+    let at = match messages.last() {
+        Some((last, _)) if to_end => *last,
+        _ => at,
+    };
     let point = fork_point(run, &entries, &messages, at);
     let end_position = journal
         .get(point.entries)
         .map_or(i32::MAX, |row| row.get::<_, i32>(0));
+    // The version the run had at the fork point: a switch journaled after
+    // it says what it switched from.
+    let version = journal[point.entries.min(journal.len())..]
+        .iter()
+        .find(|row| row.get::<_, String>(1).starts_with("version:"))
+        .map_or(version, |row| row.get(4));
     Ok(ForkedTurn {
         run,
         name,
@@ -520,6 +565,7 @@ fn turn_message(role: Option<&str>) -> TurnMessage {
     match role {
         Some("user") => TurnMessage::User,
         Some("steered") => TurnMessage::Steered,
+        Some("intake") => TurnMessage::Intake,
         Some("tool") => TurnMessage::Tool,
         _ => TurnMessage::Assistant,
     }
