@@ -1,5 +1,5 @@
 //! Where a fork of a thread cuts the turn it forks in (docs/conversations.md,
-//! "Fork a thread").
+//! "Forking a thread").
 //!
 //! A fork copies the conversation up to a message. The turns before that
 //! message's turn are copied as they are; the turn itself is copied as a

@@ -1,6 +1,6 @@
 //! Forking a thread: a new thread whose conversation is this one's up to a
 //! message, optionally going on with a new one (docs/conversations.md,
-//! "Fork a thread").
+//! "Forking a thread").
 
 use agentenkit_core::{RunId, ThreadId, ThreadStatus};
 use agentenkit_runtime::trace;
