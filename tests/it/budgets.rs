@@ -178,7 +178,7 @@ async fn a_token_budget_is_spent_by_what_the_model_reported_and_a_bad_budget_is_
     env.finish().await;
 
     for (budget, says) in [
-        ("{ model_calls = 0 }", "model_calls must be at least 1"),
+        ("{ model_calls = 0 }", "model_calls must be more than 0"),
         ("{ dollars = 1 }", "unknown field"),
     ] {
         let error = Registry::from_toml(&format!(
@@ -190,13 +190,94 @@ async fn a_token_budget_is_spent_by_what_the_model_reported_and_a_bad_budget_is_
         assert!(error.contains(says), "{budget}: {error}");
     }
     let error = Registry::from_toml(
-        "[agents.a]\nmodel = { provider = \"scripted\", script = [] }\nbudget = { thread = { model_calls = 1 } }\n",
+        "[agents.a]\nmodel = { provider = \"scripted\", script = [] }\nbudget = { thread = { cost_usd = 1 } }\n",
     )
     .err()
     .expect("refused")
     .to_string();
     assert!(
-        error.contains("budget.thread is not supported yet"),
+        error.contains("budget.thread counts calls and tokens"),
         "{error}"
     );
+}
+
+#[tokio::test]
+async fn a_thread_budget_counts_the_threads_earlier_turns_and_a_cost_budget_the_price() {
+    let registry = Registry::from_toml(
+        r#"
+[agents.thread]
+tools = ["echo"]
+model = { provider = "scripted", script = [
+  { tool_calls = [ { id = "c1", name = "echo", arguments = {} } ] },
+  { text = "Done." },
+] }
+budget = { thread = { model_calls = 3 } }
+
+[agents.priced]
+tools = ["echo"]
+model = { provider = "scripted", price = { input_per_mtok = 1000000, output_per_mtok = 0 }, script = [
+  { tool_calls = [ { id = "c1", name = "echo", arguments = {} } ] },
+  { text = "Done." },
+] }
+budget = { run = { cost_usd = 2 } }
+
+[tools.echo]
+type = "echo"
+"#,
+    )
+    .unwrap();
+    let env = TestEnv::start(registry).await;
+    let worker = env.spawn_worker();
+
+    // Two model calls in the first turn: the second turn's first makes
+    // three, and it asks before another.
+    let (thread, first) = env.start_turn("thread", "one").await;
+    assert_eq!(env.wait_run_finished(&first).await["status"], "completed");
+    let (status, body) = env
+        .call(
+            "POST",
+            &format!("/threads/{thread}/messages"),
+            Some(ALICE),
+            Some(json!({ "content": "two" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let second = body["runId"].as_str().unwrap().to_owned();
+    let asked = budget_request(&env, &thread).await;
+    assert_eq!(asked["runId"], second.as_str());
+    assert_eq!(asked["arguments"]["budget"], "thread");
+    assert_eq!(
+        asked["arguments"]["question"],
+        "the thread used 3 of 3 model calls; allow more?"
+    );
+    assert_eq!(model_calls(&env, &second).await, 1);
+    let body = approve(&env, &second, asked["toolCallId"].as_str().unwrap()).await;
+    assert_eq!(body["delivered"], true, "{body}");
+    assert_eq!(env.wait_run_finished(&second).await["status"], "completed");
+
+    // A dollar a token in: the first call's prompt costs more than $2.
+    let (thread, run) = env.start_turn("priced", "go").await;
+    let asked = budget_request(&env, &thread).await;
+    assert_eq!(asked["arguments"]["measure"], "cost_usd");
+    let reported = env.get(&format!("/runs/{run}")).await["usage"][0]["inputTokens"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(asked["arguments"]["used"].as_f64().unwrap(), reported);
+    assert_eq!(asked["arguments"]["limit"], 2.0);
+    let (status, body) = env
+        .reply(
+            "/agent/tool-call/reject",
+            ALICE,
+            json!({ "runId": run, "toolCallId": asked["toolCallId"] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let ended = env.wait_run_finished(&run).await;
+    assert_eq!(ended["status"], "failed");
+    assert!(ended["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("budget run.cost_usd used up ($"));
+    worker.stop().await.unwrap();
+    env.finish().await;
 }

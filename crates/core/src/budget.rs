@@ -27,14 +27,18 @@ pub enum Measure {
     ToolCalls,
     InputTokens,
     OutputTokens,
+    /// In millionths of a dollar (`cost_usd` in dollars where people
+    /// read or write it).
+    CostUsd,
 }
 
 impl Measure {
-    pub const ALL: [Measure; 4] = [
+    pub const ALL: [Measure; 5] = [
         Measure::ModelCalls,
         Measure::ToolCalls,
         Measure::InputTokens,
         Measure::OutputTokens,
+        Measure::CostUsd,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -43,16 +47,26 @@ impl Measure {
             Measure::ToolCalls => "tool_calls",
             Measure::InputTokens => "input_tokens",
             Measure::OutputTokens => "output_tokens",
+            Measure::CostUsd => "cost_usd",
         }
     }
 
-    /// What one of it is called, for people.
-    fn unit(self) -> &'static str {
+    /// An amount of it, for people: `1,234 input tokens`, `$1.25`.
+    fn shown(self, amount: u64) -> String {
         match self {
-            Measure::ModelCalls => "model calls",
-            Measure::ToolCalls => "tool calls",
-            Measure::InputTokens => "input tokens",
-            Measure::OutputTokens => "output tokens",
+            Measure::ModelCalls => format!("{} model calls", grouped(amount)),
+            Measure::ToolCalls => format!("{} tool calls", grouped(amount)),
+            Measure::InputTokens => format!("{} input tokens", grouped(amount)),
+            Measure::OutputTokens => format!("{} output tokens", grouped(amount)),
+            Measure::CostUsd => format!("${:.2}", amount as f64 / 1e6),
+        }
+    }
+
+    /// An amount of it as JSON: a count, or dollars.
+    fn value(self, amount: u64) -> Value {
+        match self {
+            Measure::CostUsd => Value::from(amount as f64 / 1e6),
+            _ => Value::from(amount),
         }
     }
 }
@@ -75,6 +89,65 @@ pub struct Limits {
     pub input_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tokens: Option<u64>,
+    /// In millionths of a dollar; `cost_usd` (dollars) in the file.
+    #[serde(
+        default,
+        rename = "cost_usd",
+        with = "dollars",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cost_micro_usd: Option<u64>,
+}
+
+/// `cost_usd` as dollars where people write it, millionths inside.
+mod dollars {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(micro: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match micro {
+            Some(micro) => s.serialize_some(&(*micro as f64 / 1e6)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        match Option::<f64>::deserialize(d)? {
+            Some(usd) if usd.is_finite() && (0.0..1e12).contains(&usd) => {
+                Ok(Some((usd * 1e6).round() as u64))
+            }
+            Some(usd) => Err(serde::de::Error::custom(format!(
+                "cost_usd must be a number of dollars from 0, not {usd}"
+            ))),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A model's price, in dollars per million tokens
+/// (`price = { input_per_mtok, output_per_mtok }`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+impl Price {
+    pub fn check(&self) -> Result<(), String> {
+        let fine = |p: f64| p.is_finite() && p >= 0.0;
+        match fine(self.input_per_mtok) && fine(self.output_per_mtok) {
+            true => Ok(()),
+            false => Err("a price is dollars per million tokens, from 0".into()),
+        }
+    }
+
+    /// What `usage` cost, in millionths of a dollar (a dollar per million
+    /// tokens is a millionth of a dollar per token).
+    pub fn of(&self, usage: crate::conversation::Usage) -> u64 {
+        let micro = usage.input_tokens as f64 * self.input_per_mtok
+            + usage.output_tokens as f64 * self.output_per_mtok;
+        micro.round() as u64
+    }
 }
 
 impl Limits {
@@ -84,6 +157,7 @@ impl Limits {
             Measure::ToolCalls => self.tool_calls,
             Measure::InputTokens => self.input_tokens,
             Measure::OutputTokens => self.output_tokens,
+            Measure::CostUsd => self.cost_micro_usd,
         }
     }
 
@@ -93,7 +167,13 @@ impl Limits {
             Measure::ToolCalls => &mut self.tool_calls,
             Measure::InputTokens => &mut self.input_tokens,
             Measure::OutputTokens => &mut self.output_tokens,
+            Measure::CostUsd => &mut self.cost_micro_usd,
         }
+    }
+
+    /// Names no limit at all.
+    pub fn is_empty(&self) -> bool {
+        Measure::ALL.into_iter().all(|m| self.get(m).is_none())
     }
 
     /// A run's budget: these limits, with model calls at
@@ -108,7 +188,7 @@ impl Limits {
     /// Each limit a budget names must allow something.
     pub fn check(&self) -> Result<(), String> {
         match Measure::ALL.into_iter().find(|m| self.get(*m) == Some(0)) {
-            Some(zero) => Err(format!("a budget's {zero} must be at least 1")),
+            Some(zero) => Err(format!("a budget's {zero} must be more than 0")),
             None => Ok(()),
         }
     }
@@ -127,11 +207,12 @@ impl Limits {
     /// The first measure `spent` has used up, if any: the next step would
     /// pass it (`size` is how much the budget as configured allows of it,
     /// what an approval that names no amounts adds).
-    pub fn exhausted(&self, spent: &Spent, configured: &Limits) -> Option<Exhausted> {
+    pub fn exhausted(&self, scope: Scope, spent: &Spent, configured: &Limits) -> Option<Exhausted> {
         Measure::ALL.into_iter().find_map(|measure| {
             let limit = self.get(measure)?;
             let used = spent.get(measure);
             (used >= limit).then(|| Exhausted {
+                scope,
                 measure,
                 used,
                 limit,
@@ -149,6 +230,9 @@ pub struct Spent {
     pub tool_calls: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Millionths of a dollar, as priced when spent (nothing without a
+    /// price).
+    pub cost_micro_usd: u64,
 }
 
 impl Spent {
@@ -158,15 +242,53 @@ impl Spent {
             Measure::ToolCalls => self.tool_calls,
             Measure::InputTokens => self.input_tokens,
             Measure::OutputTokens => self.output_tokens,
+            Measure::CostUsd => self.cost_micro_usd,
         }
     }
 
-    /// A model call that reported `usage` and made `calls` tool calls.
-    pub fn add_model_call(&mut self, usage: crate::conversation::Usage, calls: usize) {
+    /// A model call that reported `usage` and made `calls` tool calls, at
+    /// `price`, if the model has one.
+    pub fn add_model_call(
+        &mut self,
+        usage: crate::conversation::Usage,
+        calls: usize,
+        price: Option<&Price>,
+    ) {
         self.model_calls += 1;
         self.tool_calls += calls as u64;
         self.input_tokens += usage.input_tokens;
         self.output_tokens += usage.output_tokens;
+        self.cost_micro_usd += price.map_or(0, |p| p.of(usage));
+    }
+
+    /// Both together.
+    pub fn plus(self, other: Spent) -> Spent {
+        Spent {
+            model_calls: self.model_calls + other.model_calls,
+            tool_calls: self.tool_calls + other.tool_calls,
+            input_tokens: self.input_tokens + other.input_tokens,
+            output_tokens: self.output_tokens + other.output_tokens,
+            cost_micro_usd: self.cost_micro_usd + other.cost_micro_usd,
+        }
+    }
+}
+
+/// Whose spending a budget bounds: the run's own, or the thread's (every
+/// run of it, this one included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    #[default]
+    Run,
+    Thread,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Run => "run",
+            Scope::Thread => "thread",
+        }
     }
 }
 
@@ -175,6 +297,8 @@ impl Spent {
 /// budget has become).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Exhausted {
+    #[serde(default)]
+    pub scope: Scope,
     pub measure: Measure,
     pub used: u64,
     pub limit: u64,
@@ -185,32 +309,42 @@ pub struct Exhausted {
 impl Exhausted {
     /// What the person is asked.
     pub fn question(&self) -> String {
-        format!(
-            "used {} of {} {}; allow more?",
-            grouped(self.used),
-            grouped(self.limit),
-            self.measure.unit()
-        )
+        let whose = match self.scope {
+            Scope::Run => "",
+            Scope::Thread => "the thread ",
+        };
+        let used = match self.measure {
+            Measure::CostUsd => self.measure.shown(self.used),
+            _ => grouped(self.used),
+        };
+        let limit = self.measure.shown(self.limit);
+        format!("{whose}used {used} of {limit}; allow more?")
     }
 
     /// Why a run ends when the person says no (or nobody answers).
     pub fn refusal(&self, how: &str) -> String {
+        let (used, limit) = match self.measure {
+            Measure::CostUsd => (
+                self.measure.shown(self.used),
+                self.measure.shown(self.limit),
+            ),
+            _ => (grouped(self.used), grouped(self.limit)),
+        };
         format!(
-            "budget run.{} used up ({} of {}) and more was {how}",
+            "budget {}.{} used up ({used} of {limit}) and more was {how}",
+            self.scope.as_str(),
             self.measure,
-            grouped(self.used),
-            grouped(self.limit)
         )
     }
 
     /// The arguments the request is shown with.
     pub fn arguments(&self) -> Value {
         serde_json::json!({
-            "budget": "run",
+            "budget": self.scope.as_str(),
             "measure": self.measure,
-            "used": self.used,
-            "limit": self.limit,
-            "add": { self.measure.as_str(): self.size },
+            "used": self.measure.value(self.used),
+            "limit": self.measure.value(self.limit),
+            "add": { self.measure.as_str(): self.measure.value(self.size) },
             "question": self.question(),
         })
     }
@@ -264,11 +398,11 @@ mod tests {
         let limits = Limits::default().for_run();
         let mut spent = Spent::default();
         for _ in 0..63 {
-            spent.add_model_call(Usage::default(), 1);
+            spent.add_model_call(Usage::default(), 1, None);
         }
-        assert_eq!(limits.exhausted(&spent, &limits), None);
-        spent.add_model_call(Usage::default(), 1);
-        let asked = limits.exhausted(&spent, &limits).unwrap();
+        assert_eq!(limits.exhausted(Scope::Run, &spent, &limits), None);
+        spent.add_model_call(Usage::default(), 1, None);
+        let asked = limits.exhausted(Scope::Run, &spent, &limits).unwrap();
         assert_eq!(
             (asked.measure, asked.used, asked.limit),
             (Measure::ModelCalls, 64, 64)
@@ -286,16 +420,18 @@ mod tests {
                 output_tokens: 5,
             },
             0,
+            None,
         );
-        assert_eq!(limits.exhausted(&spent, &limits), None);
+        assert_eq!(limits.exhausted(Scope::Run, &spent, &limits), None);
         spent.add_model_call(
             Usage {
                 input_tokens: 1_345,
                 output_tokens: 5,
             },
             0,
+            None,
         );
-        let asked = limits.exhausted(&spent, &limits).unwrap();
+        let asked = limits.exhausted(Scope::Run, &spent, &limits).unwrap();
         assert_eq!(
             asked.question(),
             "used 201,344 of 200,000 input tokens; allow more?"
@@ -310,6 +446,7 @@ mod tests {
     fn an_approval_adds_what_it_names_or_the_budgets_own_size() {
         let configured = tokens(1_000);
         let asked = Exhausted {
+            scope: Scope::Run,
             measure: Measure::InputTokens,
             used: 1_200,
             limit: 1_000,
@@ -333,6 +470,69 @@ mod tests {
     }
 
     #[test]
+    fn a_cost_budget_is_priced_from_the_usage_and_shown_in_dollars() {
+        let price = Price {
+            input_per_mtok: 3.0,
+            output_per_mtok: 15.0,
+        };
+        let limits: Limits = serde_json::from_value(json!({ "cost_usd": 0.5 })).unwrap();
+        assert_eq!(limits.cost_micro_usd, Some(500_000));
+        let mut spent = Spent::default();
+        // 100k in at $3/M and 10k out at $15/M: $0.30 + $0.15.
+        let usage = Usage {
+            input_tokens: 100_000,
+            output_tokens: 10_000,
+        };
+        spent.add_model_call(usage, 0, Some(&price));
+        assert_eq!(spent.cost_micro_usd, 450_000);
+        assert_eq!(limits.exhausted(Scope::Run, &spent, &limits), None);
+        spent.add_model_call(usage, 0, Some(&price));
+        let asked = limits.exhausted(Scope::Run, &spent, &limits).unwrap();
+        assert_eq!(asked.question(), "used $0.90 of $0.50; allow more?");
+        assert_eq!(asked.arguments()["used"], json!(0.9));
+        assert_eq!(asked.arguments()["add"], json!({ "cost_usd": 0.5 }));
+        let raised = limits.raised(&asked.raise_of(Some(&json!({ "add": { "cost_usd": 1.25 } }))));
+        assert_eq!(raised.cost_micro_usd, Some(1_750_000));
+        // No price, no cost.
+        let mut unpriced = Spent::default();
+        unpriced.add_model_call(usage, 0, None);
+        assert_eq!(unpriced.cost_micro_usd, 0);
+        for wrong in [json!({ "cost_usd": -1 }), json!({ "cost_usd": "1" })] {
+            assert!(
+                serde_json::from_value::<Limits>(wrong.clone()).is_err(),
+                "{wrong}"
+            );
+        }
+        assert!(Price {
+            input_per_mtok: -1.0,
+            output_per_mtok: 0.0
+        }
+        .check()
+        .is_err());
+    }
+
+    #[test]
+    fn a_thread_budget_says_so() {
+        let limits = Limits {
+            model_calls: Some(2),
+            ..Limits::default()
+        };
+        let spent = Spent {
+            model_calls: 2,
+            ..Spent::default()
+        };
+        let asked = limits.exhausted(Scope::Thread, &spent, &limits).unwrap();
+        assert_eq!(
+            asked.question(),
+            "the thread used 2 of 2 model calls; allow more?"
+        );
+        assert_eq!(asked.arguments()["budget"], "thread");
+        assert!(asked
+            .refusal("refused")
+            .starts_with("budget thread.model_calls used up"));
+    }
+
+    #[test]
     fn a_limit_of_nothing_is_refused() {
         assert!(tokens(0).check().unwrap_err().contains("input_tokens"));
         assert!(tokens(1).check().is_ok());
@@ -341,6 +541,7 @@ mod tests {
     #[test]
     fn the_request_names_what_an_approval_adds_by_default() {
         let asked = Exhausted {
+            scope: Scope::Run,
             measure: Measure::ModelCalls,
             used: 4,
             limit: 4,
@@ -362,8 +563,8 @@ mod tests {
         ) {
             let configured = Limits { output_tokens: Some(limit), model_calls: Some(50), ..Limits::default() };
             let mut spent = Spent::default();
-            spent.add_model_call(Usage { input_tokens: 0, output_tokens: limit + over }, 0);
-            let asked = configured.exhausted(&spent, &configured).unwrap();
+            spent.add_model_call(Usage { input_tokens: 0, output_tokens: limit + over }, 0, None);
+            let asked = configured.exhausted(Scope::Run, &spent, &configured).unwrap();
             prop_assert_eq!(asked.measure, Measure::OutputTokens);
             let payload = added.map(|n| json!({ "add": { "output_tokens": n } }));
             let raised = configured.raised(&asked.raise_of(payload.as_ref()));

@@ -44,6 +44,12 @@ pub struct Agent {
     /// What one run may spend before it asks (model calls at
     /// [`agentenkit_core::budget::DEFAULT_MODEL_CALLS`] unless it says).
     pub budget: agentenkit_core::budget::Limits,
+    /// What the thread's runs may spend together before one asks (none
+    /// unless it says).
+    pub thread_budget: agentenkit_core::budget::Limits,
+    /// Its model's price, when the file names one: what `cost_usd`
+    /// budgets count.
+    pub price: Option<agentenkit_core::budget::Price>,
 }
 
 /// A configured intake: a validated question set and when to ask it.
@@ -86,6 +92,8 @@ impl Agent {
             on_deploy: crate::config::OnDeploy::Pin,
             on_active: agentenkit_core::conversation::OnActive::Reject,
             budget: agentenkit_core::budget::Limits::default().for_run(),
+            thread_budget: agentenkit_core::budget::Limits::default(),
+            price: None,
         }
     }
 

@@ -137,16 +137,16 @@ pub struct AgentDef {
     pub budget: Option<BudgetDef>,
 }
 
-/// `[agents.<name>.budget]`: `run = { model_calls, tool_calls,
-/// input_tokens, output_tokens }`, each optional.
+/// `[agents.<name>.budget]`: `run` and `thread`, each `{ model_calls,
+/// tool_calls, input_tokens, output_tokens, cost_usd }` (each optional;
+/// no `cost_usd` for a thread).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetDef {
     #[serde(default)]
     pub run: Option<agentenkit_core::budget::Limits>,
-    /// Refused with a clear error: not counted yet.
     #[serde(default)]
-    pub thread: Option<toml::Value>,
+    pub thread: Option<agentenkit_core::budget::Limits>,
 }
 
 /// What a deploy means for an agent's runs in flight (docs/deployment.md, "Deploying
@@ -408,7 +408,7 @@ model = { provider = "anthropic", model = "claude-sonnet-4-5", base_url = "https
         let file = AgentFile::parse(SPEC_EXAMPLE).unwrap();
         let mailer = &file.agents["mailer"];
         assert_eq!(mailer.tools, ["send_email"]);
-        let ModelDef::Scripted { script } = &mailer.model else {
+        let ModelDef::Scripted { script, .. } = &mailer.model else {
             panic!("mailer has a scripted model");
         };
         assert_eq!(script.len(), 2);

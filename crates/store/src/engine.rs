@@ -4,6 +4,7 @@
 //! [`crate::memory::MemoryEngine`], plain maps the agent loop's unit tests
 //! run on.
 
+use agentenkit_core::budget::Spent;
 use agentenkit_core::{RunId, ThreadId};
 use async_trait::async_trait;
 
@@ -37,6 +38,11 @@ pub trait RunEngine: Send + Sync {
     /// Whether an earlier run of `agent` on `thread` had its intake
     /// answered or skipped.
     async fn intake_asked_before(&self, thread: ThreadId, run: RunId, agent: &str) -> Result<bool>;
+
+    /// What the runs of `thread` but `run` spent, as their journals say:
+    /// model calls, tool calls, tokens (asked only by a run whose agent
+    /// has a thread budget, once a segment).
+    async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<Spent>;
 }
 
 #[async_trait]
@@ -69,5 +75,32 @@ impl RunEngine for Store {
 
     async fn intake_asked_before(&self, thread: ThreadId, run: RunId, agent: &str) -> Result<bool> {
         Store::intake_asked_before(self, thread, run, agent).await
+    }
+
+    async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<Spent> {
+        let client = self.client().await?;
+        // The thread's runs by its messages (each run has its own first
+        // one; runs has no index by thread), their entries by key.
+        let stmt = client
+            .prepare_cached(
+                "SELECT count(*) FILTER (WHERE j.name LIKE 'model:%'),
+                        count(*) FILTER (WHERE j.name LIKE 'persist:toolcall:%'),
+                        coalesce(sum(coalesce((j.value->'usage'->>'inputTokens')::bigint, 0)), 0)::bigint,
+                        coalesce(sum(coalesce((j.value->'usage'->>'outputTokens')::bigint, 0)), 0)::bigint
+                 FROM (SELECT DISTINCT run_id FROM messages WHERE thread_id = $1) r
+                 JOIN journal j ON j.run_id = r.run_id
+                 WHERE r.run_id <> $2
+                   AND (j.name LIKE 'model:%' OR j.name LIKE 'persist:toolcall:%')",
+            )
+            .await?;
+        let row = client.query_one(&stmt, &[&thread.0, &run.0]).await?;
+        let count = |i| row.get::<_, i64>(i).max(0) as u64;
+        Ok(Spent {
+            model_calls: count(0),
+            tool_calls: count(1),
+            input_tokens: count(2),
+            output_tokens: count(3),
+            cost_micro_usd: 0,
+        })
     }
 }

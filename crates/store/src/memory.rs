@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use agentenkit_core::budget::Spent;
 use agentenkit_core::conversation::Message;
 use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
@@ -538,6 +539,25 @@ impl RunEngine for MemoryEngine {
                     .get(&c.run)
                     .is_some_and(|r| r.thread == thread && r.name == agent)
         }))
+    }
+
+    async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<Spent> {
+        let memory = self.lock();
+        let mut spent = Spent::default();
+        let runs = memory
+            .runs
+            .iter()
+            .filter(|(id, r)| **id != run && r.thread == thread);
+        for entry in runs.flat_map(|(id, _)| memory.journal.get(id).into_iter().flatten()) {
+            if entry.name.starts_with("persist:toolcall:") {
+                spent.tool_calls += 1;
+            } else if entry.name.starts_with("model:") {
+                let usage = entry.value.get("usage").cloned().unwrap_or_default();
+                let usage = serde_json::from_value(usage).unwrap_or_default();
+                spent.add_model_call(usage, 0, None);
+            }
+        }
+        Ok(spent)
     }
 }
 

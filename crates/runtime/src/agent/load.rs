@@ -328,6 +328,12 @@ fn typed_tool(name: &str, def: ToolDef) -> Result<(Arc<dyn Tool>, bool)> {
 
 /// The agent an `[agents.<name>]` table of an agent file defines.
 fn file_agent(name: String, def: crate::config::AgentDef) -> Result<Agent> {
+    let price = def.model.price();
+    if let Some(price) = price {
+        price
+            .check()
+            .map_err(|e| Error::Config(format!("agent {name:?}: model: {e}")))?;
+    }
     let model = crate::model::from_def(&name, def.model)?;
     let mut agent = Agent::new(name, model).system(def.system);
     agent.tools = def.tools;
@@ -343,17 +349,20 @@ fn file_agent(name: String, def: crate::config::AgentDef) -> Result<Agent> {
     agent.ask = def.ask;
     agent.on_deploy = def.on_deploy;
     agent.on_active = def.on_active;
+    agent.price = price;
     if let Some(budget) = def.budget {
-        if budget.thread.is_some() {
-            return Err(Error::Config(format!(
-                "agent {:?}: budget.thread is not supported yet; set budget.run",
-                agent.name
-            )));
-        }
+        let named = |e: String| Error::Config(format!("agent {:?}: {e}", agent.name));
         let run = budget.run.unwrap_or_default();
-        run.check()
-            .map_err(|e| Error::Config(format!("agent {:?}: {e}", agent.name)))?;
+        run.check().map_err(named)?;
         agent.budget = run.for_run();
+        let thread = budget.thread.unwrap_or_default();
+        thread.check().map_err(named)?;
+        if thread.cost_micro_usd.is_some() {
+            return Err(named(
+                "budget.thread counts calls and tokens: set cost_usd in budget.run".into(),
+            ));
+        }
+        agent.thread_budget = thread;
     }
     agent.description = def.description.filter(|d| !d.trim().is_empty());
     if let Some(intake) = def.intake {

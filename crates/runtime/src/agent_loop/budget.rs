@@ -6,7 +6,8 @@
 //! and the asking itself is journaled (`budget:<n>`), so a replay asks at
 //! the same point whatever the agent's budget has become.
 
-use agentenkit_core::budget::{self, Exhausted, Limits, Spent};
+use agentenkit_core::budget::{self, Exhausted, Limits, Price, Scope, Spent};
+use agentenkit_core::conversation::ModelResponse;
 use agentenkit_core::journal::names;
 use agentenkit_core::{ToolCallId, ToolCallStatus, ToolKind};
 use agentenkit_store::{Change, RunContext};
@@ -16,21 +17,68 @@ use super::error::SegmentError;
 use super::outcome::{ParkItem, PersistedToolCall, Wait};
 use super::results::await_reply;
 
-/// What a run may spend, raised by each approval so far, and what it has
-/// spent (as the journal says, replayed or made).
+/// What a run may spend, and its thread, raised by each approval so far;
+/// what it has spent (as the journal says, replayed or made), and what
+/// the thread's other runs had (read once, when a thread budget is
+/// checked live).
 pub(super) struct RunBudget {
     configured: Limits,
     limits: Limits,
-    pub spent: Spent,
+    thread_configured: Limits,
+    thread_limits: Limits,
+    thread_before: Option<Spent>,
+    price: Option<Price>,
+    spent: Spent,
 }
 
 impl RunBudget {
-    pub fn new(configured: Limits) -> RunBudget {
+    pub fn new(agent: &crate::agent::Agent) -> RunBudget {
         RunBudget {
-            configured,
-            limits: configured,
+            configured: agent.budget,
+            limits: agent.budget,
+            thread_configured: agent.thread_budget,
+            thread_limits: agent.thread_budget,
+            thread_before: None,
+            price: agent.price,
             spent: Spent::default(),
         }
+    }
+
+    /// A model call made or replayed.
+    pub fn spend(&mut self, response: &ModelResponse) {
+        let calls = response.tool_calls.len();
+        self.spent
+            .add_model_call(response.usage, calls, self.price.as_ref());
+    }
+
+    /// The budget the next step would pass, if any: the run's first, then
+    /// the thread's.
+    async fn over(
+        &mut self,
+        cp: &Checkpointer<'_>,
+        ctx: &RunContext,
+    ) -> Result<Option<Exhausted>, SegmentError> {
+        let run = self
+            .limits
+            .exhausted(Scope::Run, &self.spent, &self.configured);
+        if run.is_some() || self.thread_configured.is_empty() {
+            return Ok(run);
+        }
+        let before = match self.thread_before {
+            Some(before) => before,
+            None => {
+                let lease = &ctx.lease;
+                let before = cp
+                    .engine
+                    .thread_spent(lease.thread_id, lease.run_id)
+                    .await?;
+                *self.thread_before.insert(before)
+            }
+        };
+        let spent = before.plus(self.spent);
+        Ok(self
+            .thread_limits
+            .exhausted(Scope::Thread, &spent, &self.thread_configured))
     }
 }
 
@@ -58,14 +106,20 @@ pub(super) async fn check(
     // The journal decides for a run that has one: it asked here, or (while
     // replaying) it did not.
     let journaled = cp.next_is(&name);
-    let (limits, spent, configured) = (run_budget.limits, run_budget.spent, run_budget.configured);
-    if !journaled && (cp.is_replaying() || limits.exhausted(&spent, &configured).is_none()) {
+    let over = match journaled || cp.is_replaying() {
+        true => None,
+        false => match run_budget.over(cp, ctx).await? {
+            Some(over) => Some(over),
+            None => return Ok(None),
+        },
+    };
+    if !journaled && over.is_none() {
         return Ok(None);
     }
     let run_id = ctx.lease.run_id;
     let asked: Exhausted = cp
         .checkpoint(name, Durability::Decided, || async move {
-            let asked = limits.exhausted(&spent, &configured).ok_or_else(|| {
+            let asked = over.ok_or_else(|| {
                 SegmentError::Permanent("a budget request was made within the budget".into())
             })?;
             let call = request_call(n, &asked);
@@ -82,7 +136,11 @@ pub(super) async fn check(
     let reply_name = names::tool(run_id, &call.id);
     match await_reply(cp, run_id, &call, reply_name, false).await? {
         Ok(reply) if reply.approved => {
-            run_budget.limits = limits.raised(&asked.raise_of(reply.payload.as_ref()));
+            let add = asked.raise_of(reply.payload.as_ref());
+            match asked.scope {
+                Scope::Run => run_budget.limits = run_budget.limits.raised(&add),
+                Scope::Thread => run_budget.thread_limits = run_budget.thread_limits.raised(&add),
+            }
             Ok(None)
         }
         Ok(reply) => {

@@ -69,16 +69,14 @@ pub async fn run_turn(
     }
     // A model that never stops calling tools parks at its budget (64
     // model calls unless the agent says) and asks for more.
-    let mut run_budget = RunBudget::new(agent.budget);
+    let mut run_budget = RunBudget::new(agent);
     for n in 0.. {
         if let Some(to_park) = budget::check(cp, ctx, &mut run_budget, n).await? {
             return Ok(Outcome::Park { to_park });
         }
         turn.join_steering(cp, n).await?;
         let response = turn.model_call(cp, n).await?;
-        run_budget
-            .spent
-            .add_model_call(response.usage, response.tool_calls.len());
+        run_budget.spend(&response);
         turn.conversation.push(Message::assistant(&response));
         for call in &response.tool_calls {
             // An id is shown to people and keys the call's row: one that is

@@ -3,6 +3,8 @@
 
 use serde::Deserialize;
 
+use agentenkit_core::budget::Price;
+
 use super::ScriptEntry;
 
 /// The model of an agent, by provider.
@@ -11,6 +13,9 @@ use super::ScriptEntry;
 pub enum ModelDef {
     Scripted {
         script: Vec<ScriptEntry>,
+        /// Dollars per million tokens, for `cost_usd` budgets.
+        #[serde(default)]
+        price: Option<Price>,
     },
     /// Any OpenAI-compatible Chat Completions server. `base_url` defaults
     /// to `OPENAI_BASE_URL`, then OpenAI's; the key is read from
@@ -37,6 +42,9 @@ pub enum ModelDef {
         /// A CA certificate (PEM file) trusted besides the platform's roots.
         #[serde(default)]
         ca_file: Option<String>,
+        /// Dollars per million tokens, for `cost_usd` budgets.
+        #[serde(default)]
+        price: Option<Price>,
     },
     /// The Messages API. The key is read from `api_key_env`, else from
     /// `ANTHROPIC_API_KEY` unless `base_url` names another host than
@@ -60,5 +68,19 @@ pub enum ModelDef {
         /// A CA certificate (PEM file) trusted besides the platform's roots.
         #[serde(default)]
         ca_file: Option<String>,
+        /// Dollars per million tokens, for `cost_usd` budgets.
+        #[serde(default)]
+        price: Option<Price>,
     },
+}
+
+impl ModelDef {
+    /// The model's price, when the file names one.
+    pub fn price(&self) -> Option<Price> {
+        match self {
+            ModelDef::Scripted { price, .. }
+            | ModelDef::Openai { price, .. }
+            | ModelDef::Anthropic { price, .. } => *price,
+        }
+    }
 }

@@ -232,7 +232,7 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
         provider_settings(base_url, key, limits, ca_file).map_err(invalid)
     };
     Ok(match def {
-        ModelDef::Scripted { script } => Arc::new(ScriptedModel::new(script)),
+        ModelDef::Scripted { script, .. } => Arc::new(ScriptedModel::new(script)),
         ModelDef::Openai {
             model,
             base_url,
@@ -243,6 +243,7 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
             max_retries,
             max_response_bytes,
             ca_file,
+            ..
         } => {
             if temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
                 return Err(invalid("temperature must be from 0 to 2".into()));
@@ -277,6 +278,7 @@ pub fn from_def(agent: &str, def: ModelDef) -> crate::Result<Arc<dyn Model>> {
             max_retries,
             max_response_bytes,
             ca_file,
+            ..
         } => {
             let key = provider_key(
                 agent,
@@ -379,6 +381,7 @@ mod tests {
             max_retries: None,
             max_response_bytes: None,
             ca_file: None,
+            price: None,
         }
     }
 
