@@ -122,7 +122,7 @@ async fn a_looping_agent_parks_at_its_budget_gets_half_more_once_and_ends_at_the
 
 #[tokio::test]
 async fn a_worker_killed_at_the_budget_boundary_neither_overspends_nor_asks_twice() {
-    for crash_at in ["budget:3", "before:park"] {
+    for crash_at in ["model:2", "budget:3", "before:park"] {
         let env = TestEnv::start(looping("{ model_calls = 3 }")).await;
         let doomed = env.spawn_crashing_worker(crash_at);
         let (thread, run) = env.start_turn("loop", "go").await;
@@ -180,6 +180,7 @@ async fn a_token_budget_is_spent_by_what_the_model_reported_and_a_bad_budget_is_
     for (budget, says) in [
         ("{ model_calls = 0 }", "model_calls must be more than 0"),
         ("{ dollars = 1 }", "unknown field"),
+        ("{ cost_usd = 1 }", "give the model a price"),
     ] {
         let error = Registry::from_toml(&format!(
             "[agents.a]\nmodel = {{ provider = \"scripted\", script = [] }}\nbudget = {{ run = {budget} }}\n"
@@ -254,6 +255,42 @@ type = "echo"
     let body = approve(&env, &second, asked["toolCallId"].as_str().unwrap()).await;
     assert_eq!(body["delivered"], true, "{body}");
     assert_eq!(env.wait_run_finished(&second).await["status"], "completed");
+    // The grant is the thread's: a third turn spends it without asking
+    // (the thread at 4, then 5, of 6).
+    let post = |thread: String, content: &'static str| {
+        let env = &env;
+        async move {
+            let (status, body) = env
+                .call(
+                    "POST",
+                    &format!("/threads/{thread}/messages"),
+                    Some(ALICE),
+                    Some(json!({ "content": content })),
+                )
+                .await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+            body["runId"].as_str().unwrap().to_owned()
+        }
+    };
+    let third = post(thread.clone(), "three").await;
+    assert_eq!(env.wait_run_finished(&third).await["status"], "completed");
+    // A fork counts what the thread spent before it: at 6 of 6, its first
+    // turn asks before its first model call.
+    let (status, body) = env
+        .call(
+            "POST",
+            &format!("/threads/{thread}/fork"),
+            Some(ALICE),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let forked = body["id"].as_str().unwrap().to_owned();
+    let fourth = post(forked.clone(), "four").await;
+    let asked = budget_request(&env, &forked).await;
+    assert_eq!(asked["runId"], fourth.as_str());
+    assert_eq!(asked["arguments"]["used"], 6);
+    assert_eq!(model_calls(&env, &fourth).await, 0);
 
     // A dollar a token in: the first call's prompt costs more than $2.
     let (thread, run) = env.start_turn("priced", "go").await;
@@ -280,4 +317,18 @@ type = "echo"
         .starts_with("budget run.cost_usd used up ($"));
     worker.stop().await.unwrap();
     env.finish().await;
+}
+
+#[test]
+fn a_tool_named_budget_is_refused_when_the_file_loads() {
+    let error = Registry::from_toml(
+        "[agents.a]\ntools = [\"budget\"]\nmodel = { provider = \"scripted\", script = [] }\n[tools.budget]\ntype = \"echo\"\n",
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        error.contains("taken by the requests for more budget"),
+        "{error}"
+    );
 }

@@ -193,6 +193,18 @@ impl Limits {
         }
     }
 
+    /// Both added up, a measure either names counted (grants of a
+    /// thread's runs, together).
+    pub fn summed(mut self, other: &Limits) -> Limits {
+        for measure in Measure::ALL {
+            if let Some(more) = other.get(measure) {
+                let slot = self.slot(measure);
+                *slot = Some(slot.unwrap_or(0).saturating_add(more));
+            }
+        }
+        self
+    }
+
     /// These limits raised by `add` (a measure `add` names that these do
     /// not stays unlimited).
     pub fn raised(mut self, add: &Limits) -> Limits {
@@ -254,21 +266,25 @@ impl Spent {
         calls: usize,
         price: Option<&Price>,
     ) {
-        self.model_calls += 1;
-        self.tool_calls += calls as u64;
-        self.input_tokens += usage.input_tokens;
-        self.output_tokens += usage.output_tokens;
-        self.cost_micro_usd += price.map_or(0, |p| p.of(usage));
+        // Saturating: an absurd report must not wrap a count below its
+        // budget.
+        self.model_calls = self.model_calls.saturating_add(1);
+        self.tool_calls = self.tool_calls.saturating_add(calls as u64);
+        self.input_tokens = self.input_tokens.saturating_add(usage.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(usage.output_tokens);
+        self.cost_micro_usd = self
+            .cost_micro_usd
+            .saturating_add(price.map_or(0, |p| p.of(usage)));
     }
 
     /// Both together.
     pub fn plus(self, other: Spent) -> Spent {
         Spent {
-            model_calls: self.model_calls + other.model_calls,
-            tool_calls: self.tool_calls + other.tool_calls,
-            input_tokens: self.input_tokens + other.input_tokens,
-            output_tokens: self.output_tokens + other.output_tokens,
-            cost_micro_usd: self.cost_micro_usd + other.cost_micro_usd,
+            model_calls: self.model_calls.saturating_add(other.model_calls),
+            tool_calls: self.tool_calls.saturating_add(other.tool_calls),
+            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
+            cost_micro_usd: self.cost_micro_usd.saturating_add(other.cost_micro_usd),
         }
     }
 }
@@ -349,21 +365,46 @@ impl Exhausted {
         })
     }
 
-    /// What an approval with `payload` adds: the amounts its `add` names
-    /// (`{"add": {"input_tokens": 100000}}`), or the budget's own size of
-    /// the measure used up when it names none (or names them wrongly: the
-    /// person said yes, and the run must get past this point).
-    pub fn raise_of(&self, payload: Option<&Value>) -> Limits {
+    /// What an approval with `payload` grants: the measure used up goes
+    /// past what was used by the amount the payload's `add` names for it
+    /// (`{"add": {"input_tokens": 100000}}`, dollars for `cost_usd`), or by
+    /// the budget's own size when it names none, or none usable (the
+    /// person said yes: the run must get past this point). Returned as the
+    /// increase of the limit, what a thread's other runs add up.
+    pub fn grant(&self, payload: Option<&Value>) -> Limits {
         let named = payload
             .and_then(|p| p.get("add"))
-            .and_then(|add| serde_json::from_value::<Limits>(add.clone()).ok())
-            .filter(|add| add.get(self.measure).is_some_and(|more| more > 0));
-        named.unwrap_or_else(|| {
-            let mut add = Limits::default();
-            *add.slot(self.measure) = Some(self.size);
-            add
-        })
+            .and_then(|add| add.get(self.measure.as_str()))
+            .and_then(|amount| match self.measure {
+                Measure::CostUsd => amount
+                    .as_f64()
+                    .filter(|usd| usd.is_finite() && *usd > 0.0)
+                    .map(|usd| (usd * 1e6).round().min(u64::MAX as f64) as u64),
+                _ => amount.as_u64(),
+            })
+            .filter(|more| *more > 0);
+        let more = named.unwrap_or(self.size);
+        let past = self.used.max(self.limit).saturating_add(more);
+        let mut add = Limits::default();
+        *add.slot(self.measure) = Some(past - self.limit);
+        add
     }
+}
+
+/// More budget, granted by the answer to a request: journaled as
+/// `budget:<n>:granted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub scope: Scope,
+    pub add: Limits,
+}
+
+/// What a thread's runs but one spent, and the thread budget their
+/// answers granted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadSpending {
+    pub spent: Spent,
+    pub granted: Limits,
 }
 
 /// `1234567` as `1,234,567`.
@@ -452,9 +493,11 @@ mod tests {
             limit: 1_000,
             size: 1_000,
         };
-        let named = asked.raise_of(Some(&json!({ "add": { "input_tokens": 500 } })));
-        assert_eq!(configured.raised(&named), tokens(1_500));
-        assert_eq!(configured.raised(&asked.raise_of(None)), tokens(2_000));
+        // Past what was used, by what it names, or by the budget's size.
+        let named = asked.grant(Some(&json!({ "add": { "input_tokens": 500 } })));
+        assert_eq!(named, tokens(700));
+        assert_eq!(configured.raised(&named), tokens(1_700));
+        assert_eq!(configured.raised(&asked.grant(None)), tokens(2_200));
         // Amounts that do not get past this point, or are not amounts: the size.
         for wrong in [
             json!({ "add": { "input_tokens": 0 } }),
@@ -462,8 +505,8 @@ mod tests {
             json!("more"),
         ] {
             assert_eq!(
-                configured.raised(&asked.raise_of(Some(&wrong))),
-                tokens(2_000),
+                configured.raised(&asked.grant(Some(&wrong))),
+                tokens(2_200),
                 "{wrong}"
             );
         }
@@ -491,8 +534,8 @@ mod tests {
         assert_eq!(asked.question(), "used $0.90 of $0.50; allow more?");
         assert_eq!(asked.arguments()["used"], json!(0.9));
         assert_eq!(asked.arguments()["add"], json!({ "cost_usd": 0.5 }));
-        let raised = limits.raised(&asked.raise_of(Some(&json!({ "add": { "cost_usd": 1.25 } }))));
-        assert_eq!(raised.cost_micro_usd, Some(1_750_000));
+        let raised = limits.raised(&asked.grant(Some(&json!({ "add": { "cost_usd": 1.25 } }))));
+        assert_eq!(raised.cost_micro_usd, Some(2_150_000));
         // No price, no cost.
         let mut unpriced = Spent::default();
         unpriced.add_model_call(usage, 0, None);
@@ -555,8 +598,9 @@ mod tests {
     }
 
     proptest! {
-        /// An approval always raises the measure used up, raises nothing
-        /// else, and never lifts an unlimited measure into a limit.
+        /// An approval always takes the measure used up past what was used,
+        /// raises nothing else, and never lifts an unlimited measure into a
+        /// limit.
         #[test]
         fn an_approval_raises_the_measure_used_up_and_nothing_else(
             limit in 1u64..10_000, over in 0u64..10_000, added in proptest::option::of(0u64..10_000),
@@ -567,8 +611,10 @@ mod tests {
             let asked = configured.exhausted(Scope::Run, &spent, &configured).unwrap();
             prop_assert_eq!(asked.measure, Measure::OutputTokens);
             let payload = added.map(|n| json!({ "add": { "output_tokens": n } }));
-            let raised = configured.raised(&asked.raise_of(payload.as_ref()));
-            prop_assert!(raised.output_tokens > configured.output_tokens);
+            let raised = configured.raised(&asked.grant(payload.as_ref()));
+            // Past what was used: the run is within it again.
+            prop_assert!(raised.output_tokens > Some(spent.output_tokens));
+            prop_assert_eq!(raised.exhausted(Scope::Run, &spent, &configured), None);
             prop_assert_eq!(raised.model_calls, configured.model_calls);
             prop_assert_eq!(raised.input_tokens, None);
         }

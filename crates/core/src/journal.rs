@@ -61,6 +61,13 @@ pub mod names {
     pub fn budget(n: u32) -> String {
         format!("budget:{n}")
     }
+    /// More budget granted by the answer to `budget:<n>`'s request: the
+    /// scope and how much each limit rose
+    /// (`agentenkit_core::budget::Grant`), which a thread's other runs add
+    /// up.
+    pub fn budget_granted(n: u32) -> String {
+        format!("budget:{n}:granted")
+    }
     /// The run moved to agent version `hash` here (an upgrade, on
     /// purpose): not a checkpoint of the loop, which steps over it.
     pub fn version(hash: &str) -> String {

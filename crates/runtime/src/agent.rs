@@ -546,6 +546,11 @@ pub(crate) fn code_tool(tool: Arc<dyn Tool>) -> Result<RegisteredTool> {
             "\"ask\" is the built-in question tool; enable it with ask = true".into(),
         ));
     }
+    if registered.spec.name == agentenkit_core::budget::REQUEST_NAME {
+        return Err(Error::Config(
+            "\"budget\" names the requests for more budget; call the tool something else".into(),
+        ));
+    }
     Ok(registered)
 }
 

@@ -41,6 +41,11 @@ pub fn compatible(
     for call in calls {
         let id = &call.id;
         let name = &call.name;
+        // A budget request is the run's own, of no tool: any version
+        // takes it (the name is no tool's).
+        if name == agentenkit_core::budget::REQUEST_NAME && call.kind == ToolKind::Approval {
+            continue;
+        }
         match call.kind {
             ToolKind::Ask if !def.ask => {
                 return Err(format!(

@@ -4,7 +4,7 @@
 //! [`crate::memory::MemoryEngine`], plain maps the agent loop's unit tests
 //! run on.
 
-use agentenkit_core::budget::Spent;
+use agentenkit_core::budget::{Limits, Spent, ThreadSpending};
 use agentenkit_core::{RunId, ThreadId};
 use async_trait::async_trait;
 
@@ -39,11 +39,40 @@ pub trait RunEngine: Send + Sync {
     /// answered or skipped.
     async fn intake_asked_before(&self, thread: ThreadId, run: RunId, agent: &str) -> Result<bool>;
 
-    /// What the runs of `thread` but `run` spent, as their journals say:
-    /// model calls, tool calls, tokens (asked only by a run whose agent
-    /// has a thread budget, once a segment).
-    async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<Spent>;
+    /// What the runs of `thread` but `run` spent, as their journals say
+    /// (model calls, tool calls, tokens), and the thread budget their
+    /// answers granted (asked only by a run whose agent has a thread
+    /// budget, once a segment).
+    async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<ThreadSpending>;
 }
+
+/// What the runs of thread `$1` but `$2` spent and were granted (see
+/// `RunEngine::thread_spent`). Sums saturate at what a bigint holds.
+const THREAD_SPENT_SQL: &str = "
+    WITH entries AS (
+        SELECT j.name, j.value FROM (SELECT DISTINCT run_id FROM messages WHERE thread_id = $1) r
+        JOIN journal j ON j.run_id = r.run_id
+        WHERE r.run_id <> $2
+          AND (j.name LIKE 'model:%' OR j.name LIKE 'persist:toolcall:%'
+               OR j.name LIKE 'budget:%:granted')),
+    sums AS (
+        SELECT count(*) FILTER (WHERE name LIKE 'model:%') AS model_calls,
+               count(*) FILTER (WHERE name LIKE 'persist:toolcall:%') AS tool_calls,
+               sum((value->'usage'->>'inputTokens')::numeric) AS input_tokens,
+               sum((value->'usage'->>'outputTokens')::numeric) AS output_tokens,
+               sum((value->'add'->>'model_calls')::numeric) FILTER (WHERE value->>'scope' = 'thread') AS g_model,
+               sum((value->'add'->>'tool_calls')::numeric) FILTER (WHERE value->>'scope' = 'thread') AS g_tool,
+               sum((value->'add'->>'input_tokens')::numeric) FILTER (WHERE value->>'scope' = 'thread') AS g_in,
+               sum((value->'add'->>'output_tokens')::numeric) FILTER (WHERE value->>'scope' = 'thread') AS g_out
+        FROM entries)
+    SELECT model_calls, tool_calls,
+           least(coalesce(input_tokens, 0), 9223372036854775807)::bigint,
+           least(coalesce(output_tokens, 0), 9223372036854775807)::bigint,
+           least(coalesce(g_model, 0), 9223372036854775807)::bigint,
+           least(coalesce(g_tool, 0), 9223372036854775807)::bigint,
+           least(coalesce(g_in, 0), 9223372036854775807)::bigint,
+           least(coalesce(g_out, 0), 9223372036854775807)::bigint
+    FROM sums";
 
 #[async_trait]
 impl RunEngine for Store {
@@ -77,30 +106,29 @@ impl RunEngine for Store {
         Store::intake_asked_before(self, thread, run, agent).await
     }
 
-    async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<Spent> {
+    async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<ThreadSpending> {
         let client = self.client().await?;
         // The thread's runs by its messages (each run has its own first
         // one; runs has no index by thread), their entries by key.
-        let stmt = client
-            .prepare_cached(
-                "SELECT count(*) FILTER (WHERE j.name LIKE 'model:%'),
-                        count(*) FILTER (WHERE j.name LIKE 'persist:toolcall:%'),
-                        coalesce(sum(coalesce((j.value->'usage'->>'inputTokens')::bigint, 0)), 0)::bigint,
-                        coalesce(sum(coalesce((j.value->'usage'->>'outputTokens')::bigint, 0)), 0)::bigint
-                 FROM (SELECT DISTINCT run_id FROM messages WHERE thread_id = $1) r
-                 JOIN journal j ON j.run_id = r.run_id
-                 WHERE r.run_id <> $2
-                   AND (j.name LIKE 'model:%' OR j.name LIKE 'persist:toolcall:%')",
-            )
-            .await?;
+        let stmt = client.prepare_cached(THREAD_SPENT_SQL).await?;
         let row = client.query_one(&stmt, &[&thread.0, &run.0]).await?;
         let count = |i| row.get::<_, i64>(i).max(0) as u64;
-        Ok(Spent {
-            model_calls: count(0),
-            tool_calls: count(1),
-            input_tokens: count(2),
-            output_tokens: count(3),
-            cost_micro_usd: 0,
+        let granted = |i| Some(count(i)).filter(|n| *n > 0);
+        Ok(ThreadSpending {
+            spent: Spent {
+                model_calls: count(0),
+                tool_calls: count(1),
+                input_tokens: count(2),
+                output_tokens: count(3),
+                cost_micro_usd: 0,
+            },
+            granted: Limits {
+                model_calls: granted(4),
+                tool_calls: granted(5),
+                input_tokens: granted(6),
+                output_tokens: granted(7),
+                cost_micro_usd: None,
+            },
         })
     }
 }

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use agentenkit_core::budget::Spent;
+use agentenkit_core::budget::{Grant, Scope, ThreadSpending};
 use agentenkit_core::conversation::Message;
 use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
@@ -541,23 +541,30 @@ impl RunEngine for MemoryEngine {
         }))
     }
 
-    async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<Spent> {
+    async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<ThreadSpending> {
         let memory = self.lock();
-        let mut spent = Spent::default();
+        let mut spending = ThreadSpending::default();
         let runs = memory
             .runs
             .iter()
             .filter(|(id, r)| **id != run && r.thread == thread);
         for entry in runs.flat_map(|(id, _)| memory.journal.get(id).into_iter().flatten()) {
             if entry.name.starts_with("persist:toolcall:") {
-                spent.tool_calls += 1;
+                spending.spent.tool_calls += 1;
             } else if entry.name.starts_with("model:") {
                 let usage = entry.value.get("usage").cloned().unwrap_or_default();
                 let usage = serde_json::from_value(usage).unwrap_or_default();
-                spent.add_model_call(usage, 0, None);
+                spending.spent.add_model_call(usage, 0, None);
+            } else if entry.name.starts_with("budget:") && entry.name.ends_with(":granted") {
+                match serde_json::from_value::<Grant>(entry.value.clone()) {
+                    Ok(grant) if grant.scope == Scope::Thread => {
+                        spending.granted = spending.granted.summed(&grant.add);
+                    }
+                    _ => {}
+                }
             }
         }
-        Ok(spent)
+        Ok(spending)
     }
 }
 

@@ -235,6 +235,11 @@ fn parse_written(text: &str) -> Result<serde_json::Value> {
 
 /// The tool a `[tools.<name>]` table of an agent file defines.
 fn file_tool(name: &str, def: ToolDef) -> Result<Arc<dyn Tool>> {
+    if name == agentenkit_core::budget::REQUEST_NAME {
+        return Err(Error::Config(format!(
+            "tool {name:?}: the name is taken by the requests for more budget; call the tool something else"
+        )));
+    }
     let read_only = def.read_only();
     let (tool, refuse_repeated_denials) = typed_tool(name, def)?;
     let tool = if refuse_repeated_denials {
@@ -355,6 +360,11 @@ fn file_agent(name: String, def: crate::config::AgentDef) -> Result<Agent> {
         let run = budget.run.unwrap_or_default();
         run.check().map_err(named)?;
         agent.budget = run.for_run();
+        if run.cost_micro_usd.is_some() && price.is_none() {
+            return Err(named(
+                "budget.run.cost_usd counts what calls cost: give the model a price".into(),
+            ));
+        }
         let thread = budget.thread.unwrap_or_default();
         thread.check().map_err(named)?;
         if thread.cost_micro_usd.is_some() {

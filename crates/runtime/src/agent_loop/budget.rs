@@ -6,11 +6,12 @@
 //! and the asking itself is journaled (`budget:<n>`), so a replay asks at
 //! the same point whatever the agent's budget has become.
 
-use agentenkit_core::budget::{self, Exhausted, Limits, Price, Scope, Spent};
+use agentenkit_core::budget::{self, Exhausted, Grant, Limits, Price, Scope, Spent};
 use agentenkit_core::conversation::ModelResponse;
 use agentenkit_core::journal::names;
-use agentenkit_core::{ToolCallId, ToolCallStatus, ToolKind};
+use agentenkit_core::{CallEvent, ToolCallId, ToolCallStatus, ToolKind};
 use agentenkit_store::{Change, RunContext};
+use serde_json::json;
 
 use super::checkpoint::{Checkpointer, Durability};
 use super::error::SegmentError;
@@ -67,12 +68,15 @@ impl RunBudget {
         let before = match self.thread_before {
             Some(before) => before,
             None => {
+                // Once: the other runs' grants raise the thread's budget
+                // for this run too.
                 let lease = &ctx.lease;
-                let before = cp
+                let other = cp
                     .engine
                     .thread_spent(lease.thread_id, lease.run_id)
                     .await?;
-                *self.thread_before.insert(before)
+                self.thread_limits = self.thread_limits.raised(&other.granted);
+                *self.thread_before.insert(other.spent)
             }
         };
         let spent = before.plus(self.spent);
@@ -136,10 +140,12 @@ pub(super) async fn check(
     let reply_name = names::tool(run_id, &call.id);
     match await_reply(cp, run_id, &call, reply_name, false).await? {
         Ok(reply) if reply.approved => {
-            let add = asked.raise_of(reply.payload.as_ref());
-            match asked.scope {
-                Scope::Run => run_budget.limits = run_budget.limits.raised(&add),
-                Scope::Thread => run_budget.thread_limits = run_budget.thread_limits.raised(&add),
+            let granted = grant(cp, n, &call, asked, reply.payload.as_ref()).await?;
+            match granted.scope {
+                Scope::Run => run_budget.limits = run_budget.limits.raised(&granted.add),
+                Scope::Thread => {
+                    run_budget.thread_limits = run_budget.thread_limits.raised(&granted.add)
+                }
             }
             Ok(None)
         }
@@ -161,4 +167,32 @@ pub(super) async fn check(
             Ok(Some(to_park))
         }
     }
+}
+
+/// What the approval of `asked` (with `payload`) grants, journaled as
+/// `budget:<n>:granted` with the request row's result.
+async fn grant(
+    cp: &mut Checkpointer<'_>,
+    n: u32,
+    call: &PersistedToolCall,
+    asked: Exhausted,
+    payload: Option<&serde_json::Value>,
+) -> Result<Grant, SegmentError> {
+    let id = call.id.clone();
+    let grant = Grant {
+        scope: asked.scope,
+        add: asked.grant(payload),
+    };
+    cp.checkpoint(
+        names::budget_granted(n),
+        Durability::Derived,
+        || async move {
+            // The row's result: what was granted (an approved request is
+            // settled, not a tool still to run).
+            let result = json!({ "granted": grant.add, "scope": grant.scope });
+            let event = CallEvent::RecordResult { result };
+            Ok((grant, vec![Change::Call { id, event }]))
+        },
+    )
+    .await
 }

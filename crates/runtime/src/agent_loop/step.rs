@@ -87,6 +87,13 @@ pub async fn run_turn(
                     "the model gave a tool call id that cannot be used: {invalid}"
                 )));
             }
+            // The rows of budget requests are `budget~<n>`.
+            if call.id.as_str().starts_with("budget~") {
+                return Err(SegmentError::Permanent(format!(
+                    "the model gave tool call id {:?}, which names a budget request",
+                    call.id.as_str()
+                )));
+            }
             if !call_ids.insert(call.id.clone()) {
                 return Err(SegmentError::Permanent(format!(
                     "the model reused tool call id {:?} within the run",

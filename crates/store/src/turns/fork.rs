@@ -86,6 +86,14 @@ const COPY_TURN_CALLS_SQL: &str = "
     FROM unnest($1::uuid[], $2::uuid[]) AS n(src, new)
     JOIN tool_calls_whole tc ON tc.run_id = n.src";
 
+/// Copies the journals of the ended runs `$1` to runs `$2` (a reply's
+/// name renamed to the copy's): what they spent counts toward the fork's
+/// thread budget, and their calls' arguments stay where their rows say.
+const COPY_TURN_JOURNALS_SQL: &str = "
+    INSERT INTO journal (run_id, position, name, value, packed)
+    SELECT n.new, j.position, replace(j.name, n.src::text, n.new::text), j.value, j.packed
+    FROM unnest($1::uuid[], $2::uuid[]) AS n(src, new) JOIN journal j ON j.run_id = n.src";
+
 /// Copies the ended runs `$1` as runs `$2` of thread `$3`.
 const COPY_TURNS_SQL: &str = "
     INSERT INTO runs (id, thread_id, root_run_id, name, depth, status, segment_seq,
@@ -363,6 +371,10 @@ async fn copy_turns(
     let copies: Vec<Uuid> = earlier.iter().map(|_| RunId::new().0).collect();
     let run = RunId::new();
     if !earlier.is_empty() {
+        ops.push(Op::new(
+            COPY_TURN_JOURNALS_SQL,
+            vec![Box::new(earlier.clone()), Box::new(copies.clone())],
+        ));
         for sql in [COPY_TURNS_SQL, COPY_TURN_CALLS_SQL] {
             ops.push(Op::new(
                 sql,

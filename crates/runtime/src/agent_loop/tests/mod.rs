@@ -5,6 +5,7 @@
 //! on the real ones.
 
 mod approvals;
+mod budgets;
 mod crashes;
 mod delegation;
 mod rounds;
