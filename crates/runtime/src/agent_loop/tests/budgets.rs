@@ -84,3 +84,20 @@ async fn a_replay_asks_where_the_run_asked_whatever_the_budget_has_become() {
     assert!(memory.call(run, &request(3)).is_some(), "{names:?}");
     assert_eq!(h.tool.runs(), 3, "no call ran twice");
 }
+
+#[tokio::test]
+async fn a_model_call_id_that_names_a_budget_request_fails_the_run() {
+    let script =
+        r#"{ tool_calls = [ { id = "budget~1", name = "send", arguments = { to = "a" } } ] }"#;
+    let h = harness(Does::Answer, false, script, "", "");
+    let (run, memory) = h.turn("go").await;
+    assert_eq!(status(&memory, run), RunStatus::Failed);
+    assert!(memory
+        .run(run)
+        .unwrap()
+        .error
+        .as_deref()
+        .unwrap_or_default()
+        .contains("names a budget request"));
+    assert_eq!(h.tool.runs(), 0);
+}
