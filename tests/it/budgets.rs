@@ -37,6 +37,19 @@ async fn budget_request(env: &TestEnv, thread: &str) -> Value {
     pending[0].clone()
 }
 
+/// The thread's open request after `asked`, once the run has asked again.
+async fn next_request(env: &TestEnv, thread: &str, asked: &Value) -> Value {
+    eventually("the next budget request", || async {
+        let pending = env.get(&format!("/threads/{thread}")).await["pendingInputs"].clone();
+        pending
+            .as_array()
+            .and_then(|p| p.first())
+            .filter(|p| p["toolCallId"] != asked["toolCallId"])
+            .cloned()
+    })
+    .await
+}
+
 async fn model_calls(env: &TestEnv, run: &str) -> usize {
     env.journal_names(run)
         .await
@@ -78,15 +91,7 @@ async fn a_looping_agent_parks_at_its_budget_gets_half_more_once_and_ends_at_the
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["delivered"], true, "{body}");
-    let again = eventually("the second budget request", || async {
-        let pending = env.get(&format!("/threads/{thread}")).await["pendingInputs"].clone();
-        pending
-            .as_array()
-            .and_then(|p| p.first())
-            .filter(|p| p["toolCallId"] != asked["toolCallId"])
-            .cloned()
-    })
-    .await;
+    let again = next_request(&env, &thread, &asked).await;
     assert_eq!(again["arguments"]["used"], 6);
     assert_eq!(again["arguments"]["limit"], 6);
     assert_eq!(model_calls(&env, &run).await, 6);
@@ -143,15 +148,7 @@ async fn a_worker_killed_at_the_budget_boundary_neither_overspends_nor_asks_twic
         // Granted without amounts: the budget's own size more.
         let body = approve(&env, &run, asked["toolCallId"].as_str().unwrap()).await;
         assert_eq!(body["delivered"], true, "{body}");
-        let again = eventually("the second request", || async {
-            let pending = env.get(&format!("/threads/{thread}")).await["pendingInputs"].clone();
-            pending
-                .as_array()
-                .and_then(|p| p.first())
-                .filter(|p| p["toolCallId"] != asked["toolCallId"])
-                .cloned()
-        })
-        .await;
+        let again = next_request(&env, &thread, &asked).await;
         assert_eq!(again["arguments"]["limit"], 6, "{crash_at}");
         assert_eq!(model_calls(&env, &run).await, 6, "{crash_at}");
         worker.stop().await.unwrap();

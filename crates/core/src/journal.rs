@@ -55,6 +55,13 @@ pub mod names {
     pub fn steer(n: u32) -> String {
         format!("steer:{n}")
     }
+    /// Whether `name` is `<prefix>:<n>` (`steer:<n>`, `budget:<n>`),
+    /// checked without making the name.
+    pub fn is_numbered(name: &str, prefix: &str, n: u32) -> bool {
+        name.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .is_some_and(|number| number.parse::<u32>().ok() == Some(n) && !number.starts_with('+'))
+    }
     /// The run's budget was used up before model call `n`: the request it
     /// parked with (`agentenkit_core::budget::Exhausted`). A run within
     /// its budget has none, so its journal is as before.
@@ -152,6 +159,12 @@ impl Replay {
         }
     }
 
+    /// The name of the next entry to read back, if any (a look that
+    /// allocates nothing, for the checks made at every step).
+    pub fn next_name(&self) -> Option<&str> {
+        self.entries.get(self.next_index()).map(|e| e.name.as_str())
+    }
+
     /// True when the next entry is `name` (a replay); false when there is
     /// no next entry; a non-determinism error when the next entry is
     /// another checkpoint.
@@ -193,6 +206,22 @@ mod tests {
             position,
             name: name.into(),
             value,
+        }
+    }
+
+    #[test]
+    fn a_numbered_name_is_recognised_without_being_made() {
+        assert!(names::is_numbered("budget:3", "budget", 3));
+        assert!(names::is_numbered(&names::steer(12), "steer", 12));
+        for other in [
+            "budget:4",
+            "budget:3:granted",
+            "budgets:3",
+            "budget:+3",
+            "model:3",
+            "budget3",
+        ] {
+            assert!(!names::is_numbered(other, "budget", 3), "{other}");
         }
     }
 

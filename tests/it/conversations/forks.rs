@@ -12,6 +12,22 @@ async fn fork(env: &TestEnv, thread: &str, body: Value) -> (StatusCode, Value) {
     .await
 }
 
+/// Forks `thread` at message `at` going on with `content`: the fork, and
+/// its run, once that run has completed.
+async fn fork_going_on(env: &TestEnv, thread: &str, at: &Value, content: &str) -> (String, String) {
+    let (status, body) = fork(
+        env,
+        thread,
+        json!({ "atMessageId": at, "content": content }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let forked = body["id"].as_str().unwrap().to_owned();
+    let run = body["runId"].as_str().unwrap().to_owned();
+    assert_eq!(env.wait_run_finished(&run).await["status"], "completed");
+    (forked, run)
+}
+
 /// The journal's names with run `run`'s id written as `<run>`, so that
 /// two runs' journals compare.
 async fn journal_of(env: &TestEnv, run: &str) -> Vec<String> {
@@ -141,16 +157,7 @@ async fn a_fork_at_an_earlier_step_goes_on_from_there_with_a_new_message() {
         .unwrap()["id"]
         .clone();
 
-    let (status, body) = fork(
-        &env,
-        &thread,
-        json!({ "atMessageId": call, "content": "instead" }),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let forked = body["id"].as_str().unwrap().to_owned();
-    let run = body["runId"].as_str().unwrap().to_owned();
-    assert_eq!(env.wait_run_finished(&run).await["status"], "completed");
+    let (forked, run) = fork_going_on(&env, &thread, &call, "instead").await;
     assert_eq!(user_messages(&env, &forked).await, ["first", "instead"]);
     let messages = env.get(&format!("/threads/{forked}/messages")).await;
     let roles: Vec<&str> = messages
@@ -440,16 +447,7 @@ requires_confirmation = true
         .find(|m| m["role"] == "assistant" && m["toolCalls"][0]["id"] == "c1")
         .unwrap()["id"]
         .clone();
-    let (status, body) = fork(
-        &env,
-        &thread,
-        json!({ "atMessageId": call, "content": "instead" }),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let forked = body["id"].as_str().unwrap().to_owned();
-    let run = body["runId"].as_str().unwrap().to_owned();
-    assert_eq!(env.wait_run_finished(&run).await["status"], "completed");
+    let (forked, run) = fork_going_on(&env, &thread, &call, "instead").await;
     let names = journal_of(&env, &run).await;
     assert_eq!(
         names,

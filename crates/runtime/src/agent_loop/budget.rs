@@ -106,10 +106,9 @@ pub(super) async fn check(
     run_budget: &mut RunBudget,
     n: u32,
 ) -> Result<Option<Vec<ParkItem>>, SegmentError> {
-    let name = names::budget(n);
     // The journal decides for a run that has one: it asked here, or (while
     // replaying) it did not.
-    let journaled = cp.next_is(&name);
+    let journaled = cp.next_is_numbered("budget", n);
     let over = match journaled || cp.is_replaying() {
         true => None,
         false => match run_budget.over(cp, ctx).await? {
@@ -122,7 +121,7 @@ pub(super) async fn check(
     }
     let run_id = ctx.lease.run_id;
     let asked: Exhausted = cp
-        .checkpoint(name, Durability::Decided, || async move {
+        .checkpoint(names::budget(n), Durability::Decided, || async move {
             let asked = over.ok_or_else(|| {
                 SegmentError::Permanent("a budget request was made within the budget".into())
             })?;

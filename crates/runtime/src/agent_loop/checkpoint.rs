@@ -27,6 +27,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 
+use agentenkit_core::journal::names;
 use agentenkit_core::{JournalEntry, Replay, ReplayStep, RunCall, ToolCallId, ToolCallStatus};
 use agentenkit_store::{Change, Lease, RunContext, RunEngine};
 use serde::de::DeserializeOwned;
@@ -127,7 +128,15 @@ impl<'a> Checkpointer<'a> {
     /// True when the next journal entry is `name`; never an error (for
     /// calls whose entry may legitimately be elsewhere, like a parked one).
     pub fn next_is(&self, name: &str) -> bool {
-        self.replay.is_next(name).unwrap_or(false)
+        self.replay.next_name() == Some(name)
+    }
+
+    /// True when the next journal entry is `<prefix>:<n>`: the checks made
+    /// before every model call look without making the name.
+    pub(super) fn next_is_numbered(&self, prefix: &str, n: u32) -> bool {
+        self.replay
+            .next_name()
+            .is_some_and(|next| names::is_numbered(next, prefix, n))
     }
 
     /// True while the journal still has entries to read back.

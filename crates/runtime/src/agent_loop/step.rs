@@ -155,8 +155,7 @@ impl Turn<'_> {
         cp: &mut Checkpointer<'_>,
         n: u32,
     ) -> Result<(), SegmentError> {
-        let name = names::steer(n);
-        let waiting = if cp.next_is(&name) {
+        let waiting = if cp.next_is_numbered("steer", n) {
             Vec::new()
         } else if !cp.is_replaying() && cp.steered() {
             let waiting = cp.engine.steering(self.ctx.lease.run_id).await?;
@@ -169,7 +168,7 @@ impl Turn<'_> {
         };
         let run_id = self.ctx.lease.run_id;
         let texts: Vec<String> = cp
-            .checkpoint(name, Durability::Decided, || async move {
+            .checkpoint(names::steer(n), Durability::Decided, || async move {
                 let mut changes = vec![Change::TakeSteering {
                     positions: waiting.iter().map(|w| w.position).collect(),
                 }];
