@@ -142,6 +142,7 @@ mod tests {
             ("/metrics", &["get"]),
             ("/openapi.json", &["get"]),
             ("/threads/{id}/pending-inputs", &["get"]),
+            ("/threads/{id}/fork", &["post"]),
         ];
         let json = doc;
         let paths = json["paths"].as_object().unwrap();
