@@ -72,6 +72,17 @@ pub struct PostedTurn {
 }
 
 impl PostedTurn {
+    /// A turn started now as run `run`, after stopping `interrupted`.
+    fn started(run: RunId, interrupted: Vec<RunId>) -> PostedTurn {
+        PostedTurn {
+            run_id: run,
+            queued: false,
+            steered: false,
+            interrupted,
+            replayed: false,
+        }
+    }
+
     /// A turn queued to start run `run`.
     fn queued(run: RunId) -> PostedTurn {
         PostedTurn {
@@ -237,13 +248,7 @@ impl Store {
             let outbox = self.queue_in(&tx, thread, (run, None), sent, keep).await?;
             return Ok((posted, outbox, true));
         }
-        let posted = PostedTurn {
-            run_id: run,
-            queued: false,
-            steered: false,
-            interrupted,
-            replayed: false,
-        };
+        let posted = PostedTurn::started(run, interrupted);
         ops.extend(keep(owner, &sent, &posted)?);
         let (content, trace) = (sent.content, sent.trace);
         let outbox = self

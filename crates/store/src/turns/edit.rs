@@ -66,13 +66,7 @@ impl Store {
             vec![Box::new(thread.0), Box::new(message)],
         )];
         ordered.extend(self.cut_event(thread, json!({ "fromMessageId": message, "runId": run })));
-        let posted = PostedTurn {
-            run_id: run,
-            queued: false,
-            steered: false,
-            interrupted,
-            replayed: false,
-        };
+        let posted = PostedTurn::started(run, interrupted);
         ops.extend(super::keep(owner, &sent, &posted)?);
         let (content, trace) = (sent.content, sent.trace);
         let outbox = self
