@@ -38,6 +38,7 @@ mod providers;
 mod reads;
 mod reaper;
 mod repeated_denials;
+mod shares;
 mod stream;
 mod stream_revocation;
 mod subagents;

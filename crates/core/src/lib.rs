@@ -23,6 +23,7 @@ pub mod questions;
 pub mod queue_message;
 pub mod reply;
 pub mod scopes;
+pub mod shares;
 pub mod status;
 pub mod trace;
 

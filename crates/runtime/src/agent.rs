@@ -155,6 +155,8 @@ pub struct Registry {
     escalations: HashMap<String, crate::notify::Escalation>,
     /// Tool calls one model response may make (the default when `None`).
     max_tool_calls_per_step: Option<u32>,
+    /// The caps runs start under (docs/budgets.md, "Fair shares").
+    pub(crate) run_limits: agentenkit_core::shares::RunLimits,
     /// The agent file this registry was built from, as JSON (`Null` for a
     /// registry built in code), and the version of each of its agents.
     pub(crate) file: Arc<serde_json::Value>,

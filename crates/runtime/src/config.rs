@@ -43,6 +43,10 @@ pub struct AgentFile {
     /// [`DEFAULT_MAX_TOOL_CALLS_PER_STEP`].
     #[serde(default)]
     pub max_tool_calls_per_step: Option<u32>,
+    /// How many runs of one owner may be running at once, across agents
+    /// (docs/budgets.md, "Fair shares"); no cap when `None`.
+    #[serde(default)]
+    pub max_concurrent_runs_per_owner: Option<u32>,
     #[serde(default)]
     pub agents: BTreeMap<String, AgentDef>,
     #[serde(default)]
@@ -135,6 +139,14 @@ pub struct AgentDef {
     /// What a run may spend before a person is asked (docs/budgets.md).
     #[serde(default)]
     pub budget: Option<BudgetDef>,
+    /// How many runs of this agent may be running at once, per owner (or
+    /// per value of `fair_key`); no cap when `None`.
+    #[serde(default)]
+    pub max_concurrent_runs: Option<u32>,
+    /// `"metadata.KEY"`: `max_concurrent_runs` is kept per value of that
+    /// key of the thread's metadata, within each owner.
+    #[serde(default)]
+    pub fair_key: Option<String>,
 }
 
 /// `[agents.<name>.budget]`: `run` and `thread`, each `{ model_calls,

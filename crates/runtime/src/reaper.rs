@@ -70,6 +70,10 @@ pub struct ReapReport {
     /// Queued turns started: their thread's run had ended, and whoever
     /// ended it died before starting them.
     pub queued_turns_started: usize,
+    /// Runs held for a slot of their caps, admitted because a slot was
+    /// free (a run stopped where nobody admitted the next: cancelled, or
+    /// failed outside a worker).
+    pub held_runs_admitted: usize,
     pub outbox_published: usize,
     pub idempotency_keys_deleted: usize,
     pub deliveries_deleted: usize,
@@ -163,6 +167,9 @@ pub async fn reap_once(deployment: &Deployment, config: &ReaperConfig) -> Result
             break;
         }
     }
+    let admitted = store.admit_held_runs(config.batch).await?;
+    report.held_runs_admitted += admitted.len();
+    ::metrics::counter!(metrics::RECLAIMS, "cause" => "held_run").increment(admitted.len() as u64);
     let stale_ms = config.outbox_stale_after.as_millis() as u64;
     let orphan_ms = config.outbox_orphan_after.as_millis() as u64;
     if orphan_ms < stale_ms && relay.backlog().await == Some(0) {

@@ -20,6 +20,10 @@ const LIMITS: [&str; 4] = [
     "max_tool_calls_per_step",
 ];
 
+/// An agent's settings that belong to the deployment, not to its versions
+/// (docs/budgets.md, "Fair shares").
+const AGENT_SHARES: [&str; 2] = ["max_concurrent_runs", "fair_key"];
+
 /// The file's settings that belong to the deployment, not to an agent:
 /// where events are sent. A pinned run uses the deployment's.
 pub(crate) const DEPLOYMENT: [&str; 2] = ["notifications", "ui_url"];
@@ -103,7 +107,15 @@ fn definition_of(file: &Value, agent: &str) -> Value {
             {
                 named_tools.insert(tool.to_owned());
             }
-            chosen_agents.insert(name.clone(), def.clone());
+            let mut def = def.clone();
+            // Shares of the fleet are the deployment's: a new cap is not a
+            // new version of the agent (the current file's always apply).
+            if let Some(def) = def.as_object_mut() {
+                for share in AGENT_SHARES {
+                    def.remove(share);
+                }
+            }
+            chosen_agents.insert(name.clone(), def);
         }
     }
     let chosen_tools: Map<String, Value> = named_tools
@@ -193,6 +205,7 @@ impl crate::Registry {
     pub fn prepare(&self, store: agentenkit_store::Store) -> agentenkit_store::Store {
         store
             .with_notified(self.notified_events())
+            .with_run_limits(self.run_limits.clone())
             .with_agent_versions(
                 self.versions
                     .iter()

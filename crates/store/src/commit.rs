@@ -75,7 +75,8 @@ impl Store {
         lease: &Lease,
         changes: &[Change],
     ) -> Result<(Vec<OutboxRow>, bool)> {
-        let (ops, publishes) = Statements::of(lease, changes, self.notify_rule())?.in_order(lease);
+        let (ops, publishes) =
+            Statements::of(lease, changes, self.notify_rule(), self.run_limits())?.in_order(lease);
         let answers = pipeline::transact(&self.client().await?, ops).await?;
         let flag = matches!(answers.first(), Some(Answer::Flag(true)));
         Ok((written_outbox(answers, publishes)?, flag))
@@ -99,6 +100,7 @@ impl Statements {
         lease: &Lease,
         changes: &[Change],
         notified: crate::event_insert::NotifyRule<'_>,
+        limits: &agentenkit_core::shares::RunLimits,
     ) -> Result<Statements> {
         // A new journal entry is progress: the attempts of the step that
         // made it start over.
@@ -121,12 +123,19 @@ impl Statements {
             parked_at_once: ParkedAtOnce::find(changes),
             message_with_event: MessageWithEvent::find(changes)?,
             notified,
+            limits,
         };
         for change in changes {
             if end.is_some_and(|end| std::ptr::eq(end, change)) {
                 continue;
             }
             statements.plan(&mut commit, change)?;
+        }
+        // A run under a cap that stops running (it waits or ended) sets
+        // its slot free: its owner's held runs that now fit are admitted,
+        // after every other statement that may start or stop a run of it.
+        if let (Some(_), Some(owner)) = (end, &lease.slot_owner) {
+            statements.push(crate::shares::admit_held_op(owner));
         }
         Ok(statements)
     }
@@ -182,6 +191,7 @@ impl Statements {
                 trace,
             } => self.start_child(
                 commit.lease,
+                commit.limits,
                 *child_run_id,
                 call_id,
                 (name, version.as_deref()),
@@ -236,6 +246,7 @@ impl Statements {
     fn start_child(
         &mut self,
         lease: &Lease,
+        limits: &agentenkit_core::shares::RunLimits,
         child: RunId,
         call_id: &agentenkit_core::ToolCallId,
         (name, version): (&str, Option<&str>),
@@ -251,6 +262,7 @@ impl Statements {
             depth: lease.depth + 1,
             task,
             trace,
+            slot: limits.slot_of(name).as_ref(),
         })?;
         self.push(started.run);
         let (op, segment) = started.outbox;
@@ -289,6 +301,8 @@ struct Commit<'a> {
     message_with_event: MessageWithEvent<'a>,
     /// The events whose `Notify` outbox row goes with them.
     notified: crate::event_insert::NotifyRule<'a>,
+    /// The caps a child run starts under.
+    limits: &'a agentenkit_core::shares::RunLimits,
 }
 
 /// The statement of a change that writes one row.

@@ -30,6 +30,10 @@ pub struct Lease {
     /// The root of the run's tree (its own id for a turn's run), where a
     /// child run it starts belongs too.
     pub root_run_id: RunId,
+    /// The owner whose cap the run counts toward, when it started under
+    /// one: its commit that stops it running admits that owner's held runs
+    /// (`shares`).
+    pub slot_owner: Option<String>,
 }
 
 /// What a worker needs to advance a run it now holds.
@@ -91,8 +95,10 @@ acquired AS (
       -- could check every run)
       AND (SELECT root.status FROM runs root WHERE root.id = runs.root_run_id)
           IS DISTINCT FROM 'cancelled'
+      -- a run held for a slot runs only once admitted (`shares`)
+      AND held_since IS NULL
     RETURNING id, thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id,
-              takeovers, root_run_id, agent_version, steered
+              takeovers, root_run_id, agent_version, steered, slot_owner
 )
 SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
        (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value, j.packed) ORDER BY j.position), '[]')
@@ -119,7 +125,7 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
         FROM tool_calls tc
         LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
         WHERE tc.run_id = a.id),
-       a.takeovers, a.root_run_id, a.agent_version, a.steered
+       a.takeovers, a.root_run_id, a.agent_version, a.steered, a.slot_owner
 FROM acquired a, unflushed";
 
 /// The outcome of trying to take a run's lease for segment `seq`.
@@ -315,6 +321,7 @@ fn context_of(run: RunId, ttl_ms: u64, row: &tokio_postgres::Row) -> Result<RunC
         run_name: row.get(2),
         depth: row.get(3),
         root_run_id: RunId(row.get(11)),
+        slot_owner: row.get(14),
     };
     let journal: Vec<(i32, String, serde_json::Value, i16)> = serde_json::from_value(row.get(7))?;
     let journal = stored_journal::unpack(

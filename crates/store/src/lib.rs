@@ -35,6 +35,7 @@ mod poll;
 mod reclaim;
 mod runs;
 mod sent_here;
+mod shares;
 mod start;
 mod statistics;
 mod stop;
@@ -141,6 +142,8 @@ pub struct Store {
     agent_versions: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, String>>>,
     /// The agents of threads this process created or started turns on.
     thread_agents: std::sync::Arc<start::ThreadAgents>,
+    /// The caps runs start under (`shares`).
+    run_limits: std::sync::Arc<agentenkit_core::shares::RunLimits>,
 }
 
 impl Store {
@@ -193,6 +196,7 @@ impl Store {
             sent_here: None,
             agent_versions: std::sync::Arc::default(),
             thread_agents: std::sync::Arc::default(),
+            run_limits: std::sync::Arc::default(),
         })
     }
 
@@ -222,6 +226,24 @@ impl Store {
     pub fn with_sent_here(mut self, sent_here: sent_here::SentHere) -> Store {
         self.sent_here = Some(std::sync::Arc::new(sent_here));
         self
+    }
+
+    /// The same store, starting each run under the caps `limits` set for
+    /// its agent and owner (`shares`). Every process that starts runs (the
+    /// API, the workers, which start sub-agents) must be told the same.
+    pub fn with_run_limits(mut self, limits: agentenkit_core::shares::RunLimits) -> Store {
+        self.run_limits = std::sync::Arc::new(limits);
+        self
+    }
+
+    /// The caps a run of `agent` starts under, if any.
+    pub(crate) fn slot_of(&self, agent: &str) -> Option<agentenkit_core::shares::Slot> {
+        self.run_limits.slot_of(agent)
+    }
+
+    /// The caps runs start under.
+    pub(crate) fn run_limits(&self) -> &agentenkit_core::shares::RunLimits {
+        &self.run_limits
     }
 
     /// How this store's transactions notify.

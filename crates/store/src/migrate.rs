@@ -88,6 +88,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "forks",
         include_str!("../../../migrations/0016_forks.sql"),
     ),
+    (
+        17,
+        "fair shares",
+        include_str!("../../../migrations/0017_fair_shares.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

@@ -45,7 +45,9 @@ impl Store {
                  FROM (SELECT id, status FROM runs
                        WHERE status IN ('queued', 'running')
                          AND ((status = 'running' AND lease_expires_at <= now())
-                           OR (status = 'queued' AND updated_at < now() - $1 * interval '1 millisecond'))
+                           OR (status = 'queued' AND updated_at < now() - $1 * interval '1 millisecond'
+                               -- a run held for a slot has no segment to lose
+                               AND held_since IS NULL))
                        ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED) stuck
                  WHERE r.id = stuck.id
                  RETURNING r.id, r.segment_seq, stuck.status, r.traceparent, r.tracestate",

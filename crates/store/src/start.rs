@@ -106,6 +106,8 @@ pub(crate) struct NewRun<'a> {
     pub task: &'a str,
     /// The span it starts under, when traces are exported: its trace.
     pub trace: Option<&'a TraceContext>,
+    /// The caps it starts under, when any applies (`crate::shares`).
+    pub slot: Option<&'a agentenkit_core::shares::Slot>,
 }
 
 /// The statements that start a run, in the order they go.
@@ -136,6 +138,31 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
         run_id: run.id,
         seq: 1,
     };
+    let ordered = ordered_ops(
+        run.thread,
+        run.id,
+        vec![
+            Ordered::Message(Some(user), None),
+            Ordered::Event(event_item(
+                Some(run.id),
+                EventType::RunStarted,
+                started,
+                &RowFields {
+                    run: stored_event::run_row(run.name, run.depth, run.version),
+                    ..RowFields::default()
+                },
+            )),
+        ],
+    );
+    // A run under a cap may be held: its row decides, and its segment
+    // follows only if it was admitted.
+    if let Some(slot) = run.slot {
+        return Ok(Started {
+            run: crate::shares::insert_run_op(run, slot),
+            outbox: (crate::shares::admitted_segment_op(&segment), segment),
+            ordered,
+        });
+    }
     Ok(Started {
         run: Op::new(
             INSERT_RUN_SQL,
@@ -153,22 +180,7 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
             ],
         ),
         outbox: (outbox::insert_op(&segment, 0), segment),
-        ordered: ordered_ops(
-            run.thread,
-            run.id,
-            vec![
-                Ordered::Message(Some(user), None),
-                Ordered::Event(event_item(
-                    Some(run.id),
-                    EventType::RunStarted,
-                    started,
-                    &RowFields {
-                        run: stored_event::run_row(run.name, run.depth, run.version),
-                        ..RowFields::default()
-                    },
-                )),
-            ],
-        ),
+        ordered,
     })
 }
 
@@ -282,6 +294,7 @@ impl Store {
         trace: Option<&TraceContext>,
     ) -> Result<TurnOps> {
         let version = self.pinned_version_of(agent);
+        let slot = self.slot_of(agent);
         let started = start(&NewRun {
             id: run,
             thread,
@@ -292,6 +305,7 @@ impl Store {
             depth: 0,
             task: content,
             trace,
+            slot: slot.as_ref(),
         })?;
         let mut ops = vec![started.run];
         ops.push(
@@ -320,7 +334,7 @@ impl Store {
         run_id: RunId,
         segment: QueueMessage,
     ) -> Result<StartedRun> {
-        let outbox = vec![segment_row(answers, segment)?];
+        let outbox = segment_rows(answers, segment)?;
         self.publish(&outbox).await;
         Ok(StartedRun { run_id, outbox })
     }
@@ -359,20 +373,24 @@ fn startable(thread: ThreadId, locked: &[Row], current: &[Row]) -> Result<String
     Ok(agent)
 }
 
-/// The outbox row of a new run's first segment, from its commit's answers.
-pub(crate) fn segment_row(answers: Vec<Answer>, segment: QueueMessage) -> Result<OutboxRow> {
-    let id = answers
+/// The outbox row of a new run's first segment, from its commit's answers:
+/// none when the run was held for a slot (`crate::shares`).
+pub(crate) fn segment_rows(answers: Vec<Answer>, segment: QueueMessage) -> Result<Vec<OutboxRow>> {
+    let ids = answers
         .into_iter()
         .find_map(|answer| match answer {
-            Answer::Ids(ids) => ids.first().copied(),
+            Answer::Ids(ids) => Some(ids),
             _ => None,
         })
-        .ok_or_else(|| Error::Corrupt("the outbox insert returned no id".into()))?;
-    Ok(OutboxRow {
-        id,
-        message: segment,
-        delay_ms: 0,
-        claimed: None,
-        trace: None,
-    })
+        .ok_or_else(|| Error::Corrupt("the outbox insert returned no answer".into()))?;
+    Ok(ids
+        .into_iter()
+        .map(|id| OutboxRow {
+            id,
+            message: segment.clone(),
+            delay_ms: 0,
+            claimed: None,
+            trace: None,
+        })
+        .collect())
 }

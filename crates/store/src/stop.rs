@@ -18,6 +18,12 @@ impl Store {
         let (stopped, outbox) =
             crate::pipeline::retry_conflicts(|| self.stop_thread_once(thread, owner)).await?;
         self.publish(&outbox).await;
+        // The stopped runs' slots are free: the owner's held runs that fit
+        // now are admitted (or, if this fails, by the reaper).
+        if let Err(e) = self.admit_held_of(owner.as_str()).await {
+            tracing::warn!(thread_id = %thread, error = %e,
+                "held runs were not admitted after a stop; the reaper will admit them");
+        }
         // Messages queued behind the stopped run are the person's own:
         // they start now, as when a run ends any other way (or, if this
         // fails, by the reaper: the stop has committed).

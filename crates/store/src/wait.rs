@@ -126,12 +126,17 @@ impl<'a> ParkedAtOnce<'a> {
 
 /// Queues run `$1` with its next segment if it waits on nothing more, and
 /// writes the segment's outbox row, returning `(id, key)`; no row when the
-/// run still waits (or is not waiting). The key is
-/// `QueueMessage::outbox_key`'s, which `outbox::returned_rows` reads back (and a
-/// test holds to).
+/// run still waits (or is not waiting), or was held for a slot of its caps
+/// (`shares`: a held run's segment is written when it is admitted). The
+/// key is `QueueMessage::outbox_key`'s, which `outbox::returned_rows` reads
+/// back (and a test holds to).
 const RESUME_IF_SETTLED_SQL: &str = "
     WITH resumed AS (
-        UPDATE runs SET status = 'queued', segment_seq = segment_seq + 1, updated_at = now()
+        UPDATE runs SET status = 'queued', segment_seq = segment_seq + 1, updated_at = now(),
+               held_since = CASE WHEN slot_owner IS NULL THEN NULL
+                                 WHEN run_slot_is_free(id, slot_owner, slot_owner_cap,
+                                                       slot_key, slot_key_cap) THEN NULL
+                                 ELSE now() END
         WHERE id = $1 AND status = 'waiting'
           -- the run's calls by its key (no partial index of open
           -- requests matches `run_id = $1` alone, so none is read whole)
@@ -140,9 +145,10 @@ const RESUME_IF_SETTLED_SQL: &str = "
           AND NOT EXISTS (SELECT 1 FROM runs child
                           WHERE child.parent_run_id = $1
                             AND child.status IN ('queued', 'running', 'waiting'))
-        RETURNING segment_seq)
+        RETURNING segment_seq, held_since)
     INSERT INTO outbox (delay_ms, key, due_at)
     SELECT 0, 'segment:' || $1::uuid::text || ':' || segment_seq, now() FROM resumed
+    WHERE held_since IS NULL
     RETURNING id, key";
 
 /// The resume of `run` as a pipelined statement, after the changes of its

@@ -155,6 +155,7 @@ impl Registry {
                 .unwrap_or(DEFAULT_MAX_CHILDREN_PER_STEP),
             max_runs_per_tree: file.max_runs_per_tree.unwrap_or(DEFAULT_MAX_RUNS_PER_TREE),
         };
+        let run_limits = run_limits_of(&file)?;
         let notifications =
             crate::notify::Notifications::from_defs(file.ui_url, file.notifications)?;
         let mut registry = Registry::new()
@@ -205,11 +206,55 @@ impl Registry {
                 .entry(name.clone())
                 .or_insert_with(|| tool.clone());
         }
+        registry.run_limits = run_limits;
         registry.versions = Arc::new(crate::versions::versions_of(&tree));
         registry.file = Arc::new(tree);
         registry.check()?;
         Ok(registry)
     }
+}
+
+/// The caps of `file`: `max_concurrent_runs_per_owner`, and each agent's
+/// `max_concurrent_runs` and `fair_key`.
+fn run_limits_of(file: &AgentFile) -> Result<agentenkit_core::shares::RunLimits> {
+    use agentenkit_core::shares::{AgentShare, RunLimits};
+    if file.max_concurrent_runs_per_owner == Some(0) {
+        return Err(Error::Config(
+            "max_concurrent_runs_per_owner must be at least 1".into(),
+        ));
+    }
+    let mut agents = std::collections::BTreeMap::new();
+    for (name, def) in &file.agents {
+        let named = |e: String| Error::Config(format!("agent {name:?}: {e}"));
+        if def.max_concurrent_runs == Some(0) {
+            return Err(named("max_concurrent_runs must be at least 1".into()));
+        }
+        let fair_key = match &def.fair_key {
+            None => None,
+            Some(_) if def.max_concurrent_runs.is_none() => {
+                return Err(named(
+                    "fair_key shares out max_concurrent_runs: set max_concurrent_runs too".into(),
+                ))
+            }
+            Some(key) => Some(
+                key.parse()
+                    .map_err(|e: agentenkit_core::shares::InvalidFairKey| named(e.to_string()))?,
+            ),
+        };
+        if def.max_concurrent_runs.is_some() {
+            agents.insert(
+                name.clone(),
+                AgentShare {
+                    max_concurrent_runs: def.max_concurrent_runs,
+                    fair_key,
+                },
+            );
+        }
+    }
+    Ok(RunLimits {
+        per_owner: file.max_concurrent_runs_per_owner,
+        agents,
+    })
 }
 
 /// An agent file as written, checked, as JSON (what versions are made

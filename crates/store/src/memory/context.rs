@@ -61,6 +61,7 @@ impl Memory {
                 run_name: run.name.clone(),
                 depth: run.depth,
                 root_run_id: run.root,
+                slot_owner: None,
             },
             parent_tool_call_id: run.parent.as_ref().map(|(_, call)| call.to_string()),
             parent_run_id: run.parent.as_ref().map(|(parent, _)| *parent),

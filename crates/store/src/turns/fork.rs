@@ -23,7 +23,7 @@ use crate::event_insert::event_ops;
 use crate::format::event::{run_row, RowFields};
 use crate::outbox::{self, OutboxRow};
 use crate::pipeline::{Answer, Expect, Op, OpenTx};
-use crate::start::segment_row;
+use crate::start::segment_rows;
 use crate::threads::not_found;
 use crate::views::ThreadView;
 use crate::{Error, Result, Store};
@@ -331,7 +331,7 @@ impl Store {
         ops.append(&mut ordered);
         let answers = tx.commit_with(ops).await?;
         self.thread_agents.remember(fork, agent);
-        Ok((Some(run), vec![segment_row(answers, segment)?]))
+        Ok((Some(run), segment_rows(answers, segment)?))
     }
 
     /// An event of the fork with no run row to refer to.
