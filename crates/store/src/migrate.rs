@@ -90,7 +90,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (
         17,
-        "fair shares",
+        "fair_shares",
         include_str!("../../../migrations/0017_fair_shares.sql"),
     ),
 ];
