@@ -380,7 +380,11 @@ input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ ty
             |r| r.get(0),
         )
         .await;
-    assert_eq!(held, std::slice::from_ref(&asking), "the resumed run waits for the slot");
+    assert_eq!(
+        held,
+        std::slice::from_ref(&asking),
+        "the resumed run waits for the slot"
+    );
     let slow_done = env.wait_run_finished(&slow).await;
     assert_eq!(slow_done["status"], "completed");
     let asked_done = env.wait_run_finished(&asking).await;

@@ -48,28 +48,15 @@ const ADMITTED_SEGMENT_SQL: &str = "
 
 /// The insert of `run`, admitted or held under `slot`.
 pub(crate) fn insert_run_op(run: &NewRun<'_>, slot: &Slot) -> Op {
-    Op::new(
-        INSERT_RUN_UNDER_CAP_SQL,
-        vec![
-            Box::new(run.id.0),
-            Box::new(run.thread.0),
-            Box::new(run.root.0),
-            Box::new(run.parent.map(|(parent, _)| parent.0)),
-            Box::new(run.parent.map(|(_, call)| call.as_str().to_owned())),
-            Box::new(run.name.to_owned()),
-            Box::new(run.depth),
-            Box::new(run.version.map(str::to_owned)),
-            Box::new(run.trace.map(|t| t.traceparent.clone())),
-            Box::new(run.trace.and_then(|t| t.tracestate.clone())),
-            Box::new(slot.owner_cap.map(cap)),
-            Box::new(slot.agent_cap.map(cap)),
-            Box::new(
-                slot.fair_key
-                    .as_ref()
-                    .map(|key| key.metadata_key().to_owned()),
-            ),
-        ],
-    )
+    let mut params = crate::start::run_params(run);
+    params.push(Box::new(slot.owner_cap.map(cap)));
+    params.push(Box::new(slot.agent_cap.map(cap)));
+    params.push(Box::new(
+        slot.fair_key
+            .as_ref()
+            .map(|key| key.metadata_key().to_owned()),
+    ));
+    Op::new(INSERT_RUN_UNDER_CAP_SQL, params)
 }
 
 /// The first segment's outbox insert of a run started under a cap: no id

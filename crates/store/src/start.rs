@@ -164,24 +164,26 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
         });
     }
     Ok(Started {
-        run: Op::new(
-            INSERT_RUN_SQL,
-            vec![
-                Box::new(run.id.0),
-                Box::new(run.thread.0),
-                Box::new(run.root.0),
-                Box::new(run.parent.map(|(parent, _)| parent.0)),
-                Box::new(run.parent.map(|(_, call)| call.as_str().to_owned())),
-                Box::new(run.name.to_owned()),
-                Box::new(run.depth),
-                Box::new(run.version.map(str::to_owned)),
-                Box::new(run.trace.map(|t| t.traceparent.clone())),
-                Box::new(run.trace.and_then(|t| t.tracestate.clone())),
-            ],
-        ),
+        run: Op::new(INSERT_RUN_SQL, run_params(run)),
         outbox: (outbox::insert_op(&segment, 0), segment),
         ordered,
     })
+}
+
+/// `$1`..`$10` of [`INSERT_RUN_SQL`] (and of a run started under a cap).
+pub(crate) fn run_params(run: &NewRun<'_>) -> Vec<crate::pipeline::Param> {
+    vec![
+        Box::new(run.id.0),
+        Box::new(run.thread.0),
+        Box::new(run.root.0),
+        Box::new(run.parent.map(|(parent, _)| parent.0)),
+        Box::new(run.parent.map(|(_, call)| call.as_str().to_owned())),
+        Box::new(run.name.to_owned()),
+        Box::new(run.depth),
+        Box::new(run.version.map(str::to_owned)),
+        Box::new(run.trace.map(|t| t.traceparent.clone())),
+        Box::new(run.trace.and_then(|t| t.tracestate.clone())),
+    ]
 }
 
 impl Store {
