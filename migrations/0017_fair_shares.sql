@@ -50,33 +50,58 @@ END $$;
 
 -- Admits the oldest held runs of `owner` that fit under their caps now
 -- (at most `up_to`), writing each one's segment to the outbox; returns
--- the outbox rows `(id, key)` to publish. Held rows another transaction
--- has locked are skipped (it is stopping or admitting them), never waited
--- for: nothing here waits on a row lock while holding the slot lock.
+-- the outbox rows `(id, key)` to publish.
+--
+-- It looks at up to 1,000 held runs, oldest first, so that a key at its
+-- cap with a long backlog (one user of a `fair_key` with hundreds of
+-- runs) does not hide a younger run of another key that fits: a key found
+-- full is skipped from then on without counting again. It stops early
+-- once the owner is full for the run at the head (runs held under another
+-- owner cap, from before the file changed, wait for the head's).
+--
+-- Nothing here waits on a row lock while holding the slot lock: a held
+-- run another transaction has locked (stopping it, steering it) is
+-- skipped, and admitted by the next run that stops or by the reaper.
 CREATE FUNCTION admit_held_runs(owner text, up_to int)
 RETURNS TABLE (id bigint, key text) LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     held record;
+    admitted int := 0;
+    running bigint;
+    full_keys text[] := '{}';
 BEGIN
     PERFORM pg_advisory_xact_lock(1702260341, hashtext(owner));
+    -- Under the lock only this transaction adds to the count; runs that
+    -- stop meanwhile are seen by the next admission.
+    SELECT count(*) INTO running FROM runs r
+    WHERE r.slot_owner = owner AND r.held_since IS NULL AND r.status IN ('queued', 'running');
     FOR held IN
         SELECT r.id, r.segment_seq, r.slot_owner_cap, r.slot_key, r.slot_key_cap
         FROM runs r
         WHERE r.slot_owner = owner AND r.held_since IS NOT NULL AND r.status = 'queued'
         ORDER BY r.held_since, r.id
-        LIMIT up_to
-        FOR UPDATE SKIP LOCKED
+        LIMIT 1000
     LOOP
-        IF run_slot_is_free(held.id, owner, held.slot_owner_cap, held.slot_key, held.slot_key_cap) THEN
-            UPDATE runs SET held_since = NULL, updated_at = now() WHERE runs.id = held.id;
-            RETURN QUERY
-                INSERT INTO outbox (delay_ms, key, due_at)
-                VALUES (0, 'segment:' || held.id::text || ':' || held.segment_seq, now())
-                RETURNING outbox.id, outbox.key;
-        ELSIF held.slot_owner_cap IS NOT NULL AND NOT run_slot_is_free(
-                held.id, owner, held.slot_owner_cap, NULL, NULL) THEN
-            -- the owner is full: nothing after this one fits either
-            EXIT;
+        EXIT WHEN admitted >= up_to;
+        EXIT WHEN held.slot_owner_cap IS NOT NULL AND running >= held.slot_owner_cap;
+        CONTINUE WHEN held.slot_key = ANY (full_keys);
+        IF held.slot_key_cap IS NOT NULL AND (
+            SELECT count(*) FROM runs r
+            WHERE r.slot_key = held.slot_key AND r.held_since IS NULL
+              AND r.status IN ('queued', 'running')) >= held.slot_key_cap THEN
+            full_keys := full_keys || held.slot_key;
+            CONTINUE;
         END IF;
+        PERFORM 1 FROM runs r
+        WHERE r.id = held.id AND r.held_since IS NOT NULL AND r.status = 'queued'
+        FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE runs SET held_since = NULL, updated_at = now() WHERE runs.id = held.id;
+        RETURN QUERY
+            INSERT INTO outbox (delay_ms, key, due_at)
+            VALUES (0, 'segment:' || held.id::text || ':' || held.segment_seq, now())
+            RETURNING outbox.id, outbox.key;
+        admitted := admitted + 1;
+        running := running + 1;
     END LOOP;
 END $$;

@@ -432,3 +432,76 @@ async fn a_fair_key_keeps_the_agent_cap_per_metadata_value() {
     worker.stop().await.unwrap();
     env.finish().await;
 }
+
+#[tokio::test]
+async fn concurrent_starts_never_take_more_slots_than_the_cap() {
+    let tool = slow_tool(10).await;
+    let env = TestEnv::start(capped(&tool.url)).await;
+    // 16 turns of `capped` (2 a owner) started at once, no worker.
+    let started = futures::future::join_all((0..16).map(|_| start_as(&env, ALICE, "capped"))).await;
+    let counts: Vec<(i64, i64)> = env
+        .rows(
+            "SELECT count(*) FILTER (WHERE held_since IS NULL),
+                    count(*) FILTER (WHERE held_since IS NOT NULL)
+             FROM runs WHERE status = 'queued'",
+            |r| (r.get(0), r.get(1)),
+        )
+        .await;
+    assert_eq!(counts, [(2, 14)], "admitted, held");
+    let worker = env.spawn_worker();
+    for run in &started {
+        assert_eq!(env.wait_run_finished(run).await["status"], "completed");
+    }
+    worker.stop().await.unwrap();
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_long_backlog_of_one_fair_key_does_not_hide_another_keys_run() {
+    let tool = slow_tool(10).await;
+    let toml = capped_toml(&tool.url, "").replace(
+        "max_concurrent_runs = 2",
+        "max_concurrent_runs = 1\nfair_key = \"metadata.user\"",
+    );
+    let env = TestEnv::start(Registry::from_toml(&toml).unwrap()).await;
+    let mut ben = Vec::new();
+    // Ann's 12 runs first (11 held), then Ben's 2 (1 held, behind them).
+    for user in std::iter::repeat_n("ann", 12).chain(["ben", "ben"]) {
+        let thread = env
+            .post(
+                "/threads",
+                json!({ "agent": "capped", "metadata": { "user": user } }),
+            )
+            .await;
+        let id = thread["id"].as_str().unwrap();
+        let run = env
+            .post(
+                &format!("/threads/{id}/messages"),
+                json!({ "content": "go" }),
+            )
+            .await;
+        if user == "ben" {
+            ben.push(run["runId"].as_str().unwrap().to_owned());
+        }
+    }
+    // Ben's first run ends where nobody admits (as the reaper failing it
+    // would): the reaper's pass admits Ben's second past Ann's backlog.
+    env.sql(&format!(
+        "UPDATE runs SET status = 'failed', finished_at = now() WHERE id = '{}'",
+        ben[0]
+    ))
+    .await;
+    let report = reap_once(&env.reaper(), &ReaperConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(report.held_runs_admitted, 1, "{report:?}");
+    let admitted: Vec<String> = env
+        .rows(
+            "SELECT id::text FROM runs WHERE held_since IS NULL AND status = 'queued'
+               AND slot_key LIKE '%\"ben\"%'",
+            |r| r.get(0),
+        )
+        .await;
+    assert_eq!(admitted, std::slice::from_ref(&ben[1]));
+    env.finish().await;
+}

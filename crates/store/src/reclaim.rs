@@ -89,15 +89,26 @@ impl Store {
     /// or `None` when the run had already ended.
     pub async fn fail_run(&self, run: RunId, error: &str) -> Result<Option<Vec<OutboxRow>>> {
         let failed = crate::pipeline::retry_conflicts(|| self.fail_run_once(run, error)).await?;
-        if let Some(outbox) = &failed {
-            self.publish(outbox).await;
+        let Some((outbox, thread, slot_owner)) = failed else {
+            return Ok(None);
+        };
+        self.publish(&outbox).await;
+        if let Some(owner) = slot_owner {
+            // Its slot is free (and its sub-agents').
+            self.admit_after_stopping(&owner, thread).await;
         }
-        Ok(failed)
+        Ok(Some(outbox))
     }
 
     /// One round trip fails the run under the locks, the next cancels its
     /// sub-agents, the last writes the rest as one plan.
-    async fn fail_run_once(&self, run: RunId, error: &str) -> Result<Option<Vec<OutboxRow>>> {
+    /// The outbox rows, the run's thread and the owner whose cap it counted
+    /// toward, if any.
+    async fn fail_run_once(
+        &self,
+        run: RunId,
+        error: &str,
+    ) -> Result<Option<(Vec<OutboxRow>, agentenkit_core::ThreadId, Option<String>)>> {
         let tx = OpenTx::new(self.client().await?);
         // The parent first, then the run, then its descendants. A child
         // finishing locks itself before its parent, so this order can meet
@@ -115,7 +126,7 @@ impl Store {
                     "UPDATE runs SET status = 'failed', error = $2, finished_at = now(),
                             updated_at = now(), lease_owner = NULL, lease_expires_at = NULL
                      WHERE id = $1 AND status IN ('queued', 'running', 'waiting')
-                     RETURNING thread_id, name, parent_tool_call_id",
+                     RETURNING thread_id, name, parent_tool_call_id, slot_owner",
                     vec![Box::new(run.0), Box::new(error.to_owned())],
                 )
                 .expect(Expect::Rows),
@@ -146,7 +157,8 @@ impl Store {
             cancelled: cancelled.iter().map(|r| r.get(0)).collect(),
         };
         let ops = failed.plan(self.notify_rule())?;
-        Ok(Some(returned_outbox(tx.commit_with(ops).await?)?))
+        let outbox = returned_outbox(tx.commit_with(ops).await?)?;
+        Ok(Some((outbox, failed.thread, row.get(3))))
     }
 }
 

@@ -11,7 +11,7 @@
 //! taken on it), so it runs only when admitted.
 
 use agentenkit_core::shares::Slot;
-use agentenkit_core::QueueMessage;
+use agentenkit_core::{QueueMessage, RunId, ThreadId};
 
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Expect, Op};
@@ -40,6 +40,20 @@ const INSERT_RUN_UNDER_CAP_SQL: &str = "
                  END AS key
           FROM threads t WHERE t.id = $2::uuid) s";
 
+/// Puts run `$1` (of thread `$6`, agent `$4`), written without caps, under
+/// them: admitted or held as a run started under them is (a fork's run).
+const PLACE_UNDER_CAP_SQL: &str = "
+    UPDATE runs r SET slot_owner = s.owner, slot_owner_cap = $2::int, slot_key = s.key,
+           slot_key_cap = $3::int,
+           held_since = CASE WHEN run_slot_is_free(r.id, s.owner, $2::int, s.key, $3::int)
+                             THEN NULL ELSE now() END
+    FROM (SELECT t.owner,
+                 CASE WHEN $3::int IS NOT NULL
+                      THEN jsonb_build_array(t.owner, $4::text, t.metadata ->> $5::text)::text
+                 END AS key
+          FROM threads t WHERE t.id = $6::uuid) s
+    WHERE r.id = $1::uuid";
+
 /// The first segment's outbox row of run `$1`, unless it was held.
 const ADMITTED_SEGMENT_SQL: &str = "
     INSERT INTO outbox (delay_ms, key, due_at)
@@ -57,6 +71,26 @@ pub(crate) fn insert_run_op(run: &NewRun<'_>, slot: &Slot) -> Op {
             .map(|key| key.metadata_key().to_owned()),
     ));
     Op::new(INSERT_RUN_UNDER_CAP_SQL, params)
+}
+
+/// [`PLACE_UNDER_CAP_SQL`]: run `run` of `thread`, an `agent`'s, under
+/// `slot`; its segment then goes by [`admitted_segment_op`].
+pub(crate) fn place_under_cap_op(run: RunId, thread: ThreadId, agent: &str, slot: &Slot) -> Op {
+    Op::new(
+        PLACE_UNDER_CAP_SQL,
+        vec![
+            Box::new(run.0),
+            Box::new(slot.owner_cap.map(cap)),
+            Box::new(slot.agent_cap.map(cap)),
+            Box::new(agent.to_owned()),
+            Box::new(
+                slot.fair_key
+                    .as_ref()
+                    .map(|key| key.metadata_key().to_owned()),
+            ),
+            Box::new(thread.0),
+        ],
+    )
 }
 
 /// The first segment's outbox insert of a run started under a cap: no id
@@ -88,30 +122,57 @@ fn cap(n: u32) -> i32 {
 
 impl Store {
     /// Admits held runs whose slots are free (the reaper's pass): a run
-    /// that stopped outside a worker's commit (stopped, failed by the
-    /// reaper) sets its slot free without admitting anybody. Up to `owners`
-    /// owners a pass, each its own transaction; returns the admitted
-    /// runs' segments, published.
-    pub async fn admit_held_runs(&self, owners: i64) -> Result<Vec<OutboxRow>> {
+    /// that stopped outside a worker's commit (failed by the reaper, or
+    /// where the process gave up before admitting) sets its slot free
+    /// without admitting anybody. Every owner with held runs, `batch` of
+    /// them a query and each its own transaction; an owner whose admission
+    /// fails is logged and passed over (the next pass tries it again).
+    /// Returns the admitted runs' segments, published.
+    pub async fn admit_held_runs(&self, batch: i64) -> Result<Vec<OutboxRow>> {
+        let mut admitted = Vec::new();
+        let mut after = String::new();
+        loop {
+            let owners = self.held_owners_after(&after, batch).await?;
+            for owner in &owners {
+                match self.admit_held_now(owner).await {
+                    Ok(rows) => admitted.extend(rows),
+                    Err(e) => tracing::warn!(owner = %owner, error = %e,
+                        "held runs were not admitted; the next pass tries again"),
+                }
+            }
+            match owners.last() {
+                Some(last) if owners.len() as i64 == batch => after = last.clone(),
+                _ => return Ok(admitted),
+            }
+        }
+    }
+
+    /// The owners with held runs, in order, after `after`.
+    async fn held_owners_after(&self, after: &str, batch: i64) -> Result<Vec<String>> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
                 "SELECT DISTINCT slot_owner FROM runs
-                 WHERE held_since IS NOT NULL AND status = 'queued' LIMIT $1",
+                 WHERE held_since IS NOT NULL AND status = 'queued' AND slot_owner > $1
+                 ORDER BY slot_owner LIMIT $2",
             )
             .await?;
-        let held: Vec<String> = client
-            .query(&stmt, &[&owners])
+        Ok(client
+            .query(&stmt, &[&after, &batch])
             .await?
             .iter()
             .map(|row| row.get(0))
-            .collect();
-        drop(client);
-        let mut admitted = Vec::new();
-        for owner in held {
-            admitted.extend(self.admit_held_now(&owner).await?);
+            .collect())
+    }
+
+    /// [`Store::admit_held_of`] after runs of `owner` were stopped on
+    /// `thread` (a stop, an interrupt, an edit): a failure is logged, and
+    /// left to the reaper.
+    pub(crate) async fn admit_after_stopping(&self, owner: &str, thread: ThreadId) {
+        if let Err(e) = self.admit_held_of(owner).await {
+            tracing::warn!(thread_id = %thread, error = %e,
+                "held runs were not admitted after runs stopped; the reaper will admit them");
         }
-        Ok(admitted)
     }
 
     /// Admits the held runs of `owner` that fit now, in a transaction of

@@ -20,10 +20,7 @@ impl Store {
         self.publish(&outbox).await;
         // The stopped runs' slots are free: the owner's held runs that fit
         // now are admitted (or, if this fails, by the reaper).
-        if let Err(e) = self.admit_held_of(owner.as_str()).await {
-            tracing::warn!(thread_id = %thread, error = %e,
-                "held runs were not admitted after a stop; the reaper will admit them");
-        }
+        self.admit_after_stopping(owner.as_str(), thread).await;
         // Messages queued behind the stopped run are the person's own:
         // they start now, as when a run ends any other way (or, if this
         // fails, by the reaper: the stop has committed).

@@ -189,6 +189,10 @@ impl Store {
         })
         .await?;
         self.publish(&outbox).await;
+        if matches!(arrival, Arrival::Interrupt | Arrival::Rollback { .. }) {
+            // The interrupted tree's slots are free (its new turn took one).
+            self.admit_after_stopping(owner.as_str(), thread).await;
+        }
         if behind {
             self.start_queued(thread).await?;
         }

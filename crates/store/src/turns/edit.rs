@@ -36,6 +36,8 @@ impl Store {
         })
         .await?;
         self.publish(&outbox).await;
+        // An interrupted tree's slots are free (the new turn took one).
+        self.admit_after_stopping(owner.as_str(), thread).await;
         Ok(posted)
     }
 

@@ -306,7 +306,14 @@ impl Store {
             run_id: run,
             seq: 1,
         };
-        ops.push(outbox::insert_op(&segment, 0));
+        // A fork's run counts toward its agent's and owner's caps like any.
+        match self.slot_of(agent) {
+            Some(slot) => {
+                ops.push(crate::shares::place_under_cap_op(run, fork, agent, &slot));
+                ops.push(crate::shares::admitted_segment_op(&segment));
+            }
+            None => ops.push(outbox::insert_op(&segment, 0)),
+        }
         let started = json!({
             "runId": run, "runName": turn.name, "depth": 0, "forkedFromRunId": turn.run,
         });
