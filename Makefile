@@ -101,7 +101,7 @@ bench-callgrind: ## instructions per cycle in the bench process, by callgrind (s
 	bash scripts/bench-callgrind.sh $(CALLGRIND_ARGS)
 
 bench-park-many: ## park 100,000 threads on one worker process and report its memory as they pile up
-	@$(MAKE) bench BENCH_ARGS="--n 200 --expiry-n 0 --round-trip-n 0 --scale-n 0 --park-many 100000"
+	@$(MAKE) bench BENCH_ARGS="--n 200 --expiry-n 0 --round-trip-n 0 --scale-n 0 --shares-n 0 --park-many 100000"
 
 bench-peers: ## the peer benchmark (LangGraph, DBOS, raw Postgres/RabbitMQ) if present, then the bench, whose ratios read its fresh results
 	@if [ -f "$(PEERS_RUN)" ]; then \

@@ -34,7 +34,7 @@ trap 'rm -rf "$out"' EXIT
 count() {
   valgrind --tool=callgrind --callgrind-out-file="$out/cg.$1" \
     "$bin" --n "$1" --warmup 5 --concurrency 1 \
-      --expiry-n 0 --round-trip-n 0 --scale-n 0 --baseline-secs 0 --stats-flush-secs 0 \
+      --expiry-n 0 --round-trip-n 0 --scale-n 0 --shares-n 0 --baseline-secs 0 --stats-flush-secs 0 \
     >"$out/log.$1" 2>&1 || { tail -20 "$out/log.$1" >&2; exit 1; }
   sed -n 's/^totals: //p' "$out/cg.$1"
 }

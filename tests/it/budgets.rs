@@ -329,3 +329,37 @@ fn a_tool_named_budget_is_refused_when_the_file_loads() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_thread_shows_what_its_runs_spent() {
+    let env = TestEnv::start(looping("{ model_calls = 3 }")).await;
+    let fresh = env.post("/threads", json!({ "agent": "loop" })).await;
+    let fresh = env
+        .get(&format!("/threads/{}", fresh["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(
+        fresh["spent"],
+        json!({ "modelCalls": 0, "toolCalls": 0, "inputTokens": 0, "outputTokens": 0 })
+    );
+    let worker = env.spawn_worker();
+    let (thread, run) = env.start_turn("loop", "go").await;
+    budget_request(&env, &thread).await;
+    let journal = env.get(&format!("/runs/{run}/journal")).await;
+    let reported = |key: &str| -> u64 {
+        journal
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("model:")))
+            .map(|e| e["value"]["usage"][key].as_u64().unwrap())
+            .sum()
+    };
+    let spent = env.get(&format!("/threads/{thread}")).await["spent"].clone();
+    assert_eq!(spent["modelCalls"], 3, "{spent}");
+    assert_eq!(spent["toolCalls"], 3, "{spent}");
+    assert_eq!(spent["inputTokens"], reported("inputTokens"), "{spent}");
+    assert_eq!(spent["outputTokens"], reported("outputTokens"), "{spent}");
+    assert!(reported("inputTokens") > 0);
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

@@ -145,19 +145,7 @@ impl Fleet {
     /// last one waits.
     pub async fn park(&self, n: usize, c: usize) -> anyhow::Result<(Vec<RunId>, Duration)> {
         let start = Instant::now();
-        let runs = self
-            .fan_out(n, c, |fleet, _| async move {
-                let thread = fleet
-                    .store
-                    .create_thread(&fleet.owner, "mailer", &json!({}))
-                    .await?;
-                let started = fleet
-                    .store
-                    .start_run(thread.id, &fleet.owner, &body_text(), None)
-                    .await?;
-                anyhow::Ok(started.run_id)
-            })
-            .await?;
+        let runs = self.start_runs(&self.owner, "mailer", n, c).await?;
         self.settle(&runs, RunStatus::Waiting).await?;
         Ok((runs, start.elapsed()))
     }
@@ -179,6 +167,53 @@ impl Fleet {
         .await?;
         self.settle(&runs, RunStatus::Completed).await?;
         Ok(start.elapsed())
+    }
+
+    /// Starts `n` turns of `agent` for `owner`, each on a thread of its
+    /// own, with `c` clients; returns their runs.
+    pub async fn start_runs(
+        &self,
+        owner: &Owner,
+        agent: &str,
+        n: usize,
+        c: usize,
+    ) -> anyhow::Result<Vec<RunId>> {
+        let (owner, agent) = (owner.clone(), agent.to_owned());
+        self.fan_out(n, c, move |fleet, _| {
+            let (owner, agent) = (owner.clone(), agent.clone());
+            async move {
+                let thread = fleet
+                    .store
+                    .create_thread(&owner, &agent, &json!({}))
+                    .await?;
+                let started = fleet
+                    .store
+                    .start_run(thread.id, &owner, &body_text(), None)
+                    .await?;
+                anyhow::Ok(started.run_id)
+            }
+        })
+        .await
+    }
+
+    /// The clients' store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The bench's schema.
+    pub fn schema(&self) -> &str {
+        &self.config.schema
+    }
+
+    /// A connection of its own to the bench's database.
+    pub async fn sql_client(&self) -> anyhow::Result<tokio_postgres::Client> {
+        let config: tokio_postgres::Config = self
+            .config
+            .database_url
+            .parse()
+            .context("invalid database url")?;
+        crate::meter::connect(&config).await
     }
 
     /// Tool calls the endpoint has served.
@@ -233,7 +268,7 @@ impl Fleet {
     /// yet seen there are asked for again, so the check costs less as the
     /// batch settles (a count over every run with the status grew with the
     /// 100,000 parked by park-many).
-    async fn settle(&self, runs: &[RunId], status: RunStatus) -> anyhow::Result<()> {
+    pub async fn settle(&self, runs: &[RunId], status: RunStatus) -> anyhow::Result<()> {
         let deadline = Instant::now() + SETTLE;
         let mut left: std::collections::HashSet<RunId> = runs.iter().copied().collect();
         loop {
@@ -349,7 +384,30 @@ model = {{ provider = "scripted", script = [
 type = "http"
 url = "{tool_url}"
 requires_confirmation = true
-"#
+
+# The fair-shares pass: the same notice under a cap, and under none.
+[agents.burst]
+system = "You send notices."
+tools = ["notice"]
+max_concurrent_runs = {cap}
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "notice", arguments = {{ to = "ops@example.com" }} }} ] }},
+  {{ text = "Done." }},
+] }}
+
+[agents.burst_fifo]
+system = "You send notices."
+tools = ["notice"]
+model = {{ provider = "scripted", script = [
+  {{ tool_calls = [ {{ id = "c1", name = "notice", arguments = {{ to = "ops@example.com" }} }} ] }},
+  {{ text = "Done." }},
+] }}
+
+[tools.notice]
+type = "http"
+url = "{tool_url}"
+"#,
+        cap = crate::shares::BURST_CAP
     )
 }
 

@@ -16,6 +16,7 @@ mod hub;
 mod meter;
 mod peers;
 mod report;
+mod shares;
 mod statements;
 mod webhook;
 mod wire;
@@ -108,6 +109,14 @@ struct Args {
     /// runs 100,000). RabbitMQ only.
     #[arg(long, env = "BENCH_PARK_MANY", default_value_t = 0)]
     park_many: usize,
+    /// Runs of the fair-shares pass's burst (one owner, 2 worker
+    /// processes), under no cap and then under `max_concurrent_runs`,
+    /// while a second owner starts `--shares-late` runs; 0 skips it.
+    /// RabbitMQ only.
+    #[arg(long, env = "BENCH_SHARES_N", default_value_t = 2000)]
+    shares_n: usize,
+    #[arg(long, env = "BENCH_SHARES_LATE", default_value_t = 20)]
+    shares_late: usize,
     /// After each configuration's warm-up, ANALYZE the tables (as a
     /// deployment's autovacuum does once they grow), so prepared statements
     /// plan again with the tables' sizes. Off by default: the peers measure
@@ -254,7 +263,9 @@ async fn bench(
                     .map_err(|e| eprintln!("round-trip pass failed: {e:#}"))
                     .ok();
             }
-            if args.queue == QueueKind::Rabbitmq && (args.scale_n > 0 || args.park_many > 0) {
+            if args.queue == QueueKind::Rabbitmq
+                && (args.scale_n > 0 || args.park_many > 0 || args.shares_n > 0)
+            {
                 fleet_passes(args, &ctx, schema, id, max_c, &mut passes).await;
             }
             measured.report(args, &passes, started)
@@ -403,6 +414,12 @@ async fn fleet_passes(
         passes.park_many = fleet::park_many(&fleet, args.park_many, c)
             .await
             .map_err(|e| eprintln!("park-many pass failed: {e:#}"))
+            .ok();
+    }
+    if args.shares_n > 0 {
+        passes.fair_shares = shares::fair_shares(&fleet, args.shares_n, args.shares_late)
+            .await
+            .map_err(|e| eprintln!("fair-shares pass failed: {e:#}"))
             .ok();
     }
     fleet.close().await;

@@ -100,7 +100,7 @@ impl Statements {
         lease: &Lease,
         changes: &[Change],
         notified: crate::event_insert::NotifyRule<'_>,
-        limits: &agentenkit_core::shares::RunLimits,
+        limits: Option<&agentenkit_core::shares::RunLimits>,
     ) -> Result<Statements> {
         // A new journal entry is progress: the attempts of the step that
         // made it start over.
@@ -246,7 +246,7 @@ impl Statements {
     fn start_child(
         &mut self,
         lease: &Lease,
-        limits: &agentenkit_core::shares::RunLimits,
+        limits: Option<&agentenkit_core::shares::RunLimits>,
         child: RunId,
         call_id: &agentenkit_core::ToolCallId,
         (name, version): (&str, Option<&str>),
@@ -262,7 +262,7 @@ impl Statements {
             depth: lease.depth + 1,
             task,
             trace,
-            slot: limits.slot_of(name).as_ref(),
+            slot: limits.and_then(|l| l.slot_of(name)).as_ref(),
         })?;
         self.push(started.run);
         let (op, segment) = started.outbox;
@@ -301,8 +301,8 @@ struct Commit<'a> {
     message_with_event: MessageWithEvent<'a>,
     /// The events whose `Notify` outbox row goes with them.
     notified: crate::event_insert::NotifyRule<'a>,
-    /// The caps a child run starts under.
-    limits: &'a agentenkit_core::shares::RunLimits,
+    /// The caps a child run starts under (`None`: none is set).
+    limits: Option<&'a agentenkit_core::shares::RunLimits>,
 }
 
 /// The statement of a change that writes one row.

@@ -48,7 +48,7 @@ pub trait RunEngine: Send + Sync {
 
 /// What the runs of thread `$1` but `$2` spent and were granted (see
 /// `RunEngine::thread_spent`). Sums saturate at what a bigint holds.
-const THREAD_SPENT_SQL: &str = "
+pub(crate) const THREAD_SPENT_SQL: &str = "
     WITH entries AS (
         SELECT j.name, j.value FROM (SELECT DISTINCT run_id FROM messages WHERE thread_id = $1) r
         JOIN journal j ON j.run_id = r.run_id

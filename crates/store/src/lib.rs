@@ -78,7 +78,8 @@ pub use turns::{Arrival, Forked, Once, PostedTurn, Sent};
 pub use upgrade::{LockedRun, OpenCall, OpenRun};
 pub use versions::StoredVersion;
 pub use views::{
-    EventView, InboxPosition, MessageView, PendingInput, QueuedTurn, RunView, ThreadView, UsageView,
+    EventView, InboxPosition, MessageView, PendingInput, QueuedTurn, RunView, Spending, ThreadView,
+    UsageView,
 };
 pub use watch::EventWatch;
 
@@ -142,8 +143,9 @@ pub struct Store {
     agent_versions: std::sync::Arc<std::sync::RwLock<std::collections::HashMap<String, String>>>,
     /// The agents of threads this process created or started turns on.
     thread_agents: std::sync::Arc<start::ThreadAgents>,
-    /// The caps runs start under (`shares`).
-    run_limits: std::sync::Arc<agentenkit_core::shares::RunLimits>,
+    /// The caps runs start under (`shares`); `None` when none is set, so a
+    /// deployment without caps does not look them up per run.
+    run_limits: Option<std::sync::Arc<agentenkit_core::shares::RunLimits>>,
 }
 
 impl Store {
@@ -196,7 +198,7 @@ impl Store {
             sent_here: None,
             agent_versions: std::sync::Arc::default(),
             thread_agents: std::sync::Arc::default(),
-            run_limits: std::sync::Arc::default(),
+            run_limits: None,
         })
     }
 
@@ -232,18 +234,18 @@ impl Store {
     /// its agent and owner (`shares`). Every process that starts runs (the
     /// API, the workers, which start sub-agents) must be told the same.
     pub fn with_run_limits(mut self, limits: agentenkit_core::shares::RunLimits) -> Store {
-        self.run_limits = std::sync::Arc::new(limits);
+        self.run_limits = (!limits.is_empty()).then(|| std::sync::Arc::new(limits));
         self
     }
 
     /// The caps a run of `agent` starts under, if any.
     pub(crate) fn slot_of(&self, agent: &str) -> Option<agentenkit_core::shares::Slot> {
-        self.run_limits.slot_of(agent)
+        self.run_limits.as_ref()?.slot_of(agent)
     }
 
-    /// The caps runs start under.
-    pub(crate) fn run_limits(&self) -> &agentenkit_core::shares::RunLimits {
-        &self.run_limits
+    /// The caps runs start under, `None` when none is set.
+    pub(crate) fn run_limits(&self) -> Option<&agentenkit_core::shares::RunLimits> {
+        self.run_limits.as_deref()
     }
 
     /// How this store's transactions notify.

@@ -180,7 +180,7 @@ impl Store {
     /// stopped in a transaction that did not (a stop). Nothing to do, and
     /// no round trip, when no cap is set.
     pub(crate) async fn admit_held_of(&self, owner: &str) -> Result<Vec<OutboxRow>> {
-        if self.run_limits().is_empty() {
+        if self.run_limits().is_none() {
             return Ok(Vec::new());
         }
         self.admit_held_now(owner).await

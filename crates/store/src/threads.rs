@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::bounded::{read_bounded, ReadBound, ReadPage};
 use crate::format::event::{self as stored_event, RowFields};
-use crate::views::{EventView, InboxPosition, MessageView, PendingInput, ThreadView};
+use crate::views::{EventView, InboxPosition, MessageView, PendingInput, Spending, ThreadView};
 use crate::{Error, Result, Store};
 
 /// Open requests `GET /threads/{id}` shows; more are paged from
@@ -78,6 +78,7 @@ impl Store {
             queued_messages: Vec::new(),
             forked_from: None,
             forked_at_message_id: None,
+            spent: Spending::default(),
         })
     }
 
@@ -132,6 +133,12 @@ impl Store {
             .collect::<Result<Vec<_>>>()?;
         let more_pending_inputs = pending_inputs.len() > THREAD_PENDING_INPUTS;
         pending_inputs.truncate(THREAD_PENDING_INPUTS);
+        // Every run's (the nil id excludes none).
+        let stmt = client
+            .prepare_cached(crate::engine::THREAD_SPENT_SQL)
+            .await?;
+        let spent = client.query_one(&stmt, &[&thread.0, &Uuid::nil()]).await?;
+        let count = |i| spent.get::<_, i64>(i).max(0) as u64;
         Ok(ThreadView {
             id: thread,
             agent: row.get(0),
@@ -149,6 +156,12 @@ impl Store {
                 .unwrap_or_default(),
             forked_from: row.get::<_, Option<Uuid>>(7).map(ThreadId),
             forked_at_message_id: row.get(8),
+            spent: Spending {
+                model_calls: count(0),
+                tool_calls: count(1),
+                input_tokens: count(2),
+                output_tokens: count(3),
+            },
         })
     }
 

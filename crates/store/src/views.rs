@@ -38,6 +38,21 @@ pub struct ThreadView {
     /// thread with no message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_at_message_id: Option<i64>,
+    /// What the thread's runs (its sub-agents' included) have spent, as
+    /// their journals say: what a thread budget counts (docs/budgets.md).
+    #[serde(default)]
+    pub spent: Spending,
+}
+
+/// Model and tool calls made, and the tokens the providers reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Spending {
+    pub model_calls: u64,
+    pub tool_calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
 }
 
 /// A turn waiting for the thread's active run to end.

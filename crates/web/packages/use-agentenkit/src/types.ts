@@ -80,6 +80,17 @@ export interface Thread {
   /** Messages waiting for the active run to end (`enqueue`), or to join it
    * at its next model call (`steer`), oldest first. Absent when none. */
   queuedMessages?: QueuedMessage[];
+  /** What the thread's runs (sub-agents' included) have spent, as the
+   * providers reported it (docs/budgets.md). */
+  spent: Spending;
+}
+
+/** Model and tool calls made, and the tokens the providers reported. */
+export interface Spending {
+  modelCalls: number;
+  toolCalls: number;
+  inputTokens: number;
+  outputTokens: number;
 }
 
 /** What a message sent while a run of the thread is active does with that
