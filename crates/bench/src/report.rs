@@ -336,7 +336,7 @@ fn print_passes(passes: &Passes) {
 
 fn print_fair_shares(f: &crate::shares::FairShares) {
     println!(
-        "\nFair shares (2 worker processes; owner A queues {} runs of one agent, owner B starts {} runs \
+        "\nFair shares (owner A queues {} runs of one agent, then 2 worker processes start; owner B starts {} runs \
          50 ms apart while they drain; start delay: B's POST to its run leaving `queued`, polled every 10 ms):",
         f.burst, f.late
     );

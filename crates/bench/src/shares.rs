@@ -27,8 +27,8 @@ pub struct SharesRun {
     pub delays: Vec<Duration>,
     /// The most runs of one owner seen `running` at a sample.
     pub most_running: i64,
-    /// How long the burst took to drain (its first start to its last
-    /// completion).
+    /// How long the burst took to drain (from its workers' start to its
+    /// last completion).
     pub burst_wall: Duration,
 }
 
@@ -69,9 +69,12 @@ async fn variant(
     burst: usize,
     late: usize,
 ) -> anyhow::Result<SharesRun> {
-    let workers = [fleet.spawn_worker().await?, fleet.spawn_worker().await?];
     let bursting = Owner("bench-burst".into());
     let second = Owner("bench-late".into());
+    // The burst is queued before any worker runs: its segments (or, under
+    // the cap, its held runs) wait whole when the second owner comes.
+    let queued = fleet.start_runs(&bursting, agent, burst, 8).await?;
+    let workers = [fleet.spawn_worker().await?, fleet.spawn_worker().await?];
     let outcome = async {
         let sampling = Arc::new(AtomicBool::new(true));
         let most = Arc::new(AtomicI64::new(0));
@@ -83,13 +86,12 @@ async fn variant(
             most.clone(),
         ));
         let start = Instant::now();
-        let queued = fleet.start_runs(&bursting, agent, burst, 8).await?;
         // The second owner's runs, 50 ms apart, while the burst drains.
         let mut waits = Vec::new();
         for _ in 0..late {
+            let asked = Instant::now();
             let run = fleet.start_runs(&second, agent, 1, 1).await?[0];
             let store = fleet.store().clone();
-            let asked = Instant::now();
             waits.push(tokio::spawn(async move {
                 loop {
                     let queued = store.runs_with_status(&[run], RunStatus::Queued).await?;
