@@ -206,12 +206,12 @@ async fn an_anthropic_step_with_two_calls_answers_both_in_one_user_message() {
 }
 
 #[tokio::test]
-async fn a_429_with_retry_after_is_retried_inside_the_call() {
+async fn a_429_with_retry_after_waits_in_a_delayed_message_holding_no_worker() {
     let tool = ToolServer::ok().await;
     let fake = FakeProvider::start(
         Wire::OpenAi,
         vec![
-            Reply::error(429, "Rate limit reached").with_header("retry-after-ms", "200"),
+            Reply::error(429, "Rate limit reached").with_header("retry-after-ms", "1500"),
             Reply::error(503, "overloaded").with_header("retry-after", "0"),
             openai_text("Hello."),
         ],
@@ -220,11 +220,34 @@ async fn a_429_with_retry_after_is_retried_inside_the_call() {
     let env = TestEnv::start(registry_with(openai(&fake.url, None), &tool.url, false)).await;
     let worker = env.spawn_worker();
     let (_, run_id) = env.start_turn("llm", "hi").await;
+    // While it waits, the run is queued and nobody holds it: no worker
+    // sleeps on it, and no attempt was spent.
+    eventually("the run waits for the provider", || async {
+        let rows: Vec<(String, bool, i32)> = env
+            .rows(
+                &format!(
+                    "SELECT status, lease_owner IS NULL, attempts FROM runs WHERE id = '{run_id}'"
+                ),
+                |r| (r.get(0), r.get(1), r.get(2)),
+            )
+            .await;
+        (fake.requests().len() == 1 && rows[0] == ("queued".to_owned(), true, 0)).then_some(())
+    })
+    .await;
     let run = env.wait_run_finished(&run_id).await;
     assert_eq!(run["status"], "completed", "{run}");
+    // The 503 that followed is still retried inside the call.
     assert_eq!(fake.requests().len(), 3);
-    // One model call as the run sees it: retries do not reach the journal.
+    // One model call as the run sees it: waits and retries do not reach
+    // the journal.
     assert_eq!(journal_names(&env, &run_id).await, ["model:0"]);
+    let metrics = env.metrics_text().await;
+    assert!(
+        metrics.contains(
+            r#"agentenkit_provider_waits_total{provider="openai",cause="retry_after"} 1"#
+        ),
+        "{metrics}"
+    );
     worker.stop().await.unwrap();
     env.finish().await;
 }

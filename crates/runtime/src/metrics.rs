@@ -6,6 +6,9 @@ pub const MODEL_CALLS: &str = "agentenkit_model_calls_total";
 pub const TOOL_EXECUTIONS: &str = "agentenkit_tool_executions_total";
 pub const RUNS_FINISHED: &str = "agentenkit_runs_finished_total";
 pub const RECLAIMS: &str = "agentenkit_reclaims_total";
+/// Steps that waited for a model provider in a delayed message, holding
+/// no worker (`provider`, `cause`: `retry_after`, a 429's).
+pub const PROVIDER_WAITS: &str = "agentenkit_provider_waits_total";
 pub const OUTBOX_PUBLISHED: &str = "agentenkit_outbox_published_total";
 pub const OUTBOX_PUBLISH_FAILURES: &str = "agentenkit_outbox_publish_failures_total";
 pub const PARKS: &str = "agentenkit_parks_total";

@@ -536,7 +536,8 @@ fn disposition_of(outcome: Result<(), SegmentError>, given_up: bool) -> Disposit
         Err(
             e @ (SegmentError::Permanent(_)
             | SegmentError::Retry(_)
-            | SegmentError::ModelRefused { .. }),
+            | SegmentError::ModelRefused { .. }
+            | SegmentError::RateLimited { .. }),
         ) => {
             tracing::error!(error = %e, "could not record the run's end");
             Disposition::Requeue

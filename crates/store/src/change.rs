@@ -66,6 +66,10 @@ pub enum Change {
     },
     /// The run waits for its open requests; the lease is released.
     WaitRun,
+    /// The run goes back to the queue, its next segment delivered in
+    /// `delay_ms` (a provider asked to wait): the lease is released, no
+    /// attempt is counted, and no worker holds it meanwhile.
+    Defer { delay_ms: u64 },
     /// The run ends; the lease is released.
     FinishRun {
         status: RunStatus,

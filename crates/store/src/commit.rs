@@ -107,15 +107,23 @@ impl Statements {
         let progress = changes.iter().any(|c| matches!(c, Change::Journal { .. }));
         // A change that ends the segment (the run waits or finishes) is the
         // fence itself: one update of the run row, not two.
-        let end = changes
-            .iter()
-            .find(|c| matches!(c, Change::WaitRun | Change::FinishRun { .. }));
+        let end = changes.iter().find(|c| {
+            matches!(
+                c,
+                Change::WaitRun | Change::FinishRun { .. } | Change::Defer { .. }
+            )
+        });
         let mut statements = Statements {
             ops: Vec::new(),
             publishes: Vec::new(),
             ordered: Vec::new(),
         };
         statements.push(fence(lease, progress, end));
+        if let Some(Change::Defer { delay_ms }) = end {
+            // The next segment, due when the provider said; the row's key
+            // names the seq the fence just gave the run.
+            statements.push(crate::lease::deferred_segment_op(lease.run_id, *delay_ms));
+        }
         let mut commit = Commit {
             lease,
             changes,
@@ -134,7 +142,8 @@ impl Statements {
         // A run under a cap that stops running (it waits or ended) sets
         // its slot free: its owner's held runs that now fit are admitted,
         // after every other statement that may start or stop a run of it.
-        if let (Some(_), Some(owner)) = (end, &lease.slot_owner) {
+        let stops = matches!(end, Some(Change::WaitRun | Change::FinishRun { .. }));
+        if let (true, Some(owner)) = (stops, &lease.slot_owner) {
             statements.push(crate::shares::admit_held_op(owner));
         }
         Ok(statements)
@@ -350,7 +359,7 @@ fn row_op(
         ),
         // The end of a segment is the fence of its commit; a second one in
         // the same commit finds the run no longer running.
-        Change::WaitRun | Change::FinishRun { .. } => Op::new(
+        Change::WaitRun | Change::FinishRun { .. } | Change::Defer { .. } => Op::new(
             "UPDATE runs SET status = status WHERE id = $1 AND status = 'running'",
             vec![Box::new(run.0)],
         )

@@ -242,6 +242,13 @@ pub(crate) fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
                     takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"
         }
+        Some(Change::Defer { .. }) => {
+            "UPDATE runs SET status = 'queued', segment_seq = segment_seq + 1, updated_at = now(),
+                    lease_owner = NULL, lease_expires_at = NULL, unserved_since = NULL,
+                    attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
+                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
+             WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"
+        }
         Some(Change::FinishRun {
             status,
             output,
@@ -277,6 +284,21 @@ pub(crate) fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
         Some(_) => Expect::One(lost),
         None => Expect::OneFlag(lost, "steered"),
     })
+}
+
+/// The outbox row of a deferred run's next segment, due in `delay_ms`:
+/// after the fence that gave the run its new seq ([`Change::Defer`]). Its
+/// rows are outbox rows (`id, key, delay_ms`).
+pub(crate) fn deferred_segment_op(run: RunId, delay_ms: u64) -> Op {
+    Op::new(
+        "INSERT INTO outbox (delay_ms, key, due_at)
+         SELECT $2::bigint, 'segment:' || $1::uuid::text || ':' || segment_seq,
+                now() + $2::bigint * interval '1 millisecond'
+         FROM runs WHERE id = $1::uuid
+         RETURNING id, key, delay_ms",
+        vec![Box::new(run.0), Box::new(delay_ms as i64)],
+    )
+    .expect(Expect::Rows)
 }
 
 /// Why the lease was not taken: another worker holds the run (for how

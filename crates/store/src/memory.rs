@@ -367,6 +367,13 @@ impl Memory {
                 let _ = self.change_call(*parent_run_id, call_id, finish);
             }
             Change::WaitRun => self.end_segment(run, RunStatus::Waiting)?,
+            Change::Defer { .. } => {
+                self.end_segment(run, RunStatus::Queued)?;
+                let deferred = self.runs.get_mut(&run).expect("fenced");
+                deferred.seq += 1;
+                let seq = deferred.seq;
+                self.outbox.push(QueueMessage::Segment { run_id: run, seq });
+            }
             Change::FinishRun {
                 status,
                 output,

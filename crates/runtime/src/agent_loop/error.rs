@@ -22,6 +22,15 @@ pub enum SegmentError {
     /// and 429): fail the run at once with the provider's own message.
     #[error("the model provider refused the request ({status}): {message}")]
     ModelRefused { status: u16, message: String },
+    /// The model provider is rate limiting and said for how long: what the
+    /// segment did is committed and the run waits `wait` in a delayed
+    /// message, holding no worker (no attempt is spent).
+    #[error("{message}")]
+    RateLimited {
+        provider: &'static str,
+        wait: std::time::Duration,
+        message: String,
+    },
     /// Another worker holds the run now: stop, change nothing.
     #[error("lease lost")]
     LeaseLost,

@@ -60,6 +60,21 @@ pub async fn end(
             cp.discard();
             finish(ctx, cp, RunStatus::Failed, None, Some(failure)).await
         }
+        Err(SegmentError::RateLimited {
+            provider,
+            wait,
+            message,
+        }) => {
+            // What the segment did is kept; its next one comes when the
+            // provider said, and no worker waits for it meanwhile.
+            tracing::info!(%message, ?wait, "the model provider asked to wait; the run waits in a delayed message");
+            ::metrics::counter!(metrics::PROVIDER_WAITS, "provider" => provider, "cause" => "retry_after")
+                .increment(1);
+            cp.buffer(vec![Change::Defer {
+                delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            }]);
+            cp.flush(Some("defer")).await
+        }
         Err(SegmentError::Permanent(error)) | Err(SegmentError::Retry(error)) => {
             tracing::warn!(%error, "run failed");
             // What the step buffered may be the cause (a write the store

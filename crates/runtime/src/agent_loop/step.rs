@@ -222,6 +222,13 @@ impl Turn<'_> {
                         SegmentError::ModelRefused { status, message }
                     }
                     crate::ModelError::Unusable(_) => SegmentError::Permanent(e.to_string()),
+                    crate::ModelError::RateLimited { provider, wait, .. } => {
+                        SegmentError::RateLimited {
+                            provider,
+                            wait,
+                            message: e.to_string(),
+                        }
+                    }
                 })?;
             let response: ModelResponse = serde_json::to_value(&response)
                 .map(without_nul)

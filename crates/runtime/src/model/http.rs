@@ -168,6 +168,13 @@ impl ProviderClient {
                 Attempt::Refused { status, message } => {
                     return Err(ModelError::Refused { status, message })
                 }
+                Attempt::RateLimited { error, wait } => {
+                    return Err(ModelError::RateLimited {
+                        provider: self.provider,
+                        message: error,
+                        wait,
+                    })
+                }
                 Attempt::Failed { error, retry_after } => (error, retry_after),
             };
             if attempt >= self.settings.max_retries {
@@ -242,6 +249,14 @@ impl ProviderClient {
         }
         let message = self.provider_message(&text);
         let code = status.as_u16();
+        // A rate limit that says when to come back is waited out of the
+        // worker (a delayed message), not inside the call.
+        if let (429, Some(wait)) = (code, retry_after.filter(|w| *w <= MAX_RETRY_AFTER)) {
+            return Attempt::RateLimited {
+                error: format!("{} answered 429: {message}", self.provider),
+                wait,
+            };
+        }
         if matches!(code, 408 | 409 | 429) || status.is_server_error() {
             Attempt::Failed {
                 error: format!("{} answered {code}: {message}", self.provider),
@@ -303,6 +318,11 @@ enum Attempt {
     Failed {
         error: String,
         retry_after: Option<Duration>,
+    },
+    /// 429 with a `Retry-After` of at most [`MAX_RETRY_AFTER`].
+    RateLimited {
+        error: String,
+        wait: Duration,
     },
 }
 

@@ -51,6 +51,16 @@ pub enum ModelError {
     /// fails at once.
     #[error("the model provider's answer cannot be used: {0}")]
     Unusable(String),
+    /// The provider answered 429 and said when to come back
+    /// (`Retry-After`, at most a minute): the run waits that long in a
+    /// delayed message, holding no worker, and no retry is spent
+    /// (docs/budgets.md, "Provider limits").
+    #[error("the model provider {provider} is rate limiting ({message}); waiting {wait:?}")]
+    RateLimited {
+        provider: &'static str,
+        message: String,
+        wait: std::time::Duration,
+    },
 }
 
 /// A tool's name as a provider is shown it: OpenAI and Anthropic allow
