@@ -34,6 +34,7 @@ mod parked;
 mod pipeline;
 mod plans;
 mod poison;
+mod provider_limits;
 mod providers;
 mod reads;
 mod reaper;

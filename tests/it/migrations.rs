@@ -27,7 +27,7 @@ async fn a_schema_is_made_once_and_a_second_run_applies_nothing() {
     let store = fresh_store();
     assert_eq!(
         store.migrate().await.expect("first run"),
-        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]
     );
     assert_eq!(
         store.migrate().await.expect("second run"),

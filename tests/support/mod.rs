@@ -122,7 +122,9 @@ impl TestEnv {
         // The agents' TTLs get delay lanes, as the worker binary gives them.
         let topology = Topology {
             prefix: format!("test.{id}"),
-            queue_expires: Some(Duration::from_secs(60)),
+            // Longer than any delay a test waits out (a provider limit's
+            // minute): an idle delay queue expires with its messages.
+            queue_expires: Some(Duration::from_secs(180)),
             delay_lanes: registry.delay_lanes(),
             ..Topology::default()
         };

@@ -50,6 +50,8 @@ pub struct Agent {
     /// Its model's price, when the file names one: what `cost_usd`
     /// budgets count.
     pub price: Option<agentenkit_core::budget::Price>,
+    /// Its model's limits across the fleet, when the file sets any.
+    pub provider_limit: Option<agentenkit_store::ProviderLimit>,
 }
 
 /// A configured intake: a validated question set and when to ask it.
@@ -94,6 +96,7 @@ impl Agent {
             budget: agentenkit_core::budget::Limits::default().for_run(),
             thread_budget: agentenkit_core::budget::Limits::default(),
             price: None,
+            provider_limit: None,
         }
     }
 

@@ -64,6 +64,10 @@ pub enum Change {
         status: ToolCallStatus,
         result: Value,
     },
+    /// The tokens a provider reported for the call reserved as
+    /// `reservation` (`RunEngine::reserve_provider_call`): what the model's
+    /// `tokens_per_minute` counts from now on.
+    RecordProviderUsage { reservation: i64, tokens: u64 },
     /// The run waits for its open requests; the lease is released.
     WaitRun,
     /// The run goes back to the queue, its next segment delivered in

@@ -353,6 +353,16 @@ fn row_op(
         .expect(Expect::Checked(Error::LeaseLost {
             run_id: run.to_string(),
         })),
+        Change::RecordProviderUsage {
+            reservation,
+            tokens,
+        } => Op::new(
+            "UPDATE provider_calls SET tokens = $2 WHERE id = $1",
+            vec![
+                Box::new(*reservation),
+                Box::new(i64::try_from(*tokens).unwrap_or(i64::MAX)),
+            ],
+        ),
         Change::RecordFailure { error } => Op::new(
             "UPDATE runs SET attempts = attempts + 1, error = $2 WHERE id = $1",
             vec![Box::new(run.0), Box::new(error.clone())],

@@ -21,6 +21,23 @@ pub struct Steering {
     pub content: String,
 }
 
+/// A model's limits across the fleet (docs/budgets.md, "Provider limits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderLimit {
+    pub requests_per_minute: Option<u32>,
+    pub tokens_per_minute: Option<u64>,
+}
+
+/// What reserving a provider call found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reservation {
+    /// The call may go now; its row gets the tokens the provider reports
+    /// ([`Change::RecordProviderUsage`]).
+    Granted(i64),
+    /// The limit is reached: room frees up after this long.
+    Wait(std::time::Duration),
+}
+
 #[async_trait]
 pub trait RunEngine: Send + Sync {
     /// Writes `changes` in one transaction, fenced by `lease`: all of them
@@ -44,6 +61,17 @@ pub trait RunEngine: Send + Sync {
     /// answers granted (asked only by a run whose agent has a thread
     /// budget, once a segment).
     async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<ThreadSpending>;
+
+    /// Reserves a call of the model limited as `limit` under `key`, which
+    /// the caller estimates at `tokens`, in a transaction of its own (asked
+    /// only before a call the run is about to make, of a model with a
+    /// limit).
+    async fn reserve_provider_call(
+        &self,
+        key: &str,
+        limit: ProviderLimit,
+        tokens: u64,
+    ) -> Result<Reservation>;
 }
 
 /// What the runs of thread `$1` but `$2` spent and were granted (see
@@ -100,6 +128,40 @@ impl RunEngine for Store {
 
     async fn runs_in_tree(&self, root: RunId) -> Result<i64> {
         Store::runs_in_tree(self, root).await
+    }
+
+    async fn reserve_provider_call(
+        &self,
+        key: &str,
+        limit: ProviderLimit,
+        tokens: u64,
+    ) -> Result<Reservation> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT reservation, wait_ms FROM reserve_provider_call($1, $2, $3, $4)",
+            )
+            .await?;
+        let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let row = client
+            .query_one(
+                &stmt,
+                &[
+                    &key,
+                    &limit
+                        .requests_per_minute
+                        .map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
+                    &limit.tokens_per_minute.map(clamp),
+                    &clamp(tokens),
+                ],
+            )
+            .await?;
+        Ok(match row.get::<_, Option<i64>>(0) {
+            Some(id) => Reservation::Granted(id),
+            None => Reservation::Wait(std::time::Duration::from_millis(
+                row.get::<_, i64>(1).max(1) as u64,
+            )),
+        })
     }
 
     async fn intake_asked_before(&self, thread: ThreadId, run: RunId, agent: &str) -> Result<bool> {

@@ -54,7 +54,7 @@ pub use answer::{AddressedTool, AnswerTarget, Answered, LockedCall};
 pub use bounded::{ReadBound, ReadPage};
 pub use change::Change;
 pub use commit::Committed;
-pub use engine::{RunEngine, Steering};
+pub use engine::{ProviderLimit, Reservation, RunEngine, Steering};
 pub use error::{Error, Result};
 pub use event_insert::{INSERT_EVENT_SQL, INSERT_MESSAGE_SQL};
 pub use expire::{Expiry, Scope};

@@ -87,6 +87,8 @@ pub struct Memory {
     pub steering: Vec<MemorySteering>,
     /// The places in `messages` of those that joined their run.
     pub steered_messages: std::collections::BTreeSet<usize>,
+    /// Provider calls reserved, for models with limits.
+    pub provider_calls: Vec<providers::MemoryProviderCall>,
     /// Commits that wrote, and commits refused (all or nothing).
     pub commits: usize,
     pub refused_commits: usize,
@@ -366,14 +368,12 @@ impl Memory {
                 // A parent already settled (stopped) takes nothing.
                 let _ = self.change_call(*parent_run_id, call_id, finish);
             }
+            Change::RecordProviderUsage {
+                reservation,
+                tokens,
+            } => self.record_provider_usage(*reservation, *tokens),
             Change::WaitRun => self.end_segment(run, RunStatus::Waiting)?,
-            Change::Defer { .. } => {
-                self.end_segment(run, RunStatus::Queued)?;
-                let deferred = self.runs.get_mut(&run).expect("fenced");
-                deferred.seq += 1;
-                let seq = deferred.seq;
-                self.outbox.push(QueueMessage::Segment { run_id: run, seq });
-            }
+            Change::Defer { .. } => self.defer(run)?,
             Change::FinishRun {
                 status,
                 output,
@@ -470,6 +470,16 @@ impl Memory {
         }
     }
 
+    /// The run back to the queue, its next segment in the outbox.
+    fn defer(&mut self, run: RunId) -> Result<()> {
+        self.end_segment(run, RunStatus::Queued)?;
+        let deferred = self.runs.get_mut(&run).expect("fenced");
+        deferred.seq += 1;
+        let seq = deferred.seq;
+        self.outbox.push(QueueMessage::Segment { run_id: run, seq });
+        Ok(())
+    }
+
     fn end_segment(&mut self, run: RunId, status: RunStatus) -> Result<()> {
         let ended = self.runs.get_mut(&run).expect("fenced");
         if ended.status != RunStatus::Running {
@@ -548,6 +558,16 @@ impl RunEngine for MemoryEngine {
         }))
     }
 
+    async fn reserve_provider_call(
+        &self,
+        key: &str,
+        limit: crate::ProviderLimit,
+        tokens: u64,
+    ) -> Result<crate::Reservation> {
+        let now = std::time::Instant::now();
+        Ok(self.lock().reserve_provider_call(key, limit, tokens, now))
+    }
+
     async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<ThreadSpending> {
         let memory = self.lock();
         let mut spending = ThreadSpending::default();
@@ -576,6 +596,7 @@ impl RunEngine for MemoryEngine {
 }
 
 mod context;
+mod providers;
 mod steering;
 #[cfg(test)]
 mod tests;

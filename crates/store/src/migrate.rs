@@ -93,6 +93,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "fair_shares",
         include_str!("../../../migrations/0017_fair_shares.sql"),
     ),
+    (
+        18,
+        "provider_limits",
+        include_str!("../../../migrations/0018_provider_limits.sql"),
+    ),
 ];
 
 /// An arbitrary constant: migrations of one database take this advisory lock

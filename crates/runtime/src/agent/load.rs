@@ -384,8 +384,17 @@ fn file_agent(name: String, def: crate::config::AgentDef) -> Result<Agent> {
             .check()
             .map_err(|e| Error::Config(format!("agent {name:?}: model: {e}")))?;
     }
+    let provider_limit = def.model.limit();
+    if provider_limit
+        .is_some_and(|l| l.requests_per_minute == Some(0) || l.tokens_per_minute == Some(0))
+    {
+        return Err(Error::Config(format!(
+            "agent {name:?}: model: requests_per_minute and tokens_per_minute must be at least 1"
+        )));
+    }
     let model = crate::model::from_def(&name, def.model)?;
     let mut agent = Agent::new(name, model).system(def.system);
+    agent.provider_limit = provider_limit;
     agent.tools = def.tools;
     agent.subagents = def.subagents;
     agent.hitl_ttl_ms = def.hitl_ttl_ms.unwrap_or(DEFAULT_HITL_TTL_MS);

@@ -27,7 +27,10 @@ pub enum SegmentError {
     /// message, holding no worker (no attempt is spent).
     #[error("{message}")]
     RateLimited {
-        provider: &'static str,
+        provider: String,
+        /// `retry_after` (the provider said), or `fleet_limit` (the
+        /// model's `requests_per_minute` or `tokens_per_minute`).
+        cause: &'static str,
         wait: std::time::Duration,
         message: String,
     },

@@ -29,6 +29,7 @@ mod elicitation;
 mod error;
 mod outcome;
 mod park;
+mod provider_limit;
 mod results;
 mod rounds;
 pub mod segment;

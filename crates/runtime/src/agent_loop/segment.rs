@@ -62,13 +62,14 @@ pub async fn end(
         }
         Err(SegmentError::RateLimited {
             provider,
+            cause,
             wait,
             message,
         }) => {
             // What the segment did is kept; its next one comes when the
             // provider said, and no worker waits for it meanwhile.
             tracing::info!(%message, ?wait, "the model provider asked to wait; the run waits in a delayed message");
-            ::metrics::counter!(metrics::PROVIDER_WAITS, "provider" => provider, "cause" => "retry_after")
+            ::metrics::counter!(metrics::PROVIDER_WAITS, "provider" => provider, "cause" => cause)
                 .increment(1);
             cp.buffer(vec![Change::Defer {
                 delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),

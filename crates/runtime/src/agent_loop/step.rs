@@ -201,6 +201,7 @@ impl Turn<'_> {
         n: u32,
     ) -> Result<ModelResponse, SegmentError> {
         let run_id = self.ctx.lease.run_id;
+        let engine = cp.engine;
         cp.checkpoint(names::model(n), Durability::Decided, || async {
             let request = ModelRequest {
                 call_index: n,
@@ -208,6 +209,7 @@ impl Turn<'_> {
                 messages: &self.conversation,
                 tools: &self.tools,
             };
+            let reservation = super::provider_limit::reserve(engine, self.agent, &request).await?;
             let span = model_span(&*self.agent.model, n);
             let response = self
                 .agent
@@ -224,7 +226,8 @@ impl Turn<'_> {
                     crate::ModelError::Unusable(_) => SegmentError::Permanent(e.to_string()),
                     crate::ModelError::RateLimited { provider, wait, .. } => {
                         SegmentError::RateLimited {
-                            provider,
+                            provider: provider.to_owned(),
+                            cause: "retry_after",
                             wait,
                             message: e.to_string(),
                         }
@@ -236,7 +239,7 @@ impl Turn<'_> {
                 .map_err(|e| SegmentError::Permanent(format!("model response: {e}")))?;
             ::metrics::counter!(crate::metrics::MODEL_CALLS).increment(1);
             let message = Message::assistant(&response);
-            let changes = vec![
+            let mut changes = vec![
                 Change::Event {
                     event_type: EventType::Message,
                     data: json!({ "runId": run_id, "message": message }),
@@ -244,6 +247,12 @@ impl Turn<'_> {
                 Change::Message(message),
                 // No usage row: the journal's `model:<n>` holds it.
             ];
+            if let Some(reservation) = reservation {
+                changes.push(Change::RecordProviderUsage {
+                    reservation,
+                    tokens: response.usage.input_tokens + response.usage.output_tokens,
+                });
+            }
             Ok((response, changes))
         })
         .await

@@ -16,6 +16,13 @@ pub enum ModelDef {
         /// Dollars per million tokens, for `cost_usd` budgets.
         #[serde(default)]
         price: Option<Price>,
+        /// Calls of this model the whole fleet makes in any minute, at most.
+        #[serde(default)]
+        requests_per_minute: Option<u32>,
+        /// Tokens (as the provider reports them) the whole fleet spends on
+        /// this model in any minute, at most.
+        #[serde(default)]
+        tokens_per_minute: Option<u64>,
     },
     /// Any OpenAI-compatible Chat Completions server. `base_url` defaults
     /// to `OPENAI_BASE_URL`, then OpenAI's; the key is read from
@@ -45,6 +52,13 @@ pub enum ModelDef {
         /// Dollars per million tokens, for `cost_usd` budgets.
         #[serde(default)]
         price: Option<Price>,
+        /// Calls of this model the whole fleet makes in any minute, at most.
+        #[serde(default)]
+        requests_per_minute: Option<u32>,
+        /// Tokens (as the provider reports them) the whole fleet spends on
+        /// this model in any minute, at most.
+        #[serde(default)]
+        tokens_per_minute: Option<u64>,
     },
     /// The Messages API. The key is read from `api_key_env`, else from
     /// `ANTHROPIC_API_KEY` unless `base_url` names another host than
@@ -71,10 +85,45 @@ pub enum ModelDef {
         /// Dollars per million tokens, for `cost_usd` budgets.
         #[serde(default)]
         price: Option<Price>,
+        /// Calls of this model the whole fleet makes in any minute, at most.
+        #[serde(default)]
+        requests_per_minute: Option<u32>,
+        /// Tokens (as the provider reports them) the whole fleet spends on
+        /// this model in any minute, at most.
+        #[serde(default)]
+        tokens_per_minute: Option<u64>,
     },
 }
 
 impl ModelDef {
+    /// The model's limits across the fleet, when the file sets any
+    /// (docs/budgets.md, "Provider limits").
+    pub fn limit(&self) -> Option<agentenkit_store::ProviderLimit> {
+        let (requests_per_minute, tokens_per_minute) = match self {
+            ModelDef::Scripted {
+                requests_per_minute,
+                tokens_per_minute,
+                ..
+            }
+            | ModelDef::Openai {
+                requests_per_minute,
+                tokens_per_minute,
+                ..
+            }
+            | ModelDef::Anthropic {
+                requests_per_minute,
+                tokens_per_minute,
+                ..
+            } => (*requests_per_minute, *tokens_per_minute),
+        };
+        (requests_per_minute.is_some() || tokens_per_minute.is_some()).then_some(
+            agentenkit_store::ProviderLimit {
+                requests_per_minute,
+                tokens_per_minute,
+            },
+        )
+    }
+
     /// The model's price, when the file names one.
     pub fn price(&self) -> Option<Price> {
         match self {

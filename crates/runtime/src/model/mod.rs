@@ -392,6 +392,8 @@ mod tests {
             max_response_bytes: None,
             ca_file: None,
             price: None,
+            requests_per_minute: None,
+            tokens_per_minute: None,
         }
     }
 
