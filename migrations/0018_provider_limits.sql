@@ -36,11 +36,14 @@ BEGIN
         SELECT p.at INTO frees_at FROM provider_calls p WHERE p.limit_key = key
         ORDER BY p.at, p.id OFFSET calls - per_minute LIMIT 1;
     ELSIF tokens_per_minute IS NOT NULL AND spent > 0 AND spent + tokens > tokens_per_minute THEN
+        -- One statement: a usage recorded meanwhile (step commits do not
+        -- take the lock) changes its total and its running sums together.
         SELECT w.at INTO frees_at FROM (
-            SELECT p.at, sum(p.tokens) OVER (ORDER BY p.at, p.id) AS freed
+            SELECT p.at, p.id, sum(p.tokens) OVER (ORDER BY p.at, p.id) AS freed,
+                   sum(p.tokens) OVER () AS total
             FROM provider_calls p WHERE p.limit_key = key) w
-        WHERE spent - w.freed + tokens <= tokens_per_minute OR spent = w.freed
-        ORDER BY w.at LIMIT 1;
+        WHERE w.total - w.freed + tokens <= tokens_per_minute OR w.freed = w.total
+        ORDER BY w.at, w.id LIMIT 1;
     END IF;
     IF frees_at IS NOT NULL THEN
         RETURN QUERY SELECT NULL::bigint, greatest(1, ceil(extract(epoch FROM

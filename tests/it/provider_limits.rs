@@ -92,8 +92,9 @@ model = {{ provider = "openai", model = "gpt-limited", base_url = "{url}", reque
     eventually("the two past the limit wait, holding no worker", || async {
         let waiting: Vec<i64> = env
             .rows(
-                "SELECT count(*) FROM runs WHERE status = 'queued' AND lease_owner IS NULL
-                   AND EXISTS (SELECT 1 FROM outbox o WHERE o.delay_ms > 50000)",
+                "SELECT count(*) FROM runs r WHERE r.status = 'queued' AND r.lease_owner IS NULL
+                   AND EXISTS (SELECT 1 FROM outbox o WHERE o.delay_ms > 50000
+                                 AND o.key = 'segment:' || r.id || ':' || r.segment_seq)",
                 |r| r.get(0),
             )
             .await;

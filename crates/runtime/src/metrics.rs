@@ -7,7 +7,8 @@ pub const TOOL_EXECUTIONS: &str = "agentenkit_tool_executions_total";
 pub const RUNS_FINISHED: &str = "agentenkit_runs_finished_total";
 pub const RECLAIMS: &str = "agentenkit_reclaims_total";
 /// Steps that waited for a model provider in a delayed message, holding
-/// no worker (`provider`, `cause`: `retry_after`, a 429's).
+/// no worker (`provider`, `cause`: `retry_after`, a 429's, or
+/// `fleet_limit`, the model's `requests_per_minute`/`tokens_per_minute`).
 pub const PROVIDER_WAITS: &str = "agentenkit_provider_waits_total";
 pub const OUTBOX_PUBLISHED: &str = "agentenkit_outbox_published_total";
 pub const OUTBOX_PUBLISH_FAILURES: &str = "agentenkit_outbox_publish_failures_total";

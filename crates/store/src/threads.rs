@@ -133,12 +133,6 @@ impl Store {
             .collect::<Result<Vec<_>>>()?;
         let more_pending_inputs = pending_inputs.len() > THREAD_PENDING_INPUTS;
         pending_inputs.truncate(THREAD_PENDING_INPUTS);
-        // Every run's (the nil id excludes none).
-        let stmt = client
-            .prepare_cached(crate::engine::THREAD_SPENT_SQL)
-            .await?;
-        let spent = client.query_one(&stmt, &[&thread.0, &Uuid::nil()]).await?;
-        let count = |i| spent.get::<_, i64>(i).max(0) as u64;
         Ok(ThreadView {
             id: thread,
             agent: row.get(0),
@@ -156,12 +150,28 @@ impl Store {
                 .unwrap_or_default(),
             forked_from: row.get::<_, Option<Uuid>>(7).map(ThreadId),
             forked_at_message_id: row.get(8),
-            spent: Spending {
-                model_calls: count(0),
-                tool_calls: count(1),
-                input_tokens: count(2),
-                output_tokens: count(3),
-            },
+            // Read by `thread_spending`, for the route that shows it (a
+            // scan of the thread's journals).
+            spent: Spending::default(),
+        })
+    }
+
+    /// What the runs of `thread` spent, all of them (`GET /threads/{id}`):
+    /// the journals' model and tool-call entries, as a thread budget
+    /// counts them.
+    pub async fn thread_spending(&self, thread: ThreadId) -> Result<Spending> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(crate::engine::THREAD_SPENT_SQL)
+            .await?;
+        // The nil id: no run is left out.
+        let spent = client.query_one(&stmt, &[&thread.0, &Uuid::nil()]).await?;
+        let count = |i| spent.get::<_, i64>(i).max(0) as u64;
+        Ok(Spending {
+            model_calls: count(0),
+            tool_calls: count(1),
+            input_tokens: count(2),
+            output_tokens: count(3),
         })
     }
 

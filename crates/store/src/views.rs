@@ -40,6 +40,9 @@ pub struct ThreadView {
     pub forked_at_message_id: Option<i64>,
     /// What the thread's runs (its sub-agents' included) have spent, as
     /// their journals say: what a thread budget counts (docs/budgets.md).
+    /// `Store::get_thread` leaves it zero (it is a scan of the thread's
+    /// journals); `Store::thread_spending` reads it, as `GET /threads/{id}`
+    /// does.
     #[serde(default)]
     pub spent: Spending,
 }

@@ -94,6 +94,7 @@ pub async fn get(
 ) -> Result<Json<ThreadView>, ApiError> {
     let thread: ThreadId = parse_id(&id, "thread")?;
     let mut view = state.store.get_thread(thread, &owner).await?;
+    view.spent = state.store.thread_spending(thread).await?;
     state.count_approvals(&mut view.pending_inputs).await;
     Ok(Json(view))
 }

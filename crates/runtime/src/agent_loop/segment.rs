@@ -68,13 +68,22 @@ pub async fn end(
         }) => {
             // What the segment did is kept; its next one comes when the
             // provider said, and no worker waits for it meanwhile.
+            let wait = super::provider_limit::deferral(wait, super::provider_limit::random_unit());
             tracing::info!(%message, ?wait, "the model provider asked to wait; the run waits in a delayed message");
             ::metrics::counter!(metrics::PROVIDER_WAITS, "provider" => provider, "cause" => cause)
                 .increment(1);
             cp.buffer(vec![Change::Defer {
                 delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
             }]);
-            cp.flush(Some("defer")).await
+            match cp.flush(Some("defer")).await {
+                // The store refuses what the segment buffered: the run
+                // fails without it, as any step the store refuses.
+                Err(SegmentError::Permanent(error)) => {
+                    cp.discard();
+                    finish(ctx, cp, RunStatus::Failed, None, Some(error.into())).await
+                }
+                other => other,
+            }
         }
         Err(SegmentError::Permanent(error)) | Err(SegmentError::Retry(error)) => {
             tracing::warn!(%error, "run failed");
