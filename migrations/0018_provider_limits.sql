@@ -5,6 +5,11 @@
 -- the time between a reservation and its request) are what the limits
 -- count. A call's row gets the tokens its provider reported once its step
 -- commits (an estimate until then).
+-- Steps of a run deferred in a row without progress (a provider asking to
+-- wait, or a limit): a run past `MAX_DEFERRALS` fails instead of waiting
+-- for ever. A new journal entry resets it, as it resets `attempts`.
+ALTER TABLE runs ADD COLUMN deferrals int NOT NULL DEFAULT 0;
+
 CREATE TABLE provider_calls (
     id        bigserial PRIMARY KEY,
     limit_key text NOT NULL,

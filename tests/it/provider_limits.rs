@@ -217,3 +217,45 @@ model = { provider = "scripted", script = [ { text = "hi" } ], requests_per_minu
     .to_string();
     assert!(err.contains("must be at least 1"), "{err}");
 }
+
+#[tokio::test]
+async fn a_run_the_provider_keeps_deferring_fails_with_a_reason() {
+    let (url, seen) = strict_provider(1).await;
+    let registry = Registry::from_toml(&format!(
+        r#"
+[agents.chat]
+system = "You answer."
+model = {{ provider = "openai", model = "gpt-deferred", base_url = "{url}" }}
+"#
+    ))
+    .unwrap();
+    let env = TestEnv::start(registry).await;
+    // The stand-in's one call a minute goes to another client first: every
+    // call of the run is answered 429 (retry-after: 1).
+    seen.lock().unwrap().arrivals.push(Instant::now());
+    let (_, run) = env.start_turn("chat", "hi").await;
+    let worker = env.spawn_worker();
+    eventually("a first deferral", || async {
+        let deferrals: Vec<i32> = env
+            .rows(
+                &format!("SELECT deferrals FROM runs WHERE id = '{run}'"),
+                |r| r.get(0),
+            )
+            .await;
+        (deferrals == [1]).then_some(())
+    })
+    .await;
+    // As if it had been deferred a hundred times: the next segment ends it.
+    env.sql(&format!(
+        "UPDATE runs SET deferrals = 100 WHERE id = '{run}'"
+    ))
+    .await;
+    let finished = env.wait_run_finished(&run).await;
+    assert_eq!(finished["status"], "failed", "{finished}");
+    assert_eq!(
+        finished["error"],
+        "the model provider asked to wait 100 times in a row without progress"
+    );
+    worker.stop().await.unwrap();
+    env.finish().await;
+}

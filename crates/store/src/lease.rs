@@ -48,6 +48,8 @@ pub struct RunContext {
     /// Workers that died holding this step before this one (each taken
     /// over after its lease ran out).
     pub takeovers: i32,
+    /// Segments of this step deferred in a row (a provider asked to wait).
+    pub deferrals: i32,
     /// The version of its agent the run started on (`None`: from before
     /// versions, or an agent built in code).
     pub agent_version: Option<String>,
@@ -98,7 +100,7 @@ acquired AS (
       -- a run held for a slot runs only once admitted (`shares`)
       AND held_since IS NULL
     RETURNING id, thread_id, lease_token, name, depth, parent_run_id, attempts, parent_tool_call_id,
-              takeovers, root_run_id, agent_version, steered, slot_owner
+              takeovers, root_run_id, agent_version, steered, slot_owner, deferrals
 )
 SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts, a.parent_tool_call_id,
        (SELECT coalesce(jsonb_agg(jsonb_build_array(j.position, j.name, j.value, j.packed) ORDER BY j.position), '[]')
@@ -125,7 +127,7 @@ SELECT a.thread_id, a.lease_token, a.name, a.depth, a.parent_run_id, a.attempts,
         FROM tool_calls tc
         LEFT JOIN runs c ON c.parent_run_id = tc.run_id AND c.parent_tool_call_id = tc.id
         WHERE tc.run_id = a.id),
-       a.takeovers, a.root_run_id, a.agent_version, a.steered, a.slot_owner
+       a.takeovers, a.root_run_id, a.agent_version, a.steered, a.slot_owner, a.deferrals
 FROM acquired a, unflushed";
 
 /// The outcome of trying to take a run's lease for segment `seq`.
@@ -239,14 +241,16 @@ pub(crate) fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
         Some(Change::WaitRun) => {
             "UPDATE runs SET status = 'waiting', updated_at = now(), lease_owner = NULL,
                     lease_expires_at = NULL, unserved_since = NULL, attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
-                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
+                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END,
+                    deferrals = CASE WHEN $3 THEN 0 ELSE deferrals END
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"
         }
         Some(Change::Defer { .. }) => {
             "UPDATE runs SET status = 'queued', segment_seq = segment_seq + 1, updated_at = now(),
                     lease_owner = NULL, lease_expires_at = NULL, unserved_since = NULL,
                     attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
-                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
+                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END,
+                    deferrals = CASE WHEN $3 THEN 1 ELSE deferrals + 1 END
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"
         }
         Some(Change::FinishRun {
@@ -270,7 +274,8 @@ pub(crate) fn fence(lease: &Lease, progress: bool, end: Option<&Change>) -> Op {
             "UPDATE runs SET lease_expires_at = now() + $4 * interval '1 millisecond', updated_at = now(),
                     unserved_since = NULL,
                     attempts = CASE WHEN $3 THEN 0 ELSE attempts END,
-                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END
+                    takeovers = CASE WHEN $3 THEN 0 ELSE takeovers END,
+                    deferrals = CASE WHEN $3 THEN 0 ELSE deferrals END
              WHERE id = $1 AND lease_token = $2 AND lease_expires_at > now() AND status = 'running'"
         }
     };
@@ -365,6 +370,7 @@ fn context_of(run: RunId, ttl_ms: u64, row: &tokio_postgres::Row) -> Result<RunC
         parent_run_id: row.get::<_, Option<Uuid>>(4).map(RunId),
         attempts: row.get(5),
         takeovers: row.get(10),
+        deferrals: row.get(15),
         agent_version: row.get(12),
         steered: row.get(13),
         journal,

@@ -47,6 +47,8 @@ pub struct MemoryRun {
     pub seq: i64,
     pub attempts: i32,
     pub takeovers: i32,
+    /// Segments deferred in a row without progress.
+    pub deferrals: i32,
     pub output: Option<String>,
     pub error: Option<String>,
 }
@@ -228,6 +230,7 @@ impl Memory {
                 seq: 1,
                 attempts: 0,
                 takeovers: 0,
+                deferrals: 0,
                 output: None,
                 error: None,
             },
@@ -475,6 +478,7 @@ impl Memory {
         self.end_segment(run, RunStatus::Queued)?;
         let deferred = self.runs.get_mut(&run).expect("fenced");
         deferred.seq += 1;
+        deferred.deferrals += 1;
         let seq = deferred.seq;
         self.outbox.push(QueueMessage::Segment { run_id: run, seq });
         Ok(())
@@ -520,6 +524,8 @@ impl RunEngine for MemoryEngine {
             let run = next.runs.get_mut(&lease.run_id).expect("fenced");
             run.attempts = 0;
             run.takeovers = 0;
+            // As the Postgres fence: a deferral with progress is the first.
+            run.deferrals = i32::from(changes.iter().any(|c| matches!(c, Change::Defer { .. })));
         }
         next.commits += 1;
         // As the Postgres fence says: only to a run still going.

@@ -17,6 +17,12 @@ use crate::agent::Registry;
 use crate::metrics;
 use crate::tool::ParkRequest;
 
+/// Segments of one step deferred in a row (a provider asking to wait, a
+/// fleet limit) after which the run fails: waiting spends no attempt, but
+/// a provider that never stops asking does not keep a run for ever (at
+/// least 50 s, and up to 100 minutes, of waiting).
+pub const MAX_DEFERRALS: i32 = 100;
+
 /// How a step that failed for a passing reason is retried.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -112,6 +118,12 @@ pub async fn advance(
         return Err(SegmentError::Permanent(format!(
             "{takeovers} workers died running this step (each taken over): a step that \
              kills its worker"
+        )));
+    }
+    if ctx.deferrals >= MAX_DEFERRALS {
+        return Err(SegmentError::Permanent(format!(
+            "the model provider asked to wait {} times in a row without progress",
+            ctx.deferrals
         )));
     }
     let mut attempts = ctx.attempts.max(0) as u32;

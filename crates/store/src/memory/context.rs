@@ -67,6 +67,7 @@ impl Memory {
             parent_run_id: run.parent.as_ref().map(|(parent, _)| *parent),
             attempts: run.attempts,
             takeovers: run.takeovers,
+            deferrals: run.deferrals,
             agent_version: run.version.clone(),
             steered: self.steered(run.id),
             journal: self.journal.get(&run.id).cloned().unwrap_or_default(),
