@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use agentenkit_core::budget::{Grant, Scope, ThreadSpending};
+use agentenkit_core::budget::ThreadSpending;
 use agentenkit_core::conversation::Message;
 use agentenkit_core::reply::SettledReply;
 use agentenkit_core::{
@@ -90,7 +90,7 @@ pub struct Memory {
     /// The places in `messages` of those that joined their run.
     pub steered_messages: std::collections::BTreeSet<usize>,
     /// Provider calls reserved, for models with limits.
-    pub provider_calls: Vec<providers::MemoryProviderCall>,
+    pub provider_calls: Vec<spending::MemoryProviderCall>,
     /// Commits that wrote, and commits refused (all or nothing).
     pub commits: usize,
     pub refused_commits: usize,
@@ -575,34 +575,12 @@ impl RunEngine for MemoryEngine {
     }
 
     async fn thread_spent(&self, thread: ThreadId, run: RunId) -> Result<ThreadSpending> {
-        let memory = self.lock();
-        let mut spending = ThreadSpending::default();
-        let runs = memory
-            .runs
-            .iter()
-            .filter(|(id, r)| **id != run && r.thread == thread);
-        for entry in runs.flat_map(|(id, _)| memory.journal.get(id).into_iter().flatten()) {
-            if entry.name.starts_with("persist:toolcall:") {
-                spending.spent.tool_calls += 1;
-            } else if entry.name.starts_with("model:") {
-                let usage = entry.value.get("usage").cloned().unwrap_or_default();
-                let usage = serde_json::from_value(usage).unwrap_or_default();
-                spending.spent.add_model_call(usage, 0, None);
-            } else if entry.name.starts_with("budget:") && entry.name.ends_with(":granted") {
-                match serde_json::from_value::<Grant>(entry.value.clone()) {
-                    Ok(grant) if grant.scope == Scope::Thread => {
-                        spending.granted = spending.granted.summed(&grant.add);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Ok(spending)
+        Ok(self.lock().thread_spending(thread, run))
     }
 }
 
 mod context;
-mod providers;
+mod spending;
 mod steering;
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,11 @@
-//! The in-memory engine's provider calls: the window of
+//! The in-memory engine's spending: what a thread's runs spent (as
+//! `THREAD_SPENT_SQL` counts it), and its provider calls, the window of
 //! `reserve_provider_call` (migration 0018) on this process's clock.
 
 use std::time::{Duration, Instant};
+
+use agentenkit_core::budget::{Grant, Scope, ThreadSpending};
+use agentenkit_core::{RunId, ThreadId};
 
 use super::Memory;
 use crate::engine::{ProviderLimit, Reservation};
@@ -20,6 +24,32 @@ pub struct MemoryProviderCall {
 }
 
 impl Memory {
+    /// What the runs of `thread` but `run` spent and were granted.
+    pub(super) fn thread_spending(&self, thread: ThreadId, run: RunId) -> ThreadSpending {
+        let mut spending = ThreadSpending::default();
+        let runs = self
+            .runs
+            .iter()
+            .filter(|(id, r)| **id != run && r.thread == thread);
+        for entry in runs.flat_map(|(id, _)| self.journal.get(id).into_iter().flatten()) {
+            if entry.name.starts_with("persist:toolcall:") {
+                spending.spent.tool_calls += 1;
+            } else if entry.name.starts_with("model:") {
+                let usage = entry.value.get("usage").cloned().unwrap_or_default();
+                let usage = serde_json::from_value(usage).unwrap_or_default();
+                spending.spent.add_model_call(usage, 0, None);
+            } else if entry.name.starts_with("budget:") && entry.name.ends_with(":granted") {
+                match serde_json::from_value::<Grant>(entry.value.clone()) {
+                    Ok(grant) if grant.scope == Scope::Thread => {
+                        spending.granted = spending.granted.summed(&grant.add);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        spending
+    }
+
     pub(super) fn reserve_provider_call(
         &mut self,
         key: &str,
