@@ -393,30 +393,41 @@ input_schema = {{ type = "object", required = ["to"], properties = {{ to = {{ ty
     env.finish().await;
 }
 
-#[tokio::test]
-async fn a_fair_key_keeps_the_agent_cap_per_metadata_value() {
-    let tool = slow_tool(10).await;
+/// An environment whose `capped` agent allows one running run per value
+/// of the thread metadata's `user`.
+async fn per_user(tool: &ToolServer) -> TestEnv {
     let toml = capped_toml(&tool.url, "").replace(
         "max_concurrent_runs = 2",
         "max_concurrent_runs = 1\nfair_key = \"metadata.user\"",
     );
-    let env = TestEnv::start(Registry::from_toml(&toml).unwrap()).await;
+    TestEnv::start(Registry::from_toml(&toml).unwrap()).await
+}
+
+/// Starts a turn of `capped` on a thread of `user`'s; returns the run id.
+async fn start_for(env: &TestEnv, user: &str) -> String {
+    let thread = env
+        .post(
+            "/threads",
+            json!({ "agent": "capped", "metadata": { "user": user } }),
+        )
+        .await;
+    let id = thread["id"].as_str().unwrap();
+    let run = env
+        .post(
+            &format!("/threads/{id}/messages"),
+            json!({ "content": "go" }),
+        )
+        .await;
+    run["runId"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_fair_key_keeps_the_agent_cap_per_metadata_value() {
+    let tool = slow_tool(10).await;
+    let env = per_user(&tool).await;
     let mut runs = Vec::new();
     for user in ["ann", "ann", "ben", "ben", "ann"] {
-        let thread = env
-            .post(
-                "/threads",
-                json!({ "agent": "capped", "metadata": { "user": user } }),
-            )
-            .await;
-        let id = thread["id"].as_str().unwrap();
-        let run = env
-            .post(
-                &format!("/threads/{id}/messages"),
-                json!({ "content": "go" }),
-            )
-            .await;
-        runs.push(run["runId"].as_str().unwrap().to_owned());
+        runs.push(start_for(&env, user).await);
     }
     let held: Vec<String> = env
         .rows(
@@ -459,29 +470,13 @@ async fn concurrent_starts_never_take_more_slots_than_the_cap() {
 #[tokio::test]
 async fn a_long_backlog_of_one_fair_key_does_not_hide_another_keys_run() {
     let tool = slow_tool(10).await;
-    let toml = capped_toml(&tool.url, "").replace(
-        "max_concurrent_runs = 2",
-        "max_concurrent_runs = 1\nfair_key = \"metadata.user\"",
-    );
-    let env = TestEnv::start(Registry::from_toml(&toml).unwrap()).await;
+    let env = per_user(&tool).await;
     let mut ben = Vec::new();
     // Ann's 12 runs first (11 held), then Ben's 2 (1 held, behind them).
     for user in std::iter::repeat_n("ann", 12).chain(["ben", "ben"]) {
-        let thread = env
-            .post(
-                "/threads",
-                json!({ "agent": "capped", "metadata": { "user": user } }),
-            )
-            .await;
-        let id = thread["id"].as_str().unwrap();
-        let run = env
-            .post(
-                &format!("/threads/{id}/messages"),
-                json!({ "content": "go" }),
-            )
-            .await;
+        let run = start_for(&env, user).await;
         if user == "ben" {
-            ben.push(run["runId"].as_str().unwrap().to_owned());
+            ben.push(run);
         }
     }
     // Ben's first run ends where nobody admits (as the reaper failing it
