@@ -79,7 +79,11 @@ pub trait RunEngine: Send + Sync {
 pub(crate) const THREAD_SPENT_SQL: &str = "
     WITH entries AS (
         SELECT j.name, j.value FROM (SELECT DISTINCT run_id FROM messages WHERE thread_id = $1) r
-        JOIN journal j ON j.run_id = r.run_id
+        -- each run's entries by its key: OFFSET 0 keeps the lookup from
+        -- being planned as a join, which, on tables analyzed while empty,
+        -- may walk the whole journal index
+        CROSS JOIN LATERAL (SELECT name, value FROM journal
+                            WHERE journal.run_id = r.run_id OFFSET 0) j
         WHERE r.run_id <> $2
           AND (j.name LIKE 'model:%' OR j.name LIKE 'persist:toolcall:%'
                OR j.name LIKE 'budget:%:granted')),
