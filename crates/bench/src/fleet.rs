@@ -23,6 +23,10 @@ use serde_json::json;
 
 use super::hub::body_text;
 
+/// The cap of the agent file's `burst` agent (`burst_fifo` has none): the
+/// fair-shares pass (`shares.rs`).
+pub const BURST_CAP: i64 = 4;
+
 /// How long a pass waits for the workers to catch up before giving up.
 const SETTLE: Duration = Duration::from_secs(600);
 
@@ -407,7 +411,7 @@ model = {{ provider = "scripted", script = [
 type = "http"
 url = "{tool_url}"
 "#,
-        cap = crate::shares::BURST_CAP
+        cap = BURST_CAP
     )
 }
 

@@ -314,7 +314,7 @@ fn print_passes(passes: &Passes) {
         );
     }
     if let Some(f) = &passes.fair_shares {
-        print_fair_shares(f);
+        f.print();
     }
     if let Some(m) = &passes.park_many {
         let figures: Vec<String> = m
@@ -331,42 +331,6 @@ fn print_passes(passes: &Passes) {
             figures.join(", "),
             m.drift().map_or("n/a".into(), |d| format!("{:.1} %", d * 100.0)),
         );
-    }
-}
-
-fn print_fair_shares(f: &crate::shares::FairShares) {
-    println!(
-        "\nFair shares (owner A queues {} runs of one agent, then 2 worker processes start; owner B starts {} runs \
-         50 ms apart while they drain; start delay: B's POST to its run leaving `queued`, polled every 10 ms):",
-        f.burst, f.late
-    );
-    println!("| agent | p50 start delay ms | p99 start delay ms | max | most runs of one owner running | A's burst drained in s |");
-    println!("|---|---|---|---|---|---|");
-    for r in &f.runs {
-        let cap = match r.agent {
-            "burst" => format!("max_concurrent_runs = {}", crate::shares::BURST_CAP),
-            _ => "no cap (first in, first out)".to_owned(),
-        };
-        println!(
-            "| {cap} | {} | {} | {} | {} | {} |",
-            fmt(r.delay_at(50.0).as_secs_f64() * 1e3, 1),
-            fmt(r.delay_at(99.0).as_secs_f64() * 1e3, 1),
-            fmt(r.delay_at(100.0).as_secs_f64() * 1e3, 1),
-            r.most_running,
-            fmt(r.burst_wall.as_secs_f64(), 2),
-        );
-    }
-    if let [fifo, capped] = &f.runs[..] {
-        let (a, b) = (
-            fifo.delay_at(99.0).as_secs_f64(),
-            capped.delay_at(99.0).as_secs_f64(),
-        );
-        if b > 0.0 {
-            println!(
-                "p99 start delay under the cap: {:.3}× the first-in-first-out baseline's.",
-                b / a
-            );
-        }
     }
 }
 
@@ -413,16 +377,7 @@ pub fn to_json(
             "cycles_per_s": s.cycles_per_s.iter().map(|(w, v)| json!({ "processes": w, "cycles_per_s": v })).collect::<Vec<_>>(),
             "ratio": s.ratio(),
         })),
-        "fair_shares": passes.fair_shares.as_ref().map(|f| json!({
-            "burst": f.burst, "late": f.late,
-            "runs": f.runs.iter().map(|r| json!({
-                "agent": r.agent,
-                "p50_start_delay_ms": r.delay_at(50.0).as_secs_f64() * 1e3,
-                "p99_start_delay_ms": r.delay_at(99.0).as_secs_f64() * 1e3,
-                "most_running_of_one_owner": r.most_running,
-                "burst_wall_s": r.burst_wall.as_secs_f64(),
-            })).collect::<Vec<_>>(),
-        })),
+        "fair_shares": passes.fair_shares.as_ref().map(crate::shares::FairShares::json),
         "park_many": passes.park_many.as_ref().map(|m| json!({
             "total": m.total, "concurrency": m.c, "wall_s": m.wall.as_secs_f64(),
             "rss_bytes": m.samples.iter().map(|(n, rss)| json!({ "parked": n, "rss": rss })).collect::<Vec<_>>(),

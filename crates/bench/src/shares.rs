@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 
 use agentenkit_core::{Owner, RunStatus};
 
-use crate::fleet::Fleet;
+use serde_json::{json, Value};
 
-/// The cap of the fleet file's `burst` agent (`burst_fifo` has none).
-pub const BURST_CAP: i64 = 4;
+use crate::fleet::{Fleet, BURST_CAP};
 
 /// How often the second owner's runs are looked at while they wait.
 const POLL: Duration = Duration::from_millis(10);
@@ -44,6 +43,59 @@ pub struct FairShares {
     pub burst: usize,
     pub late: usize,
     pub runs: Vec<SharesRun>,
+}
+
+impl FairShares {
+    /// The pass's table, for the report.
+    pub fn print(&self) {
+        println!(
+            "\nFair shares (owner A queues {} runs of one agent, then 2 worker processes start; owner B starts {} runs \
+             50 ms apart while they drain; start delay: B's POST to its run leaving `queued`, polled every 10 ms):",
+            self.burst, self.late
+        );
+        println!("| agent | p50 start delay ms | p99 start delay ms | max | most runs of one owner running | A's burst drained in s |");
+        println!("|---|---|---|---|---|---|");
+        for r in &self.runs {
+            let cap = match r.agent {
+                "burst" => format!("max_concurrent_runs = {BURST_CAP}"),
+                _ => "no cap (first in, first out)".to_owned(),
+            };
+            println!(
+                "| {cap} | {:.1} | {:.1} | {:.1} | {} | {:.2} |",
+                r.delay_at(50.0).as_secs_f64() * 1e3,
+                r.delay_at(99.0).as_secs_f64() * 1e3,
+                r.delay_at(100.0).as_secs_f64() * 1e3,
+                r.most_running,
+                r.burst_wall.as_secs_f64(),
+            );
+        }
+        if let [fifo, capped] = &self.runs[..] {
+            let (a, b) = (
+                fifo.delay_at(99.0).as_secs_f64(),
+                capped.delay_at(99.0).as_secs_f64(),
+            );
+            if a > 0.0 {
+                println!(
+                    "p99 start delay under the cap: {:.3}× the first-in-first-out baseline's.",
+                    b / a
+                );
+            }
+        }
+    }
+
+    /// The pass's figures, for the report's JSON.
+    pub fn json(&self) -> Value {
+        json!({
+            "burst": self.burst, "late": self.late,
+            "runs": self.runs.iter().map(|r| json!({
+                "agent": r.agent,
+                "p50_start_delay_ms": r.delay_at(50.0).as_secs_f64() * 1e3,
+                "p99_start_delay_ms": r.delay_at(99.0).as_secs_f64() * 1e3,
+                "most_running_of_one_owner": r.most_running,
+                "burst_wall_s": r.burst_wall.as_secs_f64(),
+            })).collect::<Vec<_>>(),
+        })
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -15,7 +15,6 @@ use agentenkit_core::{QueueMessage, RunId, ThreadId};
 
 use crate::outbox::OutboxRow;
 use crate::pipeline::{Expect, Op};
-use crate::start::NewRun;
 use crate::{Result, Store};
 
 /// How many held runs one stopping run admits at most (more than one: a
@@ -61,8 +60,9 @@ const ADMITTED_SEGMENT_SQL: &str = "
     RETURNING id";
 
 /// The insert of `run`, admitted or held under `slot`.
-pub(crate) fn insert_run_op(run: &NewRun<'_>, slot: &Slot) -> Op {
-    let mut params = crate::start::run_params(run);
+/// `run` is the run's `$1`..`$10` (`start::run_params`).
+pub(crate) fn insert_run_op(run: Vec<crate::pipeline::Param>, slot: &Slot) -> Op {
+    let mut params = run;
     params.push(Box::new(slot.owner_cap.map(cap)));
     params.push(Box::new(slot.agent_cap.map(cap)));
     params.push(Box::new(

@@ -158,7 +158,7 @@ pub(crate) fn start(run: &NewRun<'_>) -> Result<Started> {
     // follows only if it was admitted.
     if let Some(slot) = run.slot {
         return Ok(Started {
-            run: crate::shares::insert_run_op(run, slot),
+            run: crate::shares::insert_run_op(run_params(run), slot),
             outbox: (crate::shares::admitted_segment_op(&segment), segment),
             ordered,
         });
